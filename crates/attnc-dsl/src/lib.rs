@@ -1,0 +1,1 @@
+//! attnc-dsl: the `.attn` language (parser, printer, diagnostics).

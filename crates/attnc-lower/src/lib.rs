@@ -1,0 +1,1 @@
+//! attnc-lower: kernel families and codegen.

@@ -1,0 +1,1 @@
+//! attnc-runtime.
