@@ -48,8 +48,12 @@ impl AuxTensor {
     pub fn get(&self, index: &[i32]) -> i32 {
         let mut flat = 0usize;
         for (i, &n) in index.iter().zip(&self.dims) {
-            let c = (*i).clamp(0, n.saturating_sub(1) as i32) as usize;
-            flat = flat * n + c;
+            // (dims beyond i32 must not make clamp's bounds cross, nor the offset overflow)
+            let c = (*i).clamp(0, n.saturating_sub(1).min(i32::MAX as usize) as i32) as usize;
+            flat = match flat.checked_mul(n).and_then(|f| f.checked_add(c)) {
+                Some(f) => f,
+                None => return 0,
+            };
         }
         self.data.get(flat).copied().unwrap_or(0)
     }
@@ -274,5 +278,8 @@ mod tests {
         assert_eq!(t.get(&[1, 2]), 5);
         assert_eq!(t.get(&[-4, 9]), 2);
         assert_eq!(t.get(&[7, -1]), 3);
+        // absurd dims never panic
+        let huge = AuxTensor { dims: vec![usize::MAX / 3, usize::MAX], data: vec![] };
+        assert_eq!(huge.get(&[5, 7]), 0);
     }
 }

@@ -4,16 +4,24 @@
 //!   layout, split-KV, outputs);
 //! - [`expr`]: the typed expression language of masks and score modifications;
 //! - [`check`]: the type checker and the validity rules of a spec;
-//! - [`eval`]: concrete evaluation, the definition of an expression's meaning.
+//! - [`eval`]: concrete evaluation, the definition of an expression's meaning;
+//! - [`analysis`]: tile mask analysis (Full / Partial / Empty) by interval arithmetic;
+//! - [`reference`]: the f64 CPU reference executor, the definition of a variant's output.
 
+pub mod analysis;
 pub mod check;
 pub mod eval;
 pub mod expr;
+pub mod reference;
 pub mod spec;
 
+pub use analysis::{classify, int_range, mask_facts, truth, IntRange, MaskFacts, TileClass, TileQuery, Tri};
 pub use check::{validate, ExprContext, Field, SpecError};
 pub use expr::{BinOp, Expr, ExprKind, Func, Span, Ty, UnOp, Var};
 pub use spec::{
     Align, AuxDecl, AuxDim, DType, KvLayout, Mask, ParamDecl, Scale, SoftmaxOptions, Spec, SplitKv,
     Window,
+};
+pub use reference::{
+    random_inputs, reference_forward, rel_l2, Inputs, ReferenceError, SeqOutput, Sequence,
 };
