@@ -158,6 +158,7 @@ struct Ctx<'a> {
 }
 
 fn prepare<'a>(spec: &'a Spec, inputs: &'a Inputs) -> Result<Ctx<'a>, ReferenceError> {
+    #[allow(clippy::manual_is_multiple_of)] // rust-version 1.80
     if spec.q_heads == 0 || spec.kv_heads == 0 || spec.q_heads % spec.kv_heads != 0 {
         return Err(ReferenceError::Spec(format!(
             "q heads ({}) must be a positive multiple of kv heads ({})",
@@ -259,8 +260,10 @@ fn prepare<'a>(spec: &'a Spec, inputs: &'a Inputs) -> Result<Ctx<'a>, ReferenceE
     })
 }
 
-/// One (batch entry, q head): `o` as `[seqlen_q, d_v]` and `lse` as `[seqlen_q]`.
-fn head(ctx: &Ctx, b: usize, h: usize) -> (Vec<f64>, Vec<f64>) {
+/// One (batch entry, q head)'s result: `o` as `[seqlen_q, d_v]` and `lse` as `[seqlen_q]`.
+type HeadOut = (Vec<f64>, Vec<f64>);
+
+fn head(ctx: &Ctx, b: usize, h: usize) -> HeadOut {
     let seq = &ctx.inputs.seqs[b];
     let (sq, sk, dqk, dv) = (seq.seqlen_q, seq.seqlen_k, ctx.dqk, ctx.dv);
     let hkv = h / ctx.group;
@@ -348,7 +351,7 @@ pub fn reference_forward(spec: &Spec, inputs: &Inputs) -> Result<Vec<SeqOutput>,
         .sum();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(items.len()).min(64);
 
-    let mut results: Vec<Option<(Vec<f64>, Vec<f64>)>> = vec![None; items.len()];
+    let mut results: Vec<Option<HeadOut>> = vec![None; items.len()];
     if threads <= 1 || cost < 4.0e6 {
         for (n, &(b, h)) in items.iter().enumerate() {
             results[n] = Some(head(&ctx, b, h));
@@ -356,8 +359,8 @@ pub fn reference_forward(spec: &Spec, inputs: &Inputs) -> Result<Vec<SeqOutput>,
     } else {
         let ctx = &ctx;
         let items = &items;
-        let chunks: Vec<Vec<(usize, (Vec<f64>, Vec<f64>))>> = std::thread::scope(|scope| {
-            let work = move |t: usize| -> Vec<(usize, (Vec<f64>, Vec<f64>))> {
+        let chunks: Vec<Vec<(usize, HeadOut)>> = std::thread::scope(|scope| {
+            let work = move |t: usize| -> Vec<(usize, HeadOut)> {
                 (t..items.len()).step_by(threads).map(|n| (n, head(ctx, items[n].0, items[n].1))).collect()
             };
             let handles: Vec<_> = (0..threads)
@@ -559,7 +562,7 @@ pub fn random_inputs(spec: &Spec, seqlens: &[(usize, usize)], seed: u64) -> Inpu
                 .map(|x| {
                     if x % last == 0 {
                         id = rng.int_in(0, 1) as i32;
-                    } else if rng.next_u64() % 8 == 0 {
+                    } else if rng.next_u64() >> 61 == 0 {
                         id += 1;
                     }
                     id
