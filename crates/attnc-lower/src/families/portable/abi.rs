@@ -1,0 +1,192 @@
+//! The launch ABI of the portable family: the parameter list of each kernel, in order.
+//! The runtime marshals arguments from this list, so it is the single source of truth
+//! (names appear in the PTX as `<kernel>_param_<i>` in the same order).
+
+use crate::llvm::kb::{Kb, R};
+use crate::variant::expr::{AuxArg, Val, VariantArgs};
+use crate::variant::layout::{LayoutArgs, Strides};
+use attnc_ir::{KvLayout, Spec, Ty};
+use inkwell::types::BasicMetadataTypeEnum;
+use inkwell::values::{BasicValueEnum, IntValue};
+
+/// The machine type of a kernel parameter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParamTy {
+    /// A device address (u64); 0 where the tensor is absent.
+    Ptr,
+    I64,
+    I32,
+    F32,
+}
+
+impl ParamTy {
+    pub fn name(self) -> &'static str {
+        match self {
+            ParamTy::Ptr => "ptr",
+            ParamTy::I64 => "i64",
+            ParamTy::I32 => "i32",
+            ParamTy::F32 => "f32",
+        }
+    }
+}
+
+/// The ordered parameter list of the forward kernel.
+pub fn forward_params(spec: &Spec) -> Vec<(String, ParamTy)> {
+    use ParamTy::*;
+    let mut p: Vec<(String, ParamTy)> = Vec::new();
+    let mut add = |n: &str, t: ParamTy| p.push((n.to_string(), t));
+    for t in ["q", "k", "v", "o"] {
+        add(t, Ptr);
+    }
+    for t in ["q", "k", "v", "o"] {
+        for s in ["batch", "row", "head"] {
+            add(&format!("{t}_stride_{s}"), I64);
+        }
+    }
+    add("seqlen_q", I32);
+    add("seqlen_k", I32);
+    add("num_splits", I32);
+    add("lse", Ptr);
+    add("lse_stride_batch", I64);
+    add("lse_stride_head", I64);
+    add("o_partial", Ptr);
+    add("lse_partial", Ptr);
+    variant_params(spec, &mut p);
+    p
+}
+
+/// Parameters every kernel reading the variant needs: layout metadata, sinks, aux
+/// tensors and scalar params.
+fn variant_params(spec: &Spec, p: &mut Vec<(String, ParamTy)>) {
+    use ParamTy::*;
+    let mut add = |n: String, t: ParamTy| p.push((n, t));
+    match spec.kv_layout {
+        KvLayout::Contiguous => {}
+        KvLayout::Varlen => {
+            add("cu_seqlens_q".into(), Ptr);
+            add("cu_seqlens_k".into(), Ptr);
+        }
+        KvLayout::Paged { .. } => {
+            add("block_table".into(), Ptr);
+            add("block_table_stride".into(), I64);
+            add("seqused_k".into(), Ptr);
+        }
+    }
+    if spec.sinks {
+        add("sinks".into(), Ptr);
+    }
+    for a in &spec.aux {
+        add(format!("aux_{}", a.name), Ptr);
+        for j in 0..a.dims.len() {
+            add(format!("aux_{}_dim{j}", a.name), I32);
+        }
+    }
+    for prm in &spec.params {
+        add(format!("param_{}", prm.name), if prm.ty == Ty::Float { F32 } else { I32 });
+    }
+}
+
+/// The ordered parameter list of the split-KV combine kernel.
+pub fn combine_params(spec: &Spec) -> Vec<(String, ParamTy)> {
+    use ParamTy::*;
+    let mut p: Vec<(String, ParamTy)> = vec![
+        ("o_partial".into(), Ptr),
+        ("lse_partial".into(), Ptr),
+        ("o".into(), Ptr),
+        ("o_stride_batch".into(), I64),
+        ("o_stride_row".into(), I64),
+        ("o_stride_head".into(), I64),
+        ("lse".into(), Ptr),
+        ("lse_stride_batch".into(), I64),
+        ("lse_stride_head".into(), I64),
+        ("seqlen_q".into(), I32),
+        ("num_splits".into(), I32),
+    ];
+    if spec.kv_layout == KvLayout::Varlen {
+        p.push(("cu_seqlens_q".into(), Ptr));
+    }
+    if spec.sinks {
+        p.push(("sinks".into(), Ptr));
+    }
+    p
+}
+
+/// Declared parameters by name, after `Kb::begin_kernel`.
+pub struct Args<'ctx> {
+    names: Vec<String>,
+    values: Vec<BasicValueEnum<'ctx>>,
+}
+
+impl<'ctx> Args<'ctx> {
+    /// Starts kernel `name` with `params` and returns its arguments.
+    pub fn begin(kb: &mut Kb<'ctx>, name: &str, params: &[(String, ParamTy)]) -> R<Args<'ctx>> {
+        let decl: Vec<(BasicMetadataTypeEnum, String)> = params
+            .iter()
+            .map(|(n, t)| {
+                let ty: BasicMetadataTypeEnum = match t {
+                    ParamTy::Ptr | ParamTy::I64 => kb.ctx.i64_type().into(),
+                    ParamTy::I32 => kb.ctx.i32_type().into(),
+                    ParamTy::F32 => kb.ctx.f32_type().into(),
+                };
+                (ty, n.clone())
+            })
+            .collect();
+        let values = kb.begin_kernel(name, &decl)?;
+        Ok(Args { names: params.iter().map(|p| p.0.clone()).collect(), values })
+    }
+
+    pub fn get(&self, name: &str) -> R<BasicValueEnum<'ctx>> {
+        self.names
+            .iter()
+            .position(|n| n == name)
+            .map(|i| self.values[i])
+            .ok_or_else(|| crate::families::LowerError::Llvm(format!("kernel has no parameter `{name}`")))
+    }
+    pub fn int(&self, name: &str) -> R<IntValue<'ctx>> {
+        Ok(self.get(name)?.into_int_value())
+    }
+    pub fn opt_int(&self, name: &str) -> Option<IntValue<'ctx>> {
+        self.get(name).ok().map(|v| v.into_int_value())
+    }
+    pub fn strides(&self, t: &str) -> R<Strides<'ctx>> {
+        Ok(Strides {
+            batch: self.int(&format!("{t}_stride_batch"))?,
+            row: self.int(&format!("{t}_stride_row"))?,
+            head: self.int(&format!("{t}_stride_head"))?,
+        })
+    }
+    pub fn layout(&self) -> R<LayoutArgs<'ctx>> {
+        Ok(LayoutArgs {
+            seqlen_q: self.int("seqlen_q")?,
+            seqlen_k: self.opt_int("seqlen_k").unwrap_or_else(|| self.values[0].into_int_value()),
+            cu_seqlens_q: self.opt_int("cu_seqlens_q"),
+            cu_seqlens_k: self.opt_int("cu_seqlens_k"),
+            block_table: self.opt_int("block_table"),
+            block_table_stride: self.opt_int("block_table_stride"),
+            seqused_k: self.opt_int("seqused_k"),
+        })
+    }
+    pub fn variant(&self, spec: &Spec) -> R<VariantArgs<'ctx>> {
+        let mut va = VariantArgs::default();
+        for a in &spec.aux {
+            let addr = self.int(&format!("aux_{}", a.name))?;
+            let dims = (0..a.dims.len())
+                .map(|j| self.int(&format!("aux_{}_dim{j}", a.name)))
+                .collect::<R<Vec<_>>>()?;
+            va.aux.push(AuxArg { addr, dims });
+        }
+        for p in &spec.params {
+            let v = self.get(&format!("param_{}", p.name))?;
+            va.params.push(match p.ty {
+                Ty::Float => Val::Float(v.into_float_value()),
+                _ => Val::Int(v.into_int_value()),
+            });
+        }
+        Ok(va)
+    }
+}
+
+/// "name:type" strings for `KernelInfo::params`.
+pub fn describe(params: &[(String, ParamTy)]) -> Vec<String> {
+    params.iter().map(|(n, t)| format!("{n}:{}", t.name())).collect()
+}

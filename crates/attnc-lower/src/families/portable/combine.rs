@@ -1,0 +1,159 @@
+//! The split-KV combine kernel: merges the per-split partial outputs into O.
+//!
+//! One warp per (batch, head, query row). Every lane reads the splits' LSEs (the same
+//! addresses, so broadcast loads), forms the total LSE — adding the attention sink
+//! here, once, since splits run without it — and the lanes share the d_v columns:
+//! `O = Σ_s exp(lse_s − lse) · O_s`.
+
+use super::abi::{self, Args};
+use crate::families::KernelInfo;
+use crate::llvm::kb::{Kb, R};
+use crate::variant::layout::{batch_view, q_row_offset};
+use attnc_ir::Spec;
+use inkwell::values::IntValue;
+use inkwell::{FloatPredicate, IntPredicate};
+
+const LOG2E: f64 = std::f64::consts::LOG2_E;
+const LN2: f64 = std::f64::consts::LN_2;
+/// Warps (rows) per CTA.
+pub const ROWS_PER_CTA: u32 = 4;
+
+pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str) -> R<KernelInfo> {
+    let params = abi::combine_params(spec);
+    let args = Args::begin(kb, name, &params)?;
+    kb.section(&format!("attnc split-KV combine: {}", spec.name))?;
+    let tid = kb.sreg("tid.x", "tid")?;
+    let lane = kb.and(tid, kb.i32c(31), "lane")?;
+    let warp = kb.udiv(tid, kb.i32c(32), "warp")?;
+    let q = kb.add(kb.mul(kb.sreg("ctaid.x", "")?, kb.i32c(ROWS_PER_CTA as i64), "")?, warp, "q")?;
+    let h = kb.sreg("ctaid.y", "h")?;
+    let b = kb.sreg("ctaid.z", "b")?;
+    let batch = kb.sreg("nctaid.z", "batch")?;
+    let la = crate::variant::layout::LayoutArgs {
+        seqlen_q: args.int("seqlen_q")?,
+        seqlen_k: args.int("seqlen_q")?,
+        cu_seqlens_q: args.opt_int("cu_seqlens_q"),
+        cu_seqlens_k: args.opt_int("cu_seqlens_q"),
+        block_table: None,
+        block_table_stride: None,
+        seqused_k: None,
+    };
+    // Only the query side matters here; a paged spec has padded Q like contiguous.
+    let mut q_spec = spec.clone();
+    if !matches!(spec.kv_layout, attnc_ir::KvLayout::Varlen) {
+        q_spec.kv_layout = attnc_ir::KvLayout::Contiguous;
+    }
+    let bv = batch_view(kb, &q_spec, &la, b)?;
+    let outside = kb.icmp(IntPredicate::SGE, q, bv.seqlen_q, "")?;
+    kb.return_if(outside, "row_out_of_range")?;
+
+    let num_splits = args.int("num_splits")?;
+    let max_sq = kb.sext64(la.seqlen_q, "")?;
+    // Row index of split 0; split s adds s · batch · q_heads · max_sq.
+    let row0 = kb.add(
+        kb.mul(kb.add(kb.mul(kb.sext64(b, "")?, kb.i64c(spec.q_heads as i64), "")?, kb.sext64(h, "")?, "")?, max_sq, "")?,
+        kb.sext64(q, "")?,
+        "row0",
+    )?;
+    let split_stride = kb.mul(kb.mul(kb.sext64(batch, "")?, kb.i64c(spec.q_heads as i64), "")?, max_sq, "split_stride")?;
+    let lse_part = args.int("lse_partial")?;
+    let o_part = args.int("o_partial")?;
+
+    kb.section("combine: max and sum of split LSEs")?;
+    let sink2 = if spec.sinks {
+        let sinks = args.int("sinks")?;
+        let addr = kb.add(sinks, kb.mul(kb.sext64(h, "")?, kb.i64c(4), "")?, "")?;
+        let sink = kb.ld_global_f32(addr, "sink")?;
+        kb.fmul(sink, kb.f32c(LOG2E), "sink_log2")?
+    } else {
+        kb.f32c(f64::NEG_INFINITY)
+    };
+    let max = kb.slot_f32("lse_max", sink2)?;
+    let split_row = |kb: &Kb<'ctx>, s: IntValue<'ctx>| -> R<IntValue<'ctx>> {
+        Ok(kb.add(row0, kb.mul(kb.sext64(s, "")?, split_stride, "")?, "split_row")?)
+    };
+    kb.for_range(kb.i32c(0), num_splits, "max_loop", |kb, s| {
+        let r = split_row(kb, s)?;
+        let l = kb.ld_global_f32(kb.add(lse_part, kb.mul(r, kb.i64c(4), "")?, "")?, "lse_s")?;
+        let l2 = kb.fmul(l, kb.f32c(LOG2E), "")?;
+        let m = kb.get_f(max, "")?;
+        kb.set(max, kb.fmax(m, l2, "")?)
+    })?;
+    let m = kb.get_f(max, "m")?;
+    let m_inf = kb.fcmp(FloatPredicate::OEQ, m, kb.f32c(f64::NEG_INFINITY), "")?;
+    let m_safe = kb.select_f(m_inf, kb.f32c(0.0), m, "m_safe")?;
+    let sum = kb.slot_f32("lse_sum", kb.ex2(kb.fsub(sink2, m_safe, "")?, "")?)?;
+    kb.for_range(kb.i32c(0), num_splits, "sum_loop", |kb, s| {
+        let r = split_row(kb, s)?;
+        let l = kb.ld_global_f32(kb.add(lse_part, kb.mul(r, kb.i64c(4), "")?, "")?, "lse_s")?;
+        let w = kb.ex2(kb.fsub(kb.fmul(l, kb.f32c(LOG2E), "")?, m_safe, "")?, "")?;
+        let acc = kb.get_f(sum, "")?;
+        kb.set(sum, kb.fadd(acc, w, "")?)
+    })?;
+    let total = kb.get_f(sum, "sum")?;
+    let empty = kb.fcmp(FloatPredicate::OEQ, total, kb.f32c(0.0), "")?;
+    let safe = kb.select_f(empty, kb.f32c(1.0), total, "")?;
+    // lse (log2 units) = m + log2(sum)
+    let lse2 = kb.fadd(m_safe, kb.lg2(safe, "")?, "lse_log2")?;
+
+    kb.section("combine: weighted sum of split outputs")?;
+    let o_st = args.strides("o")?;
+    let o_base = args.int("o")?;
+    let off = q_row_offset(kb, &bv, &o_st, q, h)?;
+    let o_row = kb.add(o_base, kb.mul(off, kb.i64c(2), "")?, "o_row")?;
+    let dv = spec.head_dim_v;
+    for chunk in 0..dv.div_ceil(64) {
+        let col = kb.add(kb.mul(lane, kb.i32c(2), "")?, kb.i32c(chunk as i64 * 64), "col")?;
+        let in_row = kb.icmp(IntPredicate::SLT, col, kb.i32c(dv as i64), "")?;
+        kb.if_then(in_row, "col_guard", |kb| {
+            let acc0 = kb.slot_f32("acc0", kb.f32c(0.0))?;
+            let acc1 = kb.slot_f32("acc1", kb.f32c(0.0))?;
+            kb.for_range(kb.i32c(0), num_splits, "acc_loop", |kb, s| {
+                let r = split_row(kb, s)?;
+                let l = kb.ld_global_f32(kb.add(lse_part, kb.mul(r, kb.i64c(4), "")?, "")?, "lse_s")?;
+                let w = kb.ex2(kb.fsub(kb.fmul(l, kb.f32c(LOG2E), "")?, lse2, "")?, "w")?;
+                let addr = kb.add(o_part, kb.mul(kb.add(kb.mul(r, kb.i64c(dv as i64), "")?, kb.zext64(col, "")?, "")?, kb.i64c(4), "")?, "")?;
+                let [x0, x1] = kb.ld_global_v2_f32(addr, "o_s")?;
+                let a0 = kb.get_f(acc0, "")?;
+                let a1 = kb.get_f(acc1, "")?;
+                kb.set(acc0, kb.fma(w, x0, a0, "")?)?;
+                kb.set(acc1, kb.fma(w, x1, a1, "")?)
+            })?;
+            let a0 = kb.get_f(acc0, "")?;
+            let a1 = kb.get_f(acc1, "")?;
+            let a0 = kb.select_f(empty, kb.f32c(0.0), a0, "")?;
+            let a1 = kb.select_f(empty, kb.f32c(0.0), a1, "")?;
+            let packed = kb.pack_half2(spec.dtype, a0, a1, "o_pair")?;
+            let addr = kb.add(o_row, kb.mul(kb.zext64(col, "")?, kb.i64c(2), "")?, "")?;
+            kb.st_global_b32(addr, packed)
+        })?;
+    }
+    if spec.lse {
+        let first = kb.icmp(IntPredicate::EQ, lane, kb.i32c(0), "")?;
+        kb.if_then(first, "store_lse", |kb| {
+            let lse = kb.fmul(lse2, kb.f32c(LN2), "")?;
+            let lse = kb.select_f(empty, kb.f32c(f64::NEG_INFINITY), lse, "lse")?;
+            let lse_base = args.int("lse")?;
+            let sh = args.int("lse_stride_head")?;
+            let hoff = kb.mul(kb.sext64(h, "")?, sh, "")?;
+            let off = match bv.q_start {
+                Some(start) => kb.add(hoff, kb.sext64(kb.add(start, q, "")?, "")?, "")?,
+                None => {
+                    let sb = args.int("lse_stride_batch")?;
+                    kb.add(kb.add(kb.mul(kb.sext64(b, "")?, sb, "")?, hoff, "")?, kb.sext64(q, "")?, "")?
+                }
+            };
+            kb.st_global_f32(kb.add(lse_base, kb.mul(off, kb.i64c(4), "")?, "")?, lse)
+        })?;
+    }
+    kb.ret()?;
+    Ok(KernelInfo {
+        name: name.to_string(),
+        role: "split-KV combine".into(),
+        threads_per_block: ROWS_PER_CTA * 32,
+        dynamic_smem_bytes: 0,
+        block_m: ROWS_PER_CTA,
+        block_n: 0,
+        params: abi::describe(&params),
+    })
+}

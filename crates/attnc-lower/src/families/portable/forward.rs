@@ -1,0 +1,832 @@
+//! The portable forward kernel: FlashAttention-2's algorithm on mma.sync.
+//!
+//! One CTA owns `block_m` rows of Q (query positions, or (position, head) pairs with
+//! pack_gqa) of one head (or KV head), for one batch entry and one KV split. Each warp
+//! owns `16 · m_tiles` rows. The K/V loop walks the non-empty key tiles (classified at
+//! run time by the interval analysis), double-buffered through cp.async:
+//!
+//! ```text
+//! load Q ─┐
+//! load K,V[n0]          ─┐
+//! for each tile n:        │ prefetch K,V[next non-empty]   (cp.async, other stage)
+//!   wait(tile n) ◄────────┘
+//!   S = Q·Kᵀ   (ldmatrix + mma.sync m16n8k16, f32)
+//!   softmax    (mask/score mod per element when the tile is partial; exp2 domain)
+//!   O = O·α + P·V  (P stays in registers as the A operand)
+//! O /= l, write O (and LSE, or the split's partials)
+//! ```
+//! Shared-memory rows are padded by 16 bytes, which makes every ldmatrix phase hit 32
+//! distinct banks for any head dim.
+
+use super::abi::{self, Args};
+use super::config::Config;
+use crate::families::KernelInfo;
+use crate::llvm::kb::{Kb, Slot, R};
+use crate::variant::expr::{self as vexpr, ElemVars, VariantArgs};
+use crate::variant::interval::{classify_tile, TileRanges};
+use crate::variant::layout::{batch_view, kv_row_offsets, q_row_offset, BatchView, LayoutArgs, Strides};
+use crate::variant::softmax::exp2_emulated;
+use attnc_ir::Spec;
+use inkwell::values::{FloatValue, IntValue};
+use inkwell::{AddressSpace, FloatPredicate, IntPredicate};
+
+const LOG2E: f64 = std::f64::consts::LOG2_E;
+const LN2: f64 = std::f64::consts::LN_2;
+
+/// Per-thread facts about one of its accumulator rows.
+#[derive(Clone, Copy)]
+struct RowInfo<'ctx> {
+    /// Packed row index within the sequence (q position, or q·G + head-in-group).
+    q: IntValue<'ctx>,
+    h: IntValue<'ctx>,
+    valid: IntValue<'ctx>,
+}
+
+struct Fwd<'a, 'ctx> {
+    spec: &'a Spec,
+    cfg: &'a Config,
+    args: Args<'ctx>,
+    va: VariantArgs<'ctx>,
+    la: LayoutArgs<'ctx>,
+    bv: BatchView<'ctx>,
+    k_st: Strides<'ctx>,
+    v_st: Strides<'ctx>,
+    hkv: IntValue<'ctx>,
+    tid: IntValue<'ctx>,
+    lane: IntValue<'ctx>,
+    /// `lane % 4`: the column pair a thread holds in an accumulator fragment.
+    quad_col: IntValue<'ctx>,
+    smem: IntValue<'ctx>,
+    rows: Vec<RowInfo<'ctx>>,
+    /// Tile ranges shared by the classification: all but k.
+    tile_q: (IntValue<'ctx>, IntValue<'ctx>),
+    tile_h: (IntValue<'ctx>, IntValue<'ctx>),
+    /// Loop-carried state.
+    o_acc: Vec<Slot<'ctx>>,
+    row_max: Vec<Slot<'ctx>>,
+    row_sum: Vec<Slot<'ctx>>,
+}
+
+pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, cfg: &Config, name: &str) -> R<KernelInfo> {
+    let params = abi::forward_params(spec);
+    let args = Args::begin(kb, name, &params)?;
+    kb.section(&format!("attnc portable forward: {} ({}x{} tiles, {} warps)", spec.name, cfg.block_m(), cfg.block_n, cfg.warps))?;
+    let f = Fwd::setup(kb, spec, cfg, args)?;
+    if let Some(mut f) = f {
+        f.run(kb)?;
+    }
+    kb.ret()?;
+    Ok(KernelInfo {
+        name: name.to_string(),
+        role: "forward".into(),
+        threads_per_block: cfg.threads(),
+        dynamic_smem_bytes: cfg.smem_bytes(spec),
+        block_m: cfg.block_m(),
+        block_n: cfg.block_n,
+        params: abi::describe(&params),
+    })
+}
+
+impl<'a, 'ctx> Fwd<'a, 'ctx> {
+    /// Reads the launch coordinates and lengths; returns `None` (after emitting an
+    /// early exit) never — the exit is a branch, so this always returns the state.
+    fn setup(kb: &mut Kb<'ctx>, spec: &'a Spec, cfg: &'a Config, args: Args<'ctx>) -> R<Option<Fwd<'a, 'ctx>>> {
+        let group = spec.group_size() as i64;
+        let pack = spec.pack_gqa;
+        let tid = kb.sreg("tid.x", "tid")?;
+        let m_block = kb.sreg("ctaid.x", "m_block")?;
+        let head_idx = kb.sreg("ctaid.y", "head_idx")?;
+        let z = kb.sreg("ctaid.z", "batch_split")?;
+        let num_splits = args.int("num_splits")?;
+        let b = kb.udiv(z, num_splits, "b")?;
+        let la = args.layout()?;
+        let bv = batch_view(kb, spec, &la, b)?;
+        let g = kb.i32c(group);
+        let rows_total = if pack { kb.mul(bv.seqlen_q, g, "rows_total")? } else { bv.seqlen_q };
+        let row0 = kb.mul(m_block, kb.i32c(cfg.block_m() as i64), "row0")?;
+        let nothing = kb.icmp(IntPredicate::SGE, row0, rows_total, "")?;
+        kb.return_if(nothing, "cta_out_of_range")?;
+
+        let hkv = if pack { head_idx } else { kb.udiv(head_idx, g, "hkv")? };
+        let lane = kb.and(tid, kb.i32c(31), "lane")?;
+        let warp = kb.udiv(tid, kb.i32c(32), "warp")?;
+        let quad_row = kb.udiv(lane, kb.i32c(4), "quad_row")?;
+        let quad_col = kb.and(lane, kb.i32c(3), "quad_col")?;
+
+        // The rows this thread holds in accumulators: (m tile, half) → row g or g + 8.
+        let mut rows = Vec::new();
+        let warp_row0 = kb.mul(warp, kb.i32c(16 * cfg.m_tiles as i64), "")?;
+        for mt in 0..cfg.m_tiles {
+            for half in 0..2 {
+                let local = kb.add(warp_row0, kb.add(quad_row, kb.i32c((mt * 16 + half * 8) as i64), "")?, "")?;
+                let r = kb.add(row0, local, &format!("row{mt}{half}"))?;
+                let (q, h) = packed_row(kb, pack, group, r, head_idx, hkv)?;
+                let valid = kb.icmp(IntPredicate::SLT, r, rows_total, "row_valid")?;
+                rows.push(RowInfo { q, h, valid });
+            }
+        }
+        // The tile's q and h ranges for classification.
+        let last_row = kb.sub(kb.smin(kb.add(row0, kb.i32c(cfg.block_m() as i64), "")?, rows_total, "")?, kb.i32c(1), "")?;
+        let (tile_q, tile_h) = if pack {
+            let h_lo = kb.mul(hkv, g, "")?;
+            (
+                (kb.udiv(row0, g, "")?, kb.udiv(last_row, g, "")?),
+                (h_lo, kb.add(h_lo, kb.i32c(group - 1), "")?),
+            )
+        } else {
+            ((row0, last_row), (head_idx, head_idx))
+        };
+
+        let smem_global = kb.module.add_global(kb.ctx.i8_type().array_type(0), Some(AddressSpace::from(3u16)), "attnc_smem");
+        smem_global.set_alignment(128);
+        smem_global.set_linkage(inkwell::module::Linkage::External);
+        let smem64 = kb.b.build_ptr_to_int(smem_global.as_pointer_value(), kb.ctx.i64_type(), "")?;
+        let smem = kb.trunc32(smem64, "smem_base")?;
+
+        let va = args.variant(spec)?;
+        let k_st = args.strides("k")?;
+        let v_st = args.strides("v")?;
+
+        let mut o_acc = Vec::new();
+        for mt in 0..cfg.m_tiles {
+            for dt in 0..spec.head_dim_v / 8 {
+                for e in 0..4 {
+                    o_acc.push(kb.slot_f32(&format!("o{mt}.{dt}.{e}"), kb.f32c(0.0))?);
+                }
+            }
+        }
+        let mut row_max = Vec::new();
+        let mut row_sum = Vec::new();
+        for (i, _) in rows.iter().enumerate() {
+            row_max.push(kb.slot_f32(&format!("row_max{i}"), kb.f32c(f64::NEG_INFINITY))?);
+            row_sum.push(kb.slot_f32(&format!("row_sum{i}"), kb.f32c(0.0))?);
+        }
+        Ok(Some(Fwd {
+            spec,
+            cfg,
+            args,
+            va,
+            la,
+            bv,
+            k_st,
+            v_st,
+            hkv,
+            tid,
+            lane,
+            quad_col,
+            smem,
+            rows,
+            tile_q,
+            tile_h,
+            o_acc,
+            row_max,
+            row_sum,
+        }))
+    }
+
+    fn o_slot(&self, mt: u32, dt: u32, e: u32) -> Slot<'ctx> {
+        self.o_acc[((mt * (self.spec.head_dim_v / 8) + dt) * 4 + e) as usize]
+    }
+
+    fn run(&mut self, kb: &mut Kb<'ctx>) -> R<()> {
+        let cfg = self.cfg;
+        let bn = cfg.block_n as i64;
+        let n_tiles = kb.ceil_div(self.bv.seqlen_k, kb.i32c(bn), "n_tiles")?;
+
+        // ---- the range of non-empty key tiles, then this split's share of it
+        let first = self.next_nonempty(kb, kb.i32c(0), n_tiles, "first_tile")?;
+        let stop = self.prev_nonempty(kb, first, n_tiles, "stop_tile")?;
+        let span = kb.sub(stop, first, "")?;
+        let num_splits = self.args.int("num_splits")?;
+        let z = kb.sreg("ctaid.z", "")?;
+        let split = kb.urem(z, num_splits, "split")?;
+        let per_split = kb.ceil_div(span, num_splits, "tiles_per_split")?;
+        let begin = kb.smin(kb.add(first, kb.mul(split, per_split, "")?, "")?, stop, "split_begin")?;
+        let end = kb.smin(kb.add(begin, per_split, "")?, stop, "split_end")?;
+        let begin = self.next_nonempty(kb, begin, end, "begin_tile")?;
+
+        // ---- Q tile → shared memory
+        kb.section("load Q tile (cp.async)")?;
+        self.load_q(kb)?;
+        kb.cp_async_commit()?;
+
+        let has_any = kb.icmp(IntPredicate::SLT, begin, end, "")?;
+        kb.if_then(has_any, "prologue", |kb| {
+            self.load_kv(kb, begin, 0)?;
+            Ok(())
+        })?;
+        kb.cp_async_commit()?;
+
+        let tile = kb.slot_i32("tile", begin)?;
+        let stage = kb.slot_i32("stage", kb.i32c(0))?;
+        kb.while_loop(
+            "kv_loop",
+            |kb| {
+                let t = kb.get_i(tile, "")?;
+                kb.icmp(IntPredicate::SLT, t, end, "")
+            },
+            |kb| {
+                let t = kb.get_i(tile, "n")?;
+                let st = kb.get_i(stage, "st")?;
+                let next = self.next_nonempty(kb, kb.add(t, kb.i32c(1), "")?, end, "next_tile")?;
+                let has_next = kb.icmp(IntPredicate::SLT, next, end, "")?;
+                kb.section("prefetch next K/V tile (cp.async)")?;
+                let other = kb.xor(st, kb.i32c(1), "")?;
+                kb.if_then(has_next, "prefetch", |kb| self.load_kv_dyn(kb, next, other))?;
+                kb.cp_async_commit()?;
+                kb.cp_async_wait(1)?;
+                kb.bar_sync()?;
+
+                // Full tiles inside seqlen_k skip per-element masking.
+                let n0 = kb.mul(t, kb.i32c(bn), "n0")?;
+                let cls = self.classify(kb, n0)?;
+                let inside = kb.icmp(IntPredicate::SLE, kb.add(n0, kb.i32c(bn), "")?, self.bv.seqlen_k, "")?;
+                let unmasked = kb.and(cls.full, inside, "unmasked")?;
+                kb.if_else(
+                    unmasked,
+                    "tile",
+                    |kb| self.tile_step(kb, n0, st, false),
+                    |kb| self.tile_step(kb, n0, st, true),
+                )?;
+                kb.bar_sync()?;
+                kb.set(tile, next)?;
+                kb.set(stage, other)?;
+                Ok(())
+            },
+        )?;
+        kb.cp_async_wait(0)?;
+        self.epilogue(kb)
+
+    }
+
+    /// The classification of key tile starting at `n0` for this CTA's rows.
+    fn classify(&self, kb: &Kb<'ctx>, n0: IntValue<'ctx>) -> R<crate::variant::interval::TileClassVals<'ctx>> {
+        let bn = self.cfg.block_n as i64;
+        let k_hi = kb.sub(kb.smin(kb.add(n0, kb.i32c(bn), "")?, self.bv.seqlen_k, "")?, kb.i32c(1), "")?;
+        let hkv = self.hkv;
+        let tile = TileRanges {
+            b: (self.bv.b, self.bv.b),
+            h: self.tile_h,
+            hkv: (hkv, hkv),
+            q: self.tile_q,
+            k: (n0, k_hi),
+            seqlen_q: self.bv.seqlen_q,
+            seqlen_k: self.bv.seqlen_k,
+        };
+        classify_tile(kb, self.spec, &tile, &self.va)
+    }
+
+    /// First tile index in [from, end) that is not empty, or `end`.
+    fn next_nonempty(&self, kb: &mut Kb<'ctx>, from: IntValue<'ctx>, end: IntValue<'ctx>, name: &str) -> R<IntValue<'ctx>> {
+        if self.spec.mask.is_none() {
+            return Ok(from);
+        }
+        let cur = kb.slot_i32(name, from)?;
+        let bn = self.cfg.block_n as i64;
+        kb.while_loop(
+            name,
+            |kb| {
+                let t = kb.get_i(cur, "")?;
+                let in_range = kb.icmp(IntPredicate::SLT, t, end, "")?;
+                // Classify only in range (an out-of-range probe would still be harmless).
+                let cls = self.classify(kb, kb.mul(t, kb.i32c(bn), "")?)?;
+                kb.and(in_range, cls.empty, "")
+            },
+            |kb| {
+                let t = kb.get_i(cur, "")?;
+                kb.set(cur, kb.add(t, kb.i32c(1), "")?)
+            },
+        )?;
+        kb.get_i(cur, name)
+    }
+
+    /// One past the last non-empty tile in [lo, end), or `lo` when none.
+    fn prev_nonempty(&self, kb: &mut Kb<'ctx>, lo: IntValue<'ctx>, end: IntValue<'ctx>, name: &str) -> R<IntValue<'ctx>> {
+        if self.spec.mask.is_none() {
+            return Ok(end);
+        }
+        let cur = kb.slot_i32(name, end)?;
+        let bn = self.cfg.block_n as i64;
+        kb.while_loop(
+            name,
+            |kb| {
+                let t = kb.get_i(cur, "")?;
+                let above = kb.icmp(IntPredicate::SGT, t, lo, "")?;
+                let prev = kb.sub(t, kb.i32c(1), "")?;
+                let cls = self.classify(kb, kb.mul(prev, kb.i32c(bn), "")?)?;
+                kb.and(above, cls.empty, "")
+            },
+            |kb| {
+                let t = kb.get_i(cur, "")?;
+                kb.set(cur, kb.sub(t, kb.i32c(1), "")?)
+            },
+        )?;
+        kb.get_i(cur, name)
+    }
+
+    // ------------------------------------------------------------------ loads
+
+    fn load_q(&self, kb: &mut Kb<'ctx>) -> R<()> {
+        let spec = self.spec;
+        let cfg = self.cfg;
+        let chunks_per_row = spec.head_dim_qk / 8;
+        let total = cfg.block_m() * chunks_per_row;
+        let q_st = self.args.strides("q")?;
+        let q_base = self.args.int("q")?;
+        let row0 = kb.mul(kb.sreg("ctaid.x", "")?, kb.i32c(cfg.block_m() as i64), "")?;
+        let head_idx = kb.sreg("ctaid.y", "")?;
+        let group = spec.group_size() as i64;
+        let rows_total = if spec.pack_gqa { kb.mul(self.bv.seqlen_q, kb.i32c(group), "")? } else { self.bv.seqlen_q };
+        let rb = cfg.row_bytes(spec.head_dim_qk) as i64;
+        for it in 0..total.div_ceil(cfg.threads()) {
+            let c = kb.add(self.tid, kb.i32c((it * cfg.threads()) as i64), "q_chunk")?;
+            let guard = if (it + 1) * cfg.threads() > total { Some(kb.icmp(IntPredicate::SLT, c, kb.i32c(total as i64), "")?) } else { None };
+            let body = |kb: &mut Kb<'ctx>| -> R<()> {
+                let row = kb.udiv(c, kb.i32c(chunks_per_row as i64), "")?;
+                let chunk = kb.urem(c, kb.i32c(chunks_per_row as i64), "")?;
+                let r = kb.add(row0, row, "")?;
+                let valid = kb.icmp(IntPredicate::SLT, r, rows_total, "")?;
+                let (q, h) = packed_row(kb, spec.pack_gqa, group, r, head_idx, self.hkv)?;
+                let q = kb.select_i(valid, q, kb.i32c(0), "")?;
+                let off = q_row_offset(kb, &self.bv, &q_st, q, h)?;
+                let off = kb.add(off, kb.mul(kb.zext64(chunk, "")?, kb.i64c(8), "")?, "")?;
+                let gaddr = kb.add(q_base, kb.mul(off, kb.i64c(2), "")?, "")?;
+                let gaddr = kb.select_i(valid, gaddr, q_base, "")?;
+                let bytes = kb.select_i(valid, kb.i32c(16), kb.i32c(0), "")?;
+                let saddr = kb.add(
+                    kb.add(self.smem, kb.mul(row, kb.i32c(rb), "")?, "")?,
+                    kb.mul(chunk, kb.i32c(16), "")?,
+                    "",
+                )?;
+                kb.cp_async_16(saddr, gaddr, bytes)
+            };
+            match guard {
+                Some(g) => kb.if_then(g, "q_chunk_guard", body)?,
+                None => body(kb)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn load_kv(&self, kb: &mut Kb<'ctx>, tile: IntValue<'ctx>, stage: u32) -> R<()> {
+        self.load_kv_dyn(kb, tile, kb.i32c(stage as i64))
+    }
+
+    /// cp.async of K and V tile `tile` into `stage`; rows past seqlen_k are zero-filled.
+    fn load_kv_dyn(&self, kb: &mut Kb<'ctx>, tile: IntValue<'ctx>, stage: IntValue<'ctx>) -> R<()> {
+        let spec = self.spec;
+        let cfg = self.cfg;
+        let bn = cfg.block_n as i64;
+        let n0 = kb.mul(tile, kb.i32c(bn), "")?;
+        for (which, d) in [("k", spec.head_dim_qk), ("v", spec.head_dim_v)] {
+            let chunks_per_row = d / 8;
+            let total = cfg.block_n * chunks_per_row;
+            let base = self.args.int(which)?;
+            let rb = cfg.row_bytes(d) as i64;
+            let stage_base = kb.add(
+                self.smem,
+                kb.add(
+                    kb.i32c(if which == "k" { cfg.k_offset(spec) } else { cfg.v_offset(spec) } as i64),
+                    kb.mul(stage, kb.i32c(bn * rb), "")?,
+                    "",
+                )?,
+                &format!("{which}_stage_base"),
+            )?;
+            for it in 0..total.div_ceil(cfg.threads()) {
+                let c = kb.add(self.tid, kb.i32c((it * cfg.threads()) as i64), "kv_chunk")?;
+                let guard = if (it + 1) * cfg.threads() > total { Some(kb.icmp(IntPredicate::SLT, c, kb.i32c(total as i64), "")?) } else { None };
+                let body = |kb: &mut Kb<'ctx>| -> R<()> {
+                    let row = kb.udiv(c, kb.i32c(chunks_per_row as i64), "")?;
+                    let chunk = kb.urem(c, kb.i32c(chunks_per_row as i64), "")?;
+                    let key = kb.add(n0, row, "key")?;
+                    let valid = kb.icmp(IntPredicate::SLT, key, self.bv.seqlen_k, "")?;
+                    let key_c = kb.select_i(valid, key, kb.i32c(0), "")?;
+                    let (ko, vo) = kv_row_offsets(kb, spec, &self.la, &self.bv, &self.k_st, &self.v_st, key_c, self.hkv)?;
+                    let off = if which == "k" { ko } else { vo };
+                    let off = kb.add(off, kb.mul(kb.zext64(chunk, "")?, kb.i64c(8), "")?, "")?;
+                    let gaddr = kb.add(base, kb.mul(off, kb.i64c(2), "")?, "")?;
+                    let gaddr = kb.select_i(valid, gaddr, base, "")?;
+                    let bytes = kb.select_i(valid, kb.i32c(16), kb.i32c(0), "")?;
+                    let saddr = kb.add(
+                        kb.add(stage_base, kb.mul(row, kb.i32c(rb), "")?, "")?,
+                        kb.mul(chunk, kb.i32c(16), "")?,
+                        "",
+                    )?;
+                    kb.cp_async_16(saddr, gaddr, bytes)
+                };
+                match guard {
+                    Some(g) => kb.if_then(g, "kv_chunk_guard", body)?,
+                    None => body(kb)?,
+                }
+            }
+        }
+        // Keys past seqlen_k are clamped to key 0 before addressing, so no block-table
+        // read goes past seqused_k.
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------ one tile
+
+    fn tile_step(&self, kb: &mut Kb<'ctx>, n0: IntValue<'ctx>, stage: IntValue<'ctx>, masked: bool) -> R<()> {
+        let spec = self.spec;
+        let cfg = self.cfg;
+        let mt_n = cfg.m_tiles;
+        let n_tiles8 = cfg.block_n / 8;
+        let lane = self.lane;
+        let l8 = kb.and(lane, kb.i32c(7), "")?;
+        let l8_bit = kb.and(kb.udiv(lane, kb.i32c(8), "")?, kb.i32c(1), "")?;
+        let l16 = kb.udiv(lane, kb.i32c(16), "")?;
+        let warp = kb.udiv(self.tid, kb.i32c(32), "")?;
+
+        // ---- S = Q·Kᵀ
+        kb.section(if masked { "tcore S = Q·Kᵀ (mma.sync m16n8k16), masked tile" } else { "tcore S = Q·Kᵀ (mma.sync m16n8k16)" })?;
+        let rbq = cfg.row_bytes(spec.head_dim_qk) as i64;
+        let rbv = cfg.row_bytes(spec.head_dim_v) as i64;
+        let bn = cfg.block_n as i64;
+        // ldmatrix lane addresses (bytes): A from Q rows, B from K rows.
+        let q_row = kb.add(kb.mul(warp, kb.i32c(16 * mt_n as i64), "")?, kb.add(l8, kb.mul(l8_bit, kb.i32c(8), "")?, "")?, "")?;
+        let q_lane = kb.add(
+            self.smem,
+            kb.add(kb.mul(q_row, kb.i32c(rbq), "")?, kb.mul(l16, kb.i32c(16), "")?, "")?,
+            "q_lane_addr",
+        )?;
+        let k_stage = kb.add(kb.i32c(cfg.k_offset(spec) as i64), kb.mul(stage, kb.i32c(bn * rbq), "")?, "")?;
+        let k_row = kb.add(l8, kb.mul(l16, kb.i32c(8), "")?, "")?;
+        let k_lane = kb.add(
+            kb.add(self.smem, k_stage, "")?,
+            kb.add(kb.mul(k_row, kb.i32c(rbq), "")?, kb.mul(l8_bit, kb.i32c(16), "")?, "")?,
+            "k_lane_addr",
+        )?;
+        let zero = kb.f32c(0.0);
+        let mut s = vec![vec![[zero; 4]; n_tiles8 as usize]; mt_n as usize];
+        for kk in 0..spec.head_dim_qk / 16 {
+            let mut a = Vec::new();
+            for mt in 0..mt_n {
+                let addr = kb.add(q_lane, kb.i32c((mt as i64 * 16 * rbq) + kk as i64 * 32), "")?;
+                a.push(kb.ldmatrix_x4(addr, false, "q_frag")?);
+            }
+            for np in 0..n_tiles8 / 2 {
+                let addr = kb.add(k_lane, kb.i32c(np as i64 * 16 * rbq + kk as i64 * 32), "")?;
+                let bk = kb.ldmatrix_x4(addr, false, "k_frag")?;
+                for mt in 0..mt_n as usize {
+                    let n = 2 * np as usize;
+                    s[mt][n] = kb.mma_m16n8k16(spec.dtype, a[mt], [bk[0], bk[1]], s[mt][n], "s")?;
+                    s[mt][n + 1] = kb.mma_m16n8k16(spec.dtype, a[mt], [bk[2], bk[3]], s[mt][n + 1], "s")?;
+                }
+            }
+        }
+
+        // ---- softmax
+        kb.section("softmax (online, exp2 domain)")?;
+        let scale = spec.scale_value();
+        let opts = spec.softmax;
+        let col_base = kb.add(n0, kb.mul(self.quad_col, kb.i32c(2), "")?, "")?;
+        // Scores in log2 units, masked to -inf.
+        for mt in 0..mt_n as usize {
+            for half in 0..2usize {
+                let ri = mt * 2 + half;
+                let row = self.rows[ri];
+                for nt in 0..n_tiles8 as usize {
+                    for e in 0..2usize {
+                        let idx = half * 2 + e;
+                        let raw = s[mt][nt][idx];
+                        let col = kb.add(col_base, kb.i32c((nt * 8 + e) as i64), "k_pos")?;
+                        let vars = ElemVars {
+                            b: self.bv.b,
+                            h: row.h,
+                            hkv: self.hkv,
+                            q: row.q,
+                            k: col,
+                            seqlen_q: self.bv.seqlen_q,
+                            seqlen_k: self.bv.seqlen_k,
+                            score: None,
+                        };
+                        let mut v = match &spec.score_mod {
+                            None => kb.fmul(raw, kb.f32c(scale * LOG2E), "s_log2")?,
+                            Some(m) => {
+                                let score = kb.fmul(raw, kb.f32c(scale), "score")?;
+                                let vars = ElemVars { score: Some(score), ..vars };
+                                let modded = vexpr::gen(kb, spec, m, &vars, &self.va)?.float();
+                                kb.fmul(modded, kb.f32c(LOG2E), "s_log2")?
+                            }
+                        };
+                        if masked {
+                            let mut allowed = kb.icmp(IntPredicate::SLT, col, self.bv.seqlen_k, "k_in_bounds")?;
+                            if let Some(p) = spec.mask.to_predicate() {
+                                let m = vexpr::gen(kb, spec, &p, &vars, &self.va)?.int();
+                                allowed = kb.and(allowed, m, "allowed")?;
+                            }
+                            v = kb.select_f(allowed, v, kb.f32c(f64::NEG_INFINITY), "s_masked")?;
+                        }
+                        s[mt][nt][idx] = v;
+                    }
+                }
+            }
+        }
+        // Row maxima (each row is spread over the 4 threads of a quad).
+        let mut new_max = Vec::new();
+        for mt in 0..mt_n as usize {
+            for half in 0..2usize {
+                let ri = mt * 2 + half;
+                let mut m = kb.get_f(self.row_max[ri], "m_old")?;
+                for nt in 0..n_tiles8 as usize {
+                    for e in 0..2 {
+                        m = kb.fmax(m, s[mt][nt][half * 2 + e], "")?;
+                    }
+                }
+                m = kb.fmax(m, kb.shfl_xor_f32(m, 1, "")?, "")?;
+                m = kb.fmax(m, kb.shfl_xor_f32(m, 2, "")?, "m_new")?;
+                new_max.push(m);
+            }
+        }
+        // The exponent base per row: the new max, or with conditional rescaling the old
+        // one unless some row of the warp grew by more than the threshold.
+        let rescale_all = if opts.rescale_threshold > 0.0 {
+            let mut any = kb.boolc(false);
+            for (ri, m) in new_max.iter().enumerate() {
+                let old = kb.get_f(self.row_max[ri], "")?;
+                let grew = kb.fcmp(FloatPredicate::OGT, *m, kb.fadd(old, kb.f32c(opts.rescale_threshold), "")?, "")?;
+                // Also rescale when the old max is -inf and the new one is finite.
+                let was_empty = kb.fcmp(FloatPredicate::OEQ, old, kb.f32c(f64::NEG_INFINITY), "")?;
+                let now_finite = kb.fcmp(FloatPredicate::ONE, *m, kb.f32c(f64::NEG_INFINITY), "")?;
+                let grew = kb.or(grew, kb.and(was_empty, now_finite, "")?, "")?;
+                any = kb.or(any, grew, "")?;
+            }
+            Some(kb.vote_any(any, "rescale_warp")?)
+        } else {
+            None
+        };
+        let mut alphas = Vec::new();
+        let mut bases = Vec::new();
+        for (ri, m_new) in new_max.iter().enumerate() {
+            let old = kb.get_f(self.row_max[ri], "")?;
+            let chosen = match rescale_all {
+                Some(c) => kb.select_f(c, *m_new, old, "m_base")?,
+                None => *m_new,
+            };
+            let is_inf = kb.fcmp(FloatPredicate::OEQ, chosen, kb.f32c(f64::NEG_INFINITY), "")?;
+            let base = kb.select_f(is_inf, kb.f32c(0.0), chosen, "m_safe")?;
+            let alpha = kb.ex2(kb.fsub(old, base, "")?, "alpha")?;
+            kb.set(self.row_max[ri], chosen)?;
+            alphas.push(alpha);
+            bases.push(base);
+        }
+        // P = 2^(s − base); a fraction of each row through the FMA-pipe emulation.
+        let per_row = (n_tiles8 * 2) as usize;
+        let emulated = ((opts.exp2_emulation * per_row as f64).round() as usize).min(per_row);
+        for mt in 0..mt_n as usize {
+            for half in 0..2usize {
+                let ri = mt * 2 + half;
+                let mut sum = kb.f32c(0.0);
+                let mut j = 0usize;
+                for nt in 0..n_tiles8 as usize {
+                    for e in 0..2usize {
+                        let x = kb.fsub(s[mt][nt][half * 2 + e], bases[ri], "")?;
+                        let p = if j < emulated { exp2_emulated(kb, x)? } else { kb.ex2(x, "p")? };
+                        j += 1;
+                        s[mt][nt][half * 2 + e] = p;
+                        sum = kb.fadd(sum, p, "")?;
+                    }
+                }
+                let l = kb.get_f(self.row_sum[ri], "")?;
+                let l = kb.fma(l, alphas[ri], sum, "row_sum")?;
+                kb.set(self.row_sum[ri], l)?;
+            }
+        }
+        // Rescale O (skipped as a whole when conditional rescaling kept every base).
+        let rescale_o = |kb: &mut Kb<'ctx>| -> R<()> {
+            for mt in 0..mt_n {
+                for dt in 0..spec.head_dim_v / 8 {
+                    for e in 0..4u32 {
+                        let slot = self.o_slot(mt, dt, e);
+                        let ri = (mt * 2 + e / 2) as usize;
+                        let o = kb.get_f(slot, "")?;
+                        kb.set(slot, kb.fmul(o, alphas[ri], "")?)?;
+                    }
+                }
+            }
+            Ok(())
+        };
+        match rescale_all {
+            Some(c) => kb.if_then(c, "rescale_o", rescale_o)?,
+            None => rescale_o(kb)?,
+        }
+
+        // ---- O += P·V
+        kb.section("tcore O += P·V (mma.sync m16n8k16, P from registers)")?;
+        let v_stage = kb.add(kb.i32c(cfg.v_offset(spec) as i64), kb.mul(stage, kb.i32c(bn * rbv), "")?, "")?;
+        let v_row = kb.add(l8, kb.mul(l8_bit, kb.i32c(8), "")?, "")?;
+        let v_lane = kb.add(
+            kb.add(self.smem, v_stage, "")?,
+            kb.add(kb.mul(v_row, kb.i32c(rbv), "")?, kb.mul(l16, kb.i32c(16), "")?, "")?,
+            "v_lane_addr",
+        )?;
+        let mut o: Vec<Vec<[FloatValue<'ctx>; 4]>> = Vec::new();
+        for mt in 0..mt_n {
+            let mut row = Vec::new();
+            for dt in 0..spec.head_dim_v / 8 {
+                let mut f = [zero; 4];
+                for (e, x) in f.iter_mut().enumerate() {
+                    *x = kb.get_f(self.o_slot(mt, dt, e as u32), "o")?;
+                }
+                row.push(f);
+            }
+            o.push(row);
+        }
+        for j in 0..(cfg.block_n / 16) as usize {
+            let mut a = Vec::new();
+            for mt in 0..mt_n as usize {
+                let (t0, t1) = (s[mt][2 * j], s[mt][2 * j + 1]);
+                a.push([
+                    kb.pack_half2(spec.dtype, t0[0], t0[1], "p01")?,
+                    kb.pack_half2(spec.dtype, t0[2], t0[3], "p23")?,
+                    kb.pack_half2(spec.dtype, t1[0], t1[1], "p45")?,
+                    kb.pack_half2(spec.dtype, t1[2], t1[3], "p67")?,
+                ]);
+            }
+            for dp in 0..(spec.head_dim_v / 16) as usize {
+                let addr = kb.add(v_lane, kb.i32c(j as i64 * 16 * rbv + dp as i64 * 32), "")?;
+                let bv = kb.ldmatrix_x4(addr, true, "v_frag")?;
+                for mt in 0..mt_n as usize {
+                    o[mt][2 * dp] = kb.mma_m16n8k16(spec.dtype, a[mt], [bv[0], bv[1]], o[mt][2 * dp], "o")?;
+                    o[mt][2 * dp + 1] = kb.mma_m16n8k16(spec.dtype, a[mt], [bv[2], bv[3]], o[mt][2 * dp + 1], "o")?;
+                }
+            }
+        }
+        for mt in 0..mt_n {
+            for dt in 0..spec.head_dim_v / 8 {
+                for e in 0..4u32 {
+                    kb.set(self.o_slot(mt, dt, e), o[mt as usize][dt as usize][e as usize])?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------ epilogue
+
+    fn epilogue(&self, kb: &mut Kb<'ctx>) -> R<()> {
+        let spec = self.spec;
+        let cfg = self.cfg;
+        kb.section("epilogue: O /= l, store O and LSE (or split partials)")?;
+        let num_splits = self.args.int("num_splits")?;
+        let is_split = kb.icmp(IntPredicate::SGT, num_splits, kb.i32c(1), "is_split")?;
+        let o_st = self.args.strides("o")?;
+        let o_base = self.args.int("o")?;
+        let lse_base = self.args.int("lse")?;
+        let lse_sb = self.args.int("lse_stride_batch")?;
+        let lse_sh = self.args.int("lse_stride_head")?;
+        for mt in 0..cfg.m_tiles {
+            for half in 0..2u32 {
+                let ri = (mt * 2 + half) as usize;
+                let row = self.rows[ri];
+                let l = kb.get_f(self.row_sum[ri], "")?;
+                let l = kb.fadd(l, kb.shfl_xor_f32(l, 1, "")?, "")?;
+                let l = kb.fadd(l, kb.shfl_xor_f32(l, 2, "")?, "l_total")?;
+                let m = kb.get_f(self.row_max[ri], "m_final")?;
+                let m_inf = kb.fcmp(FloatPredicate::OEQ, m, kb.f32c(f64::NEG_INFINITY), "")?;
+                let m_safe = kb.select_f(m_inf, kb.f32c(0.0), m, "")?;
+                // With sinks (and no split) the sink logit joins the denominator here.
+                let (o_scale, lse) = if spec.sinks {
+                    let sinks = self.args.int("sinks")?;
+                    let addr = kb.add(sinks, kb.mul(kb.sext64(row.h, "")?, kb.i64c(4), "")?, "")?;
+                    let sink = kb.ld_global_f32(addr, "sink")?;
+                    let sink2 = kb.fmul(sink, kb.f32c(LOG2E), "")?;
+                    let sink2 = kb.select_f(is_split, kb.f32c(f64::NEG_INFINITY), sink2, "sink_log2")?;
+                    let m2 = kb.fmax(m_safe, sink2, "")?;
+                    let m2 = kb.select_f(m_inf, sink2, m2, "")?;
+                    let m2_inf = kb.fcmp(FloatPredicate::OEQ, m2, kb.f32c(f64::NEG_INFINITY), "")?;
+                    let m2s = kb.select_f(m2_inf, kb.f32c(0.0), m2, "")?;
+                    let w = kb.ex2(kb.fsub(m_safe, m2s, "")?, "")?;
+                    let w = kb.select_f(m_inf, kb.f32c(0.0), w, "")?;
+                    let denom = kb.fma(l, w, kb.ex2(kb.fsub(sink2, m2s, "")?, "")?, "denom")?;
+                    self.final_scale(kb, denom, w, m2s)?
+                } else {
+                    self.final_scale(kb, l, kb.f32c(1.0), m_safe)?
+                };
+                let store = |kb: &mut Kb<'ctx>| -> R<()> {
+                    kb.if_else(
+                        is_split,
+                        "store_partial",
+                        |kb| self.store_partial(kb, mt, half, row, o_scale, lse),
+                        |kb| {
+                            // Final O in the element type.
+                            let off = q_row_offset(kb, &self.bv, &o_st, row.q, row.h)?;
+                            let row_addr = kb.add(o_base, kb.mul(off, kb.i64c(2), "")?, "o_row")?;
+                            for dt in 0..spec.head_dim_v / 8 {
+                                let x0 = kb.fmul(kb.get_f(self.o_slot(mt, dt, half * 2), "")?, o_scale, "")?;
+                                let x1 = kb.fmul(kb.get_f(self.o_slot(mt, dt, half * 2 + 1), "")?, o_scale, "")?;
+                                let packed = kb.pack_half2(spec.dtype, x0, x1, "o_pair")?;
+                                let col = kb.add(kb.mul(self.quad_col, kb.i32c(2), "")?, kb.i32c(dt as i64 * 8), "")?;
+                                let addr = kb.add(row_addr, kb.mul(kb.zext64(col, "")?, kb.i64c(2), "")?, "")?;
+                                kb.st_global_b32(addr, packed)?;
+                            }
+                            if spec.lse {
+                                let first_lane = kb.icmp(IntPredicate::EQ, self.quad_col, kb.i32c(0), "")?;
+                                kb.if_then(first_lane, "store_lse", |kb| {
+                                    let off = self.lse_offset(kb, lse_sb, lse_sh, row)?;
+                                    let addr = kb.add(lse_base, kb.mul(off, kb.i64c(4), "")?, "")?;
+                                    kb.st_global_f32(addr, lse)
+                                })?;
+                            }
+                            Ok(())
+                        },
+                    )
+                };
+                kb.if_then(row.valid, "row_store", store)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// (scale for O, natural-log LSE) from the denominator, the weight already folded
+    /// into O's base and the log2 max.
+    fn final_scale(
+        &self,
+        kb: &mut Kb<'ctx>,
+        denom: FloatValue<'ctx>,
+        weight: FloatValue<'ctx>,
+        m_log2: FloatValue<'ctx>,
+    ) -> R<(FloatValue<'ctx>, FloatValue<'ctx>)> {
+        let empty = kb.fcmp(FloatPredicate::OEQ, denom, kb.f32c(0.0), "")?;
+        let safe = kb.select_f(empty, kb.f32c(1.0), denom, "")?;
+        let inv = kb.fdiv(weight, safe, "")?;
+        let o_scale = kb.select_f(empty, kb.f32c(0.0), inv, "o_scale")?;
+        let lse2 = kb.fadd(m_log2, kb.lg2(safe, "")?, "")?;
+        let lse = kb.fmul(lse2, kb.f32c(LN2), "")?;
+        let lse = kb.select_f(empty, kb.f32c(f64::NEG_INFINITY), lse, "lse")?;
+        Ok((o_scale, lse))
+    }
+
+    fn lse_offset(&self, kb: &Kb<'ctx>, sb: IntValue<'ctx>, sh: IntValue<'ctx>, row: RowInfo<'ctx>) -> R<IntValue<'ctx>> {
+        let h = kb.mul(kb.sext64(row.h, "")?, sh, "")?;
+        match self.bv.q_start {
+            Some(start) => kb.add(h, kb.sext64(kb.add(start, row.q, "")?, "")?, "lse_off"),
+            None => {
+                let b = kb.mul(kb.sext64(self.bv.b, "")?, sb, "")?;
+                kb.add(kb.add(b, h, "")?, kb.sext64(row.q, "")?, "lse_off")
+            }
+        }
+    }
+
+    /// Split-KV partials: O normalized by this split's sum (f32) and its LSE, in the
+    /// workspace `[split, batch, q_heads, max_seqlen_q, d_v]` / `[split, batch, q_heads,
+    /// max_seqlen_q]`.
+    fn store_partial(
+        &self,
+        kb: &mut Kb<'ctx>,
+        mt: u32,
+        half: u32,
+        row: RowInfo<'ctx>,
+        o_scale: FloatValue<'ctx>,
+        lse: FloatValue<'ctx>,
+    ) -> R<()> {
+        let spec = self.spec;
+        let z = kb.sreg("ctaid.z", "")?;
+        let nz = kb.sreg("nctaid.z", "")?;
+        let num_splits = self.args.int("num_splits")?;
+        let batch = kb.udiv(nz, num_splits, "batch")?;
+        let split = kb.urem(z, num_splits, "")?;
+        let max_sq = kb.sext64(self.la.seqlen_q, "")?;
+        let heads = kb.i64c(spec.q_heads as i64);
+        // ((split · batch + b) · q_heads + h) · max_sq + q
+        let idx = kb.add(kb.mul(kb.sext64(split, "")?, kb.sext64(batch, "")?, "")?, kb.sext64(self.bv.b, "")?, "")?;
+        let idx = kb.add(kb.mul(idx, heads, "")?, kb.sext64(row.h, "")?, "")?;
+        let idx = kb.add(kb.mul(idx, max_sq, "")?, kb.sext64(row.q, "")?, "partial_row")?;
+        let o_part = self.args.int("o_partial")?;
+        let row_addr = kb.add(o_part, kb.mul(idx, kb.i64c(4 * spec.head_dim_v as i64), "")?, "")?;
+        for dt in 0..spec.head_dim_v / 8 {
+            let x0 = kb.fmul(kb.get_f(self.o_slot(mt, dt, half * 2), "")?, o_scale, "")?;
+            let x1 = kb.fmul(kb.get_f(self.o_slot(mt, dt, half * 2 + 1), "")?, o_scale, "")?;
+            let col = kb.add(kb.mul(self.quad_col, kb.i32c(2), "")?, kb.i32c(dt as i64 * 8), "")?;
+            let addr = kb.add(row_addr, kb.mul(kb.zext64(col, "")?, kb.i64c(4), "")?, "")?;
+            kb.st_global_v2_f32(addr, x0, x1)?;
+        }
+        let first_lane = kb.icmp(IntPredicate::EQ, self.quad_col, kb.i32c(0), "")?;
+        let lse_part = self.args.int("lse_partial")?;
+        kb.if_then(first_lane, "store_lse_partial", |kb| {
+            let addr = kb.add(lse_part, kb.mul(idx, kb.i64c(4), "")?, "")?;
+            kb.st_global_f32(addr, lse)
+        })
+    }
+}
+
+/// Packed row `r` → (query position, head). With pack_gqa the heads of a KV group
+/// share a tile: row r is position r / G of head hkv·G + r % G.
+fn packed_row<'ctx>(
+    kb: &Kb<'ctx>,
+    pack: bool,
+    group: i64,
+    r: IntValue<'ctx>,
+    head_idx: IntValue<'ctx>,
+    hkv: IntValue<'ctx>,
+) -> R<(IntValue<'ctx>, IntValue<'ctx>)> {
+    if pack {
+        let g = kb.i32c(group);
+        let q = kb.udiv(r, g, "q_pos")?;
+        let h = kb.add(kb.mul(hkv, g, "")?, kb.urem(r, g, "")?, "head")?;
+        Ok((q, h))
+    } else {
+        Ok((r, head_idx))
+    }
+}

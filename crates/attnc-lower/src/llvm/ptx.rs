@@ -1,0 +1,170 @@
+//! The PTX instructions families use, as typed inline-asm wrappers on [`Kb`]. Each one
+//! is a single instruction (or a short fixed sequence) whose semantics the PTX ISA
+//! defines; keeping them here means a family reads like the algorithm.
+
+use super::kb::{Kb, R};
+use attnc_ir::DType;
+use inkwell::values::{FloatValue, IntValue};
+
+impl<'ctx> Kb<'ctx> {
+    /// `D = A·B + C` with `mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}`: A is four
+    /// b32 registers (8 halves), B two, C/D four f32.
+    pub fn mma_m16n8k16(
+        &self,
+        dtype: DType,
+        a: [IntValue<'ctx>; 4],
+        b: [IntValue<'ctx>; 2],
+        c: [FloatValue<'ctx>; 4],
+        name: &str,
+    ) -> R<[FloatValue<'ctx>; 4]> {
+        let f = self.ctx.f32_type();
+        let i = self.ctx.i32_type();
+        let ret = self.struct_of(f.into(), 4);
+        let ty = ret.fn_type(
+            &[i.into(), i.into(), i.into(), i.into(), i.into(), i.into(), f.into(), f.into(), f.into(), f.into()],
+            false,
+        );
+        let t = match dtype {
+            DType::Bf16 => "bf16",
+            DType::Fp16 => "f16",
+        };
+        let text = format!(
+            "mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32 {{$0,$1,$2,$3}}, {{$4,$5,$6,$7}}, {{$8,$9}}, {{$10,$11,$12,$13}};"
+        );
+        let v = self.asm(
+            ty,
+            &text,
+            "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f",
+            false,
+            &[a[0].into(), a[1].into(), a[2].into(), a[3].into(), b[0].into(), b[1].into(), c[0].into(), c[1].into(), c[2].into(), c[3].into()],
+            name,
+        )?;
+        let mut out = [c[0]; 4];
+        for (k, o) in out.iter_mut().enumerate() {
+            *o = self.extract(v, k as u32, &format!("{name}{k}"))?.into_float_value();
+        }
+        Ok(out)
+    }
+
+    /// `ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16`: four 8×8 b16 matrices, the
+    /// row addresses given by lanes 0–7, 8–15, 16–23, 24–31.
+    pub fn ldmatrix_x4(&self, smem_addr: IntValue<'ctx>, trans: bool, name: &str) -> R<[IntValue<'ctx>; 4]> {
+        let i = self.ctx.i32_type();
+        let ret = self.struct_of(i.into(), 4);
+        let ty = ret.fn_type(&[i.into()], false);
+        let text = format!(
+            "ldmatrix.sync.aligned.m8n8.x4{}.shared.b16 {{$0,$1,$2,$3}}, [$4];",
+            if trans { ".trans" } else { "" }
+        );
+        let v = self.asm(ty, &text, "=r,=r,=r,=r,r,~{memory}", true, &[smem_addr.into()], name)?;
+        let mut out = [smem_addr; 4];
+        for (k, o) in out.iter_mut().enumerate() {
+            *o = self.extract(v, k as u32, &format!("{name}{k}"))?.into_int_value();
+        }
+        Ok(out)
+    }
+
+    /// `cp.async.cg.shared.global` of 16 bytes; `src_bytes` < 16 zero-fills the rest
+    /// (0 = a pure zero fill, used for rows past the end).
+    pub fn cp_async_16(&self, smem_addr: IntValue<'ctx>, gmem_addr: IntValue<'ctx>, src_bytes: IntValue<'ctx>) -> R<()> {
+        self.asm_void(
+            "cp.async.cg.shared.global [$0], [$1], 16, $2;",
+            "r,l,r,~{memory}",
+            &[smem_addr.into(), gmem_addr.into(), src_bytes.into()],
+        )
+    }
+    pub fn cp_async_commit(&self) -> R<()> {
+        self.asm_void("cp.async.commit_group;", "~{memory}", &[])
+    }
+    /// Waits until at most `pending` committed groups are still in flight.
+    pub fn cp_async_wait(&self, pending: u32) -> R<()> {
+        self.asm_void(&format!("cp.async.wait_group {pending};"), "~{memory}", &[])
+    }
+    /// CTA-wide barrier.
+    pub fn bar_sync(&self) -> R<()> {
+        self.asm_void("bar.sync 0;", "~{memory}", &[])
+    }
+
+    /// `shfl.sync.bfly.b32` with a full mask.
+    pub fn shfl_xor_f32(&self, v: FloatValue<'ctx>, lane_mask: u32, name: &str) -> R<FloatValue<'ctx>> {
+        let f = self.ctx.f32_type();
+        let i = self.ctx.i32_type();
+        let ty = f.fn_type(&[f.into(), i.into()], false);
+        Ok(self
+            .asm(ty, "shfl.sync.bfly.b32 $0, $1, $2, 0x1f, 0xffffffff;", "=f,f,r", true, &[v.into(), self.i32c(lane_mask as i64).into()], name)?
+            .into_float_value())
+    }
+
+    /// `vote.sync.any.pred` over the full warp.
+    pub fn vote_any(&self, pred: IntValue<'ctx>, name: &str) -> R<IntValue<'ctx>> {
+        let i = self.ctx.i32_type();
+        let ty = i.fn_type(&[i.into()], false);
+        let p32 = self.zext32(pred, "")?;
+        let v = self.asm(
+            ty,
+            "{ .reg .pred p, q; setp.ne.u32 p, $1, 0; vote.sync.any.pred q, p, 0xffffffff; selp.u32 $0, 1, 0, q; }",
+            "=r,r",
+            true,
+            &[p32.into()],
+            name,
+        )?;
+        self.icmp(inkwell::IntPredicate::NE, v.into_int_value(), self.i32c(0), name)
+    }
+
+    /// `ld.global.nc.b32` (read-only path) of an i32.
+    pub fn ld_global_i32(&self, addr: IntValue<'ctx>, name: &str) -> R<IntValue<'ctx>> {
+        let i = self.ctx.i32_type();
+        let ty = i.fn_type(&[self.ctx.i64_type().into()], false);
+        Ok(self.asm(ty, "ld.global.nc.b32 $0, [$1];", "=r,l,~{memory}", true, &[addr.into()], name)?.into_int_value())
+    }
+    pub fn ld_global_f32(&self, addr: IntValue<'ctx>, name: &str) -> R<FloatValue<'ctx>> {
+        let f = self.ctx.f32_type();
+        let ty = f.fn_type(&[self.ctx.i64_type().into()], false);
+        Ok(self.asm(ty, "ld.global.b32 $0, [$1];", "=f,l,~{memory}", true, &[addr.into()], name)?.into_float_value())
+    }
+    pub fn st_global_b32(&self, addr: IntValue<'ctx>, v: IntValue<'ctx>) -> R<()> {
+        self.asm_void("st.global.b32 [$0], $1;", "l,r,~{memory}", &[addr.into(), v.into()])
+    }
+    pub fn st_global_f32(&self, addr: IntValue<'ctx>, v: FloatValue<'ctx>) -> R<()> {
+        self.asm_void("st.global.f32 [$0], $1;", "l,f,~{memory}", &[addr.into(), v.into()])
+    }
+    pub fn st_global_v2_f32(&self, addr: IntValue<'ctx>, a: FloatValue<'ctx>, b: FloatValue<'ctx>) -> R<()> {
+        self.asm_void("st.global.v2.f32 [$0], {$1, $2};", "l,f,f,~{memory}", &[addr.into(), a.into(), b.into()])
+    }
+    pub fn ld_global_v2_f32(&self, addr: IntValue<'ctx>, name: &str) -> R<[FloatValue<'ctx>; 2]> {
+        let f = self.ctx.f32_type();
+        let ret = self.struct_of(f.into(), 2);
+        let ty = ret.fn_type(&[self.ctx.i64_type().into()], false);
+        let v = self.asm(ty, "ld.global.v2.f32 {$0, $1}, [$2];", "=f,=f,l,~{memory}", true, &[addr.into()], name)?;
+        Ok([self.extract(v, 0, name)?.into_float_value(), self.extract(v, 1, name)?.into_float_value()])
+    }
+
+    /// Packs two f32 into one b32 of two 16-bit values (`lo` in the low half), rounding
+    /// to nearest even.
+    pub fn pack_half2(&self, dtype: DType, lo: FloatValue<'ctx>, hi: FloatValue<'ctx>, name: &str) -> R<IntValue<'ctx>> {
+        let i = self.ctx.i32_type();
+        let f = self.ctx.f32_type();
+        let ty = i.fn_type(&[f.into(), f.into()], false);
+        let t = match dtype {
+            DType::Bf16 => "bf16x2",
+            DType::Fp16 => "f16x2",
+        };
+        // cvt packs its first source into the upper half.
+        Ok(self
+            .asm(ty, &format!("cvt.rn.{t}.f32 $0, $1, $2;"), "=r,f,f", false, &[hi.into(), lo.into()], name)?
+            .into_int_value())
+    }
+
+    /// `ex2.approx.ftz.f32` (MUFU.EX2).
+    pub fn ex2(&self, x: FloatValue<'ctx>, name: &str) -> R<FloatValue<'ctx>> {
+        self.asm_f32_1("ex2.approx.ftz.f32 $0, $1;", x, name)
+    }
+    /// `lg2.approx.ftz.f32` (MUFU.LG2).
+    pub fn lg2(&self, x: FloatValue<'ctx>, name: &str) -> R<FloatValue<'ctx>> {
+        self.asm_f32_1("lg2.approx.ftz.f32 $0, $1;", x, name)
+    }
+    /// Approximate reciprocal (`rcp.approx.ftz.f32`).
+    pub fn rcp(&self, x: FloatValue<'ctx>, name: &str) -> R<FloatValue<'ctx>> {
+        self.asm_f32_1("rcp.approx.ftz.f32 $0, $1;", x, name)
+    }
+}

@@ -1,0 +1,283 @@
+//! Expression codegen: a mask or score modification evaluated per element, with the
+//! exact semantics of `attnc_ir::eval` (32-bit wrapping ints, floor division and
+//! modulo with x/0 = 0, clamped aux indices). Floats are f32 on the GPU; the
+//! transcendental functions use the MUFU approximations (their error is far below
+//! bf16/fp16 output precision).
+
+use crate::llvm::kb::{Kb, R};
+use attnc_ir::{BinOp, Expr, ExprKind, Func, Spec, UnOp, Var};
+use inkwell::values::{FloatValue, IntValue};
+use inkwell::{FloatPredicate, IntPredicate};
+
+/// A value of the expression language in registers.
+#[derive(Clone, Copy, Debug)]
+pub enum Val<'ctx> {
+    /// i32
+    Int(IntValue<'ctx>),
+    /// f32
+    Float(FloatValue<'ctx>),
+    /// i1
+    Bool(IntValue<'ctx>),
+}
+
+impl<'ctx> Val<'ctx> {
+    pub fn int(self) -> IntValue<'ctx> {
+        match self {
+            Val::Int(v) | Val::Bool(v) => v,
+            Val::Float(_) => unreachable_type("int"),
+        }
+    }
+    pub fn float(self) -> FloatValue<'ctx> {
+        match self {
+            Val::Float(v) => v,
+            _ => unreachable_type("float"),
+        }
+    }
+}
+
+fn unreachable_type(what: &str) -> ! {
+    // The spec was type-checked before lowering; reaching this is a compiler bug.
+    panic!("attnc internal error: expected a {what} value in a type-checked expression")
+}
+
+/// A launch-time aux tensor: its base address and resolved dimensions.
+#[derive(Clone, Debug)]
+pub struct AuxArg<'ctx> {
+    pub addr: IntValue<'ctx>,
+    pub dims: Vec<IntValue<'ctx>>,
+}
+
+/// Launch-time values an expression can read besides the per-element variables.
+#[derive(Clone, Debug, Default)]
+pub struct VariantArgs<'ctx> {
+    /// Param values in declaration order (i32 or f32).
+    pub params: Vec<Val<'ctx>>,
+    pub aux: Vec<AuxArg<'ctx>>,
+}
+
+/// The per-element variables (all i32 except `score`).
+#[derive(Clone, Copy, Debug)]
+pub struct ElemVars<'ctx> {
+    pub b: IntValue<'ctx>,
+    pub h: IntValue<'ctx>,
+    pub hkv: IntValue<'ctx>,
+    pub q: IntValue<'ctx>,
+    pub k: IntValue<'ctx>,
+    pub seqlen_q: IntValue<'ctx>,
+    pub seqlen_k: IntValue<'ctx>,
+    pub score: Option<FloatValue<'ctx>>,
+}
+
+const LOG2E: f64 = std::f64::consts::LOG2_E;
+const LN2: f64 = std::f64::consts::LN_2;
+
+/// Emits `e` for one element.
+pub fn gen<'ctx>(kb: &Kb<'ctx>, spec: &Spec, e: &Expr, vars: &ElemVars<'ctx>, args: &VariantArgs<'ctx>) -> R<Val<'ctx>> {
+    Ok(match &e.kind {
+        ExprKind::Int(v) => Val::Int(kb.i32c(*v)),
+        ExprKind::Float(v) => Val::Float(kb.f32c(*v)),
+        ExprKind::Bool(v) => Val::Bool(kb.boolc(*v)),
+        ExprKind::Var(v) => match v {
+            Var::B => Val::Int(vars.b),
+            Var::H => Val::Int(vars.h),
+            Var::Hkv => Val::Int(vars.hkv),
+            Var::Q => Val::Int(vars.q),
+            Var::K => Val::Int(vars.k),
+            Var::SeqlenQ => Val::Int(vars.seqlen_q),
+            Var::SeqlenK => Val::Int(vars.seqlen_k),
+            Var::QHeads => Val::Int(kb.i32c(spec.q_heads as i64)),
+            Var::KvHeads => Val::Int(kb.i32c(spec.kv_heads as i64)),
+            Var::Score => Val::Float(vars.score.unwrap_or_else(|| kb.f32c(0.0))),
+        },
+        ExprKind::Param(name) => {
+            let i = spec.param_index(name).unwrap_or(usize::MAX);
+            args.params.get(i).copied().unwrap_or(Val::Int(kb.i32c(0)))
+        }
+        ExprKind::Aux { name, index } => {
+            let Some(aux) = spec.aux_index(name).and_then(|i| args.aux.get(i)) else {
+                return Ok(Val::Int(kb.i32c(0)));
+            };
+            // Row-major flat index with every index clamped into [0, dim − 1].
+            let mut flat = kb.i64c(0);
+            for (ie, dim) in index.iter().zip(&aux.dims) {
+                let i = gen(kb, spec, ie, vars, args)?.int();
+                let hi = kb.sub(*dim, kb.i32c(1), "")?;
+                let c = kb.smin(kb.smax(i, kb.i32c(0), "")?, hi, &format!("{name}.idx"))?;
+                flat = kb.add(kb.mul(flat, kb.sext64(*dim, "")?, "")?, kb.sext64(c, "")?, "")?;
+            }
+            let addr = kb.add(aux.addr, kb.mul(flat, kb.i64c(4), "")?, &format!("{name}.addr"))?;
+            Val::Int(kb.ld_global_i32(addr, name)?)
+        }
+        ExprKind::Unary(op, a) => {
+            let a = gen(kb, spec, a, vars, args)?;
+            match (op, a) {
+                (UnOp::Neg, Val::Int(v)) => Val::Int(kb.sub(kb.i32c(0), v, "neg")?),
+                (UnOp::Neg, Val::Float(v)) => Val::Float(kb.fneg(v, "neg")?),
+                (_, v) => Val::Bool(kb.not(v.int(), "not")?),
+            }
+        }
+        ExprKind::Binary(op, a, b) => {
+            let a = gen(kb, spec, a, vars, args)?;
+            let b = gen(kb, spec, b, vars, args)?;
+            binary(kb, *op, a, b)?
+        }
+        ExprKind::Call(f, a) => {
+            // A constant divisor in softcap becomes a multiply by its reciprocal.
+            if let (Func::Softcap, Some(ExprKind::Float(c))) = (f, a.get(1).map(|x| &x.kind)) {
+                let x = gen(kb, spec, &a[0], vars, args)?.float();
+                let t = kb.fmul(x, kb.f32c(1.0 / c), "")?;
+                let th = tanh(kb, t)?;
+                return Ok(Val::Float(kb.fmul(th, kb.f32c(*c), "softcap")?));
+            }
+            let v: Vec<Val> = a.iter().map(|x| gen(kb, spec, x, vars, args)).collect::<R<_>>()?;
+            call(kb, *f, &v)?
+        }
+    })
+}
+
+fn tanh<'ctx>(kb: &Kb<'ctx>, x: FloatValue<'ctx>) -> R<FloatValue<'ctx>> {
+    kb.asm_f32_1("tanh.approx.f32 $0, $1;", x, "tanh")
+}
+
+/// Floor division with x/0 = 0 and MIN/−1 wrapping, as in `attnc_ir::eval::floor_div`.
+pub fn floor_div<'ctx>(kb: &Kb<'ctx>, a: IntValue<'ctx>, b: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+    let zero = kb.i32c(0);
+    let b_zero = kb.icmp(IntPredicate::EQ, b, zero, "")?;
+    let b_m1 = kb.icmp(IntPredicate::EQ, b, kb.i32c(-1), "")?;
+    let unsafe_b = kb.or(b_zero, b_m1, "")?;
+    let bs = kb.select_i(unsafe_b, kb.i32c(1), b, "")?;
+    let q = kb.b.build_int_signed_div(a, bs, "")?;
+    let r = kb.b.build_int_signed_rem(a, bs, "")?;
+    let r_nz = kb.icmp(IntPredicate::NE, r, zero, "")?;
+    let sign_differs = kb.icmp(IntPredicate::SLT, kb.xor(r, bs, "")?, zero, "")?;
+    let adjust = kb.and(r_nz, sign_differs, "")?;
+    let q = kb.select_i(adjust, kb.sub(q, kb.i32c(1), "")?, q, "")?;
+    let q = kb.select_i(b_m1, kb.sub(zero, a, "")?, q, "")?;
+    kb.select_i(b_zero, zero, q, "floordiv")
+}
+
+/// Floor modulo with x%0 = 0, as in `attnc_ir::eval::floor_rem`.
+pub fn floor_rem<'ctx>(kb: &Kb<'ctx>, a: IntValue<'ctx>, b: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+    let zero = kb.i32c(0);
+    let b_zero = kb.icmp(IntPredicate::EQ, b, zero, "")?;
+    let b_m1 = kb.icmp(IntPredicate::EQ, b, kb.i32c(-1), "")?;
+    let unsafe_b = kb.or(b_zero, b_m1, "")?;
+    let bs = kb.select_i(unsafe_b, kb.i32c(1), b, "")?;
+    let r = kb.b.build_int_signed_rem(a, bs, "")?;
+    let r_nz = kb.icmp(IntPredicate::NE, r, zero, "")?;
+    let sign_differs = kb.icmp(IntPredicate::SLT, kb.xor(r, bs, "")?, zero, "")?;
+    let adjust = kb.and(r_nz, sign_differs, "")?;
+    let r = kb.select_i(adjust, kb.add(r, bs, "")?, r, "")?;
+    kb.select_i(unsafe_b, zero, r, "floorrem")
+}
+
+fn binary<'ctx>(kb: &Kb<'ctx>, op: BinOp, a: Val<'ctx>, b: Val<'ctx>) -> R<Val<'ctx>> {
+    Ok(match (a, b) {
+        (Val::Int(x), Val::Int(y)) => match op {
+            BinOp::Add => Val::Int(kb.add(x, y, "add")?),
+            BinOp::Sub => Val::Int(kb.sub(x, y, "sub")?),
+            BinOp::Mul => Val::Int(kb.mul(x, y, "mul")?),
+            BinOp::Div => Val::Int(floor_div(kb, x, y)?),
+            BinOp::Rem => Val::Int(floor_rem(kb, x, y)?),
+            BinOp::And | BinOp::Or => {
+                let xb = kb.icmp(IntPredicate::NE, x, kb.i32c(0), "")?;
+                let yb = kb.icmp(IntPredicate::NE, y, kb.i32c(0), "")?;
+                return binary(kb, op, Val::Bool(xb), Val::Bool(yb));
+            }
+            cmp => Val::Bool(kb.icmp(int_pred(cmp), x, y, "cmp")?),
+        },
+        (Val::Bool(x), Val::Bool(y)) => match op {
+            BinOp::And => Val::Bool(kb.and(x, y, "and")?),
+            BinOp::Or => Val::Bool(kb.or(x, y, "or")?),
+            BinOp::Eq => Val::Bool(kb.icmp(IntPredicate::EQ, x, y, "eq")?),
+            BinOp::Ne => Val::Bool(kb.icmp(IntPredicate::NE, x, y, "ne")?),
+            _ => {
+                let xi = kb.zext32(x, "")?;
+                let yi = kb.zext32(y, "")?;
+                return binary(kb, op, Val::Int(xi), Val::Int(yi));
+            }
+        },
+        (Val::Float(x), Val::Float(y)) => match op {
+            BinOp::Add => Val::Float(kb.fadd(x, y, "fadd")?),
+            BinOp::Sub => Val::Float(kb.fsub(x, y, "fsub")?),
+            BinOp::Mul => Val::Float(kb.fmul(x, y, "fmul")?),
+            BinOp::Div => Val::Float(kb.fdiv(x, y, "fdiv")?),
+            BinOp::Rem => Val::Float(kb.b.build_float_rem(x, y, "frem")?),
+            BinOp::And | BinOp::Or => {
+                let xb = kb.fcmp(FloatPredicate::UNE, x, kb.f32c(0.0), "")?;
+                let yb = kb.fcmp(FloatPredicate::UNE, y, kb.f32c(0.0), "")?;
+                return binary(kb, op, Val::Bool(xb), Val::Bool(yb));
+            }
+            cmp => Val::Bool(kb.fcmp(float_pred(cmp), x, y, "fcmp")?),
+        },
+        _ => unreachable_type("matching operand"),
+    })
+}
+
+fn int_pred(op: BinOp) -> IntPredicate {
+    match op {
+        BinOp::Lt => IntPredicate::SLT,
+        BinOp::Le => IntPredicate::SLE,
+        BinOp::Gt => IntPredicate::SGT,
+        BinOp::Ge => IntPredicate::SGE,
+        BinOp::Eq => IntPredicate::EQ,
+        _ => IntPredicate::NE,
+    }
+}
+
+fn float_pred(op: BinOp) -> FloatPredicate {
+    // Ordered comparisons (false on NaN) match Rust's f64 operators; != is unordered.
+    match op {
+        BinOp::Lt => FloatPredicate::OLT,
+        BinOp::Le => FloatPredicate::OLE,
+        BinOp::Gt => FloatPredicate::OGT,
+        BinOp::Ge => FloatPredicate::OGE,
+        BinOp::Eq => FloatPredicate::OEQ,
+        _ => FloatPredicate::UNE,
+    }
+}
+
+fn call<'ctx>(kb: &Kb<'ctx>, f: Func, v: &[Val<'ctx>]) -> R<Val<'ctx>> {
+    let x = v[0];
+    Ok(match f {
+        Func::Min | Func::Max => match (x, v[1]) {
+            (Val::Int(a), Val::Int(b)) => Val::Int(if f == Func::Min { kb.smin(a, b, "min")? } else { kb.smax(a, b, "max")? }),
+            (a, b) => {
+                let (a, b) = (a.float(), b.float());
+                Val::Float(if f == Func::Min { kb.fmin(a, b, "fmin")? } else { kb.fmax(a, b, "fmax")? })
+            }
+        },
+        Func::Abs => match x {
+            Val::Int(a) => {
+                let neg = kb.icmp(IntPredicate::SLT, a, kb.i32c(0), "")?;
+                Val::Int(kb.select_i(neg, kb.sub(kb.i32c(0), a, "")?, a, "abs")?)
+            }
+            a => Val::Float(kb.asm_f32_1("abs.f32 $0, $1;", a.float(), "fabs")?),
+        },
+        Func::Select => {
+            let c = x.int();
+            match (v[1], v[2]) {
+                (Val::Float(a), Val::Float(b)) => Val::Float(kb.select_f(c, a, b, "select")?),
+                (Val::Bool(a), Val::Bool(b)) => Val::Bool(kb.select_i(c, a, b, "select")?),
+                (a, b) => Val::Int(kb.select_i(c, a.int(), b.int(), "select")?),
+            }
+        }
+        Func::ToFloat => Val::Float(kb.si_to_f(x.int(), "tofloat")?),
+        Func::ToInt => Val::Int(kb.f_to_si(x.float(), "toint")?),
+        Func::Exp => Val::Float(kb.ex2(kb.fmul(x.float(), kb.f32c(LOG2E), "")?, "exp")?),
+        Func::Exp2 => Val::Float(kb.ex2(x.float(), "exp2")?),
+        Func::Log => Val::Float(kb.fmul(kb.lg2(x.float(), "")?, kb.f32c(LN2), "log")?),
+        Func::Log2 => Val::Float(kb.lg2(x.float(), "log2")?),
+        Func::Sqrt => Val::Float(kb.asm_f32_1("sqrt.rn.f32 $0, $1;", x.float(), "sqrt")?),
+        Func::Tanh => Val::Float(tanh(kb, x.float())?),
+        Func::Sigmoid => {
+            let e = kb.ex2(kb.fmul(x.float(), kb.f32c(-LOG2E), "")?, "")?;
+            Val::Float(kb.fdiv(kb.f32c(1.0), kb.fadd(kb.f32c(1.0), e, "")?, "sigmoid")?)
+        }
+        Func::Softcap => {
+            let (a, c) = (x.float(), v[1].float());
+            let t = tanh(kb, kb.fdiv(a, c, "")?)?;
+            Val::Float(kb.fmul(t, c, "softcap")?)
+        }
+    })
+}

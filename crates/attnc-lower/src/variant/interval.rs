@@ -1,0 +1,354 @@
+//! Tile classification at run time: the interval analysis of `attnc_ir::analysis`,
+//! rule for rule, emitted as scalar code. A kernel evaluates it once per (q tile,
+//! k tile) with the tile's index ranges and the launch's param values, so masks that
+//! depend on runtime params (a prefix length, a window) still skip empty tiles and
+//! drop per-element masking on full ones. For masks without params or seqlens the
+//! code folds to constants.
+//!
+//! Ranges are i64 pairs; a result that leaves i32 becomes TOP, because ints wrap.
+
+use super::expr::{Val, VariantArgs};
+use crate::llvm::kb::{Kb, R};
+use attnc_ir::{BinOp, Expr, ExprKind, Func, Spec, Ty, UnOp, Var};
+use inkwell::values::IntValue;
+use inkwell::IntPredicate;
+
+/// An inclusive i64 range of i32 values.
+#[derive(Clone, Copy, Debug)]
+pub struct Range<'ctx> {
+    pub lo: IntValue<'ctx>,
+    pub hi: IntValue<'ctx>,
+}
+
+/// Kleene truth: which outcomes are possible.
+#[derive(Clone, Copy, Debug)]
+pub struct Tri<'ctx> {
+    pub can_true: IntValue<'ctx>,
+    pub can_false: IntValue<'ctx>,
+}
+
+/// The index ranges of one tile (i32 values; converted to i64 here).
+#[derive(Clone, Copy, Debug)]
+pub struct TileRanges<'ctx> {
+    pub b: (IntValue<'ctx>, IntValue<'ctx>),
+    pub h: (IntValue<'ctx>, IntValue<'ctx>),
+    pub hkv: (IntValue<'ctx>, IntValue<'ctx>),
+    pub q: (IntValue<'ctx>, IntValue<'ctx>),
+    pub k: (IntValue<'ctx>, IntValue<'ctx>),
+    pub seqlen_q: IntValue<'ctx>,
+    pub seqlen_k: IntValue<'ctx>,
+}
+
+/// The classification of a tile as two flags.
+#[derive(Clone, Copy, Debug)]
+pub struct TileClassVals<'ctx> {
+    /// No element is allowed: skip the tile.
+    pub empty: IntValue<'ctx>,
+    /// Every element is allowed: no per-element mask.
+    pub full: IntValue<'ctx>,
+}
+
+enum AVal<'ctx> {
+    Int(Range<'ctx>),
+    Bool(Tri<'ctx>),
+    /// Floats are not analyzed.
+    Float,
+}
+
+struct Ctx<'a, 'ctx> {
+    kb: &'a Kb<'ctx>,
+    spec: &'a Spec,
+    tile: &'a TileRanges<'ctx>,
+    args: &'a VariantArgs<'ctx>,
+}
+
+impl<'ctx> Ctx<'_, 'ctx> {
+    fn c(&self, v: i64) -> IntValue<'ctx> {
+        self.kb.i64c(v)
+    }
+    fn top(&self) -> Range<'ctx> {
+        Range { lo: self.c(i32::MIN as i64), hi: self.c(i32::MAX as i64) }
+    }
+    fn unknown(&self) -> Tri<'ctx> {
+        Tri { can_true: self.kb.boolc(true), can_false: self.kb.boolc(true) }
+    }
+    fn point(&self, v: IntValue<'ctx>) -> R<Range<'ctx>> {
+        let v = self.kb.sext64(v, "")?;
+        Ok(Range { lo: v, hi: v })
+    }
+    fn pair(&self, p: (IntValue<'ctx>, IntValue<'ctx>)) -> R<Range<'ctx>> {
+        Ok(Range { lo: self.kb.sext64(p.0, "")?, hi: self.kb.sext64(p.1, "")? })
+    }
+    fn min(&self, a: IntValue<'ctx>, b: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+        self.kb.smin(a, b, "")
+    }
+    fn max(&self, a: IntValue<'ctx>, b: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+        self.kb.smax(a, b, "")
+    }
+    /// TOP when either bound left the i32 range.
+    fn norm(&self, r: Range<'ctx>) -> R<Range<'ctx>> {
+        let kb = self.kb;
+        let lo_bad = kb.icmp(IntPredicate::SLT, r.lo, self.c(i32::MIN as i64), "")?;
+        let hi_bad = kb.icmp(IntPredicate::SGT, r.hi, self.c(i32::MAX as i64), "")?;
+        let lo_bad2 = kb.icmp(IntPredicate::SGT, r.lo, self.c(i32::MAX as i64), "")?;
+        let hi_bad2 = kb.icmp(IntPredicate::SLT, r.hi, self.c(i32::MIN as i64), "")?;
+        let bad = kb.or(kb.or(lo_bad, hi_bad, "")?, kb.or(lo_bad2, hi_bad2, "")?, "")?;
+        let t = self.top();
+        Ok(Range { lo: kb.select_i(bad, t.lo, r.lo, "")?, hi: kb.select_i(bad, t.hi, r.hi, "")? })
+    }
+    fn corners(&self, vals: [IntValue<'ctx>; 4]) -> R<Range<'ctx>> {
+        let lo = self.min(self.min(vals[0], vals[1])?, self.min(vals[2], vals[3])?)?;
+        let hi = self.max(self.max(vals[0], vals[1])?, self.max(vals[2], vals[3])?)?;
+        self.norm(Range { lo, hi })
+    }
+    fn select_range(&self, c: IntValue<'ctx>, a: Range<'ctx>, b: Range<'ctx>) -> R<Range<'ctx>> {
+        Ok(Range { lo: self.kb.select_i(c, a.lo, b.lo, "")?, hi: self.kb.select_i(c, a.hi, b.hi, "")? })
+    }
+    /// Floor division of i64 values known to be i32 with a non-zero divisor.
+    fn fdiv64(&self, a: IntValue<'ctx>, b: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+        let kb = self.kb;
+        let zero = self.c(0);
+        let q = kb.b.build_int_signed_div(a, b, "")?;
+        let r = kb.b.build_int_signed_rem(a, b, "")?;
+        let adjust = kb.and(
+            kb.icmp(IntPredicate::NE, r, zero, "")?,
+            kb.icmp(IntPredicate::SLT, kb.xor(r, b, "")?, zero, "")?,
+            "",
+        )?;
+        kb.select_i(adjust, kb.sub(q, self.c(1), "")?, q, "")
+    }
+    fn frem64(&self, a: IntValue<'ctx>, b: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+        let q = self.fdiv64(a, b)?;
+        self.kb.sub(a, self.kb.mul(q, b, "")?, "")
+    }
+
+    fn tri(&self, e: &Expr) -> R<Tri<'ctx>> {
+        match self.eval(e)? {
+            AVal::Bool(t) => Ok(t),
+            _ => Ok(self.unknown()),
+        }
+    }
+
+    fn eval(&self, e: &Expr) -> R<AVal<'ctx>> {
+        let kb = self.kb;
+        let t = self.tile;
+        Ok(match &e.kind {
+            ExprKind::Int(v) => AVal::Int(Range { lo: self.c(*v), hi: self.c(*v) }),
+            ExprKind::Float(_) => AVal::Float,
+            ExprKind::Bool(v) => AVal::Bool(Tri { can_true: kb.boolc(*v), can_false: kb.boolc(!*v) }),
+            ExprKind::Var(v) => AVal::Int(match v {
+                Var::B => self.pair(t.b)?,
+                Var::H => self.pair(t.h)?,
+                Var::Hkv => self.pair(t.hkv)?,
+                Var::Q => self.pair(t.q)?,
+                Var::K => self.pair(t.k)?,
+                Var::SeqlenQ => self.point(t.seqlen_q)?,
+                Var::SeqlenK => self.point(t.seqlen_k)?,
+                Var::QHeads => Range { lo: self.c(self.spec.q_heads as i64), hi: self.c(self.spec.q_heads as i64) },
+                Var::KvHeads => Range { lo: self.c(self.spec.kv_heads as i64), hi: self.c(self.spec.kv_heads as i64) },
+                Var::Score => return Ok(AVal::Float),
+            }),
+            ExprKind::Param(name) => {
+                let p = self.spec.param_index(name).and_then(|i| self.args.params.get(i).copied());
+                match (self.spec.param(name).map(|d| d.ty), p) {
+                    (Some(Ty::Int), Some(Val::Int(v))) => AVal::Int(self.point(v)?),
+                    (Some(Ty::Int), _) => AVal::Int(self.top()),
+                    _ => AVal::Float,
+                }
+            }
+            ExprKind::Aux { .. } => AVal::Int(self.top()),
+            ExprKind::Unary(UnOp::Neg, a) => match self.eval(a)? {
+                AVal::Int(r) => {
+                    let z = self.c(0);
+                    AVal::Int(self.norm(Range { lo: kb.sub(z, r.hi, "")?, hi: kb.sub(z, r.lo, "")? })?)
+                }
+                _ => AVal::Float,
+            },
+            ExprKind::Unary(UnOp::Not, a) => {
+                let x = self.tri(a)?;
+                AVal::Bool(Tri { can_true: x.can_false, can_false: x.can_true })
+            }
+            ExprKind::Binary(op, a, b) => self.binary(*op, a, b)?,
+            ExprKind::Call(f, args) => self.call(*f, args)?,
+        })
+    }
+
+    fn binary(&self, op: BinOp, a: &Expr, b: &Expr) -> R<AVal<'ctx>> {
+        let kb = self.kb;
+        let (va, vb) = (self.eval(a)?, self.eval(b)?);
+        Ok(match (va, vb) {
+            (AVal::Int(x), AVal::Int(y)) => match op {
+                BinOp::Add => AVal::Int(self.norm(Range { lo: kb.add(x.lo, y.lo, "")?, hi: kb.add(x.hi, y.hi, "")? })?),
+                BinOp::Sub => AVal::Int(self.norm(Range { lo: kb.sub(x.lo, y.hi, "")?, hi: kb.sub(x.hi, y.lo, "")? })?),
+                BinOp::Mul => AVal::Int(self.corners([
+                    kb.mul(x.lo, y.lo, "")?,
+                    kb.mul(x.lo, y.hi, "")?,
+                    kb.mul(x.hi, y.lo, "")?,
+                    kb.mul(x.hi, y.hi, "")?,
+                ])?),
+                BinOp::Div => {
+                    // Divisor range containing 0 → TOP; else the corners (one sign).
+                    let has_zero = kb.and(
+                        kb.icmp(IntPredicate::SLE, y.lo, self.c(0), "")?,
+                        kb.icmp(IntPredicate::SGE, y.hi, self.c(0), "")?,
+                        "",
+                    )?;
+                    let one = self.c(1);
+                    let ylo = kb.select_i(has_zero, one, y.lo, "")?;
+                    let yhi = kb.select_i(has_zero, one, y.hi, "")?;
+                    let r = self.corners([
+                        self.fdiv64(x.lo, ylo)?,
+                        self.fdiv64(x.lo, yhi)?,
+                        self.fdiv64(x.hi, ylo)?,
+                        self.fdiv64(x.hi, yhi)?,
+                    ])?;
+                    AVal::Int(self.select_range(has_zero, self.top(), r)?)
+                }
+                BinOp::Rem => AVal::Int(self.rem(x, y)?),
+                BinOp::And | BinOp::Or => AVal::Bool(self.unknown()),
+                cmp => AVal::Bool(self.compare(cmp, x, y)?),
+            },
+            (AVal::Bool(x), AVal::Bool(y)) => match op {
+                BinOp::And => AVal::Bool(Tri {
+                    can_true: kb.and(x.can_true, y.can_true, "")?,
+                    can_false: kb.or(x.can_false, y.can_false, "")?,
+                }),
+                BinOp::Or => AVal::Bool(Tri {
+                    can_true: kb.or(x.can_true, y.can_true, "")?,
+                    can_false: kb.and(x.can_false, y.can_false, "")?,
+                }),
+                BinOp::Eq | BinOp::Ne => {
+                    let same = kb.or(kb.and(x.can_true, y.can_true, "")?, kb.and(x.can_false, y.can_false, "")?, "")?;
+                    let diff = kb.or(kb.and(x.can_true, y.can_false, "")?, kb.and(x.can_false, y.can_true, "")?, "")?;
+                    if op == BinOp::Eq {
+                        AVal::Bool(Tri { can_true: same, can_false: diff })
+                    } else {
+                        AVal::Bool(Tri { can_true: diff, can_false: same })
+                    }
+                }
+                _ => AVal::Bool(self.unknown()),
+            },
+            (AVal::Float, _) | (_, AVal::Float) => {
+                if op.is_comparison() {
+                    AVal::Bool(self.unknown())
+                } else {
+                    AVal::Float
+                }
+            }
+            _ => AVal::Bool(self.unknown()),
+        })
+    }
+
+    fn rem(&self, x: Range<'ctx>, y: Range<'ctx>) -> R<Range<'ctx>> {
+        let kb = self.kb;
+        let zero = self.c(0);
+        let one = self.c(1);
+        let point = kb.icmp(IntPredicate::EQ, y.lo, y.hi, "")?;
+        let pos = kb.icmp(IntPredicate::SGT, y.lo, zero, "")?;
+        let neg = kb.icmp(IntPredicate::SLT, y.hi, zero, "")?;
+        let nonzero = kb.or(pos, neg, "")?;
+        // Point divisor c ≠ 0: exact when x stays within one block of c.
+        let c = kb.select_i(nonzero, y.lo, one, "")?;
+        let same_block = kb.icmp(IntPredicate::EQ, self.fdiv64(x.lo, c)?, self.fdiv64(x.hi, c)?, "")?;
+        let exact = Range { lo: self.frem64(x.lo, c)?, hi: self.frem64(x.hi, c)? };
+        let pos_general = Range { lo: zero, hi: kb.sub(y.hi, one, "")? };
+        let neg_general = Range { lo: kb.add(y.lo, one, "")?, hi: zero };
+        let general = self.select_range(pos, pos_general, neg_general)?;
+        let point_ok = kb.and(kb.and(point, nonzero, "")?, same_block, "")?;
+        let r = self.select_range(point_ok, exact, general)?;
+        self.select_range(nonzero, r, self.top())
+    }
+
+    fn compare(&self, op: BinOp, x: Range<'ctx>, y: Range<'ctx>) -> R<Tri<'ctx>> {
+        let kb = self.kb;
+        let lt = |a, b| kb.icmp(IntPredicate::SLT, a, b, "");
+        let le = |a, b| kb.icmp(IntPredicate::SLE, a, b, "");
+        // `definitely`, `definitely_not` for each comparison.
+        let (yes, no) = match op {
+            BinOp::Lt => (lt(x.hi, y.lo)?, le(y.hi, x.lo)?),
+            BinOp::Le => (le(x.hi, y.lo)?, lt(y.hi, x.lo)?),
+            BinOp::Gt => (lt(y.hi, x.lo)?, le(x.hi, y.lo)?),
+            BinOp::Ge => (le(y.hi, x.lo)?, lt(x.hi, y.lo)?),
+            BinOp::Eq | BinOp::Ne => {
+                let eq_point = kb.and(
+                    kb.and(kb.icmp(IntPredicate::EQ, x.lo, x.hi, "")?, kb.icmp(IntPredicate::EQ, y.lo, y.hi, "")?, "")?,
+                    kb.icmp(IntPredicate::EQ, x.lo, y.lo, "")?,
+                    "",
+                )?;
+                let disjoint = kb.or(lt(x.hi, y.lo)?, lt(y.hi, x.lo)?, "")?;
+                if op == BinOp::Eq {
+                    (eq_point, disjoint)
+                } else {
+                    (disjoint, eq_point)
+                }
+            }
+            _ => (kb.boolc(false), kb.boolc(false)),
+        };
+        Ok(Tri { can_true: kb.not(no, "")?, can_false: kb.not(yes, "")? })
+    }
+
+    fn call(&self, f: Func, args: &[Expr]) -> R<AVal<'ctx>> {
+        let kb = self.kb;
+        Ok(match f {
+            Func::Min | Func::Max => match (self.eval(&args[0])?, self.eval(&args[1])?) {
+                (AVal::Int(x), AVal::Int(y)) => {
+                    if f == Func::Min {
+                        AVal::Int(Range { lo: self.min(x.lo, y.lo)?, hi: self.min(x.hi, y.hi)? })
+                    } else {
+                        AVal::Int(Range { lo: self.max(x.lo, y.lo)?, hi: self.max(x.hi, y.hi)? })
+                    }
+                }
+                _ => AVal::Float,
+            },
+            Func::Abs => match self.eval(&args[0])? {
+                AVal::Int(x) => {
+                    let zero = self.c(0);
+                    let nonneg = kb.icmp(IntPredicate::SGE, x.lo, zero, "")?;
+                    let nonpos = kb.icmp(IntPredicate::SLE, x.hi, zero, "")?;
+                    let negated = Range { lo: kb.sub(zero, x.hi, "")?, hi: kb.sub(zero, x.lo, "")? };
+                    let mixed = Range { lo: zero, hi: self.max(kb.sub(zero, x.lo, "")?, x.hi)? };
+                    let r = self.select_range(nonpos, negated, mixed)?;
+                    let r = self.select_range(nonneg, x, r)?;
+                    AVal::Int(self.norm(r)?)
+                }
+                _ => AVal::Float,
+            },
+            Func::Select => {
+                let c = self.tri(&args[0])?;
+                let only_true = kb.not(c.can_false, "")?;
+                let only_false = kb.not(c.can_true, "")?;
+                match (self.eval(&args[1])?, self.eval(&args[2])?) {
+                    (AVal::Int(a), AVal::Int(b)) => {
+                        let hull = Range { lo: self.min(a.lo, b.lo)?, hi: self.max(a.hi, b.hi)? };
+                        let r = self.select_range(only_true, a, hull)?;
+                        AVal::Int(self.select_range(only_false, b, r)?)
+                    }
+                    (AVal::Bool(a), AVal::Bool(b)) => AVal::Bool(Tri {
+                        can_true: kb.or(kb.and(c.can_true, a.can_true, "")?, kb.and(c.can_false, b.can_true, "")?, "")?,
+                        can_false: kb.or(kb.and(c.can_true, a.can_false, "")?, kb.and(c.can_false, b.can_false, "")?, "")?,
+                    }),
+                    (AVal::Float, _) | (_, AVal::Float) => AVal::Float,
+                    _ => AVal::Bool(self.unknown()),
+                }
+            }
+            Func::ToInt => AVal::Int(self.top()),
+            _ => AVal::Float,
+        })
+    }
+}
+
+/// Emits the classification of one tile for the spec's mask. Without a mask every tile
+/// is full.
+pub fn classify_tile<'ctx>(
+    kb: &Kb<'ctx>,
+    spec: &Spec,
+    tile: &TileRanges<'ctx>,
+    args: &VariantArgs<'ctx>,
+) -> R<TileClassVals<'ctx>> {
+    let Some(pred) = spec.mask.to_predicate() else {
+        return Ok(TileClassVals { empty: kb.boolc(false), full: kb.boolc(true) });
+    };
+    let cx = Ctx { kb, spec, tile, args };
+    let t = cx.tri(&pred)?;
+    Ok(TileClassVals { empty: kb.not(t.can_true, "tile.empty")?, full: kb.not(t.can_false, "tile.full")? })
+}

@@ -1,0 +1,151 @@
+//! Addressing of Q, K, V, O rows for every layout (contiguous, varlen, paged), and the
+//! per-batch sequence lengths. All offsets are in elements, i64; strides come from the
+//! launch so any row-major view with unit stride in the head dimension works.
+
+use crate::llvm::kb::{Kb, R};
+use attnc_ir::{KvLayout, Spec};
+use inkwell::values::IntValue;
+use inkwell::IntPredicate;
+
+/// Strides of a `[batch|page, row, head, dim]` tensor, in elements.
+#[derive(Clone, Copy, Debug)]
+pub struct Strides<'ctx> {
+    pub batch: IntValue<'ctx>,
+    pub row: IntValue<'ctx>,
+    pub head: IntValue<'ctx>,
+}
+
+/// The layout-related launch arguments.
+#[derive(Clone, Copy, Debug)]
+pub struct LayoutArgs<'ctx> {
+    /// Max (padded) seqlen_q, and seqlen_k for the contiguous layout.
+    pub seqlen_q: IntValue<'ctx>,
+    pub seqlen_k: IntValue<'ctx>,
+    /// Varlen: `cu_seqlens_q`, `cu_seqlens_k` (i32 arrays of batch + 1).
+    pub cu_seqlens_q: Option<IntValue<'ctx>>,
+    pub cu_seqlens_k: Option<IntValue<'ctx>>,
+    /// Paged: block table (i32 `[batch, max_pages]`) with its row stride, and
+    /// `seqused_k` (i32 `[batch]`).
+    pub block_table: Option<IntValue<'ctx>>,
+    pub block_table_stride: Option<IntValue<'ctx>>,
+    pub seqused_k: Option<IntValue<'ctx>>,
+}
+
+/// One batch entry's lengths and the row offsets of its first q and k rows.
+#[derive(Clone, Copy, Debug)]
+pub struct BatchView<'ctx> {
+    pub b: IntValue<'ctx>,
+    pub seqlen_q: IntValue<'ctx>,
+    pub seqlen_k: IntValue<'ctx>,
+    /// Varlen: the packed row index of this sequence's first query / key.
+    pub q_start: Option<IntValue<'ctx>>,
+    pub k_start: Option<IntValue<'ctx>>,
+}
+
+fn load_i32_at<'ctx>(kb: &Kb<'ctx>, base: IntValue<'ctx>, idx: IntValue<'ctx>, name: &str) -> R<IntValue<'ctx>> {
+    let off = kb.mul(kb.sext64(idx, "")?, kb.i64c(4), "")?;
+    kb.ld_global_i32(kb.add(base, off, "")?, name)
+}
+
+/// Reads the lengths of batch entry `b`.
+pub fn batch_view<'ctx>(kb: &Kb<'ctx>, spec: &Spec, la: &LayoutArgs<'ctx>, b: IntValue<'ctx>) -> R<BatchView<'ctx>> {
+    match spec.kv_layout {
+        KvLayout::Contiguous => {
+            Ok(BatchView { b, seqlen_q: la.seqlen_q, seqlen_k: la.seqlen_k, q_start: None, k_start: None })
+        }
+        KvLayout::Varlen => {
+            let (Some(cq), Some(ck)) = (la.cu_seqlens_q, la.cu_seqlens_k) else {
+                return Err(crate::families::LowerError::Llvm("varlen without cu_seqlens".into()));
+            };
+            let b1 = kb.add(b, kb.i32c(1), "")?;
+            let q0 = load_i32_at(kb, cq, b, "q_start")?;
+            let q1 = load_i32_at(kb, cq, b1, "q_end")?;
+            let k0 = load_i32_at(kb, ck, b, "k_start")?;
+            let k1 = load_i32_at(kb, ck, b1, "k_end")?;
+            Ok(BatchView {
+                b,
+                seqlen_q: kb.sub(q1, q0, "seqlen_q.b")?,
+                seqlen_k: kb.sub(k1, k0, "seqlen_k.b")?,
+                q_start: Some(q0),
+                k_start: Some(k0),
+            })
+        }
+        KvLayout::Paged { .. } => {
+            let Some(su) = la.seqused_k else {
+                return Err(crate::families::LowerError::Llvm("paged without seqused_k".into()));
+            };
+            let sk = load_i32_at(kb, su, b, "seqlen_k.b")?;
+            Ok(BatchView { b, seqlen_q: la.seqlen_q, seqlen_k: sk, q_start: None, k_start: None })
+        }
+    }
+}
+
+/// Element offset of query row `q` (position within the sequence) of head `h` for a
+/// Q or O tensor (Q and O share the batch layout: padded or varlen).
+pub fn q_row_offset<'ctx>(
+    kb: &Kb<'ctx>,
+    bv: &BatchView<'ctx>,
+    st: &Strides<'ctx>,
+    q: IntValue<'ctx>,
+    h: IntValue<'ctx>,
+) -> R<IntValue<'ctx>> {
+    let row = match bv.q_start {
+        Some(s) => kb.mul(kb.sext64(kb.add(s, q, "")?, "")?, st.row, "")?,
+        None => kb.add(
+            kb.mul(kb.sext64(bv.b, "")?, st.batch, "")?,
+            kb.mul(kb.sext64(q, "")?, st.row, "")?,
+            "",
+        )?,
+    };
+    kb.add(row, kb.mul(kb.sext64(h, "")?, st.head, "")?, "q_row")
+}
+
+/// Element offsets of key row `key` (< seqlen_k) of KV head `hkv` in K and in V. For
+/// paged KV the block-table entry is read once for both.
+pub fn kv_row_offsets<'ctx>(
+    kb: &Kb<'ctx>,
+    spec: &Spec,
+    la: &LayoutArgs<'ctx>,
+    bv: &BatchView<'ctx>,
+    k_st: &Strides<'ctx>,
+    v_st: &Strides<'ctx>,
+    key: IntValue<'ctx>,
+    hkv: IntValue<'ctx>,
+) -> R<(IntValue<'ctx>, IntValue<'ctx>)> {
+    let hkv64 = kb.sext64(hkv, "")?;
+    let row_in = |st: &Strides<'ctx>, batch_like: IntValue<'ctx>, row: IntValue<'ctx>| -> R<IntValue<'ctx>> {
+        let base = kb.add(kb.mul(batch_like, st.batch, "")?, kb.mul(row, st.row, "")?, "")?;
+        kb.add(base, kb.mul(hkv64, st.head, "")?, "")
+    };
+    match spec.kv_layout {
+        KvLayout::Contiguous => {
+            let b = kb.sext64(bv.b, "")?;
+            let r = kb.sext64(key, "")?;
+            Ok((row_in(k_st, b, r)?, row_in(v_st, b, r)?))
+        }
+        KvLayout::Varlen => {
+            let start = bv.k_start.unwrap_or_else(|| kb.i32c(0));
+            let r = kb.sext64(kb.add(start, key, "")?, "")?;
+            let zero = kb.i64c(0);
+            Ok((row_in(k_st, zero, r)?, row_in(v_st, zero, r)?))
+        }
+        KvLayout::Paged { page_size } => {
+            let (Some(bt), Some(bts)) = (la.block_table, la.block_table_stride) else {
+                return Err(crate::families::LowerError::Llvm("paged without a block table".into()));
+            };
+            let ps = kb.i32c(page_size as i64);
+            let page_idx = kb.udiv(key, ps, "page_idx")?;
+            let in_page = kb.urem(key, ps, "in_page")?;
+            let entry = kb.add(kb.mul(kb.sext64(bv.b, "")?, bts, "")?, kb.sext64(page_idx, "")?, "")?;
+            let page = kb.ld_global_i32(kb.add(bt, kb.mul(entry, kb.i64c(4), "")?, "")?, "page")?;
+            let page = kb.sext64(page, "")?;
+            let r = kb.sext64(in_page, "")?;
+            Ok((row_in(k_st, page, r)?, row_in(v_st, page, r)?))
+        }
+    }
+}
+
+/// `i < n` as i1.
+pub fn in_bounds<'ctx>(kb: &Kb<'ctx>, i: IntValue<'ctx>, n: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+    kb.icmp(IntPredicate::SLT, i, n, "in_bounds")
+}

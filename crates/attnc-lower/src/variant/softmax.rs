@@ -1,0 +1,81 @@
+//! Softmax numerics shared by the families: the exp2 emulation on the FMA pipe
+//! (FA4 §3.1) and its constants. `exp2_emulated_model` is the bit-exact CPU model of the
+//! emitted instruction sequence (same f32 operations in the same order), so its error
+//! can be measured without a GPU.
+
+use crate::llvm::kb::{Kb, R};
+use inkwell::values::FloatValue;
+use inkwell::IntPredicate;
+
+/// Coefficients of p(f) = 1 + f·(C1 + f·(C2 + f·C3)) ≈ 2^f on [0, 1): a relative-error
+/// minimax fit with p(0) = 1 (Lawson iteration, rounded to f32); max relative error
+/// ≈ 8.6e-5 before bf16 rounding, below bf16's half-ulp (2^-9).
+pub const EXP2_POLY: [f32; 3] = [0.695_116_8, 0.227_644_85, 0.077_067_18];
+
+/// The lowest exponent handled; below it the result is 0, as `ex2.approx.ftz` flushes
+/// denormals to zero.
+pub const EXP2_MIN_EXPONENT: f32 = -127.0;
+
+/// Emits the emulated 2^x: Cody-Waite split x = j + f (j = floor x), a degree-3
+/// polynomial for 2^f in FMAs, and j added to the exponent field.
+pub fn exp2_emulated<'ctx>(kb: &Kb<'ctx>, x: FloatValue<'ctx>) -> R<FloatValue<'ctx>> {
+    let xc = kb.fmax(x, kb.f32c(EXP2_MIN_EXPONENT as f64), "exp2e.x")?;
+    let j = kb.asm_f32_1("cvt.rmi.f32.f32 $0, $1;", xc, "exp2e.j")?;
+    let f = kb.fsub(xc, j, "exp2e.f")?;
+    let [c1, c2, c3] = EXP2_POLY;
+    let p = kb.fma(kb.f32c(c3 as f64), f, kb.f32c(c2 as f64), "")?;
+    let p = kb.fma(p, f, kb.f32c(c1 as f64), "")?;
+    let p = kb.fma(p, f, kb.f32c(1.0), "exp2e.p")?;
+    let ji = kb.f_to_si(j, "")?;
+    let bits = kb.add(kb.f_bits(p, "")?, kb.shl(ji, kb.i32c(23), "")?, "")?;
+    let r = kb.bits_f(bits, "")?;
+    let underflow = kb.icmp(IntPredicate::SLT, ji, kb.i32c(-126), "")?;
+    kb.select_f(underflow, kb.f32c(0.0), r, "exp2e")
+}
+
+/// CPU model of [`exp2_emulated`], operation for operation in f32.
+pub fn exp2_emulated_model(x: f32) -> f32 {
+    // max.f32 ignores NaN like f32::max.
+    let xc = x.max(EXP2_MIN_EXPONENT);
+    let j = xc.floor();
+    let f = xc - j;
+    let [c1, c2, c3] = EXP2_POLY;
+    let p = c3.mul_add(f, c2);
+    let p = p.mul_add(f, c1);
+    let p = p.mul_add(f, 1.0);
+    // cvt.rzi.s32.f32 saturates; j is integral here.
+    let ji = j as i32;
+    let r = f32::from_bits(p.to_bits().wrapping_add((ji as u32).wrapping_shl(23)));
+    if ji < -126 {
+        0.0
+    } else {
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn emulation_is_accurate_on_the_softmax_range() {
+        let mut max_rel: f64 = 0.0;
+        let n = 200_000;
+        for i in 0..=n {
+            let x = -126.0 + 126.0 * i as f64 / n as f64;
+            let got = exp2_emulated_model(x as f32) as f64;
+            let want = (x as f32 as f64).exp2();
+            max_rel = max_rel.max((got - want).abs() / want);
+        }
+        assert!(max_rel < 1.0e-4, "max relative error {max_rel}");
+    }
+
+    #[test]
+    fn emulation_edges() {
+        assert_eq!(exp2_emulated_model(0.0), 1.0);
+        assert_eq!(exp2_emulated_model(f32::NEG_INFINITY), 0.0);
+        assert_eq!(exp2_emulated_model(-200.0), 0.0);
+        assert_eq!(exp2_emulated_model(-1.0), 0.5);
+        assert!((exp2_emulated_model(8.0) - 256.0).abs() < 1e-3);
+    }
+}
