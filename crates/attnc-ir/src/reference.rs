@@ -169,6 +169,11 @@ fn prepare<'a>(spec: &'a Spec, inputs: &'a Inputs) -> Result<Ctx<'a>, ReferenceE
     if spec.head_dim_qk == 0 || spec.head_dim_v == 0 {
         return Err(ReferenceError::Spec("head dims must be at least 1".into()));
     }
+    if let Some(w) = spec.mask.window {
+        if [w.left, w.right].into_iter().flatten().any(|v| v > i32::MAX as u64) {
+            return Err(ReferenceError::Spec(format!("window bounds must be at most {}", i32::MAX)));
+        }
+    }
     let pred = spec.mask.to_predicate();
     if let Some(p) = &pred {
         match type_of(spec, p, ExprContext::Mask) {
