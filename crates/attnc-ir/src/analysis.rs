@@ -313,11 +313,7 @@ fn rem_range(a: IntRange, b: IntRange) -> IntRange {
         if floor_div(lo, c) == floor_div(hi, c) {
             return IntRange::new(floor_rem(lo, c) as i64, floor_rem(hi, c) as i64);
         }
-        return if c > 0 {
-            IntRange::new(0, c as i64 - 1)
-        } else {
-            IntRange::new(c as i64 + 1, 0)
-        };
+        return if c > 0 { IntRange::new(0, c as i64 - 1) } else { IntRange::new(c as i64 + 1, 0) };
     }
     if b.lo > 0 {
         IntRange::new(0, b.hi - 1)
@@ -411,7 +407,13 @@ impl Analyzer<'_> {
             ExprKind::Param(name) => match self.spec.param_index(name) {
                 Some(i) => match self.spec.params[i].ty {
                     Ty::Int => AVal::Int(
-                        self.query.params.get(i).copied().flatten().map(IntRange::sanitize).unwrap_or(IntRange::TOP),
+                        self.query
+                            .params
+                            .get(i)
+                            .copied()
+                            .flatten()
+                            .map(IntRange::sanitize)
+                            .unwrap_or(IntRange::TOP),
                     ),
                     Ty::Float => AVal::Float,
                     Ty::Bool => AVal::Any,
@@ -654,7 +656,8 @@ mod tests {
         assert!(f.has_mask && f.needs_elementwise && f.depends_on_seqlens && f.uses_q && f.uses_k);
         assert!(!f.reads_aux && !f.reads_params && !f.uses_batch && !f.uses_head);
         s.mask.causal = None;
-        s.mask.predicate = Some(Expr::bool(true).and(Expr::binary(BinOp::Ge, Expr::var(Var::Q), Expr::int(0))));
+        s.mask.predicate =
+            Some(Expr::bool(true).and(Expr::binary(BinOp::Ge, Expr::var(Var::Q), Expr::int(0))));
         let f = mask_facts(&s);
         assert!(f.has_mask && !f.needs_elementwise);
         assert_eq!(f.constant, Some(TileClass::Full));

@@ -6,7 +6,7 @@
 //! - [`check`]: the type checker and the validity rules of a spec;
 //! - [`eval`]: concrete evaluation, the definition of an expression's meaning;
 //! - [`analysis`]: tile mask analysis (Full / Partial / Empty) by interval arithmetic;
-//! - [`reference`]: the f64 CPU reference executor, the definition of a variant's output.
+//! - [`reference`](mod@reference): the f64 CPU reference executor, the definition of a variant's output.
 
 pub mod analysis;
 pub mod check;

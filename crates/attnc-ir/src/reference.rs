@@ -185,7 +185,9 @@ fn prepare<'a>(spec: &'a Spec, inputs: &'a Inputs) -> Result<Ctx<'a>, ReferenceE
     if let Some(s) = &spec.score_mod {
         match type_of(spec, s, ExprContext::ScoreMod) {
             Ok(Ty::Float) => {}
-            Ok(t) => return Err(ReferenceError::Spec(format!("a score modification must be float, found {t}"))),
+            Ok(t) => {
+                return Err(ReferenceError::Spec(format!("a score modification must be float, found {t}")))
+            }
             Err(e) => return Err(ReferenceError::Spec(format!("score_mod: {e}"))),
         }
     }
@@ -220,7 +222,11 @@ fn prepare<'a>(spec: &'a Spec, inputs: &'a Inputs) -> Result<Ctx<'a>, ReferenceE
         }
         let n = product(&t.dims, &decl.name)?;
         if t.data.len() != n {
-            return Err(ReferenceError::Length { what: format!("aux tensor `{}`", decl.name), expected: n, found: t.data.len() });
+            return Err(ReferenceError::Length {
+                what: format!("aux tensor `{}`", decl.name),
+                expected: n,
+                found: t.data.len(),
+            });
         }
     }
 
@@ -387,7 +393,10 @@ pub fn reference_forward(spec: &Spec, inputs: &Inputs) -> Result<Vec<SeqOutput>,
     let mut out: Vec<SeqOutput> = inputs
         .seqs
         .iter()
-        .map(|s| SeqOutput { o: vec![0.0; s.seqlen_q * ctx.qh * ctx.dv], lse: vec![0.0; ctx.qh * s.seqlen_q] })
+        .map(|s| SeqOutput {
+            o: vec![0.0; s.seqlen_q * ctx.qh * ctx.dv],
+            lse: vec![0.0; ctx.qh * s.seqlen_q],
+        })
         .collect();
     for (n, &(b, h)) in items.iter().enumerate() {
         let Some((o, lse)) = results[n].take() else {

@@ -97,7 +97,8 @@ fn bool_expr() -> BoxedStrategy<Expr> {
             inner.clone().prop_map(|a| Expr::unary(UnOp::Not, a)),
             (prop::sample::select(vec![BinOp::Eq, BinOp::Ne]), inner.clone(), inner.clone())
                 .prop_map(|(op, a, b)| Expr::binary(op, a, b)),
-            (inner.clone(), inner.clone(), inner.clone()).prop_map(|(c, a, b)| Expr::call(Func::Select, vec![c, a, b])),
+            (inner.clone(), inner.clone(), inner.clone())
+                .prop_map(|(c, a, b)| Expr::call(Func::Select, vec![c, a, b])),
         ]
     })
     .boxed()
@@ -175,7 +176,10 @@ fn aux(c: &Case) -> Vec<AuxTensor> {
     let maxk = (c.seqlen_k.0 + c.seqlen_k.1 - 1) as usize;
     let n = nb * maxk;
     let data = (0..n).map(|i| c.aux_data[i % c.aux_data.len()]).collect();
-    vec![AuxTensor { dims: vec![nb, maxk], data }, AuxTensor { dims: vec![5], data: c.aux_data[..5].to_vec() }]
+    vec![
+        AuxTensor { dims: vec![nb, maxk], data },
+        AuxTensor { dims: vec![5], data: c.aux_data[..5].to_vec() },
+    ]
 }
 
 /// Calls `f` with the environment of every element (and every seqlen) of the case.
@@ -289,12 +293,24 @@ fn untyped_expr() -> BoxedStrategy<Expr> {
     ];
     leaf.prop_recursive(4, 32, 3, |inner| {
         let any_op = prop::sample::select(vec![
-            BinOp::Add, BinOp::Sub, BinOp::Mul, BinOp::Div, BinOp::Rem, BinOp::Lt, BinOp::Le, BinOp::Gt,
-            BinOp::Ge, BinOp::Eq, BinOp::Ne, BinOp::And, BinOp::Or,
+            BinOp::Add,
+            BinOp::Sub,
+            BinOp::Mul,
+            BinOp::Div,
+            BinOp::Rem,
+            BinOp::Lt,
+            BinOp::Le,
+            BinOp::Gt,
+            BinOp::Ge,
+            BinOp::Eq,
+            BinOp::Ne,
+            BinOp::And,
+            BinOp::Or,
         ]);
         prop_oneof![
             (any_op, inner.clone(), inner.clone()).prop_map(|(op, a, b)| Expr::binary(op, a, b)),
-            (prop::sample::select(vec![UnOp::Neg, UnOp::Not]), inner.clone()).prop_map(|(op, a)| Expr::unary(op, a)),
+            (prop::sample::select(vec![UnOp::Neg, UnOp::Not]), inner.clone())
+                .prop_map(|(op, a)| Expr::unary(op, a)),
             (prop::sample::select(Func::ALL.to_vec()), prop::collection::vec(inner.clone(), 0..4))
                 .prop_map(|(f, args)| Expr::call(f, args)),
             (prop::sample::select(vec!["doc", "tbl", "zzz"]), prop::collection::vec(inner.clone(), 0..3))
@@ -322,4 +338,3 @@ proptest! {
         check_case(&c, false)?;
     }
 }
-

@@ -3,12 +3,23 @@
 //! Rust (not through `eval`), and the softmax is the textbook formula. Odd sizes,
 //! seqlen_q ≠ seqlen_k, GQA/MQA, sinks, fully masked rows and several sequences.
 
+// The naive implementation is deliberately index-based; is_none_or / is_multiple_of are
+// newer than the workspace's rust-version.
+#![allow(
+    unknown_lints,
+    clippy::needless_range_loop,
+    clippy::unnecessary_map_or,
+    clippy::manual_is_multiple_of
+)]
+
 use attnc_ir::eval::{AuxTensor, Value};
 use attnc_ir::reference::{
     random_inputs, random_inputs_with_params, reference_forward, rel_l2, round_bf16, round_fp16, Inputs,
     ReferenceError, SeqOutput, Sequence,
 };
-use attnc_ir::{Align, AuxDecl, AuxDim, BinOp, DType, Expr, Func, ParamDecl, Scale, Spec, Ty, UnOp, Var, Window};
+use attnc_ir::{
+    Align, AuxDecl, AuxDim, BinOp, DType, Expr, Func, ParamDecl, Scale, Spec, Ty, UnOp, Var, Window,
+};
 
 /// (b, h, i, j, seqlen_q, seqlen_k) → allowed
 type MaskFn<'a> = &'a dyn Fn(usize, usize, i64, i64, i64, i64) -> bool;
@@ -36,7 +47,7 @@ fn naive(spec: &Spec, inputs: &Inputs, mask: MaskFn, smod: ModFn) -> Vec<SeqOutp
         let mut lse = vec![0.0; qh * sq];
         for h in 0..qh {
             let hk = h * kvh / qh; // the KV head of q head h
-            // Full score matrix.
+                                   // Full score matrix.
             let mut s = vec![vec![0.0f64; sk]; sq];
             for i in 0..sq {
                 for j in 0..sk {
@@ -58,7 +69,8 @@ fn naive(spec: &Spec, inputs: &Inputs, mask: MaskFn, smod: ModFn) -> Vec<SeqOutp
                     lse[h * sq + i] = f64::NEG_INFINITY;
                     continue; // o stays 0
                 }
-                let z: f64 = s[i].iter().map(|x| (x - m).exp()).sum::<f64>() + sink.map_or(0.0, |x| (x - m).exp());
+                let z: f64 =
+                    s[i].iter().map(|x| (x - m).exp()).sum::<f64>() + sink.map_or(0.0, |x| (x - m).exp());
                 for j in 0..sk {
                     let p = (s[i][j] - m).exp() / z;
                     for d in 0..dv {
@@ -189,7 +201,9 @@ fn softcap_with_a_float_param() {
         spec.score_mod = Some(Expr::call(Func::Softcap, vec![Expr::var(Var::Score), Expr::param("cap")]));
         spec.scale = Scale::Value(2.0); // large scores, so the cap matters
         for cap in [0.5, 1.5, 30.0] {
-            let inputs = random_inputs_with_params(&spec, SEQLENS, 300 + n as u64, &[("cap", Value::Float(cap))]).unwrap();
+            let inputs =
+                random_inputs_with_params(&spec, SEQLENS, 300 + n as u64, &[("cap", Value::Float(cap))])
+                    .unwrap();
             run(&spec, &inputs, &no_mask, &move |s, _, _, _, _| cap * (s / cap).tanh(), "softcap");
         }
     }
@@ -206,7 +220,10 @@ fn alibi_with_causal() {
                 Expr::binary(
                     BinOp::Mul,
                     Expr::float(-8.0),
-                    Expr::call(Func::ToFloat, vec![Expr::binary(BinOp::Add, Expr::var(Var::H), Expr::int(1))]),
+                    Expr::call(
+                        Func::ToFloat,
+                        vec![Expr::binary(BinOp::Add, Expr::var(Var::H), Expr::int(1))],
+                    ),
                 ),
                 Expr::call(Func::ToFloat, vec![Expr::var(Var::QHeads)]),
             )],
@@ -215,7 +232,8 @@ fn alibi_with_causal() {
             Func::ToFloat,
             vec![Expr::call(Func::Abs, vec![Expr::binary(BinOp::Sub, Expr::var(Var::Q), Expr::var(Var::K))])],
         );
-        spec.score_mod = Some(Expr::binary(BinOp::Sub, Expr::var(Var::Score), Expr::binary(BinOp::Mul, slope, dist)));
+        spec.score_mod =
+            Some(Expr::binary(BinOp::Sub, Expr::var(Var::Score), Expr::binary(BinOp::Mul, slope, dist)));
         spec.mask.causal = Some(Align::BottomRight);
         let qh = spec.q_heads as f64;
         let inputs = random_inputs(&spec, SEQLENS, 400 + n as u64);
@@ -237,7 +255,8 @@ fn prefix_lm_with_an_int_param() {
         ));
         for prefix in [0i32, 3, 100] {
             let inputs =
-                random_inputs_with_params(&spec, SEQLENS, 500 + n as u64, &[("prefix", Value::Int(prefix))]).unwrap();
+                random_inputs_with_params(&spec, SEQLENS, 500 + n as u64, &[("prefix", Value::Int(prefix))])
+                    .unwrap();
             run(&spec, &inputs, &move |_, _, i, j, _, _| j <= i || j < prefix as i64, &no_mod, "prefix-lm");
         }
     }
@@ -311,16 +330,16 @@ fn batch_index_and_heads_in_masks() {
         // (b == 1 || k <= q) && (hkv != 0 || k % 2 == 0) && h != q_heads - 1 (last head sees nothing)
         let b1 = Expr::binary(BinOp::Eq, Expr::var(Var::B), Expr::int(1));
         let causal = Expr::binary(BinOp::Le, Expr::var(Var::K), Expr::var(Var::Q));
-        let even = Expr::binary(BinOp::Eq, Expr::binary(BinOp::Rem, Expr::var(Var::K), Expr::int(2)), Expr::int(0));
+        let even =
+            Expr::binary(BinOp::Eq, Expr::binary(BinOp::Rem, Expr::var(Var::K), Expr::int(2)), Expr::int(0));
         let hkv0 = Expr::binary(BinOp::Ne, Expr::var(Var::Hkv), Expr::int(0));
         let last = Expr::binary(
             BinOp::Ne,
             Expr::var(Var::H),
             Expr::binary(BinOp::Sub, Expr::var(Var::QHeads), Expr::int(1)),
         );
-        spec.mask.predicate = Some(
-            Expr::binary(BinOp::Or, b1, causal).and(Expr::binary(BinOp::Or, hkv0, even)).and(last),
-        );
+        spec.mask.predicate =
+            Some(Expr::binary(BinOp::Or, b1, causal).and(Expr::binary(BinOp::Or, hkv0, even)).and(last));
         let (qh, kvh) = (spec.q_heads as usize, spec.kv_heads as usize);
         let inputs = random_inputs(&spec, SEQLENS, 800 + n as u64);
         let mask = move |b: usize, h: usize, i: i64, j: i64, _: i64, _: i64| {
@@ -357,8 +376,11 @@ fn nan_and_plus_infinity_scores_poison_their_row() {
     let mut spec = Spec::new("nan", 16, 1);
     spec.sinks = true;
     let at = |q: i64, k: i64| {
-        Expr::binary(BinOp::Eq, Expr::var(Var::Q), Expr::int(q))
-            .and(Expr::binary(BinOp::Eq, Expr::var(Var::K), Expr::int(k)))
+        Expr::binary(BinOp::Eq, Expr::var(Var::Q), Expr::int(q)).and(Expr::binary(
+            BinOp::Eq,
+            Expr::var(Var::K),
+            Expr::int(k),
+        ))
     };
     // sqrt(−1) = NaN at (1, 3); exp(1000) = +∞ at (2, 0); everything else plain.
     spec.score_mod = Some(Expr::call(
@@ -405,11 +427,10 @@ fn random_inputs_are_deterministic_and_rounded() {
     let mut spec = Spec::new("r", 16, 4);
     spec.kv_heads = 2;
     spec.sinks = true;
-    spec.params = vec![
-        ParamDecl { name: "n".into(), ty: Ty::Int },
-        ParamDecl { name: "x".into(), ty: Ty::Float },
-    ];
-    spec.aux = vec![AuxDecl { name: "t".into(), dims: vec![AuxDim::Batch, AuxDim::MaxSeqlenK, AuxDim::Fixed(2)] }];
+    spec.params =
+        vec![ParamDecl { name: "n".into(), ty: Ty::Int }, ParamDecl { name: "x".into(), ty: Ty::Float }];
+    spec.aux =
+        vec![AuxDecl { name: "t".into(), dims: vec![AuxDim::Batch, AuxDim::MaxSeqlenK, AuxDim::Fixed(2)] }];
     for dtype in [DType::Bf16, DType::Fp16] {
         spec.dtype = dtype;
         let a = random_inputs(&spec, &[(7, 13), (2, 3)], 7);
@@ -521,7 +542,12 @@ fn mismatched_inputs_are_errors_not_panics() {
         let _ = reference_forward(&spec, &x);
     }
     // An empty batch is fine.
-    let empty = Inputs { seqs: vec![], params: vec![Value::Int(0)], aux: vec![AuxTensor { dims: vec![0], data: vec![] }], sinks: None };
+    let empty = Inputs {
+        seqs: vec![],
+        params: vec![Value::Int(0)],
+        aux: vec![AuxTensor { dims: vec![0], data: vec![] }],
+        sinks: None,
+    };
     assert_eq!(reference_forward(&spec, &empty).unwrap(), vec![]);
     let _ = Sequence::default();
 }
@@ -544,8 +570,7 @@ fn rounding_matches_brute_force_nearest() {
     for (mant, exp_bits, round) in [(7u32, 8u32, round_bf16 as fn(f64) -> f64), (10, 5, round_fp16)] {
         let max_e = (1u32 << exp_bits) - 1;
         // Non-negative finite values with their encodings (ascending).
-        let vals: Vec<(f64, u32)> =
-            (0..(max_e << mant)).map(|b| (decode(b, mant, exp_bits), b)).collect();
+        let vals: Vec<(f64, u32)> = (0..(max_e << mant)).map(|b| (decode(b, mant, exp_bits), b)).collect();
         assert!(vals.windows(2).all(|w| w[0].0 < w[1].0));
         let top = vals.last().unwrap().0;
         let ulp_top = top - vals[vals.len() - 2].0;
@@ -584,7 +609,10 @@ fn rounding_matches_brute_force_nearest() {
         }
         for x in xs {
             let (got, want) = (round(x), nearest(x));
-            assert!(got == want && got.is_sign_negative() == want.is_sign_negative(), "x = {x:e}: {got:e} vs {want:e}");
+            assert!(
+                got == want && got.is_sign_negative() == want.is_sign_negative(),
+                "x = {x:e}: {got:e} vs {want:e}"
+            );
         }
     }
 }
