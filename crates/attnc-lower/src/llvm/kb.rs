@@ -314,9 +314,11 @@ impl<'ctx> Kb<'ctx> {
         Ok(self.asm(ty, text, "=f,f", false, &[a.into()], n)?.into_float_value())
     }
 
-    /// A PTX comment marking a section of the kernel (survives into the PTX).
+    /// A PTX comment marking a section of the kernel (survives into the PTX). The
+    /// driver's PTX JIT rejects non-ASCII bytes, so `·`, `ᵀ` and the like are spelled
+    /// out in ASCII.
     pub fn section(&self, text: &str) -> R<()> {
-        self.asm_void(&format!("// {text}"), "", &[])
+        self.asm_void(&format!("// {}", ascii_comment(text)), "", &[])
     }
 
     /// An anonymous struct of `n` values of type `t` (multi-result asm).
@@ -437,6 +439,24 @@ impl<'ctx> Kb<'ctx> {
         self.b.build_return(None)?;
         Ok(())
     }
+}
+
+/// `text` with non-ASCII characters replaced by ASCII spellings (PTX must be ASCII).
+pub fn ascii_comment(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '·' | '×' => out.push('*'),
+            'ᵀ' => out.push_str("^T"),
+            '≤' => out.push_str("<="),
+            '≥' => out.push_str(">="),
+            '→' => out.push_str("->"),
+            '—' | '–' => out.push('-'),
+            c if c.is_ascii() && c != '\n' && c != '$' => out.push(c),
+            _ => out.push('?'),
+        }
+    }
+    out
 }
 
 /// The metadata type of an argument value (for asm function types).

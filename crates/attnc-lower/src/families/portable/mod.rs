@@ -50,3 +50,57 @@ pub fn compile(spec: &Spec, arch: Arch) -> Result<CompiledModule, LowerError> {
     let (llvm_ir, ptx) = emit_ptx(&kb.module, arch)?;
     Ok(CompiledModule { family: FamilyKind::Portable, arch, fallback_reason: None, kernels, llvm_ir, ptx })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use attnc_ir::{Align, KvLayout, Spec, SplitKv};
+
+    fn variants() -> Vec<Spec> {
+        let mut v = Vec::new();
+        let mut s = Spec::new("mha", 128, 4);
+        v.push(s.clone());
+        s.name = "causal_split".into();
+        s.mask.causal = Some(Align::BottomRight);
+        s.split_kv = SplitKv::Fixed(4);
+        s.lse = true;
+        v.push(s.clone());
+        let mut p = Spec::new("paged", 64, 8);
+        p.kv_heads = 2;
+        p.pack_gqa = true;
+        p.kv_layout = KvLayout::Paged { page_size: 1 };
+        p.sinks = true;
+        v.push(p);
+        v
+    }
+
+    #[test]
+    fn ptx_is_ascii_and_has_the_promised_instructions() {
+        for spec in variants() {
+            for arch in Arch::ALL {
+                let m = compile(&spec, arch).expect("compiles");
+                assert!(m.ptx.is_ascii(), "{}: the driver's PTX JIT rejects non-ASCII", spec.name);
+                for needle in ["mma.sync.aligned.m16n8k16", "ldmatrix.sync.aligned.m8n8.x4.shared.b16", "ldmatrix.sync.aligned.m8n8.x4.trans", "cp.async.cg.shared.global", "ex2.approx"] {
+                    assert!(m.ptx.contains(needle), "{} on {arch}: no {needle}", spec.name);
+                }
+                assert!(m.ptx.contains("// softmax"), "sections are marked");
+                let expected = if spec.split_kv == SplitKv::None { 1 } else { 2 };
+                assert_eq!(m.kernels.len(), expected);
+                for k in &m.kernels {
+                    assert!(m.ptx.contains(&format!(".entry {}", k.name)), "{}", k.name);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn smem_fits_every_arch_for_every_head_dim() {
+        for &(dqk, dv) in attnc_ir::spec::SUPPORTED_HEAD_DIMS {
+            let mut s = Spec::new("x", dqk, 4);
+            s.head_dim_v = dv;
+            for arch in Arch::ALL {
+                assert_eq!(unsupported_reason(&s, arch), None, "d={dqk}/{dv} on {arch}");
+            }
+        }
+    }
+}
