@@ -377,6 +377,11 @@ pub fn validate(spec: &Spec) -> Result<(), Vec<SpecError>> {
     if !(o.rescale_threshold.is_finite() && (0.0..=64.0).contains(&o.rescale_threshold)) {
         err(Field::Softmax, format!("rescale_threshold must be in [0, 64] (log2 units), found {}", o.rescale_threshold));
     }
+    // Conditional rescaling lets P grow up to 2^threshold before it is rounded to the
+    // element type for P·V; fp16 overflows past 2^15.
+    if spec.dtype == crate::spec::DType::Fp16 && o.rescale_threshold > 15.0 {
+        err(Field::Softmax, format!("rescale_threshold {} would overflow fp16 probabilities (at most 15 for fp16)", o.rescale_threshold));
+    }
     if errors.is_empty() {
         Ok(())
     } else {
