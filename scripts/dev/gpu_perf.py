@@ -3,8 +3,9 @@
 PyTorch's SDPA (flash backend) on the same inputs. Not the benchmark protocol's full
 matrix (that is `attnc bench`); a quick probe while tuning.
 
-Usage: python3 gpu_perf.py PTX KERNEL_JSON_DIR OUT_JSON
-where KERNEL_JSON_DIR/<case>/case.json describes the kernel (from the gpu_cases tool).
+Usage: python3 gpu_perf.py PTX META_JSON OUT_JSON [SEQLENS]
+   or: python3 gpu_perf.py --dir DIR OUT_JSON [SEQLENS]   (every DIR/<tag>.ptx + <tag>.json)
+META_JSON holds "kernels" (KernelInfo list), "d_qk" and "spec" or "causal".
 """
 import json
 import os
@@ -32,7 +33,24 @@ def time_it(fn, iters=20):
 
 
 def main():
+    if sys.argv[1] == "--dir":
+        d, out = sys.argv[2], sys.argv[3]
+        seqlens = [int(x) for x in sys.argv[4].split(",")] if len(sys.argv) > 4 else None
+        allr = []
+        for f in sorted(os.listdir(d)):
+            if f.endswith(".ptx"):
+                tag = f[:-4]
+                print("==", tag, flush=True)
+                allr.append(dict(tag=tag, results=probe(os.path.join(d, f), os.path.join(d, tag + ".json"), seqlens)))
+        json.dump(dict(device=torch.cuda.get_device_name(), configs=allr), open(out, "w"), indent=1)
+        return
     ptx, meta_path, out = sys.argv[1], sys.argv[2], sys.argv[3]
+    seqlens = [int(x) for x in sys.argv[4].split(",")] if len(sys.argv) > 4 else None
+    results = probe(ptx, meta_path, seqlens)
+    json.dump(dict(device=torch.cuda.get_device_name(), results=results), open(out, "w"), indent=1)
+
+
+def probe(ptx, meta_path, seqlens=None):
     meta = json.load(open(meta_path))
     kinfo = [k for k in meta["kernels"] if k["role"] == "forward"][0]
     mod = cp.RawModule(path=ptx)
@@ -40,9 +58,9 @@ def main():
     if kinfo["dynamic_smem_bytes"] > 48 * 1024:
         fn.max_dynamic_shared_size_bytes = kinfo["dynamic_smem_bytes"]
     d = meta["d_qk"]
-    causal = "causal" in meta["spec"]
+    causal = meta.get("causal", "causal" in meta["spec"])
     results = []
-    for seqlen in [1024, 2048, 4096, 8192, 16384]:
+    for seqlen in seqlens or [1024, 2048, 4096, 8192, 16384]:
         batch, heads = 32768 // seqlen, 2048 // d
         q = torch.randn(batch, seqlen, heads, d, device="cuda", dtype=torch.bfloat16)
         k = torch.randn_like(q); v = torch.randn_like(q)
@@ -70,7 +88,7 @@ def main():
                  sdpa_flash_ms=ms_ref, sdpa_flash_tflops=flops / ms_ref / 1e9, rel_l2_vs_sdpa=float(err))
         print(json.dumps(r), flush=True)
         results.append(r)
-    json.dump(dict(device=torch.cuda.get_device_name(), kernel=kinfo["name"], results=results), open(out, "w"), indent=1)
+    return results
 
 
 if __name__ == "__main__":

@@ -38,6 +38,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     std::fs::create_dir_all(out)?;
     let mut files: Vec<_> = std::fs::read_dir(&root)?.filter_map(|e| e.ok()).map(|e| e.path()).collect();
     files.sort();
+    if args.get(3).map(String::as_str) == Some("--perf-configs") {
+        return perf_configs(&root, out, arch);
+    }
     let mut index = Vec::new();
     for path in files.iter().filter(|p| p.extension().is_some_and(|e| e == "attn")) {
         let mut spec = attnc_dsl::parse_file(path).map_err(|d| d.to_string())?;
@@ -48,6 +51,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         spec.q_heads = spec.kv_heads * group;
         let module = compile(&spec, &CompileOptions { arch, family: FamilyChoice::Exactly(FamilyKind::Portable) })?;
         std::fs::write(out.join(format!("{}.ptx", spec.name)), &module.ptx)?;
+        if args.get(3).map(String::as_str) == Some("--ptx-only") {
+            continue;
+        }
         for (ci, (seqlens, splits)) in shapes(&spec).into_iter().enumerate() {
             let case = format!("{}_{ci}", spec.name);
             let dir = out.join(&case);
@@ -114,4 +120,23 @@ fn shapes(spec: &Spec) -> Vec<(Vec<(usize, usize)>, u32)> {
         KvLayout::Varlen => vec![(vec![(37, 37), (1, 120), (150, 150)], split)],
         KvLayout::Paged { .. } => vec![(vec![(1, 300), (1, 17)], split), (vec![(5, 1000), (5, 64)], 1), (vec![(3, 257)], 8)],
     }
+}
+
+/// Tuning mode: the prefill examples under several tile configurations, for
+/// `scripts/dev/gpu_perf.py`.
+fn perf_configs(root: &Path, out: &Path, arch: Arch) -> Result<(), Box<dyn std::error::Error>> {
+    use attnc_lower::families::portable::{compile_with_config, config::Config};
+    let configs = [(4, 1, 64), (4, 2, 64), (8, 1, 64), (4, 2, 32), (8, 1, 128), (4, 1, 128)];
+    for name in ["mha", "causal"] {
+        let spec = attnc_dsl::parse_file(&root.join(format!("{name}.attn"))).map_err(|d| d.to_string())?;
+        for (warps, m_tiles, block_n) in configs {
+            let cfg = Config { warps, m_tiles, block_n, stages: 2 };
+            let m = compile_with_config(&spec, arch, &cfg)?;
+            let tag = format!("{name}_w{warps}m{m_tiles}n{block_n}");
+            std::fs::write(out.join(format!("{tag}.ptx")), &m.ptx)?;
+            let meta = serde_json::json!({"spec": name, "d_qk": spec.head_dim_qk, "causal": spec.mask.causal.is_some(), "kernels": m.kernels});
+            std::fs::write(out.join(format!("{tag}.json")), serde_json::to_vec_pretty(&meta)?)?;
+        }
+    }
+    Ok(())
 }

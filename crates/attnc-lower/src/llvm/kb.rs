@@ -340,6 +340,16 @@ impl<'ctx> Kb<'ctx> {
         Ok(self.asm(ty, &format!("mov.u32 $0, %{reg};"), "=r", false, &[], name)?.into_int_value())
     }
 
+    /// `v` through an opaque (side-effecting) move, so LLVM cannot hoist what is derived
+    /// from it out of a loop. NVPTX's LICM does not weigh register pressure; per-chunk
+    /// address arithmetic hoisted out of the K/V loop would otherwise occupy dozens of
+    /// registers for the whole loop.
+    pub fn opaque_i32(&self, v: IntValue<'ctx>, name: &str) -> R<IntValue<'ctx>> {
+        let i = self.ctx.i32_type();
+        let ty = i.fn_type(&[i.into()], false);
+        Ok(self.asm(ty, "mov.b32 $0, $1;", "=r,r", true, &[v.into()], name)?.into_int_value())
+    }
+
     // ---------------------------------------------------------------- control flow
 
     /// `if cond { then() }`.

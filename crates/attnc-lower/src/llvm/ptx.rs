@@ -47,13 +47,15 @@ impl<'ctx> Kb<'ctx> {
     }
 
     /// `ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16`: four 8×8 b16 matrices, the
-    /// row addresses given by lanes 0–7, 8–15, 16–23, 24–31.
-    pub fn ldmatrix_x4(&self, smem_addr: IntValue<'ctx>, trans: bool, name: &str) -> R<[IntValue<'ctx>; 4]> {
+    /// row addresses given by lanes 0–7, 8–15, 16–23, 24–31, at `smem_addr + offset`.
+    /// The constant offset goes into the instruction's immediate so one base register
+    /// serves a whole tile (LLVM would otherwise hoist one register per address).
+    pub fn ldmatrix_x4(&self, smem_addr: IntValue<'ctx>, offset: i64, trans: bool, name: &str) -> R<[IntValue<'ctx>; 4]> {
         let i = self.ctx.i32_type();
         let ret = self.struct_of(i.into(), 4);
         let ty = ret.fn_type(&[i.into()], false);
         let text = format!(
-            "ldmatrix.sync.aligned.m8n8.x4{}.shared.b16 {{$0,$1,$2,$3}}, [$4];",
+            "ldmatrix.sync.aligned.m8n8.x4{}.shared.b16 {{$0,$1,$2,$3}}, [$4+{offset}];",
             if trans { ".trans" } else { "" }
         );
         let v = self.asm(ty, &text, "=r,=r,=r,=r,r,~{memory}", true, &[smem_addr.into()], name)?;
@@ -111,11 +113,15 @@ impl<'ctx> Kb<'ctx> {
         self.icmp(inkwell::IntPredicate::NE, v.into_int_value(), self.i32c(0), name)
     }
 
-    /// `ld.global.nc.b32` (read-only path) of an i32.
+    /// `ld.global.nc.b32` (read-only path) of an i32 that no kernel writes (metadata:
+    /// cu_seqlens, block tables, seqused_k, aux tensors). Emitted as a pure asm so LLVM
+    /// can merge repeated reads of one address (e.g. `doc[b, q]` evaluated for every
+    /// key of a row). Callers must only pass addresses that are valid whether or not the
+    /// surrounding code runs (clamped indices), since a pure read may be moved.
     pub fn ld_global_i32(&self, addr: IntValue<'ctx>, name: &str) -> R<IntValue<'ctx>> {
         let i = self.ctx.i32_type();
         let ty = i.fn_type(&[self.ctx.i64_type().into()], false);
-        Ok(self.asm(ty, "ld.global.nc.b32 $0, [$1];", "=r,l,~{memory}", true, &[addr.into()], name)?.into_int_value())
+        Ok(self.asm(ty, "ld.global.nc.b32 $0, [$1];", "=r,l", false, &[addr.into()], name)?.into_int_value())
     }
     pub fn ld_global_f32(&self, addr: IntValue<'ctx>, name: &str) -> R<FloatValue<'ctx>> {
         let f = self.ctx.f32_type();

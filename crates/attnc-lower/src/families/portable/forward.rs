@@ -53,11 +53,10 @@ struct Fwd<'a, 'ctx> {
     v_st: Strides<'ctx>,
     hkv: IntValue<'ctx>,
     tid: IntValue<'ctx>,
-    lane: IntValue<'ctx>,
-    /// `lane % 4`: the column pair a thread holds in an accumulator fragment.
-    quad_col: IntValue<'ctx>,
+    head_idx: IntValue<'ctx>,
+    row0: IntValue<'ctx>,
+    rows_total: IntValue<'ctx>,
     smem: IntValue<'ctx>,
-    rows: Vec<RowInfo<'ctx>>,
     /// Tile ranges shared by the classification: all but k.
     tile_q: (IntValue<'ctx>, IntValue<'ctx>),
     tile_h: (IntValue<'ctx>, IntValue<'ctx>),
@@ -108,23 +107,6 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         kb.return_if(nothing, "cta_out_of_range")?;
 
         let hkv = if pack { head_idx } else { kb.udiv(head_idx, g, "hkv")? };
-        let lane = kb.and(tid, kb.i32c(31), "lane")?;
-        let warp = kb.udiv(tid, kb.i32c(32), "warp")?;
-        let quad_row = kb.udiv(lane, kb.i32c(4), "quad_row")?;
-        let quad_col = kb.and(lane, kb.i32c(3), "quad_col")?;
-
-        // The rows this thread holds in accumulators: (m tile, half) → row g or g + 8.
-        let mut rows = Vec::new();
-        let warp_row0 = kb.mul(warp, kb.i32c(16 * cfg.m_tiles as i64), "")?;
-        for mt in 0..cfg.m_tiles {
-            for half in 0..2 {
-                let local = kb.add(warp_row0, kb.add(quad_row, kb.i32c((mt * 16 + half * 8) as i64), "")?, "")?;
-                let r = kb.add(row0, local, &format!("row{mt}{half}"))?;
-                let (q, h) = packed_row(kb, pack, group, r, head_idx, hkv)?;
-                let valid = kb.icmp(IntPredicate::SLT, r, rows_total, "row_valid")?;
-                rows.push(RowInfo { q, h, valid });
-            }
-        }
         // The tile's q and h ranges for classification.
         let last_row = kb.sub(kb.smin(kb.add(row0, kb.i32c(cfg.block_m() as i64), "")?, rows_total, "")?, kb.i32c(1), "")?;
         let (tile_q, tile_h) = if pack {
@@ -157,7 +139,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         }
         let mut row_max = Vec::new();
         let mut row_sum = Vec::new();
-        for (i, _) in rows.iter().enumerate() {
+        for i in 0..(2 * cfg.m_tiles) as usize {
             row_max.push(kb.slot_f32(&format!("row_max{i}"), kb.f32c(f64::NEG_INFINITY))?);
             row_sum.push(kb.slot_f32(&format!("row_sum{i}"), kb.f32c(0.0))?);
         }
@@ -172,10 +154,10 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             v_st,
             hkv,
             tid,
-            lane,
-            quad_col,
+            head_idx,
+            row0,
+            rows_total,
             smem,
-            rows,
             tile_q,
             tile_h,
             o_acc,
@@ -186,6 +168,34 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
 
     fn o_slot(&self, mt: u32, dt: u32, e: u32) -> Slot<'ctx> {
         self.o_acc[((mt * (self.spec.head_dim_v / 8) + dt) * 4 + e) as usize]
+    }
+
+    /// The rows this thread holds in accumulators, (m tile, half) → quad row g or
+    /// g + 8, derived from `tid` where they are needed (recomputing a few integer ops
+    /// beats keeping them live across the K/V loop).
+    fn thread_rows(&self, kb: &Kb<'ctx>, tid: IntValue<'ctx>) -> R<Vec<RowInfo<'ctx>>> {
+        let spec = self.spec;
+        let group = spec.group_size() as i64;
+        let lane = kb.and(tid, kb.i32c(31), "lane")?;
+        let warp = kb.udiv(tid, kb.i32c(32), "warp")?;
+        let quad_row = kb.udiv(lane, kb.i32c(4), "quad_row")?;
+        let warp_row0 = kb.mul(warp, kb.i32c(16 * self.cfg.m_tiles as i64), "")?;
+        let mut rows = Vec::new();
+        for mt in 0..self.cfg.m_tiles {
+            for half in 0..2 {
+                let local = kb.add(warp_row0, kb.add(quad_row, kb.i32c((mt * 16 + half * 8) as i64), "")?, "")?;
+                let r = kb.add(self.row0, local, &format!("row{mt}{half}"))?;
+                let (q, h) = packed_row(kb, spec.pack_gqa, group, r, self.head_idx, self.hkv)?;
+                let valid = kb.icmp(IntPredicate::SLT, r, self.rows_total, "row_valid")?;
+                rows.push(RowInfo { q, h, valid });
+            }
+        }
+        Ok(rows)
+    }
+
+    /// `lane % 4`: the column pair a thread holds in an accumulator fragment.
+    fn quad_col(&self, kb: &Kb<'ctx>, tid: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+        kb.and(tid, kb.i32c(3), "quad_col")
     }
 
     fn run(&mut self, kb: &mut Kb<'ctx>) -> R<()> {
@@ -378,6 +388,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         let cfg = self.cfg;
         let bn = cfg.block_n as i64;
         let n0 = kb.mul(tile, kb.i32c(bn), "")?;
+        let tid = kb.opaque_i32(self.tid, "tid_kv")?;
         for (which, d) in [("k", spec.head_dim_qk), ("v", spec.head_dim_v)] {
             let chunks_per_row = d / 8;
             let total = cfg.block_n * chunks_per_row;
@@ -393,7 +404,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                 &format!("{which}_stage_base"),
             )?;
             for it in 0..total.div_ceil(cfg.threads()) {
-                let c = kb.add(self.tid, kb.i32c((it * cfg.threads()) as i64), "kv_chunk")?;
+                let c = kb.add(tid, kb.i32c((it * cfg.threads()) as i64), "kv_chunk")?;
                 let guard = if (it + 1) * cfg.threads() > total { Some(kb.icmp(IntPredicate::SLT, c, kb.i32c(total as i64), "")?) } else { None };
                 let body = |kb: &mut Kb<'ctx>| -> R<()> {
                     let row = kb.udiv(c, kb.i32c(chunks_per_row as i64), "")?;
@@ -432,11 +443,12 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         let cfg = self.cfg;
         let mt_n = cfg.m_tiles;
         let n_tiles8 = cfg.block_n / 8;
-        let lane = self.lane;
+        let tid = kb.opaque_i32(self.tid, "tid_tile")?;
+        let lane = kb.and(tid, kb.i32c(31), "")?;
         let l8 = kb.and(lane, kb.i32c(7), "")?;
         let l8_bit = kb.and(kb.udiv(lane, kb.i32c(8), "")?, kb.i32c(1), "")?;
         let l16 = kb.udiv(lane, kb.i32c(16), "")?;
-        let warp = kb.udiv(self.tid, kb.i32c(32), "")?;
+        let warp = kb.udiv(tid, kb.i32c(32), "")?;
 
         // ---- S = Q·Kᵀ
         kb.section(if masked { "tcore S = Q·Kᵀ (mma.sync m16n8k16), masked tile" } else { "tcore S = Q·Kᵀ (mma.sync m16n8k16)" })?;
@@ -462,12 +474,10 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         for kk in 0..spec.head_dim_qk / 16 {
             let mut a = Vec::new();
             for mt in 0..mt_n {
-                let addr = kb.add(q_lane, kb.i32c((mt as i64 * 16 * rbq) + kk as i64 * 32), "")?;
-                a.push(kb.ldmatrix_x4(addr, false, "q_frag")?);
+                a.push(kb.ldmatrix_x4(q_lane, mt as i64 * 16 * rbq + kk as i64 * 32, false, "q_frag")?);
             }
             for np in 0..n_tiles8 / 2 {
-                let addr = kb.add(k_lane, kb.i32c(np as i64 * 16 * rbq + kk as i64 * 32), "")?;
-                let bk = kb.ldmatrix_x4(addr, false, "k_frag")?;
+                let bk = kb.ldmatrix_x4(k_lane, np as i64 * 16 * rbq + kk as i64 * 32, false, "k_frag")?;
                 for mt in 0..mt_n as usize {
                     let n = 2 * np as usize;
                     s[mt][n] = kb.mma_m16n8k16(spec.dtype, a[mt], [bk[0], bk[1]], s[mt][n], "s")?;
@@ -480,22 +490,24 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         kb.section("softmax (online, exp2 domain)")?;
         let scale = spec.scale_value();
         let opts = spec.softmax;
-        let col_base = kb.add(n0, kb.mul(self.quad_col, kb.i32c(2), "")?, "")?;
+        let col_base = kb.add(n0, kb.mul(self.quad_col(kb, tid)?, kb.i32c(2), "")?, "")?;
+        let rows = if masked || spec.score_mod.is_some() { self.thread_rows(kb, tid)? } else { Vec::new() };
         // Scores in log2 units, masked to -inf.
         for mt in 0..mt_n as usize {
             for half in 0..2usize {
                 let ri = mt * 2 + half;
-                let row = self.rows[ri];
+                let row = rows.get(ri).copied();
                 for nt in 0..n_tiles8 as usize {
                     for e in 0..2usize {
                         let idx = half * 2 + e;
                         let raw = s[mt][nt][idx];
                         let col = kb.add(col_base, kb.i32c((nt * 8 + e) as i64), "k_pos")?;
+                        let (rq, rh) = row.map(|r| (r.q, r.h)).unwrap_or((col, col));
                         let vars = ElemVars {
                             b: self.bv.b,
-                            h: row.h,
+                            h: rh,
                             hkv: self.hkv,
-                            q: row.q,
+                            q: rq,
                             k: col,
                             seqlen_q: self.bv.seqlen_q,
                             seqlen_k: self.bv.seqlen_k,
@@ -645,8 +657,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                 ]);
             }
             for dp in 0..(spec.head_dim_v / 16) as usize {
-                let addr = kb.add(v_lane, kb.i32c(j as i64 * 16 * rbv + dp as i64 * 32), "")?;
-                let bv = kb.ldmatrix_x4(addr, true, "v_frag")?;
+                let bv = kb.ldmatrix_x4(v_lane, j as i64 * 16 * rbv + dp as i64 * 32, true, "v_frag")?;
                 for mt in 0..mt_n as usize {
                     o[mt][2 * dp] = kb.mma_m16n8k16(spec.dtype, a[mt], [bv[0], bv[1]], o[mt][2 * dp], "o")?;
                     o[mt][2 * dp + 1] = kb.mma_m16n8k16(spec.dtype, a[mt], [bv[2], bv[3]], o[mt][2 * dp + 1], "o")?;
@@ -676,10 +687,13 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         let lse_base = self.args.int("lse")?;
         let lse_sb = self.args.int("lse_stride_batch")?;
         let lse_sh = self.args.int("lse_stride_head")?;
+        let tid = kb.opaque_i32(self.tid, "tid_epilogue")?;
+        let rows = self.thread_rows(kb, tid)?;
+        let quad_col = self.quad_col(kb, tid)?;
         for mt in 0..cfg.m_tiles {
             for half in 0..2u32 {
                 let ri = (mt * 2 + half) as usize;
-                let row = self.rows[ri];
+                let row = rows[ri];
                 let l = kb.get_f(self.row_sum[ri], "")?;
                 let l = kb.fadd(l, kb.shfl_xor_f32(l, 1, "")?, "")?;
                 let l = kb.fadd(l, kb.shfl_xor_f32(l, 2, "")?, "l_total")?;
@@ -708,7 +722,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                     kb.if_else(
                         is_split,
                         "store_partial",
-                        |kb| self.store_partial(kb, mt, half, row, o_scale, lse),
+                        |kb| self.store_partial(kb, mt, half, row, quad_col, o_scale, lse),
                         |kb| {
                             // Final O in the element type.
                             let off = q_row_offset(kb, &self.bv, &o_st, row.q, row.h)?;
@@ -717,12 +731,12 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                                 let x0 = kb.fmul(kb.get_f(self.o_slot(mt, dt, half * 2), "")?, o_scale, "")?;
                                 let x1 = kb.fmul(kb.get_f(self.o_slot(mt, dt, half * 2 + 1), "")?, o_scale, "")?;
                                 let packed = kb.pack_half2(spec.dtype, x0, x1, "o_pair")?;
-                                let col = kb.add(kb.mul(self.quad_col, kb.i32c(2), "")?, kb.i32c(dt as i64 * 8), "")?;
+                                let col = kb.add(kb.mul(quad_col, kb.i32c(2), "")?, kb.i32c(dt as i64 * 8), "")?;
                                 let addr = kb.add(row_addr, kb.mul(kb.zext64(col, "")?, kb.i64c(2), "")?, "")?;
                                 kb.st_global_b32(addr, packed)?;
                             }
                             if spec.lse {
-                                let first_lane = kb.icmp(IntPredicate::EQ, self.quad_col, kb.i32c(0), "")?;
+                                let first_lane = kb.icmp(IntPredicate::EQ, quad_col, kb.i32c(0), "")?;
                                 kb.if_then(first_lane, "store_lse", |kb| {
                                     let off = self.lse_offset(kb, lse_sb, lse_sh, row)?;
                                     let addr = kb.add(lse_base, kb.mul(off, kb.i64c(4), "")?, "")?;
@@ -778,6 +792,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         mt: u32,
         half: u32,
         row: RowInfo<'ctx>,
+        quad_col: IntValue<'ctx>,
         o_scale: FloatValue<'ctx>,
         lse: FloatValue<'ctx>,
     ) -> R<()> {
@@ -798,11 +813,11 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         for dt in 0..spec.head_dim_v / 8 {
             let x0 = kb.fmul(kb.get_f(self.o_slot(mt, dt, half * 2), "")?, o_scale, "")?;
             let x1 = kb.fmul(kb.get_f(self.o_slot(mt, dt, half * 2 + 1), "")?, o_scale, "")?;
-            let col = kb.add(kb.mul(self.quad_col, kb.i32c(2), "")?, kb.i32c(dt as i64 * 8), "")?;
+            let col = kb.add(kb.mul(quad_col, kb.i32c(2), "")?, kb.i32c(dt as i64 * 8), "")?;
             let addr = kb.add(row_addr, kb.mul(kb.zext64(col, "")?, kb.i64c(4), "")?, "")?;
             kb.st_global_v2_f32(addr, x0, x1)?;
         }
-        let first_lane = kb.icmp(IntPredicate::EQ, self.quad_col, kb.i32c(0), "")?;
+        let first_lane = kb.icmp(IntPredicate::EQ, quad_col, kb.i32c(0), "")?;
         let lse_part = self.args.int("lse_partial")?;
         kb.if_then(first_lane, "store_lse_partial", |kb| {
             let addr = kb.add(lse_part, kb.mul(idx, kb.i64c(4), "")?, "")?;

@@ -23,7 +23,7 @@ use inkwell::context::Context;
 /// Why this family cannot compile `spec`, or `None`. It covers the whole IR; the only
 /// limit is shared memory per CTA.
 pub fn unsupported_reason(spec: &Spec, arch: Arch) -> Option<String> {
-    let cfg = Config::for_spec(spec);
+    let cfg = Config::for_spec(spec, arch);
     let smem = cfg.smem_bytes(spec);
     if smem > arch.max_smem_per_block() {
         return Some(format!(
@@ -40,9 +40,16 @@ pub fn kernel_name(spec: &Spec, what: &str) -> String {
 }
 
 pub fn compile(spec: &Spec, arch: Arch) -> Result<CompiledModule, LowerError> {
+    compile_with_config(spec, arch, &Config::for_spec(spec, arch))
+}
+
+/// Compiles with an explicit tile configuration (for tuning; `compile` picks the
+/// measured default).
+pub fn compile_with_config(spec: &Spec, arch: Arch, cfg: &Config) -> Result<CompiledModule, LowerError> {
+    cfg.check(spec).map_err(|reason| LowerError::Unsupported { family: FamilyKind::Portable, arch, reason })?;
     let ctx = Context::create();
     let mut kb = Kb::new(&ctx, &format!("attnc_{}", spec.name));
-    let cfg = Config::for_spec(spec);
+    let cfg = cfg.clone();
     let mut kernels = vec![forward::build(&mut kb, spec, &cfg, &kernel_name(spec, "fwd"))?];
     if spec.split_kv != SplitKv::None {
         kernels.push(combine::build(&mut kb, spec, &kernel_name(spec, "combine"))?);
