@@ -1,1 +1,52 @@
-//! attnc-runtime.
+//! attnc-runtime: the JIT runtime of attnc.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use attnc_runtime::{ElemType, Params, Runtime};
+//! let rt = Runtime::new(0)?; // device 0; CUDA is loaded at run time
+//! let mut spec = attnc_ir::Spec::new("causal", 128, 16);
+//! spec.mask.causal = Some(attnc_ir::Align::TopLeft);
+//! let kernel = rt.kernel(&spec)?; // compiled once, cached in memory and on disk
+//! let (b, s) = (2, 1024);
+//! let q = rt.alloc(ElemType::Bf16, &[b, s, 16, 128])?;
+//! let k = rt.alloc(ElemType::Bf16, &[b, s, 16, 128])?;
+//! let v = rt.alloc(ElemType::Bf16, &[b, s, 16, 128])?;
+//! let mut out = rt.alloc(ElemType::Bf16, &[b, s, 16, 128])?;
+//! let receipt = kernel.forward(&q, &k, &v, &mut out, &Params::default())?;
+//! println!("{receipt}"); // which family ran, its config, fallback reason if any
+//! # Ok(()) }
+//! ```
+//!
+//! - [`cache`]: the memory + disk artifact cache (generic; CPU-tested);
+//! - [`cuda`]: the driver layer (context, stream, memory, modules, launches, events);
+//! - [`jit`]: spec → PTX → cubin → module, cache keys and payloads;
+//! - [`tensor`]: device tensors, views, descriptors;
+//! - [`validate`]: launch validation (descriptor-level; CPU-tested);
+//! - [`split`]: the split-KV heuristic;
+//! - [`runtime`]: [`Runtime`], [`Kernel`], [`Params`];
+//! - [`receipt`]: [`Receipt`];
+//! - [`selftest`], [`bench`]: the library halves of `attnc selftest` and `attnc bench`.
+
+pub mod bench;
+pub mod cache;
+pub mod cuda;
+pub mod error;
+pub mod hash;
+pub mod jit;
+pub mod receipt;
+pub mod runtime;
+pub mod selftest;
+pub mod split;
+pub mod tensor;
+pub mod validate;
+
+pub use cache::{CacheConfig, CacheSource, CacheStats};
+pub use cuda::{driver_present, DeviceInfo};
+pub use error::{RuntimeError, ValidationError};
+pub use receipt::{KernelConfig, Receipt, Timings};
+pub use runtime::{Kernel, Params, Runtime};
+pub use tensor::{ElemType, Element, IndexTensor, Tensor, TensorDesc};
+pub use validate::{LaunchPlan, ParamValue};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,467 @@
+//! The CUDA driver layer (cudarc, loaded at run time): device context and stream, device
+//! memory, modules (PTX → cubin → module with the JIT's logs), launches and events.
+//!
+//! cudarc's `dynamic-loading` opens libcuda on first use and panics when it is missing;
+//! [`Gpu::open`] checks for the library first and also turns any panic of the driver
+//! bindings into an error, so a machine without a driver gets
+//! [`RuntimeError::NoDriver`], never a crash.
+
+use crate::error::RuntimeError;
+use crate::validate::ArgValue;
+use cudarc::driver::sys::{self, CUresult};
+use cudarc::driver::{result, CudaContext, CudaEvent, CudaStream};
+use serde::Serialize;
+use std::ffi::{c_void, CString};
+use std::sync::Arc;
+
+/// Is libcuda loadable on this machine?
+pub fn driver_present() -> bool {
+    // SAFETY: only tries to dlopen the library names.
+    unsafe { sys::is_culib_present() }
+}
+
+fn code_name(r: CUresult) -> String {
+    let e = result::DriverError(r);
+    e.error_name().map(|c| c.to_string_lossy().into_owned()).unwrap_or_else(|_| format!("{r:?}"))
+}
+
+fn code_message(r: CUresult) -> String {
+    let e = result::DriverError(r);
+    e.error_string().map(|c| c.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// A driver result as a runtime error naming the call.
+pub(crate) fn check(call: &str, r: CUresult) -> Result<(), RuntimeError> {
+    if r == CUresult::CUDA_SUCCESS {
+        return Ok(());
+    }
+    Err(RuntimeError::Cuda { call: call.into(), code: code_name(r), message: code_message(r) })
+}
+
+pub(crate) fn drv(call: &str, e: result::DriverError) -> RuntimeError {
+    RuntimeError::Cuda { call: call.into(), code: code_name(e.0), message: code_message(e.0) }
+}
+
+/// What the runtime knows about its device.
+#[derive(Clone, Debug, Serialize)]
+pub struct DeviceInfo {
+    pub ordinal: usize,
+    pub name: String,
+    pub compute_capability: (i32, i32),
+    /// The arch attnc compiles for (`sm_90a` on an H100).
+    pub arch: String,
+    pub sm_count: u32,
+    /// Opt-in maximum of dynamic shared memory per block, bytes.
+    pub max_smem_per_block: u32,
+    pub l2_bytes: u64,
+    pub total_mem_bytes: u64,
+    /// `cuDriverGetVersion`, e.g. 13000 for CUDA 13.0.
+    pub driver_version: i32,
+    pub sm_clock_khz: i32,
+    pub mem_clock_khz: i32,
+    pub mem_bus_width_bits: i32,
+}
+
+/// A device context with the runtime's stream. Every launch and copy of a runtime goes
+/// through this one stream, in order.
+pub struct Gpu {
+    pub(crate) ctx: Arc<CudaContext>,
+    pub(crate) stream: Arc<CudaStream>,
+    pub info: DeviceInfo,
+    pub(crate) arch: attnc_lower::Arch,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Gpu({} #{})", self.info.name, self.info.ordinal)
+    }
+}
+
+fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_else(|| "unknown panic".into())
+}
+
+/// Runs driver code, turning a panic of the bindings (missing library or symbol) into an error.
+pub(crate) fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T, RuntimeError>) -> Result<T, RuntimeError> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(p) => Err(RuntimeError::NoDriver(format!("{what}: {}", panic_text(p)))),
+    }
+}
+
+impl Gpu {
+    /// Opens device `ordinal`: loads libcuda, retains the primary context, creates a stream.
+    pub fn open(ordinal: usize) -> Result<Gpu, RuntimeError> {
+        if !driver_present() {
+            return Err(RuntimeError::NoDriver(
+                "libcuda.so could not be loaded (no NVIDIA driver installed, or it is not on the library path)".into(),
+            ));
+        }
+        guarded("opening the CUDA device", || Gpu::open_inner(ordinal))
+    }
+
+    fn open_inner(ordinal: usize) -> Result<Gpu, RuntimeError> {
+        result::init().map_err(|e| RuntimeError::NoDevice { ordinal, detail: format!("cuInit: {}", code_name(e.0)) })?;
+        let count = result::device::get_count().map_err(|e| drv("cuDeviceGetCount", e))?;
+        if ordinal >= count.max(0) as usize {
+            return Err(RuntimeError::NoDevice { ordinal, detail: format!("this machine has {count} CUDA device(s)") });
+        }
+        let ctx = CudaContext::new(ordinal).map_err(|e| RuntimeError::NoDevice { ordinal, detail: format!("{}: {}", code_name(e.0), code_message(e.0)) })?;
+        let attr = |a: sys::CUdevice_attribute| ctx.attribute(a).map_err(|e| drv("cuDeviceGetAttribute", e));
+        use sys::CUdevice_attribute as A;
+        let cc = (attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?, attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?);
+        let name = ctx.name().map_err(|e| drv("cuDeviceGetName", e))?;
+        let arch = attnc_lower::Arch::from_compute_capability(cc.0.max(0) as u32, cc.1.max(0) as u32)
+            .ok_or_else(|| RuntimeError::UnsupportedDevice { name: name.clone(), major: cc.0, minor: cc.1 })?;
+        let mut driver_version = 0i32;
+        // SAFETY: writes one int.
+        check("cuDriverGetVersion", unsafe { sys::cuDriverGetVersion(&mut driver_version) })?;
+        let info = DeviceInfo {
+            ordinal,
+            name,
+            compute_capability: cc,
+            arch: arch.name().to_string(),
+            sm_count: attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(1) as u32,
+            max_smem_per_block: attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?.max(0) as u32,
+            l2_bytes: attr(A::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)?.max(0) as u64,
+            total_mem_bytes: ctx.total_mem().map_err(|e| drv("cuDeviceTotalMem", e))? as u64,
+            driver_version,
+            sm_clock_khz: attr(A::CU_DEVICE_ATTRIBUTE_CLOCK_RATE).unwrap_or(0),
+            mem_clock_khz: attr(A::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE).unwrap_or(0),
+            mem_bus_width_bits: attr(A::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH).unwrap_or(0),
+        };
+        let stream = ctx.new_stream().map_err(|e| drv("cuStreamCreate", e))?;
+        // The runtime orders all work on its one stream and manages its own buffers, so
+        // cudarc's per-buffer event tracking is not needed.
+        // SAFETY: no cudarc CudaSlice is used by the runtime.
+        unsafe { ctx.disable_event_tracking() };
+        Ok(Gpu { ctx, stream, info, arch })
+    }
+
+    pub(crate) fn bind(&self) -> Result<(), RuntimeError> {
+        self.ctx.bind_to_thread().map_err(|e| drv("cuCtxSetCurrent", e))
+    }
+
+    fn cu_stream(&self) -> sys::CUstream {
+        self.stream.cu_stream()
+    }
+
+    /// Allocates `bytes` (at least 256, so no allocation is empty; base addresses are
+    /// 256-byte aligned).
+    pub fn alloc_bytes(&self, bytes: usize) -> Result<Arc<DeviceBuffer>, RuntimeError> {
+        self.bind()?;
+        // SAFETY: plain allocation in the bound context.
+        let ptr = unsafe { result::malloc_sync(bytes.max(256)) }.map_err(|e| drv(&format!("cuMemAlloc({bytes} bytes)"), e))?;
+        Ok(Arc::new(DeviceBuffer { ptr, bytes, ordinal: self.info.ordinal, ctx: self.ctx.clone() }))
+    }
+
+    /// Host → device, then waits for the copy.
+    pub fn htod(&self, dst: u64, src: &[u8]) -> Result<(), RuntimeError> {
+        if src.is_empty() {
+            return Ok(());
+        }
+        self.bind()?;
+        // SAFETY: `dst` holds `src.len()` bytes (checked by callers); waits before `src` can move.
+        unsafe { result::memcpy_htod_async(dst, src, self.cu_stream()) }.map_err(|e| drv("cuMemcpyHtoDAsync", e))?;
+        self.synchronize()
+    }
+
+    /// Device → host, waiting for the stream's earlier work and the copy.
+    pub fn dtoh(&self, dst: &mut [u8], src: u64) -> Result<(), RuntimeError> {
+        if dst.is_empty() {
+            return Ok(());
+        }
+        self.bind()?;
+        // SAFETY: `src` holds `dst.len()` bytes (checked by callers); waits before returning.
+        unsafe { result::memcpy_dtoh_async(dst, src, self.cu_stream()) }.map_err(|e| drv("cuMemcpyDtoHAsync", e))?;
+        self.synchronize()
+    }
+
+    /// Device → device on the stream (asynchronous).
+    pub fn dtod(&self, dst: u64, src: u64, bytes: usize) -> Result<(), RuntimeError> {
+        self.bind()?;
+        // SAFETY: both ranges hold `bytes` (checked by callers).
+        check("cuMemcpyDtoDAsync", unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, self.cu_stream()) })
+    }
+
+    /// Fills `n` 32-bit words at `dst` with `value` (asynchronous).
+    pub fn memset_d32(&self, dst: u64, value: u32, n: usize) -> Result<(), RuntimeError> {
+        self.bind()?;
+        // SAFETY: `dst` holds `n` words (checked by callers).
+        check("cuMemsetD32Async", unsafe { sys::cuMemsetD32Async(dst, value, n, self.cu_stream()) })
+    }
+
+    /// Fills `n` 16-bit words (asynchronous).
+    pub fn memset_d16(&self, dst: u64, value: u16, n: usize) -> Result<(), RuntimeError> {
+        self.bind()?;
+        // SAFETY: `dst` holds `n` half-words (checked by callers).
+        check("cuMemsetD16Async", unsafe { sys::cuMemsetD16Async(dst, value, n, self.cu_stream()) })
+    }
+
+    /// Waits for everything queued on the runtime's stream; reports asynchronous kernel
+    /// faults.
+    pub fn synchronize(&self) -> Result<(), RuntimeError> {
+        self.bind()?;
+        self.stream.synchronize().map_err(|e| drv("cuStreamSynchronize", e))
+    }
+
+    /// A timing event.
+    pub fn event(&self) -> Result<CudaEvent, RuntimeError> {
+        self.ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(|e| drv("cuEventCreate", e))
+    }
+    pub fn record(&self, ev: &CudaEvent) -> Result<(), RuntimeError> {
+        ev.record(&self.stream).map_err(|e| drv("cuEventRecord", e))
+    }
+    /// Milliseconds between two recorded events (waits for the second).
+    pub fn elapsed_ms(&self, a: &CudaEvent, b: &CudaEvent) -> Result<f32, RuntimeError> {
+        a.elapsed_ms(b).map_err(|e| drv("cuEventElapsedTime", e))
+    }
+
+    /// Launches `f` on the runtime's stream with `args` in ABI order.
+    pub fn launch(&self, f: &Function, grid: [u32; 3], block: u32, smem: u32, args: &[ArgValue]) -> Result<(), RuntimeError> {
+        #[repr(C, align(8))]
+        #[derive(Clone, Copy)]
+        struct Slot([u8; 8]);
+        let mut slots: Vec<Slot> = args
+            .iter()
+            .map(|a| {
+                let mut s = [0u8; 8];
+                match *a {
+                    ArgValue::Ptr(p) => s.copy_from_slice(&p.to_ne_bytes()),
+                    ArgValue::I64(v) => s.copy_from_slice(&v.to_ne_bytes()),
+                    ArgValue::I32(v) => s[..4].copy_from_slice(&v.to_ne_bytes()),
+                    ArgValue::F32(v) => s[..4].copy_from_slice(&v.to_ne_bytes()),
+                }
+                Slot(s)
+            })
+            .collect();
+        let mut ptrs: Vec<*mut c_void> = slots.iter_mut().map(|s| s.0.as_mut_ptr() as *mut c_void).collect();
+        self.bind()?;
+        // SAFETY: `f` is a live function of a loaded module; one pointer per parameter, each
+        // to a value of the parameter's size; the slots outlive the call (the driver copies
+        // the values at launch).
+        unsafe {
+            result::launch_kernel(f.f, (grid[0], grid[1], grid[2]), (block, 1, 1), smem, self.cu_stream(), &mut ptrs)
+        }
+        .map_err(|e| drv(&format!("cuLaunchKernel({})", f.name), e))
+    }
+}
+
+/// A device allocation, freed on drop.
+pub struct DeviceBuffer {
+    pub(crate) ptr: u64,
+    pub(crate) bytes: usize,
+    pub(crate) ordinal: usize,
+    ctx: Arc<CudaContext>,
+}
+
+impl std::fmt::Debug for DeviceBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DeviceBuffer({:#x}, {} bytes)", self.ptr, self.bytes)
+    }
+}
+
+impl DeviceBuffer {
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: allocated by `alloc_bytes`, freed once. cuMemFree synchronizes with
+            // work that may still use the buffer.
+            let _ = unsafe { result::free_sync(self.ptr) };
+        }
+    }
+}
+
+/// A loaded module, unloaded on drop.
+pub struct Module {
+    module: sys::CUmodule,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: driver module handles may be used from any thread (with the context bound).
+unsafe impl Send for Module {}
+unsafe impl Sync for Module {}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: loaded by `load_module`, unloaded once.
+            let _ = unsafe { sys::cuModuleUnload(self.module) };
+        }
+    }
+}
+
+/// A kernel of a [`Module`] (keep the module alive while using it).
+#[derive(Clone, Debug)]
+pub struct Function {
+    pub(crate) f: sys::CUfunction,
+    pub name: String,
+}
+
+// SAFETY: as for Module.
+unsafe impl Send for Function {}
+unsafe impl Sync for Function {}
+
+impl Module {
+    pub fn function(&self, name: &str) -> Result<Function, RuntimeError> {
+        let c = CString::new(name).map_err(|_| RuntimeError::Abi(format!("kernel name `{name}` has a NUL")))?;
+        let mut f: sys::CUfunction = std::ptr::null_mut();
+        // SAFETY: live module, NUL-terminated name.
+        check(&format!("cuModuleGetFunction({name})"), unsafe { sys::cuModuleGetFunction(&mut f, self.module, c.as_ptr()) })?;
+        Ok(Function { f, name: name.to_string() })
+    }
+}
+
+impl Function {
+    /// Allows `bytes` of dynamic shared memory (needed above 48 KiB).
+    pub fn set_max_dynamic_smem(&self, bytes: u32) -> Result<(), RuntimeError> {
+        // SAFETY: live function.
+        check(
+            &format!("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES = {bytes}, {})", self.name),
+            unsafe {
+                sys::cuFuncSetAttribute(self.f, sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes as i32)
+            },
+        )
+    }
+    /// Registers per thread, from the loaded code.
+    pub fn num_regs(&self) -> Option<i32> {
+        let mut v = 0i32;
+        // SAFETY: live function, writes one int.
+        let r = unsafe { sys::cuFuncGetAttribute(&mut v, sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NUM_REGS, self.f) };
+        (r == CUresult::CUDA_SUCCESS).then_some(v)
+    }
+}
+
+const LOG_BYTES: usize = 64 * 1024;
+
+/// Log buffers and the option arrays that point at them.
+struct JitLogs {
+    error: Vec<u8>,
+    info: Vec<u8>,
+    opts: Vec<sys::CUjit_option>,
+    vals: Vec<*mut c_void>,
+}
+
+impl JitLogs {
+    fn new() -> JitLogs {
+        let mut l = JitLogs { error: vec![0u8; LOG_BYTES], info: vec![0u8; LOG_BYTES], opts: Vec::new(), vals: Vec::new() };
+        use sys::CUjit_option as O;
+        l.opts = vec![
+            O::CU_JIT_ERROR_LOG_BUFFER,
+            O::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+            O::CU_JIT_INFO_LOG_BUFFER,
+            O::CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+        ];
+        l.vals = vec![
+            l.error.as_mut_ptr() as *mut c_void,
+            LOG_BYTES as *mut c_void,
+            l.info.as_mut_ptr() as *mut c_void,
+            LOG_BYTES as *mut c_void,
+        ];
+        l
+    }
+    fn text(buf: &[u8]) -> String {
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        String::from_utf8_lossy(&buf[..end]).trim().to_string()
+    }
+    fn error_text(&self) -> String {
+        let (e, i) = (JitLogs::text(&self.error), JitLogs::text(&self.info));
+        match (e.is_empty(), i.is_empty()) {
+            (true, true) => "(the JIT left no log)".into(),
+            (false, true) => e,
+            (true, false) => i,
+            (false, false) => format!("{e}\n{i}"),
+        }
+    }
+}
+
+fn jit_error(what: &str, r: CUresult, logs: &JitLogs) -> RuntimeError {
+    RuntimeError::Jit { what: what.into(), code: code_name(r), log: logs.error_text() }
+}
+
+/// What a module image is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Image {
+    Ptx,
+    Cubin,
+}
+
+impl Gpu {
+    /// Has the driver compile PTX to a cubin for this device (cuLinkCreate /
+    /// cuLinkAddData / cuLinkComplete); the JIT's error log comes back in the error.
+    pub fn link_ptx(&self, ptx: &str, name: &str) -> Result<Vec<u8>, RuntimeError> {
+        self.bind()?;
+        let mut data = ptx.as_bytes().to_vec();
+        data.push(0);
+        let cname = CString::new(name.replace('\0', "")).unwrap_or_default();
+        let mut logs = JitLogs::new();
+        let mut state: sys::CUlinkState = std::ptr::null_mut();
+        // SAFETY: option arrays of equal length pointing at live buffers; `state` is
+        // destroyed on every path below.
+        unsafe {
+            let r = sys::cuLinkCreate_v2(logs.opts.len() as u32, logs.opts.as_mut_ptr(), logs.vals.as_mut_ptr(), &mut state);
+            if r != CUresult::CUDA_SUCCESS {
+                return Err(jit_error(&format!("{name} (cuLinkCreate)"), r, &logs));
+            }
+            let r = sys::cuLinkAddData_v2(
+                state,
+                sys::CUjitInputType::CU_JIT_INPUT_PTX,
+                data.as_mut_ptr() as *mut c_void,
+                data.len(),
+                cname.as_ptr(),
+                0,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            );
+            if r != CUresult::CUDA_SUCCESS {
+                let e = jit_error(&format!("{name} (PTX -> cubin)"), r, &logs);
+                sys::cuLinkDestroy(state);
+                return Err(e);
+            }
+            let mut cubin: *mut c_void = std::ptr::null_mut();
+            let mut size = 0usize;
+            let r = sys::cuLinkComplete(state, &mut cubin, &mut size);
+            if r != CUresult::CUDA_SUCCESS || cubin.is_null() {
+                let e = jit_error(&format!("{name} (link)"), r, &logs);
+                sys::cuLinkDestroy(state);
+                return Err(e);
+            }
+            // The image belongs to the link state: copy it before destroying the state.
+            let out = std::slice::from_raw_parts(cubin as *const u8, size).to_vec();
+            sys::cuLinkDestroy(state);
+            Ok(out)
+        }
+    }
+
+    /// Loads a module from PTX (JIT-compiled by the driver) or a cubin, through
+    /// cuModuleLoadDataEx; the JIT's error log comes back in the error.
+    pub fn load_module(&self, image: &[u8], kind: Image, name: &str) -> Result<Module, RuntimeError> {
+        self.bind()?;
+        let mut data = image.to_vec();
+        if kind == Image::Ptx {
+            data.push(0);
+        }
+        let mut logs = JitLogs::new();
+        let mut module: sys::CUmodule = std::ptr::null_mut();
+        // SAFETY: option arrays of equal length pointing at live buffers; `data` outlives the call.
+        let r = unsafe {
+            sys::cuModuleLoadDataEx(&mut module, data.as_ptr() as *const c_void, logs.opts.len() as u32, logs.opts.as_mut_ptr(), logs.vals.as_mut_ptr())
+        };
+        if r != CUresult::CUDA_SUCCESS {
+            let what = match kind {
+                Image::Ptx => format!("{name} (PTX)"),
+                Image::Cubin => format!("{name} (cubin)"),
+            };
+            return Err(jit_error(&what, r, &logs));
+        }
+        Ok(Module { module, ctx: self.ctx.clone() })
+    }
+}

@@ -1,0 +1,223 @@
+//! The JIT: spec → PTX (attnc-lower) → cubin (the driver's linker) → loaded module, and
+//! the cache key and disk payload of a compiled kernel.
+//!
+//! **Image route.** The PTX is compiled to a cubin with `cuLinkCreate` /
+//! `cuLinkAddData(PTX)` / `cuLinkComplete`, and the module is loaded from that cubin with
+//! `cuModuleLoadDataEx`; the disk cache keeps the PTX *and* the cubin, so a disk hit skips
+//! the driver's PTX compile (the expensive half of a cold compile). If the link route
+//! fails (a driver without cuLink*, say) the PTX itself is loaded with
+//! `cuModuleLoadDataEx` (the driver JITs it on every load) and only the PTX is stored;
+//! the receipt says which image ran. A cached cubin that does not load is ignored and
+//! the module rebuilt. Either way a JIT failure returns the driver's error log in
+//! [`RuntimeError::Jit`].
+//!
+//! **Key.** Everything that decides the module: the normalized spec
+//! ([`attnc_ir::Spec::cache_key`]), the arch, the requested family (the family and its
+//! tile config follow from spec + arch + code), attnc's version, a fingerprint of the
+//! code generator's sources (see `build.rs`), LLVM's version, the driver version (the
+//! cubin comes from the driver's compiler) and the payload format.
+
+use crate::cache::{pack_sections, unpack_sections, CacheKey, Producer};
+use crate::cuda::{Function, Gpu, Image, Module};
+use crate::error::RuntimeError;
+use attnc_ir::Spec;
+use attnc_lower::{CompileOptions, FamilyChoice, KernelInfo};
+use serde::{Deserialize, Serialize};
+use std::time::Instant;
+
+/// Version of the payload layout below.
+pub const PAYLOAD_FORMAT: &str = "attnc-jit-payload-1";
+
+/// attnc's version, as it enters cache keys.
+pub const ATTNC_VERSION: &str = env!("CARGO_PKG_VERSION");
+/// Hash of the code generator's sources at build time.
+pub const CODEGEN_FINGERPRINT: &str = env!("ATTNC_CODEGEN_FINGERPRINT");
+
+/// LLVM's version (the one linked into attnc-lower), e.g. "22.1.0".
+pub fn llvm_version() -> String {
+    let (a, b, c) = inkwell::support::get_llvm_version();
+    format!("{a}.{b}.{c}")
+}
+
+/// The name of a family choice ("auto", "portable", ...).
+pub fn family_choice_name(f: FamilyChoice) -> String {
+    match f {
+        FamilyChoice::Auto => "auto".into(),
+        FamilyChoice::Exactly(k) => k.name().into(),
+    }
+}
+
+/// The cache key of `spec` compiled for `arch` with `family`, loaded by driver
+/// `driver_version`.
+pub fn kernel_key(spec: &Spec, arch: &str, family: FamilyChoice, driver_version: i32) -> CacheKey {
+    CacheKey::from_parts(&[
+        ("format", PAYLOAD_FORMAT.to_string()),
+        ("attnc", ATTNC_VERSION.to_string()),
+        ("codegen", CODEGEN_FINGERPRINT.to_string()),
+        ("llvm", llvm_version()),
+        ("arch", arch.to_string()),
+        ("family", family_choice_name(family)),
+        ("driver", driver_version.to_string()),
+        ("spec", spec.cache_key()),
+    ])
+}
+
+/// A kernel's launch facts (a serializable copy of [`KernelInfo`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelMeta {
+    pub name: String,
+    pub role: String,
+    pub threads_per_block: u32,
+    pub dynamic_smem_bytes: u32,
+    pub block_m: u32,
+    pub block_n: u32,
+    pub params: Vec<String>,
+}
+
+impl From<&KernelInfo> for KernelMeta {
+    fn from(k: &KernelInfo) -> Self {
+        KernelMeta {
+            name: k.name.clone(),
+            role: k.role.clone(),
+            threads_per_block: k.threads_per_block,
+            dynamic_smem_bytes: k.dynamic_smem_bytes,
+            block_m: k.block_m,
+            block_n: k.block_n,
+            params: k.params.clone(),
+        }
+    }
+}
+
+/// What was compiled: the family that the dispatcher chose and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModuleMeta {
+    pub requested: String,
+    pub family: String,
+    pub arch: String,
+    pub fallback_reason: Option<String>,
+    pub kernels: Vec<KernelMeta>,
+}
+
+impl ModuleMeta {
+    pub fn forward(&self) -> Option<&KernelMeta> {
+        self.kernels.iter().find(|k| k.role == "forward")
+    }
+    pub fn combine(&self) -> Option<&KernelMeta> {
+        self.kernels.iter().find(|k| k.role != "forward")
+    }
+}
+
+/// Times of a build, milliseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct BuildTimes {
+    /// Spec → PTX in-process (attnc-lower: LLVM codegen).
+    pub lower_ms: f64,
+    /// PTX → cubin by the driver (0 when not built now).
+    pub link_ms: f64,
+    /// Image → loaded module.
+    pub load_ms: f64,
+}
+
+/// A compiled, loaded kernel module (what the memory cache holds).
+pub struct LoadedKernel {
+    pub meta: ModuleMeta,
+    pub ptx: String,
+    /// Which image the module was loaded from.
+    pub image: Image,
+    pub times: BuildTimes,
+    _module: Module,
+    pub(crate) forward: Function,
+    pub(crate) combine: Option<Function>,
+    pub forward_regs: Option<i32>,
+}
+
+impl std::fmt::Debug for LoadedKernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LoadedKernel({} {} {:?})", self.meta.family, self.meta.arch, self.image)
+    }
+}
+
+/// Loads `image`, looks up the kernels and raises their dynamic shared-memory limit.
+fn instantiate(gpu: &Gpu, meta: ModuleMeta, ptx: String, image: &[u8], kind: Image, times: BuildTimes) -> Result<LoadedKernel, RuntimeError> {
+    let t = Instant::now();
+    let fwd_meta = meta.forward().ok_or_else(|| RuntimeError::Abi("the module has no forward kernel".into()))?.clone();
+    let name = fwd_meta.name.clone();
+    let module = gpu.load_module(image, kind, &name)?;
+    let prepare = |k: &KernelMeta| -> Result<Function, RuntimeError> {
+        let f = module.function(&k.name)?;
+        if k.dynamic_smem_bytes > 48 * 1024 {
+            f.set_max_dynamic_smem(k.dynamic_smem_bytes)?;
+        }
+        Ok(f)
+    };
+    let forward = prepare(&fwd_meta)?;
+    let combine = meta.combine().map(prepare).transpose()?;
+    let forward_regs = forward.num_regs();
+    let times = BuildTimes { load_ms: t.elapsed().as_secs_f64() * 1e3, ..times };
+    Ok(LoadedKernel { meta, ptx, image: kind, times, _module: module, forward, combine, forward_regs })
+}
+
+/// The cache's producer of kernels.
+pub struct KernelProducer<'a> {
+    pub gpu: &'a Gpu,
+    pub spec: &'a Spec,
+    pub family: FamilyChoice,
+}
+
+impl Producer for KernelProducer<'_> {
+    type Output = LoadedKernel;
+    type Error = RuntimeError;
+
+    fn decode(&self, payload: &[u8]) -> Result<LoadedKernel, String> {
+        let sections = unpack_sections(payload)?;
+        let get = |n: &str| sections.iter().find(|s| s.0 == n).map(|s| s.1);
+        let meta: ModuleMeta = serde_json::from_slice(get("meta").ok_or("no meta")?).map_err(|e| e.to_string())?;
+        let ptx = String::from_utf8(get("ptx").ok_or("no ptx")?.to_vec()).map_err(|e| e.to_string())?;
+        let times = BuildTimes::default();
+        match get("cubin") {
+            Some(cubin) => instantiate(self.gpu, meta, ptx, cubin, Image::Cubin, times).map_err(|e| e.to_string()),
+            None => {
+                let bytes = ptx.clone().into_bytes();
+                instantiate(self.gpu, meta, ptx, &bytes, Image::Ptx, times).map_err(|e| e.to_string())
+            }
+        }
+    }
+
+    fn build(&self) -> Result<(LoadedKernel, Option<Vec<u8>>), RuntimeError> {
+        let t = Instant::now();
+        let module = attnc_lower::compile(self.spec, &CompileOptions { arch: self.gpu.arch, family: self.family })?;
+        let lower_ms = t.elapsed().as_secs_f64() * 1e3;
+        let meta = ModuleMeta {
+            requested: family_choice_name(self.family),
+            family: module.family.name().to_string(),
+            arch: module.arch.name().to_string(),
+            fallback_reason: module.fallback_reason.clone(),
+            kernels: module.kernels.iter().map(KernelMeta::from).collect(),
+        };
+        let meta_json = serde_json::to_vec(&meta).map_err(|e| RuntimeError::Other(format!("serializing module metadata: {e}")))?;
+        let name = meta.forward().map(|k| k.name.clone()).unwrap_or_default();
+        let t = Instant::now();
+        match self.gpu.link_ptx(&module.ptx, &name) {
+            Ok(cubin) => {
+                let times = BuildTimes { lower_ms, link_ms: t.elapsed().as_secs_f64() * 1e3, load_ms: 0.0 };
+                let payload = pack_sections(&[("meta", &meta_json), ("ptx", module.ptx.as_bytes()), ("cubin", &cubin)]);
+                let k = instantiate(self.gpu, meta, module.ptx, &cubin, Image::Cubin, times)?;
+                Ok((k, Some(payload)))
+            }
+            Err(link_err) => {
+                // The PTX route: the driver JITs at load. If that fails too, its log is
+                // the error (the link's log is kept beside it).
+                let payload = pack_sections(&[("meta", &meta_json), ("ptx", module.ptx.as_bytes())]);
+                let bytes = module.ptx.clone().into_bytes();
+                let times = BuildTimes { lower_ms, link_ms: 0.0, load_ms: 0.0 };
+                match instantiate(self.gpu, meta, module.ptx, &bytes, Image::Ptx, times) {
+                    Ok(k) => Ok((k, Some(payload))),
+                    Err(RuntimeError::Jit { what, code, log }) => {
+                        Err(RuntimeError::Jit { what, code, log: format!("{log}\n(the cuLink route failed first: {link_err})") })
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+        }
+    }
+}

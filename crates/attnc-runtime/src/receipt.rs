@@ -1,0 +1,83 @@
+//! Launch receipts: what ran, in which configuration, and why. A flag never proves that a
+//! fast path ran; the receipt does.
+
+use crate::cache::CacheSource;
+use serde::Serialize;
+use std::fmt;
+
+/// The tile configuration of the forward kernel that ran.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct KernelConfig {
+    pub kernel: String,
+    pub block_m: u32,
+    pub block_n: u32,
+    pub threads: u32,
+    pub smem_bytes: u32,
+    /// Registers per thread of the loaded code (from the driver).
+    pub registers: Option<i32>,
+}
+
+/// GPU times of one launch (CUDA events), milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Timings {
+    pub forward_ms: f64,
+    pub combine_ms: Option<f64>,
+    pub total_ms: f64,
+}
+
+/// What one `forward` did.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Receipt {
+    pub spec: String,
+    /// The family asked for ("auto" or a family name).
+    pub requested: String,
+    /// The family that ran.
+    pub executed: String,
+    pub arch: String,
+    pub device: String,
+    pub config: KernelConfig,
+    /// Which image the module was loaded from: "cubin" (driver-compiled PTX) or "ptx".
+    pub image: String,
+    /// Where `Runtime::kernel` found the module.
+    pub kernel_source: CacheSource,
+    pub batch: usize,
+    pub max_seqlen_q: usize,
+    pub max_seqlen_k: usize,
+    pub grid: [u32; 3],
+    pub num_splits: u32,
+    pub split_reason: String,
+    pub combine_grid: Option<[u32; 3]>,
+    /// Why the requested (or a faster) family did not run.
+    pub fallback_reason: Option<String>,
+    /// Set when nothing was launched (no batch entry or no query row).
+    pub skipped: Option<String>,
+    pub timings: Option<Timings>,
+}
+
+impl fmt::Display for Receipt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = &self.config;
+        write!(f, "{}: ran {} (requested {}) on {} [{}]", self.spec, self.executed, self.requested, self.arch, self.device)?;
+        write!(f, "; {}x{} tiles, {} threads, {} B smem", c.block_m, c.block_n, c.threads, c.smem_bytes)?;
+        if let Some(r) = c.registers {
+            write!(f, ", {r} regs")?;
+        }
+        write!(f, "; grid {:?}; splits {} ({})", self.grid, self.num_splits, self.split_reason)?;
+        write!(f, "; batch {}, seqlen_q {}, seqlen_k {}", self.batch, self.max_seqlen_q, self.max_seqlen_k)?;
+        write!(f, "; {} from {}", self.image, self.kernel_source)?;
+        match &self.fallback_reason {
+            Some(r) => write!(f, "; fallback: {r}")?,
+            None => write!(f, "; no fallback")?,
+        }
+        if let Some(s) = &self.skipped {
+            write!(f, "; SKIPPED: {s}")?;
+        }
+        if let Some(t) = &self.timings {
+            write!(f, "; {:.4} ms", t.total_ms)?;
+            if let Some(c) = t.combine_ms {
+                write!(f, " (forward {:.4} + combine {c:.4})", t.forward_ms)?;
+            }
+        }
+        Ok(())
+    }
+}

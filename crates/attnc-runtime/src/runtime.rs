@@ -1,0 +1,435 @@
+//! The runtime: a device, its kernel cache, tensors, and validated launches.
+
+use crate::cache::{Cache, CacheConfig, CacheSource, CacheStats};
+use crate::cuda::{DeviceBuffer, DeviceInfo, Gpu, Image};
+use crate::error::RuntimeError;
+use crate::jit::{kernel_key, KernelProducer, LoadedKernel};
+use crate::receipt::{KernelConfig, Receipt, Timings};
+use crate::tensor::{contiguous_strides, Element, ElemType, IndexTensor, Tensor};
+use crate::validate::{marshal, plan, ArgValue, KernelShape, LaunchDescs, LaunchPlan, ParamValue};
+use attnc_ir::Spec;
+use attnc_lower::{Arch, FamilyChoice};
+use std::sync::{Arc, Mutex};
+
+pub(crate) struct Inner {
+    pub(crate) gpu: Gpu,
+    pub(crate) kernels: Cache<LoadedKernel>,
+    /// The split-KV workspace, grown on demand; held locked from the forward launch to
+    /// the combine launch so concurrent launches cannot interleave on it.
+    workspace: Mutex<Option<Arc<DeviceBuffer>>>,
+}
+
+/// A CUDA device with attnc's JIT. Cheap to clone (shared).
+#[derive(Clone)]
+pub struct Runtime {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Runtime({:?})", self.inner.gpu)
+    }
+}
+
+impl Runtime {
+    /// Opens CUDA device `device` with the cache configured from the environment
+    /// ([`CacheConfig::from_env`]). Without an NVIDIA driver: [`RuntimeError::NoDriver`].
+    pub fn new(device: usize) -> Result<Runtime, RuntimeError> {
+        Runtime::with_cache(device, &CacheConfig::from_env())
+    }
+
+    pub fn with_cache(device: usize, cache: &CacheConfig) -> Result<Runtime, RuntimeError> {
+        let gpu = Gpu::open(device)?;
+        Ok(Runtime { inner: Arc::new(Inner { gpu, kernels: Cache::new(cache), workspace: Mutex::new(None) }) })
+    }
+
+    pub fn device(&self) -> &DeviceInfo {
+        &self.inner.gpu.info
+    }
+    /// The arch kernels are compiled for.
+    pub fn arch(&self) -> Arch {
+        self.inner.gpu.arch
+    }
+    pub fn cache_stats(&self) -> CacheStats {
+        self.inner.kernels.stats()
+    }
+    /// The disk cache directory (None: memory only).
+    pub fn cache_dir(&self) -> Option<&std::path::Path> {
+        self.inner.kernels.disk().map(|d| d.dir())
+    }
+    /// Why the disk cache is off although one was configured.
+    pub fn cache_warning(&self) -> Option<&str> {
+        self.inner.kernels.disk_error()
+    }
+    /// Drops the in-memory modules (the next `kernel` call goes to disk).
+    pub fn clear_memory_cache(&self) {
+        self.inner.kernels.clear_memory();
+    }
+    /// The underlying device layer (bench helpers).
+    pub fn gpu(&self) -> &Gpu {
+        &self.inner.gpu
+    }
+
+    /// The kernel of `spec` for this device, with the family the dispatcher picks.
+    pub fn kernel(&self, spec: &Spec) -> Result<Kernel, RuntimeError> {
+        self.kernel_with(spec, FamilyChoice::Auto)
+    }
+
+    /// The kernel of `spec` with a family choice: compiled once, then served from the
+    /// memory cache (same process) or the disk cache (any process).
+    pub fn kernel_with(&self, spec: &Spec, family: FamilyChoice) -> Result<Kernel, RuntimeError> {
+        let gpu = &self.inner.gpu;
+        let key = kernel_key(spec, gpu.arch.name(), family, gpu.info.driver_version);
+        let producer = KernelProducer { gpu, spec, family };
+        let (loaded, source) = self.inner.kernels.get_or_build(&key, &producer)?;
+        let fwd = loaded.meta.forward().ok_or_else(|| RuntimeError::Abi("no forward kernel".into()))?;
+        let shape = KernelShape {
+            block_m: fwd.block_m,
+            block_n: fwd.block_n,
+            combine_block_m: loaded.meta.combine().map(|c| c.block_m),
+        };
+        Ok(Kernel { rt: self.clone(), spec: spec.clone(), loaded, source, shape, key: key.hex() })
+    }
+
+    // ------------------------------------------------------------------ tensors
+
+    /// An uninitialized tensor (row-major).
+    pub fn alloc(&self, dtype: ElemType, shape: &[usize]) -> Result<Tensor, RuntimeError> {
+        let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or_else(|| RuntimeError::Other(format!("shape {shape:?} overflows")))?;
+        let bytes = n.checked_mul(dtype.bytes()).ok_or_else(|| RuntimeError::Other(format!("shape {shape:?} overflows")))?;
+        let buf = self.inner.gpu.alloc_bytes(bytes)?;
+        Ok(Tensor::from_buffer(buf, dtype, shape))
+    }
+
+    /// Uploads row-major host data.
+    pub fn upload<T: Element>(&self, data: &[T], shape: &[usize]) -> Result<Tensor, RuntimeError> {
+        let n: usize = shape.iter().product();
+        if n != data.len() {
+            return Err(RuntimeError::Other(format!("upload: {} values for shape {shape:?}", data.len())));
+        }
+        let t = self.alloc(T::TYPE, shape)?;
+        // SAFETY: T is a plain numeric type; reading its bytes is fine.
+        let bytes = unsafe { std::slice::from_raw_parts(data.as_ptr() as *const u8, std::mem::size_of_val(data)) };
+        self.inner.gpu.htod(t.device_ptr(), bytes)?;
+        Ok(t)
+    }
+
+    /// Uploads f64 values converted to `dtype` (round to nearest).
+    pub fn upload_f64(&self, dtype: ElemType, data: &[f64], shape: &[usize]) -> Result<Tensor, RuntimeError> {
+        match dtype {
+            ElemType::Bf16 => self.upload(&data.iter().map(|&x| half::bf16::from_f64(x)).collect::<Vec<_>>(), shape),
+            ElemType::F16 => self.upload(&data.iter().map(|&x| half::f16::from_f64(x)).collect::<Vec<_>>(), shape),
+            ElemType::F32 => self.upload(&data.iter().map(|&x| x as f32).collect::<Vec<_>>(), shape),
+            ElemType::I32 => self.upload(&data.iter().map(|&x| x as i32).collect::<Vec<_>>(), shape),
+        }
+    }
+
+    /// An i32 tensor that keeps its host copy (cu_seqlens, block tables, seqused_k).
+    pub fn upload_index(&self, data: &[i32], shape: &[usize]) -> Result<IndexTensor, RuntimeError> {
+        let tensor = self.upload(data, shape)?;
+        Ok(IndexTensor { tensor, host: Arc::new(data.to_vec()) })
+    }
+
+    /// Downloads a tensor's elements in row-major order of its view.
+    pub fn download<T: Element>(&self, t: &Tensor) -> Result<Vec<T>, RuntimeError> {
+        if t.dtype() != T::TYPE {
+            return Err(RuntimeError::Other(format!("download: tensor is {}, asked for {}", t.dtype(), T::TYPE)));
+        }
+        let span = usize::try_from(t.desc().span()).map_err(|_| RuntimeError::Other("download: view too large".into()))?;
+        let mut raw = vec![T::default(); span];
+        // SAFETY: plain numeric type; the view's span lies in its allocation (Tensor::view checks).
+        let bytes = unsafe { std::slice::from_raw_parts_mut(raw.as_mut_ptr() as *mut u8, std::mem::size_of_val(raw.as_slice())) };
+        self.inner.gpu.dtoh(bytes, t.device_ptr())?;
+        if t.is_contiguous() {
+            return Ok(raw);
+        }
+        // Gather the view.
+        let shape = t.shape();
+        let strides = t.strides();
+        let n = t.numel();
+        let mut out = Vec::with_capacity(n);
+        let mut idx = vec![0usize; shape.len()];
+        for _ in 0..n {
+            let off: usize = idx.iter().zip(strides).map(|(i, s)| i * s).sum();
+            out.push(raw[off]);
+            for d in (0..shape.len()).rev() {
+                idx[d] += 1;
+                if idx[d] < shape[d] {
+                    break;
+                }
+                idx[d] = 0;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Downloads any floating/int tensor as f64.
+    pub fn download_f64(&self, t: &Tensor) -> Result<Vec<f64>, RuntimeError> {
+        Ok(match t.dtype() {
+            ElemType::Bf16 => self.download::<half::bf16>(t)?.into_iter().map(|x| x.to_f64()).collect(),
+            ElemType::F16 => self.download::<half::f16>(t)?.into_iter().map(|x| x.to_f64()).collect(),
+            ElemType::F32 => self.download::<f32>(t)?.into_iter().map(f64::from).collect(),
+            ElemType::I32 => self.download::<i32>(t)?.into_iter().map(f64::from).collect(),
+        })
+    }
+
+    /// Fills a tensor's whole allocation with NaN (poisoning outputs before a test).
+    pub fn fill_nan(&self, t: &Tensor) -> Result<(), RuntimeError> {
+        let buf = &t.buf;
+        match t.dtype() {
+            ElemType::Bf16 => self.inner.gpu.memset_d16(buf.ptr(), 0x7fc0, buf.bytes() / 2)?,
+            ElemType::F16 => self.inner.gpu.memset_d16(buf.ptr(), 0x7e00, buf.bytes() / 2)?,
+            ElemType::F32 | ElemType::I32 => self.inner.gpu.memset_d32(buf.ptr(), 0x7fc0_0000, buf.bytes() / 4)?,
+        }
+        Ok(())
+    }
+
+    /// Waits for all queued work; reports asynchronous kernel faults.
+    pub fn synchronize(&self) -> Result<(), RuntimeError> {
+        self.inner.gpu.synchronize()
+    }
+
+    fn workspace(&self, bytes: usize) -> Result<(std::sync::MutexGuard<'_, Option<Arc<DeviceBuffer>>>, u64), RuntimeError> {
+        let mut g = self.inner.workspace.lock().unwrap_or_else(|e| e.into_inner());
+        let ok = g.as_ref().is_some_and(|b| b.bytes() >= bytes);
+        if !ok {
+            // Free the old one first, once no queued launch can still use it.
+            if g.is_some() {
+                self.inner.gpu.synchronize()?;
+            }
+            *g = None;
+            *g = Some(self.inner.gpu.alloc_bytes(bytes.max(1 << 20))?);
+        }
+        let ptr = g.as_ref().map_or(0, |b| b.ptr());
+        Ok((g, ptr))
+    }
+}
+
+/// Launch-time inputs beside Q, K, V and O.
+#[derive(Clone, Debug, Default)]
+pub struct Params<'a> {
+    /// Scalar params by name (every param the spec declares).
+    pub values: Vec<(String, ParamValue)>,
+    /// Varlen: `[batch + 1]` each.
+    pub cu_seqlens_q: Option<&'a IndexTensor>,
+    pub cu_seqlens_k: Option<&'a IndexTensor>,
+    /// Paged: `[batch, max_pages]` and `[batch]`.
+    pub block_table: Option<&'a IndexTensor>,
+    pub seqused_k: Option<&'a IndexTensor>,
+    /// f32 `[q_heads]` (specs with sinks).
+    pub sinks: Option<&'a Tensor>,
+    /// i32 aux tensors by name.
+    pub aux: Vec<(String, &'a Tensor)>,
+    /// Override the spec's split count (split specs only).
+    pub num_splits: Option<u32>,
+    /// Time the launch with CUDA events (waits for it); the receipt carries the times.
+    pub timing: bool,
+}
+
+impl<'a> Params<'a> {
+    pub fn int(mut self, name: &str, v: i32) -> Self {
+        self.values.push((name.into(), ParamValue::Int(v)));
+        self
+    }
+    pub fn float(mut self, name: &str, v: f32) -> Self {
+        self.values.push((name.into(), ParamValue::Float(v)));
+        self
+    }
+    pub fn varlen(mut self, cu_seqlens_q: &'a IndexTensor, cu_seqlens_k: &'a IndexTensor) -> Self {
+        self.cu_seqlens_q = Some(cu_seqlens_q);
+        self.cu_seqlens_k = Some(cu_seqlens_k);
+        self
+    }
+    pub fn paged(mut self, block_table: &'a IndexTensor, seqused_k: &'a IndexTensor) -> Self {
+        self.block_table = Some(block_table);
+        self.seqused_k = Some(seqused_k);
+        self
+    }
+    pub fn sinks(mut self, sinks: &'a Tensor) -> Self {
+        self.sinks = Some(sinks);
+        self
+    }
+    pub fn aux(mut self, name: &str, t: &'a Tensor) -> Self {
+        self.aux.push((name.into(), t));
+        self
+    }
+    pub fn splits(mut self, n: u32) -> Self {
+        self.num_splits = Some(n);
+        self
+    }
+    pub fn timed(mut self) -> Self {
+        self.timing = true;
+        self
+    }
+}
+
+/// A compiled kernel of one spec on one device.
+#[derive(Clone)]
+pub struct Kernel {
+    rt: Runtime,
+    spec: Spec,
+    loaded: Arc<LoadedKernel>,
+    source: CacheSource,
+    shape: KernelShape,
+    key: String,
+}
+
+impl std::fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Kernel({}, {:?}, {})", self.spec.name, self.loaded, self.source)
+    }
+}
+
+impl Kernel {
+    pub fn spec(&self) -> &Spec {
+        &self.spec
+    }
+    /// Where `Runtime::kernel` found it.
+    pub fn source(&self) -> CacheSource {
+        self.source
+    }
+    /// The cache key (hex).
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+    pub fn family(&self) -> &str {
+        &self.loaded.meta.family
+    }
+    pub fn fallback_reason(&self) -> Option<&str> {
+        self.loaded.meta.fallback_reason.as_deref()
+    }
+    pub fn ptx(&self) -> &str {
+        &self.loaded.ptx
+    }
+    pub fn meta(&self) -> &crate::jit::ModuleMeta {
+        &self.loaded.meta
+    }
+    pub fn build_times(&self) -> crate::jit::BuildTimes {
+        self.loaded.times
+    }
+    pub fn image(&self) -> Image {
+        self.loaded.image
+    }
+    pub fn shape(&self) -> KernelShape {
+        self.shape
+    }
+
+    /// Attention forward: `out = attention(q, k, v)` with the layout of the spec.
+    pub fn forward(&self, q: &Tensor, k: &Tensor, v: &Tensor, out: &mut Tensor, params: &Params) -> Result<Receipt, RuntimeError> {
+        self.run(q, k, v, out, None, params)
+    }
+
+    /// [`Kernel::forward`] that also writes the LSE (specs with `lse`).
+    pub fn forward_lse(&self, q: &Tensor, k: &Tensor, v: &Tensor, out: &mut Tensor, lse: &mut Tensor, params: &Params) -> Result<Receipt, RuntimeError> {
+        self.run(q, k, v, out, Some(lse), params)
+    }
+
+    /// Validates a launch without running it.
+    pub fn plan(&self, q: &Tensor, k: &Tensor, v: &Tensor, out: &Tensor, lse: Option<&Tensor>, params: &Params) -> Result<LaunchPlan, RuntimeError> {
+        let descs = LaunchDescs {
+            q: q.desc(),
+            k: k.desc(),
+            v: v.desc(),
+            o: out.desc(),
+            lse: lse.map(|l| l.desc()),
+            cu_seqlens_q: params.cu_seqlens_q.map(|t| t.host_index()),
+            cu_seqlens_k: params.cu_seqlens_k.map(|t| t.host_index()),
+            block_table: params.block_table.map(|t| t.host_index()),
+            seqused_k: params.seqused_k.map(|t| t.host_index()),
+            sinks: params.sinks.map(|t| t.desc()),
+            aux: params.aux.iter().map(|(n, t)| (n.clone(), t.desc())).collect(),
+            params: params.values.clone(),
+            num_splits: params.num_splits,
+        };
+        let info = &self.rt.inner.gpu.info;
+        Ok(plan(&self.spec, &self.shape, info.sm_count, info.ordinal, &descs)?)
+    }
+
+    fn run(&self, q: &Tensor, k: &Tensor, v: &Tensor, out: &mut Tensor, lse: Option<&mut Tensor>, params: &Params) -> Result<Receipt, RuntimeError> {
+        let lse = lse.map(|l| &*l);
+        let plan = self.plan(q, k, v, out, lse, params)?;
+        let gpu = &self.rt.inner.gpu;
+        let meta = &self.loaded.meta;
+        let fwd = meta.forward().ok_or_else(|| RuntimeError::Abi("no forward kernel".into()))?;
+        let mut receipt = Receipt {
+            spec: self.spec.name.clone(),
+            requested: meta.requested.clone(),
+            executed: meta.family.clone(),
+            arch: meta.arch.clone(),
+            device: gpu.info.name.clone(),
+            config: KernelConfig {
+                kernel: fwd.name.clone(),
+                block_m: fwd.block_m,
+                block_n: fwd.block_n,
+                threads: fwd.threads_per_block,
+                smem_bytes: fwd.dynamic_smem_bytes,
+                registers: self.loaded.forward_regs,
+            },
+            image: match self.loaded.image {
+                Image::Cubin => "cubin".into(),
+                Image::Ptx => "ptx".into(),
+            },
+            kernel_source: self.source,
+            batch: plan.batch,
+            max_seqlen_q: plan.max_seqlen_q,
+            max_seqlen_k: plan.max_seqlen_k,
+            grid: plan.fwd_grid,
+            num_splits: plan.num_splits,
+            split_reason: plan.split_reason.clone(),
+            combine_grid: plan.combine_grid,
+            fallback_reason: meta.fallback_reason.clone(),
+            skipped: None,
+            timings: None,
+        };
+        if plan.empty {
+            receipt.skipped = Some("no batch entry or no query row: nothing to compute".into());
+            return Ok(receipt);
+        }
+
+        // Split workspace: o_partial, then lse_partial (256-byte aligned).
+        let o_bytes = plan.o_partial_elems * 4;
+        let lse_off = o_bytes.div_ceil(256) * 256;
+        let ws_bytes = lse_off + plan.lse_partial_elems * 4;
+        let (ws_guard, ws) = if plan.num_splits > 1 {
+            let (g, p) = self.rt.workspace(ws_bytes)?;
+            (Some(g), p)
+        } else {
+            (None, 0)
+        };
+        let extra = [
+            ("o_partial", ArgValue::Ptr(if ws != 0 { ws } else { 0 })),
+            ("lse_partial", ArgValue::Ptr(if ws != 0 { ws + lse_off as u64 } else { 0 })),
+        ];
+        let fwd_args = marshal(&fwd.params, &plan, &extra).map_err(RuntimeError::Abi)?;
+        let combine = match (plan.combine_grid, meta.combine(), &self.loaded.combine) {
+            (Some(grid), Some(cm), Some(cf)) => Some((grid, cm, cf, marshal(&cm.params, &plan, &extra).map_err(RuntimeError::Abi)?)),
+            (Some(_), _, _) => return Err(RuntimeError::Abi("split-KV launch but the module has no combine kernel".into())),
+            _ => None,
+        };
+
+        let events = if params.timing { Some((gpu.event()?, gpu.event()?, gpu.event()?)) } else { None };
+        if let Some((a, _, _)) = &events {
+            gpu.record(a)?;
+        }
+        gpu.launch(&self.loaded.forward, plan.fwd_grid, fwd.threads_per_block, fwd.dynamic_smem_bytes, &fwd_args)?;
+        if let Some((_, b, _)) = &events {
+            gpu.record(b)?;
+        }
+        if let Some((grid, cm, cf, args)) = &combine {
+            gpu.launch(cf, *grid, cm.threads_per_block, cm.dynamic_smem_bytes, args)?;
+        }
+        if let Some((a, b, c)) = &events {
+            gpu.record(c)?;
+            let f = f64::from(gpu.elapsed_ms(a, b)?);
+            let total = f64::from(gpu.elapsed_ms(a, c)?);
+            receipt.timings = Some(Timings { forward_ms: f, combine_ms: combine.as_ref().map(|_| total - f), total_ms: total });
+        }
+        drop(ws_guard);
+        Ok(receipt)
+    }
+}
+
+/// Row-major strides (re-exported for callers building views).
+pub fn strides_of(shape: &[usize]) -> Vec<usize> {
+    contiguous_strides(shape)
+}

@@ -1,0 +1,293 @@
+//! Typed device tensors with shape/stride views, and their host-side descriptors.
+//!
+//! A [`Tensor`] is a view (`shape`, `strides` in elements, element `offset`) of a device
+//! allocation that it shares (`Arc`) with other views of it. Kernels need row-major views
+//! with unit stride in the last dimension; other strides are free (a Q slice of a fused
+//! QKV tensor works), subject to the 16-byte alignment checked at launch.
+//!
+//! A [`TensorDesc`] is what launch validation looks at: dtype, shape, strides, device
+//! address and how many elements the allocation holds from there. It needs no device,
+//! so validation is tested on the CPU.
+//!
+//! An [`IndexTensor`] is an i32 tensor (cu_seqlens, block tables, seqused_k) uploaded
+//! from host data that keeps that host copy: launches validate its *values* (monotonic
+//! cu_seqlens, page indices in range) on the host without a download, and since it can
+//! only be created by an upload and is never written by a kernel, the two copies agree.
+
+use crate::cuda::DeviceBuffer;
+use crate::error::RuntimeError;
+use attnc_ir::DType;
+use serde::Serialize;
+use std::fmt;
+use std::sync::Arc;
+
+/// Element types of device tensors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ElemType {
+    Bf16,
+    F16,
+    F32,
+    I32,
+}
+
+impl ElemType {
+    pub fn bytes(self) -> usize {
+        match self {
+            ElemType::Bf16 | ElemType::F16 => 2,
+            ElemType::F32 | ElemType::I32 => 4,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            ElemType::Bf16 => "bf16",
+            ElemType::F16 => "fp16",
+            ElemType::F32 => "f32",
+            ElemType::I32 => "i32",
+        }
+    }
+    /// The storage type of Q, K, V and O for a spec's dtype.
+    pub fn of(d: DType) -> ElemType {
+        match d {
+            DType::Bf16 => ElemType::Bf16,
+            DType::Fp16 => ElemType::F16,
+        }
+    }
+}
+
+impl fmt::Display for ElemType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Host types that map to an [`ElemType`].
+pub trait Element: Copy + Default + Send + Sync + 'static {
+    const TYPE: ElemType;
+    fn to_f64(self) -> f64;
+    fn from_f64(x: f64) -> Self;
+}
+
+impl Element for half::bf16 {
+    const TYPE: ElemType = ElemType::Bf16;
+    fn to_f64(self) -> f64 {
+        self.to_f64()
+    }
+    fn from_f64(x: f64) -> Self {
+        half::bf16::from_f64(x)
+    }
+}
+impl Element for half::f16 {
+    const TYPE: ElemType = ElemType::F16;
+    fn to_f64(self) -> f64 {
+        self.to_f64()
+    }
+    fn from_f64(x: f64) -> Self {
+        half::f16::from_f64(x)
+    }
+}
+impl Element for f32 {
+    const TYPE: ElemType = ElemType::F32;
+    fn to_f64(self) -> f64 {
+        f64::from(self)
+    }
+    fn from_f64(x: f64) -> Self {
+        x as f32
+    }
+}
+impl Element for i32 {
+    const TYPE: ElemType = ElemType::I32;
+    fn to_f64(self) -> f64 {
+        f64::from(self)
+    }
+    fn from_f64(x: f64) -> Self {
+        x as i32
+    }
+}
+
+/// Row-major strides of a shape.
+pub fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1usize; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1].saturating_mul(shape[i + 1]);
+    }
+    s
+}
+
+/// Everything launch validation needs to know about one tensor argument.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorDesc {
+    pub dtype: ElemType,
+    pub shape: Vec<usize>,
+    /// In elements.
+    pub strides: Vec<usize>,
+    /// Device address of the view's first element.
+    pub addr: u64,
+    /// Elements the allocation holds from `addr` on.
+    pub capacity: u64,
+    /// Device ordinal.
+    pub device: usize,
+}
+
+impl TensorDesc {
+    /// A row-major view that exactly fills its allocation.
+    pub fn contiguous(dtype: ElemType, shape: &[usize], addr: u64, device: usize) -> TensorDesc {
+        let n = shape.iter().fold(1u64, |a, &d| a.saturating_mul(d as u64));
+        TensorDesc { dtype, shape: shape.to_vec(), strides: contiguous_strides(shape), addr, capacity: n, device }
+    }
+    pub fn numel(&self) -> u128 {
+        self.shape.iter().fold(1u128, |a, &d| a * d as u128)
+    }
+    /// Elements from the first to one past the last element the view can reach (0 when
+    /// any dimension is 0).
+    pub fn span(&self) -> u128 {
+        if self.shape.contains(&0) {
+            return 0;
+        }
+        1 + self.shape.iter().zip(&self.strides).map(|(&n, &s)| (n as u128 - 1) * s as u128).sum::<u128>()
+    }
+    /// The byte range `[start, end)` the view can touch.
+    pub fn byte_range(&self) -> (u128, u128) {
+        let start = u128::from(self.addr);
+        (start, start + self.span() * self.dtype.bytes() as u128)
+    }
+    pub fn is_contiguous(&self) -> bool {
+        self.strides == contiguous_strides(&self.shape)
+    }
+}
+
+/// A view of device memory.
+#[derive(Clone)]
+pub struct Tensor {
+    pub(crate) buf: Arc<DeviceBuffer>,
+    dtype: ElemType,
+    shape: Vec<usize>,
+    strides: Vec<usize>,
+    offset: usize,
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Tensor({} {:?} strides {:?} +{})", self.dtype, self.shape, self.strides, self.offset)
+    }
+}
+
+impl Tensor {
+    /// A row-major view of the whole of `buf`.
+    pub(crate) fn from_buffer(buf: Arc<DeviceBuffer>, dtype: ElemType, shape: &[usize]) -> Tensor {
+        Tensor { buf, dtype, shape: shape.to_vec(), strides: contiguous_strides(shape), offset: 0 }
+    }
+    pub fn dtype(&self) -> ElemType {
+        self.dtype
+    }
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    pub fn strides(&self) -> &[usize] {
+        &self.strides
+    }
+    /// Element offset of the view in its allocation.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+    pub fn is_contiguous(&self) -> bool {
+        self.strides == contiguous_strides(&self.shape)
+    }
+    /// Device ordinal.
+    pub fn device(&self) -> usize {
+        self.buf.ordinal
+    }
+    /// Device address of the view's first element.
+    pub fn device_ptr(&self) -> u64 {
+        self.buf.ptr + (self.offset * self.dtype.bytes()) as u64
+    }
+    /// Elements the allocation holds from this view's start.
+    fn capacity(&self) -> u64 {
+        ((self.buf.bytes / self.dtype.bytes()) as u64).saturating_sub(self.offset as u64)
+    }
+    pub fn desc(&self) -> TensorDesc {
+        TensorDesc {
+            dtype: self.dtype,
+            shape: self.shape.clone(),
+            strides: self.strides.clone(),
+            addr: self.device_ptr(),
+            capacity: self.capacity(),
+            device: self.device(),
+        }
+    }
+
+    /// Another view of the same allocation: `offset` in elements from the allocation's
+    /// start. Fails when the view would reach past the allocation.
+    pub fn view(&self, shape: &[usize], strides: &[usize], offset: usize) -> Result<Tensor, RuntimeError> {
+        if shape.len() != strides.len() {
+            return Err(RuntimeError::Other(format!("view: shape {shape:?} and strides {strides:?} differ in rank")));
+        }
+        let t = Tensor { buf: self.buf.clone(), dtype: self.dtype, shape: shape.to_vec(), strides: strides.to_vec(), offset };
+        let cap = (self.buf.bytes / self.dtype.bytes()) as u128;
+        if offset as u128 + t.desc().span() > cap {
+            return Err(RuntimeError::Other(format!(
+                "view {shape:?} strides {strides:?} at +{offset} reaches past the allocation ({cap} elements)"
+            )));
+        }
+        Ok(t)
+    }
+
+    /// The same elements with another shape (contiguous views only).
+    pub fn reshape(&self, shape: &[usize]) -> Result<Tensor, RuntimeError> {
+        if !self.is_contiguous() || shape.iter().product::<usize>() != self.numel() {
+            return Err(RuntimeError::Other(format!("cannot reshape {:?} to {shape:?}", self)));
+        }
+        self.view(shape, &contiguous_strides(shape), self.offset)
+    }
+}
+
+/// An i32 tensor that keeps the host copy it was uploaded from (see the module docs).
+#[derive(Clone, Debug)]
+pub struct IndexTensor {
+    pub(crate) tensor: Tensor,
+    pub(crate) host: Arc<Vec<i32>>,
+}
+
+impl IndexTensor {
+    pub fn tensor(&self) -> &Tensor {
+        &self.tensor
+    }
+    pub fn host(&self) -> &[i32] {
+        &self.host
+    }
+    pub fn shape(&self) -> &[usize] {
+        self.tensor.shape()
+    }
+    pub fn host_index(&self) -> HostIndex<'_> {
+        HostIndex { desc: self.tensor.desc(), values: &self.host }
+    }
+}
+
+/// The descriptor of a contiguous i32 tensor together with its values (row-major).
+#[derive(Clone, Debug)]
+pub struct HostIndex<'a> {
+    pub desc: TensorDesc,
+    pub values: &'a [i32],
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strides_and_span() {
+        assert_eq!(contiguous_strides(&[2, 3, 4]), vec![12, 4, 1]);
+        let d = TensorDesc::contiguous(ElemType::Bf16, &[2, 3, 4], 0x1000, 0);
+        assert_eq!((d.numel(), d.span(), d.capacity), (24, 24, 24));
+        assert_eq!(d.byte_range(), (0x1000, 0x1000 + 48));
+        let mut e = d.clone();
+        e.shape = vec![2, 0, 4];
+        assert_eq!(e.span(), 0);
+        let v = TensorDesc { shape: vec![2, 3], strides: vec![10, 1], ..d };
+        assert_eq!(v.span(), 13);
+        assert!(!v.is_contiguous());
+    }
+}
