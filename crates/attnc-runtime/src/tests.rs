@@ -1,1 +1,506 @@
+//! CPU tests of launch validation (descriptors only, no device) and of the runtime's
+//! behaviour without a driver.
 
+use crate::error::ValidationError as E;
+use crate::tensor::{ElemType, HostIndex, TensorDesc};
+use crate::validate::{marshal, plan, ArgValue, KernelShape, LaunchDescs, LaunchPlan, ParamValue};
+use attnc_ir::{Align, AuxDecl, AuxDim, KvLayout, ParamDecl, Spec, SplitKv, Ty};
+
+const SMS: u32 = 132;
+const KS: KernelShape = KernelShape { block_m: 64, block_n: 64, combine_block_m: Some(4) };
+
+/// Hands out non-overlapping, 256-byte aligned fake device addresses.
+struct Alloc(u64);
+impl Alloc {
+    fn new() -> Alloc {
+        Alloc(1 << 32)
+    }
+    fn t(&mut self, dtype: ElemType, shape: &[usize]) -> TensorDesc {
+        let d = TensorDesc::contiguous(dtype, shape, self.0, 0);
+        self.0 += (d.capacity * dtype.bytes() as u64).div_ceil(256) * 256 + 256;
+        d
+    }
+}
+
+fn spec(layout: KvLayout) -> Spec {
+    let mut s = Spec::new("t", 128, 8);
+    s.kv_heads = 2;
+    s.kv_layout = layout;
+    s.mask.causal = Some(Align::BottomRight);
+    s
+}
+
+/// A valid contiguous launch: B=2, Sq=17, Sk=100.
+fn contiguous(a: &mut Alloc, s: &Spec) -> LaunchDescs<'static> {
+    let bf = ElemType::of(s.dtype);
+    LaunchDescs {
+        q: a.t(bf, &[2, 17, 8, 128]),
+        k: a.t(bf, &[2, 100, 2, 128]),
+        v: a.t(bf, &[2, 100, 2, 128]),
+        o: a.t(bf, &[2, 17, 8, 128]),
+        lse: None,
+        cu_seqlens_q: None,
+        cu_seqlens_k: None,
+        block_table: None,
+        seqused_k: None,
+        sinks: None,
+        aux: Vec::new(),
+        params: Vec::new(),
+        num_splits: None,
+    }
+}
+
+fn check(s: &Spec, d: &LaunchDescs) -> Result<LaunchPlan, E> {
+    plan(s, &KS, SMS, 0, d)
+}
+
+fn err(s: &Spec, d: &LaunchDescs) -> E {
+    match check(s, d) {
+        Ok(p) => panic!("accepted: {p:?}"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn contiguous_plan_and_args() {
+    let s = spec(KvLayout::Contiguous);
+    let mut a = Alloc::new();
+    let d = contiguous(&mut a, &s);
+    let p = check(&s, &d).expect("valid");
+    assert_eq!((p.batch, p.max_seqlen_q, p.max_seqlen_k, p.num_splits), (2, 17, 100, 1));
+    assert_eq!(p.fwd_grid, [1, 8, 2]);
+    assert_eq!(p.combine_grid, None);
+    assert_eq!(p.arg("q_stride_batch"), Some(ArgValue::I64(17 * 8 * 128)));
+    assert_eq!(p.arg("k_stride_row"), Some(ArgValue::I64(2 * 128)));
+    assert_eq!(p.arg("k_stride_head"), Some(ArgValue::I64(128)));
+    assert_eq!(p.arg("seqlen_k"), Some(ArgValue::I32(100)));
+    assert_eq!(p.arg("lse"), Some(ArgValue::Ptr(0)));
+    // The real ABI of the portable family marshals completely.
+    let m = attnc_lower::compile(&s, &attnc_lower::CompileOptions::new(attnc_lower::Arch::Sm90a)).expect("compiles");
+    let fwd = m.kernels.iter().find(|k| k.role == "forward").expect("fwd");
+    let args = marshal(&fwd.params, &p, &[("o_partial", ArgValue::Ptr(0)), ("lse_partial", ArgValue::Ptr(0))]).expect("marshal");
+    assert_eq!(args.len(), fwd.params.len());
+    assert_eq!(args[0], ArgValue::Ptr(d.q.addr));
+}
+
+#[test]
+fn pack_gqa_grid() {
+    let mut s = spec(KvLayout::Contiguous);
+    s.pack_gqa = true;
+    let mut a = Alloc::new();
+    let p = check(&s, &contiguous(&mut a, &s)).expect("valid");
+    // 17 rows x group 4 = 68 packed rows -> 2 m-blocks, one CTA per KV head.
+    assert_eq!(p.fwd_grid, [2, 2, 2]);
+}
+
+#[test]
+fn marshal_rejects_unknown_and_mistyped_params() {
+    let s = spec(KvLayout::Contiguous);
+    let mut a = Alloc::new();
+    let p = check(&s, &contiguous(&mut a, &s)).expect("valid");
+    assert!(marshal(&["mystery:ptr".into()], &p, &[]).unwrap_err().contains("mystery"));
+    assert!(marshal(&["seqlen_q:i64".into()], &p, &[]).unwrap_err().contains("seqlen_q"));
+    assert!(marshal(&["q".into()], &p, &[]).unwrap_err().contains("malformed"));
+}
+
+#[test]
+fn dtype_rank_dims_heads() {
+    let s = spec(KvLayout::Contiguous);
+    let mut a = Alloc::new();
+    let mut d = contiguous(&mut a, &s);
+    d.k.dtype = ElemType::F16;
+    assert!(matches!(err(&s, &d), E::DType { arg, .. } if arg == "k"));
+
+    let mut d = contiguous(&mut a, &s);
+    d.q = a.t(ElemType::Bf16, &[2, 17, 8 * 128]);
+    assert!(matches!(err(&s, &d), E::Rank { arg, expected: 4, found: 3, .. } if arg == "q"));
+
+    let mut d = contiguous(&mut a, &s);
+    d.v = a.t(ElemType::Bf16, &[2, 100, 2, 64]);
+    assert!(matches!(err(&s, &d), E::Dim { arg, dim: 3, .. } if arg == "v"));
+
+    let mut d = contiguous(&mut a, &s);
+    d.k = a.t(ElemType::Bf16, &[2, 100, 4, 128]);
+    d.v = a.t(ElemType::Bf16, &[2, 100, 4, 128]);
+    assert!(matches!(err(&s, &d), E::GqaRatio { kv_heads: 4, spec_kv: 2, group: 4, .. }));
+
+    let mut d = contiguous(&mut a, &s);
+    d.k = a.t(ElemType::Bf16, &[3, 100, 2, 128]);
+    assert!(matches!(err(&s, &d), E::Dim { arg, dim: 0, .. } if arg == "k"));
+
+    let mut d = contiguous(&mut a, &s);
+    d.o = a.t(ElemType::Bf16, &[2, 16, 8, 128]);
+    assert!(matches!(err(&s, &d), E::Dim { arg, dim: 1, .. } if arg == "o"));
+
+    let mut d = contiguous(&mut a, &s);
+    d.v.device = 1;
+    assert!(matches!(err(&s, &d), E::WrongDevice { arg, .. } if arg == "v"));
+}
+
+#[test]
+fn strides_alignment_bounds_overlap() {
+    let s = spec(KvLayout::Contiguous);
+    let mut a = Alloc::new();
+
+    // Unit inner stride.
+    let mut d = contiguous(&mut a, &s);
+    d.q.strides = vec![17 * 8 * 256, 8 * 256, 256, 2];
+    d.q.capacity = 1 << 30;
+    assert!(matches!(err(&s, &d), E::InnerStride { arg, stride: 2 } if arg == "q"));
+
+    // Misaligned base (8 bytes off).
+    let mut d = contiguous(&mut a, &s);
+    d.v.addr += 8;
+    assert!(matches!(err(&s, &d), E::Alignment { arg, .. } if arg == "v"));
+
+    // A row stride that is not a multiple of 16 bytes: a q slice of a fused QKV tensor
+    // with an odd head count in between.
+    let mut d = contiguous(&mut a, &s);
+    d.q.strides = vec![17 * 1028, 1028, 128, 1];
+    d.q.capacity = 1 << 30;
+    assert!(matches!(err(&s, &d), E::Alignment { arg, .. } if arg == "q"));
+    // ... and a legal strided view (row stride 3 x 8 x 128, e.g. fused QKV).
+    let mut d = contiguous(&mut a, &s);
+    d.q.strides = vec![17 * 3072, 3072, 128, 1];
+    d.q.capacity = 2 * 17 * 3072;
+    check(&s, &d).expect("strided q view");
+
+    // A view reaching past its allocation.
+    let mut d = contiguous(&mut a, &s);
+    d.k.capacity -= 1;
+    assert!(matches!(err(&s, &d), E::OutOfBounds { arg, .. } if arg == "k"));
+    let mut d = contiguous(&mut a, &s);
+    d.o.strides = vec![1 << 40, 8 * 128, 128, 1];
+    assert!(matches!(err(&s, &d), E::OutOfBounds { arg, .. } if arg == "o"));
+    let mut d = contiguous(&mut a, &s);
+    d.o.shape = vec![2, 17, 8, 128];
+    d.o.strides = vec![17, 8, 1];
+    assert!(matches!(err(&s, &d), E::BadView { .. }));
+
+    // Output aliasing an input.
+    let mut d = contiguous(&mut a, &s);
+    d.o = d.q.clone();
+    assert!(matches!(err(&s, &d), E::Overlap { a, b } if a == "o" && b == "q"));
+}
+
+#[test]
+fn lse_rules() {
+    let mut s = spec(KvLayout::Contiguous);
+    let mut a = Alloc::new();
+    let mut d = contiguous(&mut a, &s);
+    d.lse = Some(a.t(ElemType::F32, &[2, 8, 17]));
+    assert!(matches!(err(&s, &d), E::Unexpected { arg, .. } if arg == "lse"));
+    s.lse = true;
+    let mut d = contiguous(&mut a, &s);
+    assert!(matches!(err(&s, &d), E::Missing { arg, .. } if arg == "lse"));
+    d.lse = Some(a.t(ElemType::F32, &[2, 8, 17]));
+    let p = check(&s, &d).expect("valid");
+    assert_eq!(p.arg("lse_stride_batch"), Some(ArgValue::I64(8 * 17)));
+    assert_eq!(p.arg("lse_stride_head"), Some(ArgValue::I64(17)));
+    d.lse = Some(a.t(ElemType::F32, &[2, 17, 8]));
+    assert!(matches!(err(&s, &d), E::Dim { arg, dim: 1, .. } if arg == "lse"));
+    d.lse = Some(a.t(ElemType::Bf16, &[2, 8, 17]));
+    assert!(matches!(err(&s, &d), E::DType { arg, .. } if arg == "lse"));
+    let mut l = a.t(ElemType::F32, &[2, 8, 17]);
+    l.addr = d.o.addr + 64;
+    d.lse = Some(l);
+    assert!(matches!(err(&s, &d), E::Overlap { .. }));
+}
+
+fn varlen_descs<'a>(a: &mut Alloc, cq: &'a [i32], ck: &'a [i32], tq: usize, tk: usize) -> LaunchDescs<'a> {
+    let bf = ElemType::Bf16;
+    LaunchDescs {
+        q: a.t(bf, &[tq, 8, 128]),
+        k: a.t(bf, &[tk, 2, 128]),
+        v: a.t(bf, &[tk, 2, 128]),
+        o: a.t(bf, &[tq, 8, 128]),
+        lse: Some(a.t(ElemType::F32, &[8, tq])),
+        cu_seqlens_q: Some(HostIndex { desc: a.t(ElemType::I32, &[cq.len()]), values: cq }),
+        cu_seqlens_k: Some(HostIndex { desc: a.t(ElemType::I32, &[ck.len()]), values: ck }),
+        block_table: None,
+        seqused_k: None,
+        sinks: None,
+        aux: Vec::new(),
+        params: Vec::new(),
+        num_splits: None,
+    }
+}
+
+#[test]
+fn varlen_rules() {
+    let mut s = spec(KvLayout::Varlen);
+    s.lse = true;
+    let mut a = Alloc::new();
+    let (cq, ck) = ([0, 1, 38, 188], [0, 120, 157, 307]);
+    let d = varlen_descs(&mut a, &cq, &ck, 188, 307);
+    let p = check(&s, &d).expect("valid");
+    assert_eq!((p.batch, p.max_seqlen_q, p.max_seqlen_k, p.total_q), (3, 150, 150, 188));
+    assert_eq!(p.arg("q_stride_batch"), Some(ArgValue::I64(0)));
+    assert_eq!(p.arg("lse_stride_batch"), Some(ArgValue::I64(0)));
+    assert_eq!(p.arg("lse_stride_head"), Some(ArgValue::I64(188)));
+    assert_eq!(p.fwd_grid, [3, 8, 3]);
+
+    let bad_q = [0, 40, 38, 188];
+    let e = err(&s, &varlen_descs(&mut a, &bad_q, &ck, 188, 307));
+    assert!(matches!(&e, E::CuSeqlens { arg, detail } if arg == "cu_seqlens_q" && detail.contains("decreases")), "{e}");
+    let past = [0, 120, 157, 308];
+    let e = err(&s, &varlen_descs(&mut a, &cq, &past, 188, 307));
+    assert!(matches!(&e, E::CuSeqlens { arg, detail } if arg == "cu_seqlens_k" && detail.contains("308")), "{e}");
+    let neg = [-1, 1, 38, 188];
+    assert!(matches!(err(&s, &varlen_descs(&mut a, &neg, &ck, 188, 307)), E::CuSeqlens { .. }));
+    let short = [0, 120, 307];
+    let e = err(&s, &varlen_descs(&mut a, &cq, &short, 188, 307));
+    assert!(matches!(&e, E::CuSeqlens { arg, detail } if arg == "cu_seqlens_k" && detail.contains("batch + 1")), "{e}");
+    let mut d = varlen_descs(&mut a, &cq, &ck, 188, 307);
+    d.cu_seqlens_k = None;
+    assert!(matches!(err(&s, &d), E::Missing { arg, .. } if arg == "cu_seqlens_k"));
+    let mut d = varlen_descs(&mut a, &cq, &ck, 188, 307);
+    d.lse = Some(a.t(ElemType::F32, &[3, 8, 150]));
+    assert!(matches!(err(&s, &d), E::Rank { arg, .. } if arg == "lse"));
+    // Index tensors must be i32 and hold what the host copy says.
+    let mut d = varlen_descs(&mut a, &cq, &ck, 188, 307);
+    if let Some(h) = &mut d.cu_seqlens_q {
+        h.desc.dtype = ElemType::F32;
+    }
+    assert!(matches!(err(&s, &d), E::DType { arg, .. } if arg == "cu_seqlens_q"));
+    let mut d = varlen_descs(&mut a, &cq, &ck, 188, 307);
+    if let Some(h) = &mut d.cu_seqlens_q {
+        h.values = &cq[..3];
+    }
+    assert!(matches!(err(&s, &d), E::CuSeqlens { .. }));
+    // Contiguous-layout metadata on a varlen spec and vice versa.
+    let sc = spec(KvLayout::Contiguous);
+    let mut d = contiguous(&mut a, &sc);
+    d.cu_seqlens_q = Some(HostIndex { desc: a.t(ElemType::I32, &[4]), values: &cq });
+    assert!(matches!(err(&sc, &d), E::Unexpected { arg, .. } if arg == "cu_seqlens_q"));
+}
+
+fn paged_descs<'a>(a: &mut Alloc, bt: &'a [i32], su: &'a [i32], batch: usize, pages: usize, ps: usize) -> LaunchDescs<'a> {
+    let bf = ElemType::Bf16;
+    let max_pages = bt.len() / batch.max(1);
+    LaunchDescs {
+        q: a.t(bf, &[batch, 1, 8, 128]),
+        k: a.t(bf, &[pages, ps, 2, 128]),
+        v: a.t(bf, &[pages, ps, 2, 128]),
+        o: a.t(bf, &[batch, 1, 8, 128]),
+        lse: None,
+        cu_seqlens_q: None,
+        cu_seqlens_k: None,
+        block_table: Some(HostIndex { desc: a.t(ElemType::I32, &[batch, max_pages]), values: bt }),
+        seqused_k: Some(HostIndex { desc: a.t(ElemType::I32, &[batch]), values: su }),
+        sinks: None,
+        aux: Vec::new(),
+        params: Vec::new(),
+        num_splits: None,
+    }
+}
+
+#[test]
+fn paged_rules() {
+    let mut s = spec(KvLayout::Paged { page_size: 16 });
+    s.split_kv = SplitKv::Auto;
+    let mut a = Alloc::new();
+    // Two sequences: 40 keys (3 pages) and 16 keys (1 page; the rest is padding -1).
+    let bt = [4, 0, 2, 1, -1, -1];
+    let su = [40, 16];
+    let p = check(&s, &paged_descs(&mut a, &bt, &su, 2, 5, 16)).expect("valid");
+    assert_eq!((p.batch, p.max_seqlen_k), (2, 40));
+    assert_eq!(p.arg("block_table_stride"), Some(ArgValue::I64(3)));
+    assert_eq!(p.arg("k_stride_batch"), Some(ArgValue::I64(16 * 2 * 128)));
+
+    let bad = [4, 0, 5, 1, -1, -1];
+    assert_eq!(err(&s, &paged_descs(&mut a, &bad, &su, 2, 5, 16)), E::PageIndex { batch: 0, page: 2, entry: 5, num_pages: 5 });
+    let neg = [4, 0, 2, -1, -1, -1];
+    assert_eq!(err(&s, &paged_descs(&mut a, &neg, &su, 2, 5, 16)), E::PageIndex { batch: 1, page: 0, entry: -1, num_pages: 5 });
+    let long = [40, 49];
+    assert!(matches!(err(&s, &paged_descs(&mut a, &bt, &long, 2, 5, 16)), E::SequsedK { batch: 1, value: 49, .. }));
+    let negative = [40, -3];
+    assert!(matches!(err(&s, &paged_descs(&mut a, &bt, &negative, 2, 5, 16)), E::SequsedK { batch: 1, value: -3, .. }));
+    // Page size of k/v must be the spec's.
+    assert!(matches!(err(&s, &paged_descs(&mut a, &bt, &su, 2, 5, 8)), E::Dim { arg, dim: 1, .. } if arg == "k"));
+    let mut d = paged_descs(&mut a, &bt, &su, 2, 5, 16);
+    d.seqused_k = None;
+    assert!(matches!(err(&s, &d), E::Missing { arg, .. } if arg == "seqused_k"));
+    let mut d = paged_descs(&mut a, &bt, &su, 2, 5, 16);
+    d.block_table = Some(HostIndex { desc: a.t(ElemType::I32, &[3, 2]), values: &bt });
+    assert!(matches!(err(&s, &d), E::Dim { arg, dim: 0, .. } if arg == "block_table"));
+}
+
+#[test]
+fn splits_rules() {
+    let mut s = spec(KvLayout::Contiguous);
+    let mut a = Alloc::new();
+    let mut d = contiguous(&mut a, &s);
+    d.num_splits = Some(3);
+    assert!(matches!(err(&s, &d), E::Splits { .. }));
+    s.split_kv = SplitKv::Fixed(4);
+    let d = contiguous(&mut a, &s);
+    let p = check(&s, &d).expect("valid");
+    assert_eq!(p.num_splits, 4);
+    assert_eq!(p.fwd_grid, [1, 8, 8]);
+    assert_eq!(p.combine_grid, Some([5, 8, 2]));
+    assert_eq!(p.lse_partial_elems, 4 * 2 * 8 * 17);
+    assert_eq!(p.o_partial_elems, 4 * 2 * 8 * 17 * 128);
+    let mut d = contiguous(&mut a, &s);
+    d.num_splits = Some(0);
+    assert!(matches!(err(&s, &d), E::Splits { .. }));
+    d.num_splits = Some(129);
+    assert!(matches!(err(&s, &d), E::Splits { .. }));
+    d.num_splits = Some(1);
+    assert_eq!(check(&s, &d).expect("valid").combine_grid, None);
+    // A module without a combine kernel cannot split.
+    let ks = KernelShape { combine_block_m: None, ..KS };
+    assert!(matches!(plan(&s, &ks, SMS, 0, &contiguous(&mut a, &s)), Err(E::Splits { .. })));
+    // Auto: decode-like launch gets several splits.
+    s.split_kv = SplitKv::Auto;
+    let bf = ElemType::Bf16;
+    let mut d = contiguous(&mut a, &s);
+    d.q = a.t(bf, &[1, 1, 8, 128]);
+    d.o = a.t(bf, &[1, 1, 8, 128]);
+    d.k = a.t(bf, &[1, 32768, 2, 128]);
+    d.v = a.t(bf, &[1, 32768, 2, 128]);
+    let p = check(&s, &d).expect("valid");
+    assert!(p.num_splits > 4, "{p:?}");
+    assert!(p.split_reason.starts_with("auto"));
+}
+
+#[test]
+fn grid_and_i32_limits() {
+    let mut s = spec(KvLayout::Contiguous);
+    s.split_kv = SplitKv::Fixed(2);
+    let mut a = Alloc::new();
+    let bf = ElemType::Bf16;
+    let mut d = contiguous(&mut a, &s);
+    d.q = a.t(bf, &[40000, 1, 8, 128]);
+    d.o = a.t(bf, &[40000, 1, 8, 128]);
+    d.k = a.t(bf, &[40000, 1, 2, 128]);
+    d.v = a.t(bf, &[40000, 1, 2, 128]);
+    assert!(matches!(err(&s, &d), E::TooLarge { what, .. } if what.contains("grid z")));
+    // seqlen beyond i32 (descriptors only: nothing is allocated).
+    let s = spec(KvLayout::Contiguous);
+    let mut d = contiguous(&mut a, &s);
+    let huge = 1usize << 31;
+    d.k = TensorDesc { shape: vec![2, huge, 2, 128], strides: vec![huge * 256, 256, 128, 1], capacity: u64::MAX, ..d.k };
+    d.v = TensorDesc { shape: vec![2, huge, 2, 128], strides: vec![huge * 256, 256, 128, 1], capacity: u64::MAX, addr: d.k.addr + (1u64 << 50), ..d.v };
+    assert!(matches!(err(&s, &d), E::TooLarge { what, .. } if what == "seqlen_k"));
+}
+
+#[test]
+fn params_aux_sinks() {
+    let mut s = spec(KvLayout::Contiguous);
+    s.params = vec![ParamDecl { name: "prefix".into(), ty: Ty::Int }, ParamDecl { name: "cap".into(), ty: Ty::Float }];
+    s.aux = vec![AuxDecl { name: "doc".into(), dims: vec![AuxDim::Batch, AuxDim::MaxSeqlenK] }];
+    s.sinks = true;
+    let mut a = Alloc::new();
+    let base = |a: &mut Alloc| {
+        let mut d = contiguous(a, &s);
+        d.params = vec![("prefix".into(), ParamValue::Int(5)), ("cap".into(), ParamValue::Float(30.0))];
+        d.aux = vec![("doc".into(), a.t(ElemType::I32, &[2, 100]))];
+        d.sinks = Some(a.t(ElemType::F32, &[8]));
+        d
+    };
+    let p = check(&s, &base(&mut a)).expect("valid");
+    assert_eq!(p.arg("param_prefix"), Some(ArgValue::I32(5)));
+    assert_eq!(p.arg("param_cap"), Some(ArgValue::F32(30.0)));
+    assert_eq!(p.arg("aux_doc_dim0"), Some(ArgValue::I32(2)));
+    assert_eq!(p.arg("aux_doc_dim1"), Some(ArgValue::I32(100)));
+
+    let mut d = base(&mut a);
+    d.params.pop();
+    assert!(matches!(err(&s, &d), E::Param { name, .. } if name == "cap"));
+    let mut d = base(&mut a);
+    d.params[1].1 = ParamValue::Int(3);
+    assert!(matches!(err(&s, &d), E::Param { name, .. } if name == "cap"));
+    let mut d = base(&mut a);
+    d.params[0].1 = ParamValue::Float(3.0);
+    assert!(matches!(err(&s, &d), E::Param { name, .. } if name == "prefix"));
+    let mut d = base(&mut a);
+    d.params.push(("bogus".into(), ParamValue::Int(1)));
+    assert!(matches!(err(&s, &d), E::Param { name, .. } if name == "bogus"));
+    let mut d = base(&mut a);
+    d.params.push(("prefix".into(), ParamValue::Int(1)));
+    assert!(matches!(err(&s, &d), E::Param { name, detail } if name == "prefix" && detail.contains("more than once")));
+
+    let mut d = base(&mut a);
+    d.aux[0].1 = a.t(ElemType::I32, &[2, 99]);
+    assert!(matches!(err(&s, &d), E::Aux { name, detail } if name == "doc" && detail.contains("seqlen_k")));
+    let mut d = base(&mut a);
+    d.aux[0].1 = a.t(ElemType::F32, &[2, 100]);
+    assert!(matches!(err(&s, &d), E::DType { .. }));
+    let mut d = base(&mut a);
+    d.aux.clear();
+    assert!(matches!(err(&s, &d), E::Aux { name, detail } if name == "doc" && detail == "missing"));
+    let mut d = base(&mut a);
+    d.aux.push(("other".into(), a.t(ElemType::I32, &[2])));
+    assert!(matches!(err(&s, &d), E::Aux { name, .. } if name == "other"));
+
+    let mut d = base(&mut a);
+    d.sinks = None;
+    assert!(matches!(err(&s, &d), E::Missing { arg, .. } if arg == "sinks"));
+    let mut d = base(&mut a);
+    d.sinks = Some(a.t(ElemType::F32, &[2]));
+    assert!(matches!(err(&s, &d), E::Dim { arg, .. } if arg == "sinks"));
+    let mut d = base(&mut a);
+    d.sinks = Some(a.t(ElemType::Bf16, &[8]));
+    assert!(matches!(err(&s, &d), E::Sinks { .. }));
+    let s2 = spec(KvLayout::Contiguous);
+    let mut d = contiguous(&mut a, &s2);
+    d.sinks = Some(a.t(ElemType::F32, &[8]));
+    assert!(matches!(err(&s2, &d), E::Unexpected { arg, .. } if arg == "sinks"));
+}
+
+#[test]
+fn empty_launches_are_accepted_and_skipped() {
+    let s = spec(KvLayout::Contiguous);
+    let mut a = Alloc::new();
+    let bf = ElemType::Bf16;
+    let mut d = contiguous(&mut a, &s);
+    d.q = a.t(bf, &[2, 0, 8, 128]);
+    d.o = a.t(bf, &[2, 0, 8, 128]);
+    assert!(check(&s, &d).expect("valid").empty);
+    // seqlen_k = 0 is a real launch (o = 0, lse = -inf).
+    let mut d = contiguous(&mut a, &s);
+    d.k = a.t(bf, &[2, 0, 2, 128]);
+    d.v = a.t(bf, &[2, 0, 2, 128]);
+    assert!(!check(&s, &d).expect("valid").empty);
+}
+
+#[test]
+fn every_example_spec_plans_with_its_abi() {
+    // Each dsl-example's kernels take only arguments the validator provides.
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../dsl-examples");
+    let Ok(rd) = std::fs::read_dir(&dir) else { return };
+    let mut n = 0;
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.extension().is_none_or(|x| x != "attn") {
+            continue;
+        }
+        let Ok(spec) = attnc_dsl::parse_file(&p) else { continue };
+        let m = attnc_lower::compile(&spec, &attnc_lower::CompileOptions::new(attnc_lower::Arch::Sm90a)).expect("compiles");
+        let names: Vec<String> = m.kernels.iter().flat_map(|k| k.params.clone()).collect();
+        for param in names {
+            let name = param.split(':').next().unwrap_or("");
+            let known = ["q", "k", "v", "o", "seqlen_q", "seqlen_k", "num_splits", "lse", "o_partial", "lse_partial", "cu_seqlens_q", "cu_seqlens_k", "block_table", "block_table_stride", "seqused_k", "sinks"]
+                .contains(&name)
+                || name.contains("_stride_")
+                || name.starts_with("aux_")
+                || name.starts_with("param_");
+            assert!(known, "{}: unknown kernel parameter {param}", spec.name);
+        }
+        n += 1;
+    }
+    assert!(n > 0);
+}
+
+#[test]
+fn runtime_without_driver_is_an_error_not_a_panic() {
+    if crate::cuda::driver_present() {
+        return; // a machine with a driver: nothing to check here
+    }
+    match crate::Runtime::new(0) {
+        Err(crate::RuntimeError::NoDriver(msg)) => assert!(msg.contains("libcuda"), "{msg}"),
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("a runtime without a driver"),
+    }
+}
