@@ -4,10 +4,11 @@
 
 use crate::diag::{line_col, suggest};
 use crate::parser::{Node, NodeKind, PErr, Raw, WindowArgs};
-use attnc_ir::check::is_reserved;
+use attnc_ir::check::{is_reserved, type_of};
+use attnc_ir::ExprContext;
 use attnc_ir::{
-    Align, AuxDecl, BinOp, DType, Expr, ExprKind, Field, Func, KvLayout, Mask, ParamDecl, Scale, SoftmaxOptions,
-    Span, Spec, SpecError, SplitKv, Var, Window,
+    Align, AuxDecl, BinOp, DType, Expr, ExprKind, Field, Func, KvLayout, Mask, ParamDecl, Scale,
+    SoftmaxOptions, Span, Spec, SpecError, SplitKv, Ty, UnOp, Var, Window,
 };
 
 /// Where each part of the spec came from, for validation errors.
@@ -113,28 +114,57 @@ struct MaskParts {
 }
 
 pub(crate) fn build(raw: Raw, src: &str) -> Result<Spec, Vec<PErr>> {
-    let mut b = Builder { src, errors: Vec::new(), params: Vec::new(), aux: Vec::new(), causal_is_param: false };
-    let mut locs = Locs { header: raw.header, name: raw.name_span, ..Locs::default() };
+    let mut b = Builder {
+        src,
+        errors: Vec::new(),
+        params: Vec::new(),
+        aux: Vec::new(),
+        causal_is_param: false,
+    };
+    let mut locs = Locs {
+        header: raw.header,
+        name: raw.name_span,
+        ..Locs::default()
+    };
 
     if raw.head_dim.is_none() {
         b.err(raw.header, "missing `head_dim`: expected a setting like `head_dim 128` (64, 96, 128, 192/128, 192 or 256)".into());
     }
     if raw.heads.is_none() {
-        b.err(raw.header, "missing `heads`: expected a setting like `heads 32` or `heads 32 kv 8`".into());
+        b.err(
+            raw.header,
+            "missing `heads`: expected a setting like `heads 32` or `heads 32 kv 8`".into(),
+        );
     }
 
     // Declarations share one namespace.
     let mut declared: Vec<(String, Span)> = Vec::new();
     for p in &raw.params {
-        b.check_name(&p.name, p.name_span, "parameter", &declared);
+        b.check_name(
+            &p.name,
+            p.name_span,
+            ("a parameter", "parameter"),
+            &declared,
+        );
         declared.push((p.name.clone(), p.name_span));
-        b.params.push(ParamDecl { name: p.name.clone(), ty: p.ty });
+        b.params.push(ParamDecl {
+            name: p.name.clone(),
+            ty: p.ty,
+        });
         locs.params.push((p.name_span, p.span));
     }
     for a in &raw.aux {
-        b.check_name(&a.name, a.name_span, "aux tensor", &declared);
+        b.check_name(
+            &a.name,
+            a.name_span,
+            ("an aux tensor", "aux tensor"),
+            &declared,
+        );
         declared.push((a.name.clone(), a.name_span));
-        b.aux.push(AuxDecl { name: a.name.clone(), dims: a.dims.iter().map(|(d, _)| *d).collect() });
+        b.aux.push(AuxDecl {
+            name: a.name.clone(),
+            dims: a.dims.iter().map(|(d, _)| *d).collect(),
+        });
         locs.aux.push((a.name_span, a.dims_span));
     }
     b.causal_is_param = b.params.iter().any(|p| p.name == "causal");
@@ -169,7 +199,11 @@ pub(crate) fn build(raw: Raw, src: &str) -> Result<Spec, Vec<PErr>> {
                     }
                     None => default_align,
                 };
-                mask.window = Some(Window { left: w.left.map(|v| v.0), right: w.right.map(|v| v.0), align });
+                mask.window = Some(Window {
+                    left: w.left.map(|v| v.0),
+                    right: w.right.map(|v| v.0),
+                    align,
+                });
             }
             if let Some(rest) = rest {
                 locs.mask = Some(rest.span);
@@ -228,9 +262,15 @@ pub(crate) fn build(raw: Raw, src: &str) -> Result<Spec, Vec<PErr>> {
         lse: raw.lse.is_some(),
         softmax: raw.softmax.map_or(SoftmaxOptions::default(), |s| s.opts),
     };
-    match attnc_ir::validate(&spec) {
+    match validate(&spec) {
         Ok(()) => Ok(spec),
-        Err(errors) => Err(errors.iter().map(|e| PErr { span: locs.locate(e), message: e.message.clone() }).collect()),
+        Err(errors) => Err(errors
+            .iter()
+            .map(|e| PErr {
+                span: locs.locate(e),
+                message: e.message.clone(),
+            })
+            .collect()),
     }
 }
 
@@ -244,7 +284,13 @@ impl Builder<'_> {
         format!("{l}:{c}")
     }
 
-    fn check_name(&mut self, name: &str, span: Span, what: &str, declared: &[(String, Span)]) {
+    fn check_name(
+        &mut self,
+        name: &str,
+        span: Span,
+        (a_what, what): (&str, &str),
+        declared: &[(String, Span)],
+    ) {
         let kind = if Var::from_name(name).is_some() {
             Some("a built-in variable")
         } else if Func::from_name(name).is_some() {
@@ -255,10 +301,18 @@ impl Builder<'_> {
             None
         };
         if let Some(kind) = kind {
-            self.err(span, format!("`{name}` is {kind} and cannot name a {what}: expected another name"));
+            self.err(
+                span,
+                format!("`{name}` is {kind} and cannot name {a_what}: expected another name"),
+            );
         } else if let Some((_, first)) = declared.iter().find(|(n, _)| n == name) {
             let at = self.at(*first);
-            self.err(span, format!("`{name}` is already declared at {at}: expected a new name for this {what}"));
+            self.err(
+                span,
+                format!(
+                    "`{name}` is already declared at {at}: expected a new name for this {what}"
+                ),
+            );
         }
     }
 
@@ -273,7 +327,11 @@ impl Builder<'_> {
                 match (l, r) {
                     (Some(l), Some(r)) => {
                         let (span, depth) = (l.span.to(r.span), 1 + l.depth.max(r.depth));
-                        Some(Node { kind: NodeKind::Binary(BinOp::And, Box::new(l), Box::new(r)), span, depth })
+                        Some(Node {
+                            kind: NodeKind::Binary(BinOp::And, Box::new(l), Box::new(r)),
+                            span,
+                            depth,
+                        })
                     }
                     (l, None) => l,
                     (None, r) => r,
@@ -303,7 +361,12 @@ impl Builder<'_> {
     fn take_causal(&mut self, align: Align, span: Span, parts: &mut MaskParts) {
         if let Some((_, first)) = parts.causal {
             let at = self.at(first);
-            self.err(span, format!("a second `causal` in the mask (the first is at {at}): expected at most one"));
+            self.err(
+                span,
+                format!(
+                    "a second `causal` in the mask (the first is at {at}): expected at most one"
+                ),
+            );
         } else {
             parts.causal = Some((align, span));
         }
@@ -340,7 +403,10 @@ impl Builder<'_> {
                     self.err(span, format!("aux tensor `{name}` must be indexed: expected `{name}[...]` with {n} index(es)"));
                     return None;
                 } else if Func::from_name(&name).is_some() {
-                    self.err(span, format!("`{name}` is a function: expected a call like `{name}(...)`"));
+                    self.err(
+                        span,
+                        format!("`{name}` is a function: expected a call like `{name}(...)`"),
+                    );
                     return None;
                 } else {
                     let mut m = format!(
@@ -359,7 +425,11 @@ impl Builder<'_> {
                     return None;
                 }
             }
-            NodeKind::Index { name, name_span, args } => {
+            NodeKind::Index {
+                name,
+                name_span,
+                args,
+            } => {
                 if !self.aux.iter().any(|a| a.name == name) {
                     let m = if self.params.iter().any(|p| p.name == name) {
                         format!("`{name}` is a parameter, not an aux tensor: expected `{name}` without an index")
@@ -380,7 +450,11 @@ impl Builder<'_> {
                 let index = self.resolve_all(args)?;
                 ExprKind::Aux { name, index }
             }
-            NodeKind::Call { name, name_span, args } => {
+            NodeKind::Call {
+                name,
+                name_span,
+                args,
+            } => {
                 let Some(f) = Func::from_name(&name) else {
                     let mut m = format!(
                         "unknown function `{name}`: expected one of {}",
@@ -416,5 +490,106 @@ impl Builder<'_> {
     fn resolve_all(&mut self, args: Vec<Node>) -> Option<Vec<Expr>> {
         let out: Vec<Option<Expr>> = args.into_iter().map(|a| self.resolve(a)).collect();
         out.into_iter().collect()
+    }
+}
+
+/// Type-checker steps above which [`validate`] avoids handing expressions to
+/// `attnc_ir::validate` directly.
+const CHECK_BUDGET: u64 = 1 << 16;
+
+/// How many node visits `attnc_ir::validate`'s type checker makes on `e` (saturating).
+/// It visits the operands of `!`, `&&` and `||` twice (`ty(a)?` and then
+/// `expect(a, Bool)`), so the count doubles with every nested boolean connective:
+/// 40 chained `&&` conjuncts would take hours.
+pub(crate) fn check_cost(e: &Expr) -> u64 {
+    let twice = matches!(
+        e.kind,
+        ExprKind::Unary(UnOp::Not, _) | ExprKind::Binary(BinOp::And | BinOp::Or, _, _)
+    );
+    let children: u64 = children(e)
+        .iter()
+        .fold(0u64, |acc, c| acc.saturating_add(check_cost(c)));
+    1u64.saturating_add(children.saturating_mul(if twice { 2 } else { 1 }))
+}
+
+fn children(e: &Expr) -> Vec<&Expr> {
+    match &e.kind {
+        ExprKind::Aux { index, .. } => index.iter().collect(),
+        ExprKind::Unary(_, a) => vec![a],
+        ExprKind::Binary(_, a, b) => vec![a, b],
+        ExprKind::Call(_, args) => args.iter().collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// A leaf of type `ty` standing in for an already checked subexpression.
+fn placeholder(ty: Ty, span: Span) -> Expr {
+    match ty {
+        Ty::Int => Expr::int(0),
+        Ty::Float => Expr::float(0.0),
+        Ty::Bool => Expr::bool(true),
+    }
+    .with_span(span)
+}
+
+/// The type of `e` by the IR's own rules in linear time: each node is checked with
+/// `attnc_ir::check::type_of` on a copy whose children are replaced by leaves of their
+/// (already computed) types, keeping the children's spans so errors point at the
+/// same nodes.
+pub(crate) fn type_linear(spec: &Spec, e: &Expr, ctx: ExprContext) -> Result<Ty, SpecError> {
+    let tys = children(e)
+        .into_iter()
+        .map(|c| Ok(placeholder(type_linear(spec, c, ctx)?, c.span)))
+        .collect::<Result<Vec<Expr>, SpecError>>()?;
+    let mut tys = tys.into_iter();
+    let mut next = || tys.next().unwrap_or_else(|| Expr::int(0));
+    let kind = match &e.kind {
+        ExprKind::Aux { name, index } => ExprKind::Aux {
+            name: name.clone(),
+            index: index.iter().map(|_| next()).collect(),
+        },
+        ExprKind::Unary(op, _) => ExprKind::Unary(*op, Box::new(next())),
+        ExprKind::Binary(op, _, _) => {
+            let a = next();
+            ExprKind::Binary(*op, Box::new(a), Box::new(next()))
+        }
+        ExprKind::Call(f, args) => ExprKind::Call(*f, args.iter().map(|_| next()).collect()),
+        leaf => leaf.clone(),
+    };
+    type_of(spec, &Expr { kind, span: e.span }, ctx)
+}
+
+/// `attnc_ir::validate`, guarded against its exponential type checking: when an
+/// expression would cost more than [`CHECK_BUDGET`] steps, expressions are type-checked
+/// with [`type_linear`] and the rest of the spec is validated with each expression
+/// replaced by a leaf of its type (so "a mask must be bool" still comes from the IR).
+pub(crate) fn validate(spec: &Spec) -> Result<(), Vec<SpecError>> {
+    let cost = [&spec.mask.predicate, &spec.score_mod]
+        .into_iter()
+        .flatten()
+        .fold(0u64, |acc, e| acc.saturating_add(check_cost(e)));
+    if cost <= CHECK_BUDGET {
+        return attnc_ir::validate(spec);
+    }
+    let mut errors = Vec::new();
+    let mut light = spec.clone();
+    for (slot, ctx) in [
+        (&mut light.mask.predicate, ExprContext::Mask),
+        (&mut light.score_mod, ExprContext::ScoreMod),
+    ] {
+        if let Some(e) = slot.take() {
+            match type_linear(spec, &e, ctx) {
+                Ok(ty) => *slot = Some(placeholder(ty, e.span)),
+                Err(err) => errors.push(err),
+            }
+        }
+    }
+    if let Err(mut e) = attnc_ir::validate(&light) {
+        errors.append(&mut e);
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
     }
 }

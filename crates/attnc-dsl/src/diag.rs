@@ -29,12 +29,26 @@ impl Diagnostic {
         let source_line = src[line_start..line_end].trim_end_matches('\r').to_string();
         let caret_end = end.min(line_end).max(start);
         let caret_len = src[start..caret_end].chars().count().max(1);
-        Diagnostic { file: file.to_string(), line, col, message, source_line, caret_len }
+        Diagnostic {
+            file: file.to_string(),
+            line,
+            col,
+            message,
+            source_line,
+            caret_len,
+        }
     }
 
     /// A diagnostic without a source position.
     pub(crate) fn whole_file(file: &str, message: String) -> Diagnostic {
-        Diagnostic { file: file.to_string(), line: 0, col: 0, message, source_line: String::new(), caret_len: 0 }
+        Diagnostic {
+            file: file.to_string(),
+            line: 0,
+            col: 0,
+            message,
+            source_line: String::new(),
+            caret_len: 0,
+        }
     }
 }
 
@@ -42,7 +56,10 @@ impl Diagnostic {
 pub(crate) fn line_col(src: &str, offset: usize) -> (usize, usize) {
     let offset = clamp_to_boundary(src, offset);
     let line_start = src[..offset].rfind('\n').map_or(0, |i| i + 1);
-    (src[..offset].matches('\n').count() + 1, src[line_start..offset].chars().count() + 1)
+    (
+        src[..offset].matches('\n').count() + 1,
+        src[line_start..offset].chars().count() + 1,
+    )
 }
 
 fn clamp_to_boundary(src: &str, mut i: usize) -> usize {
@@ -125,15 +142,24 @@ pub(crate) fn one_of(items: &[String]) -> String {
 
 /// The closest of `candidates` to `word` by edit distance, when close enough to be a
 /// plausible typo.
-pub(crate) fn suggest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
-    let limit = (word.chars().count() / 3).max(1);
+pub(crate) fn suggest<'a>(
+    word: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
+    let n = word.chars().count();
+    let limit = (n / 3).max(1);
     candidates
         .into_iter()
-        .filter(|c| *c != word)
+        .filter(|c| *c != word && c.chars().count().abs_diff(n) <= limit)
         .map(|c| (edit_distance(word, c), c))
         .filter(|(d, _)| *d <= limit)
-        .min_by_key(|(d, _)| *d)
+        // Ties go to the candidate sharing the longest prefix (`f16` → `fp16`).
+        .min_by_key(|(d, c)| (*d, usize::MAX - common_prefix(word, c)))
         .map(|(_, c)| c)
+}
+
+fn common_prefix(a: &str, b: &str) -> usize {
+    a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count()
 }
 
 fn edit_distance(a: &str, b: &str) -> usize {
@@ -193,14 +219,21 @@ mod tests {
     fn wide_line_numbers_widen_the_gutter() {
         let src = "\n".repeat(11) + "x";
         let d = Diagnostic::at("f", &src, Span::new(11, 12), "m".into());
-        assert_eq!(d.to_string(), "error: m\n   --> f:12:1\n    |\n 12 | x\n    | ^");
+        assert_eq!(
+            d.to_string(),
+            "error: m\n   --> f:12:1\n    |\n 12 | x\n    | ^"
+        );
     }
 
     #[test]
     fn suggestions() {
-        assert_eq!(suggest("head_dims", ["heads", "head_dim"]), Some("head_dim"));
+        assert_eq!(
+            suggest("head_dims", ["heads", "head_dim"]),
+            Some("head_dim")
+        );
         assert_eq!(suggest("prefx", ["prefix", "q"]), Some("prefix"));
         assert_eq!(suggest("zzzzzz", ["prefix", "q"]), None);
+        assert_eq!(suggest("f16", ["bf16", "fp16"]), Some("fp16"));
         assert_eq!(one_of(&["a".into(), "b".into(), "c".into()]), "a, b or c");
     }
 }

@@ -56,7 +56,12 @@ pub fn parse_named(file_name: &str, src: &str) -> Result<Spec, Diagnostics> {
     }
     errors.sort_by_key(|e| e.span.start);
     errors.truncate(MAX_DIAGNOSTICS);
-    Err(Diagnostics(errors.into_iter().map(|e| Diagnostic::at(file_name, src, e.span, e.message)).collect()))
+    Err(Diagnostics(
+        errors
+            .into_iter()
+            .map(|e| Diagnostic::at(file_name, src, e.span, e.message))
+            .collect(),
+    ))
 }
 
 /// Reads, parses and validates a `.attn` file. An unreadable file, or one that is not

@@ -1,12 +1,50 @@
-#[test]
-fn smoke() {
-    let src = "// Gemma 2 style\nattention gemma2 {\n  dtype bf16\n  head_dim 256\n  heads 16 kv 8 pack_gqa\n  param prefix: int\n  aux doc: int[batch, seqlen_k]\n  mask causal(bottom_right) && window(left=4095, right=0) && doc[b, q] == doc[b, k]\n  score softcap(score, 50.0)\n  scale 0.0625\n  sinks\n  kv paged(page_size=16)\n  split auto\n  lse\n  softmax exp2_emulation=0.15 rescale_threshold=8.0\n}\n";
-    let s = crate::parse(src).unwrap();
-    println!("{s:#?}");
-    let p = crate::print(&s);
-    println!("{p}");
-    assert_eq!(crate::parse(&p).unwrap(), s);
-    for bad in ["attention x {\n head_dim 100\n heads 8\n}", "attention x {\n head_dim 128\n heads 8\n mask q < k x\n score foo + 1\n dtype bf16; dtype fp16\n}", "attention x { head_dim 128; heads 8; mask causal || q < k; score score - float(q) }"] {
-        println!("{}\n", crate::parse(bad).unwrap_err());
+//! Tests of the whole language: constructs, diagnostics, round trips, fuzzing, examples.
+
+mod constructs;
+mod diagnostics;
+mod examples;
+mod fuzz;
+mod roundtrip;
+
+use crate::{parse, Diagnostic};
+use attnc_ir::Spec;
+
+/// A file with the required settings (on lines 2 and 3) and `lines` from line 4 on.
+pub(crate) fn body(lines: &str) -> String {
+    format!("attention t {{\n  head_dim 128\n  heads 8\n{lines}\n}}\n")
+}
+
+pub(crate) fn ok(src: &str) -> Spec {
+    match parse(src) {
+        Ok(s) => s,
+        Err(d) => panic!("expected {src:?} to parse, got:\n{d}"),
     }
+}
+
+pub(crate) fn errs(src: &str) -> Vec<Diagnostic> {
+    match parse(src) {
+        Ok(s) => panic!("expected an error for {src:?}, got {s:?}"),
+        Err(d) => d.0,
+    }
+}
+
+/// Asserts that the first diagnostic is at `line:col` and contains `msg`.
+#[track_caller]
+pub(crate) fn err_at(src: &str, line: usize, col: usize, msg: &str) -> Diagnostic {
+    let e = errs(src);
+    let d = e[0].clone();
+    assert!(
+        d.line == line && d.col == col && d.message.contains(msg),
+        "expected {line}:{col} `{msg}`, got:\n{}",
+        crate::Diagnostics(e)
+    );
+    d
+}
+
+/// Cases for the property tests: `ATTNC_FUZZ_CASES` or 2000.
+pub(crate) fn cases() -> u32 {
+    std::env::var("ATTNC_FUZZ_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2000)
 }

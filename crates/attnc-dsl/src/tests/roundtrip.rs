@@ -1,0 +1,493 @@
+//! `parse(print(spec)) == spec` for arbitrary valid specs.
+//!
+//! Specs come from ordinary proptest strategies; expressions are built from a vector of
+//! random "choices" (Hypothesis-style), so they are well typed by construction and
+//! shrink towards small trees when the vector shrinks.
+
+use super::cases;
+use crate::build::{type_linear, validate};
+use crate::{parse, print};
+use attnc_ir::check::{is_reserved, type_of};
+use attnc_ir::spec::SUPPORTED_HEAD_DIMS;
+use attnc_ir::{
+    Align, AuxDecl, AuxDim, BinOp, DType, Expr, ExprContext, Func, KvLayout, Mask, ParamDecl,
+    Scale, SoftmaxOptions, Spec, SplitKv, Ty, UnOp, Var, Window,
+};
+use proptest::prelude::*;
+
+const INT_VARS: [Var; 9] = [
+    Var::B,
+    Var::H,
+    Var::Hkv,
+    Var::Q,
+    Var::K,
+    Var::SeqlenQ,
+    Var::SeqlenK,
+    Var::QHeads,
+    Var::KvHeads,
+];
+const FLOAT_FUNCS: [Func; 8] = [
+    Func::Abs,
+    Func::Exp,
+    Func::Exp2,
+    Func::Log,
+    Func::Log2,
+    Func::Sqrt,
+    Func::Tanh,
+    Func::Sigmoid,
+];
+const SPECIAL_FLOATS: [f64; 12] = [
+    0.0,
+    -0.0,
+    1.0,
+    -2.5,
+    0.1,
+    1e-7,
+    1e16,
+    5e-324,
+    f64::MAX,
+    f64::MIN,
+    f64::MIN_POSITIVE,
+    50.0,
+];
+
+/// Builds expressions from a choice sequence; choices past the end read as 0, which
+/// always selects a leaf.
+pub(crate) struct Gen<'a> {
+    choices: &'a [u32],
+    i: usize,
+    params: &'a [ParamDecl],
+    aux: &'a [AuxDecl],
+    ctx: ExprContext,
+}
+
+impl<'a> Gen<'a> {
+    pub(crate) fn new(
+        choices: &'a [u32],
+        params: &'a [ParamDecl],
+        aux: &'a [AuxDecl],
+        ctx: ExprContext,
+    ) -> Self {
+        Gen {
+            choices,
+            i: 0,
+            params,
+            aux,
+            ctx,
+        }
+    }
+    fn raw(&mut self) -> u32 {
+        let c = self.choices.get(self.i).copied().unwrap_or(0);
+        self.i += 1;
+        c
+    }
+    fn pick(&mut self, n: usize) -> usize {
+        self.raw() as usize % n.max(1)
+    }
+    fn done(&self) -> bool {
+        self.i >= self.choices.len()
+    }
+
+    fn float_literal(&mut self) -> f64 {
+        match self.pick(3) {
+            0 => {
+                let bits = (u64::from(self.raw()) << 32) | u64::from(self.raw());
+                let v = f64::from_bits(bits);
+                if v.is_finite() {
+                    v
+                } else {
+                    1.5
+                }
+            }
+            1 => f64::from(self.raw() % 100_000) / 64.0 - 500.0,
+            _ => SPECIAL_FLOATS[self.pick(SPECIAL_FLOATS.len())],
+        }
+    }
+
+    fn param_of(&mut self, ty: Ty) -> Option<Expr> {
+        let ps: Vec<&ParamDecl> = self.params.iter().filter(|p| p.ty == ty).collect();
+        if ps.is_empty() {
+            None
+        } else {
+            Some(Expr::param(&ps[self.pick(ps.len())].name))
+        }
+    }
+
+    fn leaf(&mut self, ty: Ty) -> Expr {
+        match ty {
+            Ty::Int => match self.pick(4) {
+                0 => Expr::int(i64::from(self.raw() as i32)),
+                1 => Expr::int(i64::from(self.raw() % 20) - 5),
+                2 => self.param_of(Ty::Int).unwrap_or_else(|| Expr::var(Var::Q)),
+                _ => Expr::var(INT_VARS[self.pick(INT_VARS.len())]),
+            },
+            Ty::Float => match self.pick(3) {
+                0 if self.ctx == ExprContext::ScoreMod => Expr::var(Var::Score),
+                1 => self.param_of(Ty::Float).unwrap_or_else(|| Expr::float(2.0)),
+                _ => Expr::float(self.float_literal()),
+            },
+            Ty::Bool => Expr::bool(self.pick(2) == 0),
+        }
+    }
+
+    pub(crate) fn expr(&mut self, ty: Ty, depth: u32) -> Expr {
+        if depth == 0 || self.done() || self.pick(4) == 0 {
+            return self.leaf(ty);
+        }
+        let d = depth - 1;
+        match ty {
+            Ty::Int => match self.pick(7) {
+                0 => {
+                    let op =
+                        [BinOp::Add, BinOp::Sub, BinOp::Mul, BinOp::Div, BinOp::Rem][self.pick(5)];
+                    Expr::binary(op, self.expr(Ty::Int, d), self.expr(Ty::Int, d))
+                }
+                1 => Expr::unary(UnOp::Neg, self.expr(Ty::Int, d)),
+                2 => {
+                    let f = [Func::Min, Func::Max][self.pick(2)];
+                    Expr::call(f, vec![self.expr(Ty::Int, d), self.expr(Ty::Int, d)])
+                }
+                3 => Expr::call(Func::Abs, vec![self.expr(Ty::Int, d)]),
+                4 => Expr::call(
+                    Func::Select,
+                    vec![
+                        self.expr(Ty::Bool, d),
+                        self.expr(Ty::Int, d),
+                        self.expr(Ty::Int, d),
+                    ],
+                ),
+                5 => Expr::call(Func::ToInt, vec![self.expr(Ty::Float, d)]),
+                _ if !self.aux.is_empty() => {
+                    let a = &self.aux[self.pick(self.aux.len())];
+                    let (name, n) = (a.name.clone(), a.dims.len());
+                    Expr::aux(&name, (0..n).map(|_| self.expr(Ty::Int, d)).collect())
+                }
+                _ => self.leaf(Ty::Int),
+            },
+            Ty::Float => match self.pick(6) {
+                0 => {
+                    let op = [BinOp::Add, BinOp::Sub, BinOp::Mul, BinOp::Div][self.pick(4)];
+                    Expr::binary(op, self.expr(Ty::Float, d), self.expr(Ty::Float, d))
+                }
+                1 => Expr::unary(UnOp::Neg, self.expr(Ty::Float, d)),
+                2 => {
+                    let f = [Func::Min, Func::Max, Func::Softcap][self.pick(3)];
+                    Expr::call(f, vec![self.expr(Ty::Float, d), self.expr(Ty::Float, d)])
+                }
+                3 => {
+                    let f = FLOAT_FUNCS[self.pick(FLOAT_FUNCS.len())];
+                    Expr::call(f, vec![self.expr(Ty::Float, d)])
+                }
+                4 => Expr::call(
+                    Func::Select,
+                    vec![
+                        self.expr(Ty::Bool, d),
+                        self.expr(Ty::Float, d),
+                        self.expr(Ty::Float, d),
+                    ],
+                ),
+                _ => Expr::call(Func::ToFloat, vec![self.expr(Ty::Int, d)]),
+            },
+            Ty::Bool => match self.pick(4) {
+                0 => {
+                    let op = [
+                        BinOp::Lt,
+                        BinOp::Le,
+                        BinOp::Gt,
+                        BinOp::Ge,
+                        BinOp::Eq,
+                        BinOp::Ne,
+                    ][self.pick(6)];
+                    let t = [Ty::Int, Ty::Float][self.pick(2)];
+                    Expr::binary(op, self.expr(t, d), self.expr(t, d))
+                }
+                1 => {
+                    let op = [BinOp::And, BinOp::Or][self.pick(2)];
+                    Expr::binary(op, self.expr(Ty::Bool, d), self.expr(Ty::Bool, d))
+                }
+                2 => Expr::unary(UnOp::Not, self.expr(Ty::Bool, d)),
+                _ => {
+                    let op = [BinOp::Eq, BinOp::Ne][self.pick(2)];
+                    Expr::binary(op, self.expr(Ty::Bool, d), self.expr(Ty::Bool, d))
+                }
+            },
+        }
+    }
+
+    /// Anything at all, well typed or not (for comparing type checkers).
+    pub(crate) fn chaos(&mut self, depth: u32) -> Expr {
+        let ty = [Ty::Int, Ty::Float, Ty::Bool][self.pick(3)];
+        if depth == 0 || self.done() || self.pick(3) == 0 {
+            return match self.pick(6) {
+                0 => Expr::var(Var::ALL[self.pick(Var::ALL.len())]),
+                1 => Expr::param(["i", "f", "nope"][self.pick(3)]),
+                2 => Expr::int(i64::from(self.raw() as i32) * 3),
+                _ => self.leaf(ty),
+            };
+        }
+        let d = depth - 1;
+        match self.pick(5) {
+            0 => Expr::unary([UnOp::Neg, UnOp::Not][self.pick(2)], self.chaos(d)),
+            1 => {
+                let ops = [
+                    BinOp::Add,
+                    BinOp::Sub,
+                    BinOp::Mul,
+                    BinOp::Div,
+                    BinOp::Rem,
+                    BinOp::Lt,
+                    BinOp::Le,
+                    BinOp::Gt,
+                    BinOp::Ge,
+                    BinOp::Eq,
+                    BinOp::Ne,
+                    BinOp::And,
+                    BinOp::Or,
+                ];
+                Expr::binary(ops[self.pick(ops.len())], self.chaos(d), self.chaos(d))
+            }
+            2 => {
+                let f = Func::ALL[self.pick(Func::ALL.len())];
+                let n = if self.pick(5) == 0 {
+                    self.pick(4)
+                } else {
+                    f.arity()
+                };
+                Expr::call(f, (0..n).map(|_| self.chaos(d)).collect())
+            }
+            3 => {
+                let n = 1 + self.pick(3);
+                Expr::aux(
+                    ["t", "nope"][self.pick(2)],
+                    (0..n).map(|_| self.chaos(d)).collect(),
+                )
+            }
+            _ => self.expr(ty, d),
+        }
+    }
+}
+
+fn decl_name() -> impl Strategy<Value = String> {
+    prop_oneof![
+        6 => "[a-zA-Z_][a-zA-Z0-9_]{0,7}",
+        1 => prop::sample::select(vec!["causal", "window", "none", "heads", "kv", "mask", "batch", "top_left", "bool"])
+            .prop_map(String::from),
+    ]
+}
+
+fn aux_dim() -> impl Strategy<Value = AuxDim> {
+    prop_oneof![
+        Just(AuxDim::Batch),
+        Just(AuxDim::MaxSeqlenQ),
+        Just(AuxDim::MaxSeqlenK),
+        Just(AuxDim::QHeads),
+        Just(AuxDim::KvHeads),
+        (1u64..=u32::MAX as u64).prop_map(AuxDim::Fixed),
+    ]
+}
+
+fn positive_float() -> impl Strategy<Value = f64> {
+    prop_oneof![
+        (1e-4f64..100.0),
+        (prop::num::f64::POSITIVE | prop::num::f64::NORMAL | prop::num::f64::SUBNORMAL)
+            .prop_filter("positive finite", |v| v.is_finite() && *v > 0.0),
+    ]
+}
+
+/// Arbitrary valid specs.
+pub(crate) fn spec_strategy() -> impl Strategy<Value = Spec> {
+    let shape = (
+        "[a-zA-Z_][a-zA-Z0-9_]{0,10}",
+        0..SUPPORTED_HEAD_DIMS.len(),
+        prop_oneof![1u32..=16, Just(1u32), 1u32..=128],
+        prop_oneof![Just(1u32), 1u32..=8],
+        any::<bool>(),
+        any::<bool>(),
+    );
+    let decls = (
+        prop::collection::vec((decl_name(), any::<bool>()), 0..5),
+        prop::collection::vec((decl_name(), prop::collection::vec(aux_dim(), 1..=4)), 0..3),
+    );
+    let window_bound = prop_oneof![
+        Just(None),
+        (0u64..=64).prop_map(Some),
+        (0u64..=i32::MAX as u64).prop_map(Some)
+    ];
+    let mask = (
+        prop::option::of(prop_oneof![Just(Align::TopLeft), Just(Align::BottomRight)]),
+        prop::option::of((
+            window_bound.clone(),
+            window_bound,
+            any::<bool>(),
+            any::<bool>(),
+        )),
+        prop::option::of(prop::collection::vec(any::<u32>(), 0..48)),
+        prop::option::of(prop::collection::vec(any::<u32>(), 0..48)),
+    );
+    let rest = (
+        prop::option::of(positive_float()),
+        any::<bool>(),
+        prop_oneof![
+            Just(KvLayout::Contiguous),
+            Just(KvLayout::Varlen),
+            (1u32..=65536).prop_map(|page_size| KvLayout::Paged { page_size })
+        ],
+        prop_oneof![
+            Just(SplitKv::None),
+            Just(SplitKv::Auto),
+            (1u32..=256).prop_map(SplitKv::Fixed)
+        ],
+        any::<bool>(),
+        (
+            prop_oneof![Just(0.0), 0.0f64..=1.0, Just(1.0)],
+            prop_oneof![Just(0.0), 0.0f64..=64.0, Just(64.0)],
+        ),
+    );
+    (shape, decls, mask, rest).prop_map(|(shape, decls, mask, rest)| {
+        let (name, hd, kv, group, pack, fp16) = shape;
+        let (hd_qk, hd_v) = SUPPORTED_HEAD_DIMS[hd];
+        let q = (kv * group).min(1024);
+        let kv = if q % kv == 0 { kv } else { q };
+        let mut spec = Spec::new(&name, hd_qk, q);
+        spec.head_dim_v = hd_v;
+        spec.kv_heads = kv;
+        spec.pack_gqa = pack && q > kv;
+        spec.dtype = if fp16 { DType::Fp16 } else { DType::Bf16 };
+
+        // Declarations share a namespace and avoid reserved words.
+        let mut used: Vec<String> = Vec::new();
+        let mut fresh = |n: String| {
+            let mut n = if is_reserved(&n) { format!("{n}_") } else { n };
+            while used.contains(&n) {
+                n.push('_');
+            }
+            used.push(n.clone());
+            n
+        };
+        let (params, aux) = decls;
+        spec.params = params
+            .into_iter()
+            .map(|(n, int)| ParamDecl {
+                name: fresh(n),
+                ty: if int { Ty::Int } else { Ty::Float },
+            })
+            .collect();
+        spec.aux = aux
+            .into_iter()
+            .map(|(n, dims)| AuxDecl {
+                name: fresh(n),
+                dims,
+            })
+            .collect();
+
+        let (causal, window, pred, score) = mask;
+        spec.mask = Mask {
+            causal,
+            window: window.map(|(l, r, use_right, br)| {
+                let (left, right) = if l.is_none() && r.is_none() {
+                    (Some(0), None)
+                } else {
+                    (l, r)
+                };
+                let right = if use_right {
+                    right
+                } else {
+                    right.filter(|_| left.is_none())
+                };
+                let own = if br {
+                    Align::BottomRight
+                } else {
+                    Align::TopLeft
+                };
+                Window {
+                    left,
+                    right,
+                    align: causal.unwrap_or(own),
+                }
+            }),
+            predicate: pred.map(|c| {
+                Gen::new(&c, &spec.params, &spec.aux, ExprContext::Mask).expr(Ty::Bool, 5)
+            }),
+        };
+        spec.score_mod = score.map(|c| {
+            Gen::new(&c, &spec.params, &spec.aux, ExprContext::ScoreMod).expr(Ty::Float, 5)
+        });
+
+        let (scale, sinks, kv_layout, split_kv, lse, (exp2_emulation, rescale_threshold)) = rest;
+        spec.scale = scale.map_or(Scale::Default, Scale::Value);
+        spec.sinks = sinks;
+        spec.kv_layout = kv_layout;
+        spec.split_kv = split_kv;
+        spec.lse = lse;
+        // Conditional rescaling may let P grow to 2^threshold; fp16 overflows past 2^15.
+        let rescale_threshold = if fp16 {
+            rescale_threshold.min(15.0)
+        } else {
+            rescale_threshold
+        };
+        spec.softmax = SoftmaxOptions {
+            exp2_emulation,
+            rescale_threshold,
+        };
+        spec
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+
+    #[test]
+    fn print_then_parse_is_the_identity(spec in spec_strategy()) {
+        prop_assert!(attnc_ir::validate(&spec).is_ok(), "generator made an invalid spec: {:?}\n{:?}", validate(&spec), spec);
+        let text = print(&spec);
+        let back = parse(&text);
+        prop_assert!(back.is_ok(), "{}\n{}", text, back.as_ref().err().map(|e| e.to_string()).unwrap_or_default());
+        let back = back.unwrap_or_else(|_| spec.clone());
+        prop_assert_eq!(&back, &spec, "{}", text);
+        // The printed form is canonical: printing again gives the same text.
+        prop_assert_eq!(print(&back), text);
+    }
+
+    /// The linear type checker used for huge expressions agrees with the IR's.
+    #[test]
+    fn linear_type_check_agrees_with_the_ir(choices in prop::collection::vec(any::<u32>(), 0..64), mask in any::<bool>()) {
+        let mut spec = Spec::new("t", 128, 8);
+        spec.params = vec![ParamDecl { name: "i".into(), ty: Ty::Int }, ParamDecl { name: "f".into(), ty: Ty::Float }];
+        spec.aux = vec![AuxDecl { name: "t".into(), dims: vec![AuxDim::Batch, AuxDim::Fixed(4)] }];
+        let ctx = if mask { ExprContext::Mask } else { ExprContext::ScoreMod };
+        let e = Gen::new(&choices, &spec.params, &spec.aux, ctx).chaos(5);
+        let (a, b) = (type_of(&spec, &e, ctx), type_linear(&spec, &e, ctx));
+        prop_assert_eq!(a.as_ref().ok(), b.as_ref().ok(), "{:?} vs {:?} for {}", a, b, crate::printer::expr(&e));
+    }
+}
+
+#[test]
+fn huge_boolean_expressions_check_in_linear_time() {
+    use super::{body, err_at, ok};
+    // attnc_ir's checker doubles its work per `&&`; 200 conjuncts must still be instant.
+    let t = std::time::Instant::now();
+    ok(&body(&format!("mask q < k{}", " && q < k".repeat(200))));
+    ok(&body(&format!("mask {}true", "!".repeat(200))));
+    err_at(
+        &body(&format!("mask q < k{} && q", " && q < k".repeat(200))),
+        4,
+        10 + 9 * 200 + 5,
+        "type error: expected bool for `&&`, found int",
+    );
+    err_at(
+        &body(&format!("mask (q < k{}) + 1 == 0", " && q < k".repeat(200))),
+        4,
+        7,
+        "type error: `+` needs int or float operands, found bool",
+    );
+    err_at(
+        &body(&format!(
+            "mask k{} + 1",
+            " + k".repeat(30) + &" && q < k".repeat(30)
+        )),
+        4,
+        6,
+        "`&&`",
+    );
+    assert!(t.elapsed().as_secs() < 10, "{:?}", t.elapsed());
+}
