@@ -1,1 +1,173 @@
-fn main() {}
+//! `attnc`: the command-line face of the attention-kernel compiler.
+//!
+//! - `attnc dump FILE.attn --arch sm_90a [--family auto] [--emit ir|llvm|ptx]`
+//! - `attnc check FILE.attn... --arch sm_80|sm_90a|sm_100a|all [--family auto]`
+//!
+//! Exit codes: 0 success, 1 a diagnostic (parse, compile, ptxas, budget), 2 usage.
+
+mod check;
+mod output;
+mod summary;
+
+use attnc::{Arch, CompileOptions, FamilyChoice};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::{Path, PathBuf};
+
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "attnc",
+    version,
+    about = "attnc: a compiler for GPU attention kernels (.attn -> LLVM -> PTX)",
+    long_about = None,
+    propagate_version = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Print what attnc generates for a .attn file: the IR and its summary, the LLVM IR or the PTX.
+    Dump(DumpArgs),
+    /// Assemble the generated PTX with ptxas and report registers, spills and shared memory
+    /// per kernel; fails on spills, ptxas errors or blown budgets.
+    Check(CheckArgs),
+}
+
+#[derive(Args, Debug)]
+struct DumpArgs {
+    /// The .attn file.
+    file: PathBuf,
+    /// Target architecture: sm_80, sm_90a or sm_100a.
+    #[arg(long, value_parser = parse_arch, value_name = "ARCH")]
+    arch: Arch,
+    /// Kernel family: auto (what the dispatcher would pick), portable, hopper or blackwell.
+    #[arg(long, default_value = "auto", value_parser = parse_family, value_name = "FAMILY")]
+    family: FamilyChoice,
+    /// What to print.
+    #[arg(long, value_enum, default_value_t = Emit::Ptx)]
+    emit: Emit,
+    /// Write to this file instead of stdout.
+    #[arg(short, long, value_name = "PATH")]
+    output: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Emit {
+    /// The parsed variant, printed back as .attn, plus the compile summary (family,
+    /// kernels, launch shapes, mask facts).
+    Ir,
+    /// The optimized LLVM IR.
+    Llvm,
+    /// The PTX.
+    Ptx,
+}
+
+#[derive(Args, Debug)]
+struct CheckArgs {
+    /// One or more .attn files.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// Target architecture: sm_80, sm_90a, sm_100a, or all (the three).
+    #[arg(long, value_parser = parse_arch_sel, value_name = "ARCH")]
+    arch: ArchSel,
+    /// Kernel family: auto, portable, hopper or blackwell.
+    #[arg(long, default_value = "auto", value_parser = parse_family, value_name = "FAMILY")]
+    family: FamilyChoice,
+    /// Also print ptxas warnings and the full `ptxas -v` log.
+    #[arg(short, long)]
+    verbose: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ArchSel {
+    One(Arch),
+    All,
+}
+
+impl ArchSel {
+    fn archs(self) -> Vec<Arch> {
+        match self {
+            ArchSel::One(a) => vec![a],
+            ArchSel::All => Arch::ALL.to_vec(),
+        }
+    }
+}
+
+fn parse_arch(s: &str) -> Result<Arch, String> {
+    s.parse::<Arch>()
+}
+
+fn parse_arch_sel(s: &str) -> Result<ArchSel, String> {
+    if s == "all" {
+        return Ok(ArchSel::All);
+    }
+    s.parse::<Arch>()
+        .map(ArchSel::One)
+        .map_err(|_| format!("unknown arch `{s}`: expected sm_80, sm_90a, sm_100a or all"))
+}
+
+fn parse_family(s: &str) -> Result<FamilyChoice, String> {
+    s.parse::<FamilyChoice>()
+}
+
+/// A failure already explained on stderr; maps to exit code 1.
+pub struct Reported;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // Usage errors exit 2, --help/--version exit 0 (clap's own codes).
+        Err(e) => e.exit(),
+    };
+    let result = match cli.command {
+        Command::Dump(args) => dump(&args),
+        Command::Check(args) => check::run(&args.files, &args.arch.archs(), args.family, args.verbose),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Reported) => ExitCode::from(1),
+    }
+}
+
+/// Reads and parses a .attn file, reporting failures on stderr.
+pub fn load(path: &Path) -> Result<attnc::Spec, Reported> {
+    // attnc-dsl reports unreadable files (missing, a directory, not UTF-8) as diagnostics.
+    attnc::load_spec(path).map_err(|diag| {
+        eprintln!("{}", diag.to_string().trim_end());
+        Reported
+    })
+}
+
+fn dump(args: &DumpArgs) -> Result<(), Reported> {
+    let spec = load(&args.file)?;
+    let opts = CompileOptions { arch: args.arch, family: args.family };
+    let compiled = attnc::compile(&spec, &opts);
+    let text = match args.emit {
+        Emit::Ir => {
+            let mut text = attnc::print_spec(&spec);
+            if !text.ends_with('\n') {
+                text.push('\n');
+            }
+            text.push_str(&summary::summary(&spec, &opts, compiled.as_ref().ok()));
+            text
+        }
+        Emit::Llvm | Emit::Ptx => match &compiled {
+            Ok(m) if args.emit == Emit::Llvm => m.llvm_ir.clone(),
+            Ok(m) => m.ptx.clone(),
+            Err(_) => String::new(),
+        },
+    };
+    // `--emit ir` prints the spec even when codegen fails; the error still fails the run.
+    if args.emit == Emit::Ir || compiled.is_ok() {
+        output::emit(&text, args.output.as_deref())?;
+    }
+    if let Err(e) = compiled {
+        eprintln!("error: {}: {e}", args.file.display());
+        return Err(Reported);
+    }
+    Ok(())
+}

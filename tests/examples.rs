@@ -1,0 +1,314 @@
+//! Cross-crate test: every `dsl-examples/*.attn` goes DSL -> IR -> PTX for sm_80, sm_90a
+//! and sm_100a, with the family the dispatcher picks (`Auto`) and with the portable
+//! family; then, when ptxas is installed, every distinct PTX is assembled and must have
+//! zero spills, shared memory within the arch's limit, and the SASS instructions its
+//! family promises. The resource table is printed on stderr (uncaptured).
+//!
+//! Without ptxas the assembly test is skipped with a message, except when `CI` is set:
+//! CI must have ptxas (`bash scripts/setup.sh` installs it).
+
+use attnc::ptxas::{self, FunctionResources, PtxasReport};
+use attnc::{Arch, CompileOptions, CompiledModule, FamilyChoice, FamilyKind, Spec};
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+const CHOICES: [FamilyChoice; 2] = [FamilyChoice::Auto, FamilyChoice::Exactly(FamilyKind::Portable)];
+
+fn examples_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../dsl-examples")
+}
+
+fn example_files() -> Vec<PathBuf> {
+    let dir = examples_dir();
+    let rd = match std::fs::read_dir(&dir) {
+        Ok(rd) => rd,
+        Err(e) => panic!("cannot read {}: {e}", dir.display()),
+    };
+    let mut files: Vec<PathBuf> = rd
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "attn"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no .attn files in {}", dir.display());
+    files
+}
+
+fn stem(p: &std::path::Path) -> String {
+    p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+fn choice_name(c: FamilyChoice) -> String {
+    match c {
+        FamilyChoice::Auto => "auto".into(),
+        FamilyChoice::Exactly(f) => f.to_string(),
+    }
+}
+
+/// Writes past the test harness's output capture, so CI logs show it.
+fn say(text: &str) {
+    let _ = std::io::stderr().write_all(text.as_bytes());
+}
+
+type Parsed = Vec<(String, Result<Spec, String>)>;
+
+fn parsed() -> &'static Parsed {
+    static P: OnceLock<Parsed> = OnceLock::new();
+    P.get_or_init(|| {
+        example_files()
+            .into_iter()
+            .map(|p| (stem(&p), attnc::load_spec(&p).map_err(|d| d.to_string())))
+            .collect()
+    })
+}
+
+struct Compiled {
+    example: String,
+    arch: Arch,
+    choice: FamilyChoice,
+    result: Result<CompiledModule, String>,
+}
+
+fn compiled() -> &'static Vec<Compiled> {
+    static C: OnceLock<Vec<Compiled>> = OnceLock::new();
+    C.get_or_init(|| {
+        let mut out = Vec::new();
+        for (name, spec) in parsed() {
+            let Ok(spec) = spec else { continue };
+            for arch in Arch::ALL {
+                for choice in CHOICES {
+                    let opts = CompileOptions { arch, family: choice };
+                    let result = attnc::compile(spec, &opts).map_err(|e| e.to_string());
+                    out.push(Compiled { example: name.clone(), arch, choice, result });
+                }
+            }
+        }
+        out
+    })
+}
+
+#[test]
+fn every_example_parses() {
+    let failures: Vec<String> = parsed()
+        .iter()
+        .filter_map(|(name, r)| r.as_ref().err().map(|e| format!("{name}.attn:\n{e}")))
+        .collect();
+    assert!(failures.is_empty(), "examples that do not parse:\n{}", failures.join("\n"));
+}
+
+/// Structural checks of a module that need no ptxas.
+fn module_problems(c: &Compiled, m: &CompiledModule) -> Vec<String> {
+    let mut p = Vec::new();
+    let what = format!("{} [{} {}]", c.example, c.arch, choice_name(c.choice));
+    if m.arch != c.arch {
+        p.push(format!("{what}: module says arch {}", m.arch));
+    }
+    if let FamilyChoice::Exactly(f) = c.choice {
+        if m.family != f {
+            p.push(format!("{what}: asked for {f}, got {}", m.family));
+        }
+        if m.fallback_reason.is_some() {
+            p.push(format!("{what}: explicit family but a fallback reason is set"));
+        }
+    }
+    if m.kernels.is_empty() {
+        p.push(format!("{what}: no kernels"));
+    }
+    let target = format!(".target {}", c.arch.name());
+    if !m.ptx.contains(&target) {
+        p.push(format!("{what}: PTX lacks `{target}`"));
+    }
+    for k in &m.kernels {
+        if !m.ptx.contains(&format!(".entry {}", k.name)) {
+            p.push(format!("{what}: kernel {} has no .entry in the PTX", k.name));
+        }
+        if k.threads_per_block == 0 || k.threads_per_block > 1024 || k.threads_per_block % 32 != 0 {
+            p.push(format!("{what}: kernel {} has {} threads per block", k.name, k.threads_per_block));
+        }
+        if k.dynamic_smem_bytes > c.arch.max_smem_per_block() {
+            p.push(format!(
+                "{what}: kernel {} asks for {} bytes of dynamic smem (limit {})",
+                k.name,
+                k.dynamic_smem_bytes,
+                c.arch.max_smem_per_block()
+            ));
+        }
+    }
+    if m.llvm_ir.is_empty() {
+        p.push(format!("{what}: empty LLVM IR"));
+    }
+    p
+}
+
+#[test]
+fn every_example_compiles_for_every_arch() {
+    let mut failures = Vec::new();
+    for c in compiled() {
+        match &c.result {
+            Ok(m) => failures.extend(module_problems(c, m)),
+            Err(e) => failures.push(format!("{} [{} {}]: {e}", c.example, c.arch, choice_name(c.choice))),
+        }
+    }
+    let total = compiled().len();
+    assert!(
+        failures.is_empty(),
+        "{} of {total} compiles failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    assert!(total > 0, "nothing compiled (do the examples parse?)");
+}
+
+/// SASS opcodes each family's kernels must contain (the instructions it promises).
+fn promised_sass(family: FamilyKind) -> &'static [&'static str] {
+    match family {
+        // mma.sync
+        FamilyKind::Portable => &["HMMA"],
+        // wgmma, TMA loads
+        FamilyKind::Hopper => &["HGMMA", "UTMALDG"],
+        // tcgen05.mma, TMA loads
+        FamilyKind::Blackwell => &["UTCHMMA", "UTMALDG"],
+    }
+}
+
+struct Assembled {
+    label: String,
+    family: FamilyKind,
+    kernels: Vec<FunctionResources>,
+    dyn_smem: Vec<u32>,
+    problems: Vec<String>,
+}
+
+fn assemble_one(c: &Compiled, m: &CompiledModule, ptxas_path: &std::path::Path) -> Assembled {
+    let label = format!("{} [{} {}]", c.example, c.arch, choice_name(c.choice));
+    let mut a = Assembled {
+        label: label.clone(),
+        family: m.family,
+        kernels: Vec::new(),
+        dyn_smem: Vec::new(),
+        problems: Vec::new(),
+    };
+    let report: PtxasReport = match ptxas::assemble_with(ptxas_path, &m.ptx, c.arch) {
+        Ok(r) => r,
+        Err(e) => {
+            a.problems.push(format!("{label}: {e}"));
+            return a;
+        }
+    };
+    for f in report.kernels.iter().chain(&report.functions) {
+        if f.spill_bytes() > 0 {
+            a.problems.push(format!(
+                "{label}: {} spills ({} bytes stored, {} loaded)",
+                f.name, f.spill_store_bytes, f.spill_load_bytes
+            ));
+        }
+    }
+    for info in &m.kernels {
+        match report.kernel(&info.name) {
+            None => a.problems.push(format!("{label}: ptxas did not report kernel {}", info.name)),
+            Some(k) => {
+                let smem = k.smem_bytes + info.dynamic_smem_bytes as u64;
+                if smem > c.arch.max_smem_per_block() as u64 {
+                    a.problems.push(format!(
+                        "{label}: {} uses {smem} bytes of smem (limit {})",
+                        k.name,
+                        c.arch.max_smem_per_block()
+                    ));
+                }
+                let regs = (k.registers as u64).div_ceil(8) * 8;
+                if regs * info.threads_per_block as u64 > 64 * 1024 {
+                    a.problems.push(format!(
+                        "{label}: {} needs {} registers x {} threads, more than an SM's 65536",
+                        k.name, k.registers, info.threads_per_block
+                    ));
+                }
+                a.kernels.push(k.clone());
+                a.dyn_smem.push(info.dynamic_smem_bytes);
+            }
+        }
+    }
+    match report.disassemble() {
+        Ok(sass) => {
+            let ops = ptxas::sass_opcode_counts(&sass);
+            for op in promised_sass(m.family) {
+                if !ops.contains_key(*op) {
+                    a.problems.push(format!("{label}: the {} family promises {op}, the SASS has none", m.family));
+                }
+            }
+        }
+        Err(e) if e.is_not_found() => {
+            if std::env::var_os("CI").is_some() {
+                a.problems.push(format!("{label}: CI must have nvdisasm or cuobjdump: {e}"));
+            }
+        }
+        Err(e) => a.problems.push(format!("{label}: disassembly failed: {e}")),
+    }
+    a
+}
+
+#[test]
+fn every_example_assembles_without_spills() {
+    let ptxas_path = match ptxas::find_ptxas() {
+        Ok(p) => p,
+        Err(e) => {
+            if std::env::var_os("CI").is_some() {
+                panic!("CI is set but ptxas is missing: {e}");
+            }
+            say(&format!("SKIPPED every_example_assembles_without_spills: {e}\n"));
+            return;
+        }
+    };
+    // Auto often falls back to portable: assemble each distinct PTX once.
+    let mut jobs: Vec<(&Compiled, &CompiledModule)> = Vec::new();
+    for c in compiled() {
+        if let Ok(m) = &c.result {
+            if !jobs.iter().any(|(j, jm)| j.arch == c.arch && jm.ptx == m.ptx) {
+                jobs.push((c, m));
+            }
+        }
+    }
+    assert!(!jobs.is_empty(), "nothing compiled, nothing to assemble");
+
+    let workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).min(8);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: std::sync::Mutex<Vec<(usize, Assembled)>> = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some((c, m)) = jobs.get(i) else { break };
+                let a = assemble_one(c, m, &ptxas_path);
+                if let Ok(mut r) = results.lock() {
+                    r.push((i, a));
+                }
+            });
+        }
+    });
+    let mut results = results.into_inner().unwrap_or_default();
+    results.sort_by_key(|(i, _)| *i);
+
+    let mut table = String::from("\nptxas resources per example (ptxas -v):\n");
+    table.push_str(&format!(
+        "{:<44} {:<9} {:<40} {:>5} {:>8} {:>9} {:>9}\n",
+        "example [arch choice]", "family", "kernel", "regs", "spill B", "smem B", "dyn smem"
+    ));
+    let mut problems = Vec::new();
+    for (_, a) in &results {
+        for (k, dynamic) in a.kernels.iter().zip(&a.dyn_smem) {
+            table.push_str(&format!(
+                "{:<44} {:<9} {:<40} {:>5} {:>8} {:>9} {:>9}\n",
+                a.label,
+                a.family.to_string(),
+                k.name,
+                k.registers,
+                k.spill_bytes(),
+                k.smem_bytes,
+                dynamic
+            ));
+        }
+        problems.extend(a.problems.iter().cloned());
+    }
+    say(&table);
+    assert_eq!(results.len(), jobs.len(), "an assembly worker died");
+    assert!(problems.is_empty(), "{} problems:\n{}", problems.len(), problems.join("\n"));
+}
