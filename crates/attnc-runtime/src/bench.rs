@@ -1,1 +1,1037 @@
-//! bench
+//! `attnc bench`: the benchmark protocol (`bench/PROTOCOL.md` beside DESIGN.md).
+//!
+//! - **Prefill**: bf16, 32768 tokens (batch = 32768 / seqlen), hidden 2048 (heads =
+//!   2048 / head_dim), head_dim 64 and 128, causal and not, seqlen 1k–16k. TFLOP/s with
+//!   FLOPs = 4·B·H·S²·D (halved when causal).
+//! - **Decode**: seqlen_q 1, 32 q heads, 8 KV heads, head_dim 128 (GQA packed, split-KV
+//!   auto), batch 1/8/64, seqlen_k 4096/32768, contiguous and paged KV (page 1/16/128).
+//!   TB/s = bytes of K and V read / time.
+//! - **Compile time**: cold DSL text → PTX in-process, PTX → loaded module (driver link to
+//!   a cubin + load, and a plain PTX load), memory-cache hit, disk-cache hit in a fresh
+//!   runtime of this process and — when the caller gives a command that re-executes it —
+//!   in a fresh process.
+//! - **Ceilings**: a 2 GiB device-to-device copy (cuMemcpyDtoD, and a 16-byte-vector copy
+//!   kernel JIT'ed from PTX text here; the faster counts), and an 8192³ bf16 GEMM through
+//!   cuBLAS (libcublas is dlopen'ed; set LD_LIBRARY_PATH to its directory if it is not on
+//!   the default path — without it the GEMM ceiling is reported as missing, with why).
+//!
+//! Every timing: CUDA events around each launch after warm-up, median of ≥ 20. Inputs are
+//! random normal (generated on the GPU by a JIT'ed kernel). Every configuration's output
+//! is checked against the f64 reference executor before it is timed: prefill on sampled
+//! rows (each sampled row as a one-query sequence with a bottom-right causal mask, which is
+//! exactly that row's keys), decode on whole sequences.
+
+use crate::cache::CacheConfig;
+use crate::cuda::{Function, Gpu, Image, Module};
+use crate::error::RuntimeError;
+use crate::runtime::{Params, Runtime};
+use crate::tensor::{ElemType, Tensor};
+use attnc_ir::reference::{reference_forward, rel_l2, Inputs, Rng, Sequence};
+use attnc_ir::{Align, KvLayout, Spec, SplitKv};
+use serde::Serialize;
+use std::time::Instant;
+
+/// What to run.
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchOptions {
+    pub warmup: usize,
+    /// Timed runs per configuration (the protocol wants ≥ 20).
+    pub iters: usize,
+    pub prefill: bool,
+    pub decode: bool,
+    pub compile: bool,
+    pub ceilings: bool,
+    pub total_tokens: usize,
+    pub hidden: usize,
+    pub prefill_seqlens: Vec<usize>,
+    /// (d_qk, d_v) pairs.
+    pub prefill_head_dims: Vec<(u32, u32)>,
+    pub decode_batches: Vec<usize>,
+    pub decode_seqlens_k: Vec<usize>,
+    /// 0 = contiguous KV, else the page size.
+    pub decode_page_sizes: Vec<u32>,
+    /// Check outputs against the reference before timing.
+    pub check: bool,
+    /// DSL text timed by the compile part (name, text); `None`: a built-in causal spec.
+    pub compile_source: Option<(String, String)>,
+    /// argv of a command that runs [`disk_hit_probe`] in a fresh process and prints its
+    /// [`probe_line`] (the CLI passes itself, e.g. `attnc bench --disk-probe`).
+    pub disk_probe_command: Option<Vec<String>>,
+    pub progress: bool,
+}
+
+impl Default for BenchOptions {
+    fn default() -> Self {
+        BenchOptions {
+            warmup: 5,
+            iters: 25,
+            prefill: true,
+            decode: true,
+            compile: true,
+            ceilings: true,
+            total_tokens: 32768,
+            hidden: 2048,
+            prefill_seqlens: vec![1024, 2048, 4096, 8192, 16384],
+            prefill_head_dims: vec![(64, 64), (128, 128)],
+            decode_batches: vec![1, 8, 64],
+            decode_seqlens_k: vec![4096, 32768],
+            decode_page_sizes: vec![0, 1, 16, 128],
+            check: true,
+            compile_source: None,
+            disk_probe_command: None,
+            progress: true,
+        }
+    }
+}
+
+/// Median/min/max of timed runs, milliseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct TimeStats {
+    pub median_ms: f64,
+    pub min_ms: f64,
+    pub max_ms: f64,
+    pub runs: usize,
+}
+
+impl TimeStats {
+    pub fn of(mut v: Vec<f64>) -> TimeStats {
+        if v.is_empty() {
+            return TimeStats::default();
+        }
+        v.sort_by(|a, b| a.total_cmp(b));
+        let n = v.len();
+        let median = if n % 2 == 1 { v[n / 2] } else { 0.5 * (v[n / 2 - 1] + v[n / 2]) };
+        TimeStats { median_ms: median, min_ms: v[0], max_ms: v[n - 1], runs: n }
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Ceilings {
+    /// GB moved (read + written) per second / 1e12.
+    pub copy_tb_s: Option<f64>,
+    pub memcpy_tb_s: Option<f64>,
+    pub copy_kernel_tb_s: Option<f64>,
+    pub copy_bytes: u64,
+    pub gemm_tflops: Option<f64>,
+    pub gemm_note: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PrefillResult {
+    pub head_dim: (u32, u32),
+    pub causal: bool,
+    pub seqlen: usize,
+    pub batch: usize,
+    pub heads: usize,
+    pub time: TimeStats,
+    pub tflops: f64,
+    pub fraction_of_gemm: Option<f64>,
+    pub check_rel_l2: Option<f64>,
+    pub ok: bool,
+    pub error: Option<String>,
+    pub receipt: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct DecodeResult {
+    pub batch: usize,
+    pub seqlen_k: usize,
+    /// 0 = contiguous.
+    pub page_size: u32,
+    pub num_splits: Option<u32>,
+    pub time: TimeStats,
+    pub kv_bytes: u64,
+    pub tb_s: f64,
+    pub fraction_of_copy: Option<f64>,
+    pub check_rel_l2: Option<f64>,
+    pub ok: bool,
+    pub error: Option<String>,
+    pub receipt: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CompileTimes {
+    pub spec: String,
+    /// DSL text → PTX in-process (parse + lower), median.
+    pub dsl_to_ptx_ms: f64,
+    /// PTX → cubin (driver linker) → loaded module.
+    pub ptx_to_module_cubin_ms: f64,
+    /// PTX → loaded module (driver JIT inside cuModuleLoadDataEx).
+    pub ptx_to_module_direct_ms: f64,
+    /// `Runtime::kernel` on a cold cache (lower + link + load + disk write).
+    pub runtime_cold_ms: f64,
+    /// `Runtime::kernel` on a memory hit, median, microseconds.
+    pub memory_hit_us: f64,
+    /// `Runtime::kernel` in a fresh runtime of this process (a disk hit).
+    pub disk_hit_fresh_runtime_ms: f64,
+    /// The same in a fresh process (when a probe command was given).
+    pub disk_hit_fresh_process_ms: Option<f64>,
+    pub notes: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchReport {
+    pub device: crate::cuda::DeviceInfo,
+    pub attnc_version: String,
+    pub llvm_version: String,
+    pub options: BenchOptions,
+    pub ceilings: Ceilings,
+    pub compile: Option<CompileTimes>,
+    pub prefill: Vec<PrefillResult>,
+    pub decode: Vec<DecodeResult>,
+    pub seconds: f64,
+    pub notes: Vec<String>,
+}
+
+impl BenchReport {
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    }
+    /// Did every checked configuration pass its reference check?
+    pub fn ok(&self) -> bool {
+        self.prefill.iter().all(|p| p.ok) && self.decode.iter().all(|d| d.ok)
+    }
+    pub fn table(&self) -> String {
+        let mut s = String::new();
+        let c = &self.ceilings;
+        s.push_str(&format!("device: {} ({}, {} SMs, driver {})\n", self.device.name, self.device.arch, self.device.sm_count, self.device.driver_version));
+        s.push_str(&format!(
+            "ceilings: copy {} TB/s (memcpy {}, kernel {}), bf16 GEMM 8192^3 {} TFLOP/s{}\n",
+            opt(c.copy_tb_s, 2),
+            opt(c.memcpy_tb_s, 2),
+            opt(c.copy_kernel_tb_s, 2),
+            opt(c.gemm_tflops, 1),
+            c.gemm_note.as_ref().map_or(String::new(), |n| format!(" ({n})"))
+        ));
+        if let Some(ct) = &self.compile {
+            s.push_str(&format!(
+                "compile ({}): DSL->PTX {:.2} ms; PTX->module {:.2} ms via cubin, {:.2} ms direct; runtime cold {:.2} ms; memory hit {:.2} us; disk hit {:.2} ms (fresh runtime), {} ms (fresh process)\n",
+                ct.spec,
+                ct.dsl_to_ptx_ms,
+                ct.ptx_to_module_cubin_ms,
+                ct.ptx_to_module_direct_ms,
+                ct.runtime_cold_ms,
+                ct.memory_hit_us,
+                ct.disk_hit_fresh_runtime_ms,
+                opt(ct.disk_hit_fresh_process_ms, 2)
+            ));
+        }
+        if !self.prefill.is_empty() {
+            s.push_str("\nprefill (bf16, 32k tokens, hidden 2048)\n");
+            s.push_str(&format!("{:>8} {:>6} {:>6} {:>5} {:>6} {:>10} {:>9} {:>7} {:>9}  ok\n", "hdim", "causal", "seqlen", "batch", "heads", "median_ms", "TFLOP/s", "%gemm", "check"));
+            for p in &self.prefill {
+                s.push_str(&format!(
+                    "{:>8} {:>6} {:>6} {:>5} {:>6} {:>10.4} {:>9.1} {:>7} {:>9}  {}\n",
+                    format!("{}/{}", p.head_dim.0, p.head_dim.1),
+                    p.causal,
+                    p.seqlen,
+                    p.batch,
+                    p.heads,
+                    p.time.median_ms,
+                    p.tflops,
+                    p.fraction_of_gemm.map_or("-".into(), |f| format!("{:.1}%", 100.0 * f)),
+                    p.check_rel_l2.map_or("-".into(), |e| format!("{e:.1e}")),
+                    if p.ok { "ok" } else { p.error.as_deref().unwrap_or("FAIL") }
+                ));
+            }
+        }
+        if !self.decode.is_empty() {
+            s.push_str("\ndecode (bf16, q 1, 32/8 heads, d 128)\n");
+            s.push_str(&format!("{:>5} {:>8} {:>6} {:>6} {:>10} {:>7} {:>7} {:>9}  ok\n", "batch", "seqlen_k", "paged", "splits", "median_ms", "TB/s", "%copy", "check"));
+            for d in &self.decode {
+                s.push_str(&format!(
+                    "{:>5} {:>8} {:>6} {:>6} {:>10.4} {:>7.2} {:>7} {:>9}  {}\n",
+                    d.batch,
+                    d.seqlen_k,
+                    if d.page_size == 0 { "-".into() } else { d.page_size.to_string() },
+                    d.num_splits.map_or("-".into(), |n| n.to_string()),
+                    d.time.median_ms,
+                    d.tb_s,
+                    d.fraction_of_copy.map_or("-".into(), |f| format!("{:.1}%", 100.0 * f)),
+                    d.check_rel_l2.map_or("-".into(), |e| format!("{e:.1e}")),
+                    if d.ok { "ok" } else { d.error.as_deref().unwrap_or("FAIL") }
+                ));
+            }
+        }
+        for n in &self.notes {
+            s.push_str(&format!("note: {n}\n"));
+        }
+        s
+    }
+}
+
+fn opt(x: Option<f64>, prec: usize) -> String {
+    x.map_or("-".into(), |v| format!("{v:.prec$}"))
+}
+
+// ---------------------------------------------------------------------------------------
+// Helper kernels, JIT'ed from PTX text.
+
+/// A random-normal fill (hash-based, Box-Muller; bf16/fp16/f32) and a 16-byte copy.
+pub const HELPER_PTX: &str = r#"
+.version 8.0
+.target sm_80
+.address_size 64
+
+.visible .entry attnc_fill_normal(
+    .param .u64 p_dst,
+    .param .u64 p_n,
+    .param .u64 p_seed,
+    .param .f32 p_scale,
+    .param .u32 p_kind
+)
+{
+    .reg .pred %p<4>;
+    .reg .b16 %h<2>;
+    .reg .b32 %r<8>;
+    .reg .f32 %f<12>;
+    .reg .b64 %rd<16>;
+
+    ld.param.u64 %rd1, [p_dst];
+    ld.param.u64 %rd2, [p_n];
+    ld.param.u64 %rd3, [p_seed];
+    ld.param.f32 %f1, [p_scale];
+    ld.param.u32 %r1, [p_kind];
+    mov.u32 %r2, %ctaid.x;
+    mov.u32 %r3, %ntid.x;
+    mov.u32 %r4, %tid.x;
+    mul.wide.u32 %rd4, %r2, %r3;
+    cvt.u64.u32 %rd5, %r4;
+    add.u64 %rd4, %rd4, %rd5;
+    mov.u32 %r5, %nctaid.x;
+    mul.wide.u32 %rd6, %r5, %r3;
+$Lfill_loop:
+    setp.ge.u64 %p1, %rd4, %rd2;
+    @%p1 bra $Lfill_done;
+    add.u64 %rd7, %rd4, 1;
+    mul.lo.u64 %rd7, %rd7, -7046029254386353131;
+    add.u64 %rd7, %rd7, %rd3;
+    shr.u64 %rd8, %rd7, 30;
+    xor.b64 %rd7, %rd7, %rd8;
+    mul.lo.u64 %rd7, %rd7, -4658895280553007687;
+    shr.u64 %rd8, %rd7, 27;
+    xor.b64 %rd7, %rd7, %rd8;
+    mul.lo.u64 %rd7, %rd7, -7723592293110705685;
+    shr.u64 %rd8, %rd7, 31;
+    xor.b64 %rd7, %rd7, %rd8;
+    shr.u64 %rd9, %rd7, 40;
+    cvt.rn.f32.u64 %f2, %rd9;
+    add.f32 %f2, %f2, 0f3F800000;
+    mul.f32 %f2, %f2, 0f33800000;
+    and.b64 %rd10, %rd7, 16777215;
+    cvt.rn.f32.u64 %f3, %rd10;
+    mul.f32 %f3, %f3, 0f33800000;
+    lg2.approx.f32 %f4, %f2;
+    mul.f32 %f4, %f4, 0fBFB17218;
+    sqrt.approx.f32 %f5, %f4;
+    mul.f32 %f6, %f3, 0f40C90FDB;
+    cos.approx.f32 %f7, %f6;
+    mul.f32 %f8, %f5, %f7;
+    mul.f32 %f8, %f8, %f1;
+    setp.eq.u32 %p2, %r1, 2;
+    @%p2 bra $Lfill_f32;
+    setp.eq.u32 %p3, %r1, 1;
+    @%p3 bra $Lfill_f16;
+    cvt.rn.bf16.f32 %h1, %f8;
+    bra $Lfill_store16;
+$Lfill_f16:
+    cvt.rn.f16.f32 %h1, %f8;
+$Lfill_store16:
+    shl.b64 %rd11, %rd4, 1;
+    add.u64 %rd11, %rd1, %rd11;
+    st.global.b16 [%rd11], %h1;
+    bra $Lfill_next;
+$Lfill_f32:
+    shl.b64 %rd11, %rd4, 2;
+    add.u64 %rd11, %rd1, %rd11;
+    st.global.f32 [%rd11], %f8;
+$Lfill_next:
+    add.u64 %rd4, %rd4, %rd6;
+    bra $Lfill_loop;
+$Lfill_done:
+    ret;
+}
+
+.visible .entry attnc_copy16(
+    .param .u64 p_dst,
+    .param .u64 p_src,
+    .param .u64 p_n16
+)
+{
+    .reg .pred %p<2>;
+    .reg .b32 %r<12>;
+    .reg .b64 %rd<12>;
+
+    ld.param.u64 %rd1, [p_dst];
+    ld.param.u64 %rd2, [p_src];
+    ld.param.u64 %rd3, [p_n16];
+    mov.u32 %r1, %ctaid.x;
+    mov.u32 %r2, %ntid.x;
+    mov.u32 %r3, %tid.x;
+    mul.wide.u32 %rd4, %r1, %r2;
+    cvt.u64.u32 %rd5, %r3;
+    add.u64 %rd4, %rd4, %rd5;
+    mov.u32 %r4, %nctaid.x;
+    mul.wide.u32 %rd6, %r4, %r2;
+$Lcopy_loop:
+    setp.ge.u64 %p1, %rd4, %rd3;
+    @%p1 bra $Lcopy_done;
+    shl.b64 %rd7, %rd4, 4;
+    add.u64 %rd8, %rd2, %rd7;
+    ld.global.nc.v4.u32 {%r5, %r6, %r7, %r8}, [%rd8];
+    add.u64 %rd9, %rd1, %rd7;
+    st.global.v4.u32 [%rd9], {%r5, %r6, %r7, %r8};
+    add.u64 %rd4, %rd4, %rd6;
+    bra $Lcopy_loop;
+$Lcopy_done:
+    ret;
+}
+"#;
+
+/// The helper kernels, loaded.
+pub struct Helpers {
+    _module: Module,
+    fill: Function,
+    copy: Function,
+}
+
+impl Helpers {
+    pub fn load(gpu: &Gpu) -> Result<Helpers, RuntimeError> {
+        let module = gpu.load_module(HELPER_PTX.as_bytes(), Image::Ptx, "attnc bench helpers")?;
+        let fill = module.function("attnc_fill_normal")?;
+        let copy = module.function("attnc_copy16")?;
+        Ok(Helpers { _module: module, fill, copy })
+    }
+
+    /// Fills the whole allocation of `t` with N(0, scale²) values (its dtype; not i32).
+    pub fn fill_normal(&self, rt: &Runtime, t: &Tensor, seed: u64, scale: f32) -> Result<(), RuntimeError> {
+        use crate::validate::ArgValue as A;
+        let kind = match t.dtype() {
+            ElemType::Bf16 => 0,
+            ElemType::F16 => 1,
+            ElemType::F32 => 2,
+            ElemType::I32 => return Err(RuntimeError::Other("fill_normal: i32 tensor".into())),
+        };
+        let n = (t.buf.bytes() / t.dtype().bytes()) as u64;
+        let gpu = rt.gpu();
+        let blocks = (n.div_ceil(256)).clamp(1, u64::from(gpu.info.sm_count) * 16) as u32;
+        let args = [A::Ptr(t.buf.ptr()), A::Ptr(n), A::Ptr(seed), A::F32(scale), A::I32(kind)];
+        gpu.launch(&self.fill, [blocks, 1, 1], 256, 0, &args)
+    }
+
+    /// Copies `bytes` (a multiple of 16) from `src` to `dst` with 16-byte vectors.
+    pub fn copy(&self, gpu: &Gpu, dst: u64, src: u64, bytes: usize) -> Result<(), RuntimeError> {
+        use crate::validate::ArgValue as A;
+        let n16 = (bytes / 16) as u64;
+        let blocks = (u64::from(gpu.info.sm_count) * 8).max(1) as u32;
+        gpu.launch(&self.copy, [blocks, 1, 1], 512, 0, &[A::Ptr(dst), A::Ptr(src), A::Ptr(n16)])
+    }
+}
+
+/// Times `f` (which enqueues GPU work) with CUDA events, after `warmup` untimed runs.
+pub fn time_gpu(gpu: &Gpu, warmup: usize, iters: usize, mut f: impl FnMut() -> Result<(), RuntimeError>) -> Result<TimeStats, RuntimeError> {
+    for _ in 0..warmup {
+        f()?;
+    }
+    gpu.synchronize()?;
+    let mut times = Vec::with_capacity(iters);
+    let (a, b) = (gpu.event()?, gpu.event()?);
+    for _ in 0..iters.max(1) {
+        gpu.record(&a)?;
+        f()?;
+        gpu.record(&b)?;
+        times.push(f64::from(gpu.elapsed_ms(&a, &b)?));
+    }
+    Ok(TimeStats::of(times))
+}
+
+// ---------------------------------------------------------------------------------------
+// Ceilings.
+
+fn copy_ceiling(rt: &Runtime, h: &Helpers, opts: &BenchOptions, c: &mut Ceilings) -> Result<(), RuntimeError> {
+    let bytes: usize = 2 << 30;
+    let gpu = rt.gpu();
+    let src = gpu.alloc_bytes(bytes)?;
+    let dst = gpu.alloc_bytes(bytes)?;
+    gpu.memset_d32(src.ptr(), 0x3f80_0000, bytes / 4)?;
+    let moved = 2.0 * bytes as f64;
+    let t = time_gpu(gpu, opts.warmup.min(3), opts.iters, || gpu.dtod(dst.ptr(), src.ptr(), bytes))?;
+    c.memcpy_tb_s = Some(moved / (t.median_ms * 1e-3) / 1e12);
+    let t = time_gpu(gpu, opts.warmup.min(3), opts.iters, || h.copy(gpu, dst.ptr(), src.ptr(), bytes))?;
+    c.copy_kernel_tb_s = Some(moved / (t.median_ms * 1e-3) / 1e12);
+    c.copy_bytes = bytes as u64;
+    c.copy_tb_s = [c.memcpy_tb_s, c.copy_kernel_tb_s].into_iter().flatten().reduce(f64::max);
+    Ok(())
+}
+
+fn gemm_ceiling(rt: &Runtime, h: &Helpers, opts: &BenchOptions) -> Result<f64, String> {
+    use cudarc::cublas::sys as cb;
+    // SAFETY: only tries to dlopen the library names.
+    if !unsafe { cb::is_culib_present() } {
+        return Err("libcublas not found on the library path (set LD_LIBRARY_PATH to the directory of libcublas.so.13)".into());
+    }
+    crate::cuda::guarded("cuBLAS", || {
+        let e = |x: RuntimeError| x;
+        let n: usize = 8192;
+        let gpu = rt.gpu();
+        let a = rt.alloc(ElemType::Bf16, &[n, n]).map_err(e)?;
+        let b = rt.alloc(ElemType::Bf16, &[n, n]).map_err(e)?;
+        let c = rt.alloc(ElemType::Bf16, &[n, n]).map_err(e)?;
+        h.fill_normal(rt, &a, 11, 1.0)?;
+        h.fill_normal(rt, &b, 12, 1.0)?;
+        gpu.bind()?;
+        let cublas_err = |what: &str, s: cb::cublasStatus_t| RuntimeError::Other(format!("{what}: {s:?}"));
+        let mut handle: cb::cublasHandle_t = std::ptr::null_mut();
+        // SAFETY: plain cuBLAS calls on live device buffers of n*n bf16 each; the handle is
+        // destroyed below.
+        unsafe {
+            let s = cb::cublasCreate_v2(&mut handle);
+            if s != cb::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+                return Err(cublas_err("cublasCreate", s));
+            }
+            let s = cb::cublasSetStream_v2(handle, gpu.stream.cu_stream() as cb::cudaStream_t);
+            if s != cb::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+                cb::cublasDestroy_v2(handle);
+                return Err(cublas_err("cublasSetStream", s));
+            }
+        }
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let gemm = || -> Result<(), RuntimeError> {
+            // SAFETY: as above.
+            let s = unsafe {
+                cb::cublasGemmEx(
+                    handle,
+                    cb::cublasOperation_t::CUBLAS_OP_N,
+                    cb::cublasOperation_t::CUBLAS_OP_N,
+                    n as i32,
+                    n as i32,
+                    n as i32,
+                    &alpha as *const f32 as *const std::ffi::c_void,
+                    a.device_ptr() as *const std::ffi::c_void,
+                    cb::cudaDataType::CUDA_R_16BF,
+                    n as i32,
+                    b.device_ptr() as *const std::ffi::c_void,
+                    cb::cudaDataType::CUDA_R_16BF,
+                    n as i32,
+                    &beta as *const f32 as *const std::ffi::c_void,
+                    c.device_ptr() as *mut std::ffi::c_void,
+                    cb::cudaDataType::CUDA_R_16BF,
+                    n as i32,
+                    cb::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                    cb::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+                )
+            };
+            if s != cb::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+                return Err(cublas_err("cublasGemmEx", s));
+            }
+            Ok(())
+        };
+        let t = time_gpu(gpu, opts.warmup, opts.iters, gemm);
+        // SAFETY: created above.
+        unsafe { cb::cublasDestroy_v2(handle) };
+        let t = t?;
+        Ok(2.0 * (n as f64).powi(3) / (t.median_ms * 1e-3) / 1e12)
+    })
+    .map_err(|e| e.to_string())
+}
+
+// ---------------------------------------------------------------------------------------
+// Prefill.
+
+/// The prefill spec of the protocol.
+pub fn prefill_spec(dqk: u32, dv: u32, heads: u32, causal: bool) -> Spec {
+    let mut s = Spec::new(&format!("bench_prefill_d{dqk}_{}", if causal { "causal" } else { "full" }), dqk, heads);
+    s.head_dim_v = dv;
+    if causal {
+        s.mask.causal = Some(Align::TopLeft);
+    }
+    s
+}
+
+/// The decode spec of the protocol (page_size 0: contiguous).
+pub fn decode_spec(page_size: u32) -> Spec {
+    let mut s = Spec::new(&format!("bench_decode_p{page_size}"), 128, 32);
+    s.kv_heads = 8;
+    s.pack_gqa = true;
+    s.split_kv = SplitKv::Auto;
+    s.mask.causal = Some(Align::BottomRight);
+    if page_size > 0 {
+        s.kv_layout = KvLayout::Paged { page_size };
+    }
+    s
+}
+
+/// Reads `count` consecutive rows (`row_elems` each) starting at row `row0` of a
+/// row-major tensor, as f64.
+fn read_rows(rt: &Runtime, t: &Tensor, row_elems: usize, row0: usize, count: usize) -> Result<Vec<f64>, RuntimeError> {
+    let n = t.numel();
+    let start = row0 * row_elems;
+    let len = count * row_elems;
+    if start + len > n {
+        return Err(RuntimeError::Other("read_rows out of range".into()));
+    }
+    let view = t.view(&[len], &[1], t.offset() + start)?;
+    rt.download_f64(&view)
+}
+
+fn check_prefill(rt: &Runtime, spec: &Spec, q: &Tensor, k: &Tensor, v: &Tensor, o: &Tensor, b_n: usize, s: usize) -> Result<f64, RuntimeError> {
+    let (h_n, d, dv) = (spec.q_heads as usize, spec.head_dim_qk as usize, spec.head_dim_v as usize);
+    let causal = spec.mask.causal.is_some();
+    let mut row_spec = Spec::new("row", spec.head_dim_qk, 1);
+    row_spec.head_dim_v = spec.head_dim_v;
+    row_spec.scale = spec.scale;
+    if causal {
+        row_spec.mask.causal = Some(Align::BottomRight);
+    }
+    let mut got = Vec::new();
+    let mut want = Vec::new();
+    let mut rng = Rng::new(7);
+    for &b in &[0, b_n - 1] {
+        // K and V of batch entry b: [s, h, d].
+        let kb = read_rows(rt, k, h_n * d, b * s, s)?;
+        let vb = read_rows(rt, v, h_n * dv, b * s, s)?;
+        for &h in &[0, h_n - 1] {
+            for p in [0, s / 2 + 1, s - 1, rng.int_in(0, s as i64 - 1) as usize] {
+                let qrow = read_rows(rt, q, d, (b * s + p) * h_n + h, 1)?;
+                let orow = read_rows(rt, o, dv, (b * s + p) * h_n + h, 1)?;
+                let sk = if causal { p + 1 } else { s };
+                let kk: Vec<f64> = (0..sk).flat_map(|j| kb[(j * h_n + h) * d..][..d].iter().copied()).collect();
+                let vv: Vec<f64> = (0..sk).flat_map(|j| vb[(j * h_n + h) * dv..][..dv].iter().copied()).collect();
+                let inputs = Inputs { seqs: vec![Sequence { seqlen_q: 1, seqlen_k: sk, q: qrow, k: kk, v: vv }], params: vec![], aux: vec![], sinks: None };
+                let r = reference_forward(&row_spec, &inputs).map_err(|e| RuntimeError::Other(format!("reference: {e}")))?;
+                want.extend(r.into_iter().flat_map(|x| x.o));
+                got.extend(orow);
+            }
+        }
+    }
+    Ok(rel_l2(&got, &want))
+}
+
+fn run_prefill(rt: &Runtime, h: &Helpers, opts: &BenchOptions, gemm: Option<f64>, out: &mut Vec<PrefillResult>) {
+    for &(dqk, dv) in &opts.prefill_head_dims {
+        for causal in [false, true] {
+            for &s in &opts.prefill_seqlens {
+                let heads = opts.hidden / dqk as usize;
+                let batch = (opts.total_tokens / s).max(1);
+                let mut r = PrefillResult {
+                    head_dim: (dqk, dv),
+                    causal,
+                    seqlen: s,
+                    batch,
+                    heads,
+                    time: TimeStats::default(),
+                    tflops: 0.0,
+                    fraction_of_gemm: None,
+                    check_rel_l2: None,
+                    ok: false,
+                    error: None,
+                    receipt: None,
+                };
+                let res = (|| -> Result<(), RuntimeError> {
+                    let spec = prefill_spec(dqk, dv, heads as u32, causal);
+                    let kernel = rt.kernel(&spec)?;
+                    let q = rt.alloc(ElemType::Bf16, &[batch, s, heads, dqk as usize])?;
+                    let k = rt.alloc(ElemType::Bf16, &[batch, s, heads, dqk as usize])?;
+                    let v = rt.alloc(ElemType::Bf16, &[batch, s, heads, dv as usize])?;
+                    let mut o = rt.alloc(ElemType::Bf16, &[batch, s, heads, dv as usize])?;
+                    h.fill_normal(rt, &q, 1, 1.0)?;
+                    h.fill_normal(rt, &k, 2, 1.0)?;
+                    h.fill_normal(rt, &v, 3, 1.0)?;
+                    rt.fill_nan(&o)?;
+                    let receipt = kernel.forward(&q, &k, &v, &mut o, &Params::default())?;
+                    rt.synchronize()?;
+                    r.receipt = Some(receipt.to_string());
+                    if opts.check {
+                        let e = check_prefill(rt, &spec, &q, &k, &v, &o, batch, s)?;
+                        r.check_rel_l2 = Some(e);
+                        if !(e <= 1e-2) {
+                            return Err(RuntimeError::Other(format!("reference check failed: rel_l2 {e:.3e}")));
+                        }
+                    }
+                    let p = Params::default();
+                    r.time = time_gpu(rt.gpu(), opts.warmup, opts.iters, || kernel.forward(&q, &k, &v, &mut o, &p).map(|_| ()))?;
+                    let flops = 4.0 * batch as f64 * heads as f64 * (s as f64).powi(2) * f64::from(dqk + dv) / 2.0 * if causal { 0.5 } else { 1.0 };
+                    r.tflops = flops / (r.time.median_ms * 1e-3) / 1e12;
+                    r.fraction_of_gemm = gemm.map(|g| r.tflops / g);
+                    Ok(())
+                })();
+                r.ok = res.is_ok();
+                r.error = res.err().map(|e| e.to_string());
+                if opts.progress {
+                    eprintln!(
+                        "prefill d={dqk}/{dv} causal={causal} seqlen={s}: {:.4} ms, {:.1} TFLOP/s{}",
+                        r.time.median_ms,
+                        r.tflops,
+                        r.error.as_ref().map_or(String::new(), |e| format!(" ERROR {e}"))
+                    );
+                }
+                out.push(r);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Decode.
+
+#[allow(clippy::too_many_arguments)]
+fn check_decode(
+    rt: &Runtime,
+    spec: &Spec,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    o: &Tensor,
+    page: Option<(&[i32], usize, usize)>,
+    sk: usize,
+    batch: usize,
+) -> Result<f64, RuntimeError> {
+    let (qh, kvh, d) = (spec.q_heads as usize, spec.kv_heads as usize, spec.head_dim_qk as usize);
+    let row = kvh * d;
+    let mut got = Vec::new();
+    let mut want = Vec::new();
+    for &b in &[0, batch - 1] {
+        let (kb, vb) = match page {
+            None => (read_rows(rt, k, row, b * sk, sk)?, read_rows(rt, v, row, b * sk, sk)?),
+            Some((bt, max_pages, ps)) => {
+                let (mut kb, mut vb) = (Vec::with_capacity(sk * row), Vec::with_capacity(sk * row));
+                for p in 0..sk.div_ceil(ps) {
+                    let pg = bt[b * max_pages + p] as usize;
+                    let n = (sk - p * ps).min(ps);
+                    kb.extend(read_rows(rt, k, row, pg * ps, n)?);
+                    vb.extend(read_rows(rt, v, row, pg * ps, n)?);
+                }
+                (kb, vb)
+            }
+        };
+        let qb = read_rows(rt, q, qh * d, b, 1)?;
+        let inputs = Inputs { seqs: vec![Sequence { seqlen_q: 1, seqlen_k: sk, q: qb, k: kb, v: vb }], params: vec![], aux: vec![], sinks: None };
+        let mut ref_spec = spec.clone();
+        ref_spec.kv_layout = KvLayout::Contiguous;
+        let r = reference_forward(&ref_spec, &inputs).map_err(|e| RuntimeError::Other(format!("reference: {e}")))?;
+        want.extend(r.into_iter().flat_map(|x| x.o));
+        got.extend(read_rows(rt, o, qh * d, b, 1)?);
+    }
+    Ok(rel_l2(&got, &want))
+}
+
+fn run_decode(rt: &Runtime, h: &Helpers, opts: &BenchOptions, copy: Option<f64>, out: &mut Vec<DecodeResult>) {
+    for &ps in &opts.decode_page_sizes {
+        for &sk in &opts.decode_seqlens_k {
+            for &batch in &opts.decode_batches {
+                let spec = decode_spec(ps);
+                let (qh, kvh, d) = (32usize, 8usize, 128usize);
+                let kv_bytes = (2 * batch * sk * kvh * d * 2) as u64;
+                let mut r = DecodeResult {
+                    batch,
+                    seqlen_k: sk,
+                    page_size: ps,
+                    num_splits: None,
+                    time: TimeStats::default(),
+                    kv_bytes,
+                    tb_s: 0.0,
+                    fraction_of_copy: None,
+                    check_rel_l2: None,
+                    ok: false,
+                    error: None,
+                    receipt: None,
+                };
+                let res = (|| -> Result<(), RuntimeError> {
+                    let kernel = rt.kernel(&spec)?;
+                    let q = rt.alloc(ElemType::Bf16, &[batch, 1, qh, d])?;
+                    let mut o = rt.alloc(ElemType::Bf16, &[batch, 1, qh, d])?;
+                    h.fill_normal(rt, &q, 21, 1.0)?;
+                    rt.fill_nan(&o)?;
+                    let (k, v, bt_host, tables);
+                    if ps == 0 {
+                        k = rt.alloc(ElemType::Bf16, &[batch, sk, kvh, d])?;
+                        v = rt.alloc(ElemType::Bf16, &[batch, sk, kvh, d])?;
+                        bt_host = Vec::new();
+                        tables = None;
+                    } else {
+                        let ps_u = ps as usize;
+                        let per = sk.div_ceil(ps_u);
+                        let pages = batch * per;
+                        k = rt.alloc(ElemType::Bf16, &[pages, ps_u, kvh, d])?;
+                        v = rt.alloc(ElemType::Bf16, &[pages, ps_u, kvh, d])?;
+                        // A shuffled page order.
+                        let mut perm: Vec<i32> = (0..pages as i32).collect();
+                        let mut rng = Rng::new(99);
+                        for i in (1..pages).rev() {
+                            let j = rng.int_in(0, i as i64) as usize;
+                            perm.swap(i, j);
+                        }
+                        bt_host = perm;
+                        let bt = rt.upload_index(&bt_host, &[batch, per])?;
+                        let su = rt.upload_index(&vec![sk as i32; batch], &[batch])?;
+                        tables = Some((bt, su));
+                    }
+                    h.fill_normal(rt, &k, 22, 1.0)?;
+                    h.fill_normal(rt, &v, 23, 1.0)?;
+                    let params = match &tables {
+                        Some((bt, su)) => Params::default().paged(bt, su),
+                        None => Params::default(),
+                    };
+                    let receipt = kernel.forward(&q, &k, &v, &mut o, &params)?;
+                    rt.synchronize()?;
+                    r.num_splits = Some(receipt.num_splits);
+                    r.receipt = Some(receipt.to_string());
+                    if opts.check {
+                        let page = (ps > 0).then(|| (bt_host.as_slice(), sk.div_ceil(ps as usize), ps as usize));
+                        let e = check_decode(rt, &spec, &q, &k, &v, &o, page, sk, batch)?;
+                        r.check_rel_l2 = Some(e);
+                        if !(e <= 1e-2) {
+                            return Err(RuntimeError::Other(format!("reference check failed: rel_l2 {e:.3e}")));
+                        }
+                    }
+                    r.time = time_gpu(rt.gpu(), opts.warmup, opts.iters, || kernel.forward(&q, &k, &v, &mut o, &params).map(|_| ()))?;
+                    r.tb_s = kv_bytes as f64 / (r.time.median_ms * 1e-3) / 1e12;
+                    r.fraction_of_copy = copy.map(|c| r.tb_s / c);
+                    Ok(())
+                })();
+                r.ok = res.is_ok();
+                r.error = res.err().map(|e| e.to_string());
+                if opts.progress {
+                    eprintln!(
+                        "decode batch={batch} seqlen_k={sk} page={ps}: {:.4} ms, {:.2} TB/s, splits {}{}",
+                        r.time.median_ms,
+                        r.tb_s,
+                        r.num_splits.unwrap_or(0),
+                        r.error.as_ref().map_or(String::new(), |e| format!(" ERROR {e}"))
+                    );
+                }
+                out.push(r);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Compile time.
+
+const DEFAULT_COMPILE_SOURCE: &str = "attention bench_compile_causal {\n  dtype bf16\n  head_dim 128\n  heads 32 kv 8\n  mask causal\n}\n";
+
+/// What a fresh process reports back: the time of `Runtime::kernel` and where the kernel
+/// came from.
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+pub struct ProbeResult {
+    pub ms: f64,
+    pub source: String,
+}
+
+/// The line a probe prints (parsed by `bench::run`).
+pub fn probe_line(p: &ProbeResult) -> String {
+    format!("ATTNC_PROBE {}", serde_json::to_string(p).unwrap_or_default())
+}
+
+/// Env var naming the .attn file a probe process compiles.
+pub const PROBE_SPEC_ENV: &str = "ATTNC_BENCH_PROBE_SPEC";
+
+/// The child half of the fresh-process disk-hit measurement: opens a runtime (cache dir
+/// from `ATTNC_CACHE_DIR`), times `Runtime::kernel` on the spec file named by
+/// `ATTNC_BENCH_PROBE_SPEC`. The caller prints [`probe_line`] of the result.
+pub fn disk_hit_probe() -> Result<ProbeResult, RuntimeError> {
+    let path = std::env::var_os(PROBE_SPEC_ENV).ok_or_else(|| RuntimeError::Other(format!("{PROBE_SPEC_ENV} is not set")))?;
+    let spec = attnc_dsl::parse_file(std::path::Path::new(&path)).map_err(|d| RuntimeError::Other(d.to_string()))?;
+    let rt = Runtime::new(0)?;
+    let t = Instant::now();
+    let k = rt.kernel(&spec)?;
+    Ok(ProbeResult { ms: t.elapsed().as_secs_f64() * 1e3, source: k.source().to_string() })
+}
+
+fn median_of(mut f: impl FnMut() -> Result<f64, RuntimeError>, n: usize) -> Result<f64, RuntimeError> {
+    let v: Result<Vec<f64>, RuntimeError> = (0..n).map(|_| f()).collect();
+    Ok(TimeStats::of(v?).median_ms)
+}
+
+fn run_compile(rt: &Runtime, opts: &BenchOptions) -> Result<CompileTimes, RuntimeError> {
+    let (name, text) = opts.compile_source.clone().unwrap_or_else(|| ("bench_compile_causal.attn".into(), DEFAULT_COMPILE_SOURCE.into()));
+    let spec = attnc_dsl::parse_named(&name, &text).map_err(|d| RuntimeError::Other(d.to_string()))?;
+    let mut ct = CompileTimes { spec: spec.name.clone(), ..Default::default() };
+    let copts = attnc_lower::CompileOptions::new(rt.arch());
+    ct.dsl_to_ptx_ms = median_of(
+        || {
+            let t = Instant::now();
+            let s = attnc_dsl::parse_named(&name, &text).map_err(|d| RuntimeError::Other(d.to_string()))?;
+            attnc_lower::compile(&s, &copts)?;
+            Ok(t.elapsed().as_secs_f64() * 1e3)
+        },
+        7,
+    )?;
+    let module = attnc_lower::compile(&spec, &copts)?;
+    let gpu = rt.gpu();
+    ct.ptx_to_module_cubin_ms = median_of(
+        || {
+            let t = Instant::now();
+            let cubin = gpu.link_ptx(&module.ptx, &spec.name)?;
+            let _m = gpu.load_module(&cubin, Image::Cubin, &spec.name)?;
+            Ok(t.elapsed().as_secs_f64() * 1e3)
+        },
+        5,
+    )?;
+    ct.ptx_to_module_direct_ms = median_of(
+        || {
+            let t = Instant::now();
+            let _m = gpu.load_module(module.ptx.as_bytes(), Image::Ptx, &spec.name)?;
+            Ok(t.elapsed().as_secs_f64() * 1e3)
+        },
+        5,
+    )?;
+    // Through the runtime, on a fresh cache directory.
+    let dir = std::env::temp_dir().join(format!("attnc-bench-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let cfg = CacheConfig::with_dir(&dir);
+    let rt1 = Runtime::with_cache(rt.device().ordinal, &cfg)?;
+    let t = Instant::now();
+    let k = rt1.kernel(&spec)?;
+    ct.runtime_cold_ms = t.elapsed().as_secs_f64() * 1e3;
+    if k.source() != crate::CacheSource::Built {
+        ct.notes.push(format!("cold call came from {}", k.source()));
+    }
+    let mut hits = Vec::new();
+    for _ in 0..200 {
+        let t = Instant::now();
+        let _k = rt1.kernel(&spec)?;
+        hits.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    ct.memory_hit_us = TimeStats::of(hits).median_ms;
+    let rt2 = Runtime::with_cache(rt.device().ordinal, &cfg)?;
+    let t = Instant::now();
+    let k2 = rt2.kernel(&spec)?;
+    ct.disk_hit_fresh_runtime_ms = t.elapsed().as_secs_f64() * 1e3;
+    if k2.source() != crate::CacheSource::Disk {
+        ct.notes.push(format!("fresh runtime: kernel came from {}, not the disk cache", k2.source()));
+    }
+    if let Some(cmd) = &opts.disk_probe_command {
+        match probe_fresh_process(cmd, &dir, &name, &text) {
+            Ok(p) => {
+                ct.disk_hit_fresh_process_ms = Some(p.ms);
+                if p.source != crate::CacheSource::Disk.to_string() {
+                    ct.notes.push(format!("fresh process: kernel came from {}", p.source));
+                }
+            }
+            Err(e) => ct.notes.push(format!("fresh-process probe failed: {e}")),
+        }
+    } else {
+        ct.notes.push("no probe command: disk hit in a fresh process not measured".into());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(ct)
+}
+
+fn probe_fresh_process(cmd: &[String], cache: &std::path::Path, name: &str, text: &str) -> Result<ProbeResult, String> {
+    let (exe, args) = cmd.split_first().ok_or("empty probe command")?;
+    let file = cache.join(if name.ends_with(".attn") { name.to_string() } else { format!("{name}.attn") });
+    std::fs::write(&file, text).map_err(|e| e.to_string())?;
+    let out = std::process::Command::new(exe)
+        .args(args)
+        .env("ATTNC_CACHE_DIR", cache)
+        .env(PROBE_SPEC_ENV, &file)
+        .output()
+        .map_err(|e| format!("cannot run {exe}: {e}"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("ATTNC_PROBE "))
+        .ok_or_else(|| format!("no ATTNC_PROBE line (exit {:?}): {}", out.status.code(), String::from_utf8_lossy(&out.stderr)))?;
+    serde_json::from_str(line).map_err(|e| e.to_string())
+}
+
+/// Runs the protocol.
+pub fn run(rt: &Runtime, opts: &BenchOptions) -> Result<BenchReport, RuntimeError> {
+    let t0 = Instant::now();
+    let helpers = Helpers::load(rt.gpu())?;
+    let mut notes = Vec::new();
+    let mut ceilings = Ceilings::default();
+    if opts.ceilings {
+        if let Err(e) = copy_ceiling(rt, &helpers, opts, &mut ceilings) {
+            notes.push(format!("copy ceiling failed: {e}"));
+        }
+        match gemm_ceiling(rt, &helpers, opts) {
+            Ok(t) => ceilings.gemm_tflops = Some(t),
+            Err(e) => ceilings.gemm_note = Some(e),
+        }
+        if opts.progress {
+            eprintln!(
+                "ceilings: copy {} TB/s, GEMM {} TFLOP/s {}",
+                opt(ceilings.copy_tb_s, 2),
+                opt(ceilings.gemm_tflops, 1),
+                ceilings.gemm_note.clone().unwrap_or_default()
+            );
+        }
+    }
+    let compile = if opts.compile {
+        match run_compile(rt, opts) {
+            Ok(c) => {
+                if opts.progress {
+                    eprintln!("compile: {c:?}");
+                }
+                Some(c)
+            }
+            Err(e) => {
+                notes.push(format!("compile-time part failed: {e}"));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let mut prefill = Vec::new();
+    if opts.prefill {
+        run_prefill(rt, &helpers, opts, ceilings.gemm_tflops, &mut prefill);
+    }
+    let mut decode = Vec::new();
+    if opts.decode {
+        run_decode(rt, &helpers, opts, ceilings.copy_tb_s, &mut decode);
+    }
+    Ok(BenchReport {
+        device: rt.device().clone(),
+        attnc_version: crate::jit::ATTNC_VERSION.into(),
+        llvm_version: crate::jit::llvm_version(),
+        options: opts.clone(),
+        ceilings,
+        compile,
+        prefill,
+        decode,
+        seconds: t0.elapsed().as_secs_f64(),
+        notes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_median() {
+        assert_eq!(TimeStats::of(vec![3.0, 1.0, 2.0]).median_ms, 2.0);
+        assert_eq!(TimeStats::of(vec![4.0, 1.0, 2.0, 3.0]).median_ms, 2.5);
+        assert_eq!(TimeStats::of(vec![]).runs, 0);
+    }
+
+    #[test]
+    fn protocol_defaults() {
+        let o = BenchOptions::default();
+        assert!(o.iters >= 20);
+        assert_eq!(o.prefill_seqlens, vec![1024, 2048, 4096, 8192, 16384]);
+        let s = decode_spec(16);
+        assert_eq!((s.q_heads, s.kv_heads, s.head_dim_qk), (32, 8, 128));
+        assert!(attnc_ir::validate(&s).is_ok());
+        assert!(attnc_ir::validate(&prefill_spec(64, 64, 32, true)).is_ok());
+        assert!(attnc_dsl::parse_named("x.attn", DEFAULT_COMPILE_SOURCE).is_ok());
+    }
+
+    #[test]
+    fn helper_ptx_is_ascii_and_assembles() {
+        assert!(HELPER_PTX.is_ascii());
+        // With ptxas available (CI), the helper kernels must assemble for sm_90a.
+        let Some(ptxas) = std::env::var_os("ATTNC_PTXAS") else { return };
+        let dir = std::env::temp_dir().join(format!("attnc-helper-ptx-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let f = dir.join("h.ptx");
+        std::fs::write(&f, HELPER_PTX).expect("write");
+        let out = std::process::Command::new(ptxas).args(["-arch=sm_90a", "-o"]).arg(dir.join("h.cubin")).arg(&f).output().expect("ptxas");
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+}

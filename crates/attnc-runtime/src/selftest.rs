@@ -1,1 +1,684 @@
-//! selftest
+//! `attnc selftest`: every spec × a matrix of shapes on the GPU, against the f64 reference
+//! executor (`attnc_ir::reference`).
+//!
+//! For each spec (heads reduced to at most `max_kv_heads` KV heads, same group size, as
+//! the dev GPU check does — the code paths are the same and the reference stays cheap):
+//! - variants: the spec itself; with GQA the spec with `pack_gqa` toggled; paged specs
+//!   with page sizes 1, 16 and 128;
+//! - shapes by layout: odd lengths (1, 17, 1000, 4097), seqlen_q ≠ seqlen_k both ways,
+//!   batch > 1 (varlen with mixed and empty sequences; paged with mixed seqused_k);
+//! - split specs: the first shape with 1..=8 splits and `auto`, the others with `auto`.
+//!
+//! Each case: random normal inputs (`random_inputs`), outputs poisoned with NaN, one
+//! launch, then per sequence: relative L2 error of O ≤ `tol_rel_l2`, no NaN/Inf where the
+//! reference is finite, LSE relative error (|Δ| / max(|lse|, 1)) ≤ `tol_lse` with the same
+//! finiteness. Paged KV uses a shuffled page pool whose unused rows hold values ×100 and
+//! a block table padded with −1, so a wrong page or row read shows. The reference's cost
+//! (q·k pairs × heads × (d_qk + d_v)) is capped by `max_ref_cost`: longer cases shrink
+//! seqlen_q (keeping seqlen_k) and say so in the case name.
+
+use crate::error::RuntimeError;
+use crate::receipt::Receipt;
+use crate::runtime::{Params, Runtime};
+use crate::tensor::{ElemType, IndexTensor, Tensor};
+use crate::validate::ParamValue;
+use attnc_ir::eval::Value;
+use attnc_ir::reference::{random_inputs, reference_forward, rel_l2, round_to_dtype, Inputs, Rng, SeqOutput};
+use attnc_ir::{KvLayout, Spec, SplitKv};
+use serde::Serialize;
+use std::fmt;
+use std::time::Instant;
+
+/// Knobs of the matrix.
+#[derive(Clone, Debug, Serialize)]
+pub struct SelftestOptions {
+    pub seed: u64,
+    /// Fewer shapes and splits (a smoke test).
+    pub quick: bool,
+    /// Reference cost cap per case (multiply-adds); see the module docs.
+    pub max_ref_cost: f64,
+    /// KV heads kept per spec (the group size is kept).
+    pub max_kv_heads: u32,
+    pub tol_rel_l2: f64,
+    pub tol_lse: f64,
+    /// Only specs whose name contains this.
+    pub filter: Option<String>,
+    /// Print one line per case to stderr.
+    pub progress: bool,
+}
+
+impl Default for SelftestOptions {
+    fn default() -> Self {
+        SelftestOptions {
+            seed: 1,
+            quick: false,
+            max_ref_cost: 1.0e10,
+            max_kv_heads: 2,
+            tol_rel_l2: 1e-2,
+            tol_lse: 1e-3,
+            filter: None,
+            progress: true,
+        }
+    }
+}
+
+/// One case's outcome.
+#[derive(Clone, Debug, Serialize)]
+pub struct CaseResult {
+    pub spec: String,
+    pub case: String,
+    pub layout: String,
+    pub dtype: String,
+    pub q_heads: u32,
+    pub kv_heads: u32,
+    pub pack_gqa: bool,
+    pub page_size: Option<u32>,
+    /// (seqlen_q, seqlen_k) per batch entry.
+    pub seqlens: Vec<(usize, usize)>,
+    /// What was asked: "spec", "auto" or a number.
+    pub splits_requested: String,
+    pub num_splits: Option<u32>,
+    /// Worst relative L2 error of O over the sequences.
+    pub rel_l2: Option<f64>,
+    pub lse_err: Option<f64>,
+    /// Non-finite outputs where the reference is finite (or LSE finiteness mismatches).
+    pub nonfinite: usize,
+    pub ok: bool,
+    pub error: Option<String>,
+    pub receipt: Option<Receipt>,
+    pub reference_ms: f64,
+    pub gpu_ms: Option<f64>,
+}
+
+/// The whole run.
+#[derive(Clone, Debug, Serialize)]
+pub struct SelftestReport {
+    pub device: crate::cuda::DeviceInfo,
+    pub attnc_version: String,
+    pub llvm_version: String,
+    pub options: SelftestOptions,
+    pub passed: usize,
+    pub failed: usize,
+    pub seconds: f64,
+    pub cache: crate::cache::CacheStats,
+    pub cases: Vec<CaseResult>,
+}
+
+impl SelftestReport {
+    pub fn ok(&self) -> bool {
+        self.failed == 0 && self.passed > 0
+    }
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    }
+    /// A fixed-width table of the cases and a summary line.
+    pub fn table(&self) -> String {
+        let mut s = String::new();
+        s.push_str(&format!(
+            "{:<4} {:<28} {:<44} {:>6} {:>9} {:>9} {:>4} {:>9}\n",
+            "", "spec", "case", "splits", "rel_l2", "lse_err", "nan", "gpu_ms"
+        ));
+        for c in &self.cases {
+            let f = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.2e}"));
+            s.push_str(&format!(
+                "{:<4} {:<28} {:<44} {:>6} {:>9} {:>9} {:>4} {:>9}\n",
+                if c.ok { "PASS" } else { "FAIL" },
+                trunc(&c.spec, 28),
+                trunc(&c.case, 44),
+                c.num_splits.map_or("-".into(), |n| n.to_string()),
+                f(c.rel_l2),
+                f(c.lse_err),
+                c.nonfinite,
+                c.gpu_ms.map_or("-".into(), |v| format!("{v:.3}")),
+            ));
+            if let Some(e) = &c.error {
+                s.push_str(&format!("     error: {}\n", e.lines().next().unwrap_or("")));
+            }
+        }
+        s.push_str(&format!(
+            "{} passed, {} failed ({} on {}, {:.1} s)\n",
+            self.passed, self.failed, self.device.arch, self.device.name, self.seconds
+        ));
+        s
+    }
+}
+
+impl fmt::Display for SelftestReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.table())
+    }
+}
+
+fn trunc(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        let mut t: String = s.chars().take(n.saturating_sub(1)).collect();
+        t.push('~');
+        t
+    }
+}
+
+/// Splits to run a shape with.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum SplitReq {
+    /// What the spec says (no override).
+    Spec,
+    Auto,
+    N(u32),
+}
+
+/// One planned case (before running).
+#[derive(Clone, Debug)]
+pub struct CasePlan {
+    pub spec: Spec,
+    pub variant: String,
+    pub seqlens: Vec<(usize, usize)>,
+    pub splits: SplitReq,
+    pub shrunk: bool,
+}
+
+/// The spec with at most `max_kv` KV heads and the same group size.
+pub fn reduce_heads(spec: &Spec, max_kv: u32) -> Spec {
+    let mut s = spec.clone();
+    let g = spec.group_size().max(1);
+    s.kv_heads = spec.kv_heads.min(max_kv.max(1));
+    s.q_heads = s.kv_heads * g;
+    s
+}
+
+fn layout_name(l: KvLayout) -> String {
+    match l {
+        KvLayout::Contiguous => "contiguous".into(),
+        KvLayout::Varlen => "varlen".into(),
+        KvLayout::Paged { page_size } => format!("paged/{page_size}"),
+    }
+}
+
+fn shapes(layout: KvLayout, quick: bool) -> Vec<Vec<(usize, usize)>> {
+    let all: Vec<Vec<(usize, usize)>> = match layout {
+        KvLayout::Contiguous => vec![
+            vec![(17, 17), (17, 17)],
+            vec![(1, 1)],
+            vec![(1000, 1000)],
+            vec![(17, 1000), (17, 1000)],
+            vec![(1000, 17)],
+            vec![(1, 4097), (1, 4097)],
+            vec![(4097, 4097)],
+        ],
+        KvLayout::Varlen => vec![
+            vec![(37, 37), (1, 120), (150, 150)],
+            vec![(17, 1000), (1000, 17)],
+            vec![(0, 5), (5, 0), (17, 17)],
+            vec![(1, 4097), (4097, 4097)],
+        ],
+        KvLayout::Paged { .. } => vec![
+            vec![(1, 300), (1, 17)],
+            vec![(5, 1000), (5, 64)],
+            vec![(1, 4097)],
+            vec![(17, 17), (17, 1000), (17, 1)],
+        ],
+    };
+    if quick {
+        all.into_iter().take(2).collect()
+    } else {
+        all
+    }
+}
+
+fn ref_cost(spec: &Spec, seqlens: &[(usize, usize)]) -> f64 {
+    let per = f64::from(spec.q_heads) * f64::from(spec.head_dim_qk + spec.head_dim_v);
+    seqlens.iter().map(|&(q, k)| q as f64 * k as f64 * per).sum()
+}
+
+/// Shrinks seqlen_q (all entries, same factor) until the reference cost fits.
+fn fit_cost(spec: &Spec, seqlens: &[(usize, usize)], max: f64) -> (Vec<(usize, usize)>, bool) {
+    let cost = ref_cost(spec, seqlens);
+    if cost <= max {
+        return (seqlens.to_vec(), false);
+    }
+    let f = max / cost;
+    let padded = !matches!(spec.kv_layout, KvLayout::Varlen);
+    let mut out: Vec<(usize, usize)> = seqlens.iter().map(|&(q, k)| (((q as f64 * f) as usize).max(1.min(q)), k)).collect();
+    if padded {
+        // Padded layouts need one seqlen_q for the batch.
+        let q = out.iter().map(|s| s.0).max().unwrap_or(1);
+        out.iter_mut().for_each(|s| s.0 = q);
+    }
+    (out, true)
+}
+
+/// The cases of one spec.
+pub fn plan_cases(spec: &Spec, opts: &SelftestOptions) -> Vec<CasePlan> {
+    let base = reduce_heads(spec, opts.max_kv_heads);
+    let mut variants: Vec<(Spec, String)> = Vec::new();
+    match base.kv_layout {
+        KvLayout::Paged { page_size } => {
+            let mut sizes = vec![page_size, 1, 16, 128];
+            sizes.dedup();
+            let mut seen = Vec::new();
+            for ps in sizes {
+                if seen.contains(&ps) {
+                    continue;
+                }
+                seen.push(ps);
+                let mut s = base.clone();
+                s.kv_layout = KvLayout::Paged { page_size: ps };
+                variants.push((s, format!("page {ps}")));
+            }
+        }
+        _ => variants.push((base.clone(), String::new())),
+    }
+    if base.group_size() > 1 {
+        let mut s = base.clone();
+        s.pack_gqa = !s.pack_gqa;
+        let tag = if s.pack_gqa { "pack_gqa on" } else { "pack_gqa off" };
+        variants.push((s, tag.into()));
+    }
+    let split = base.split_kv != SplitKv::None;
+    let mut cases = Vec::new();
+    for (vi, (s, tag)) in variants.iter().enumerate() {
+        let mut sh = shapes(s.kv_layout, opts.quick);
+        if vi > 0 && !matches!(base.kv_layout, KvLayout::Paged { .. }) {
+            sh.truncate(3); // toggled variants: fewer shapes
+        } else if vi > 0 {
+            sh.truncate(if opts.quick { 1 } else { 3 });
+        }
+        for (si, seqlens) in sh.iter().enumerate() {
+            let (seqlens, shrunk) = fit_cost(s, seqlens, opts.max_ref_cost);
+            let reqs: Vec<SplitReq> = if !split {
+                vec![SplitReq::Spec]
+            } else if si == 0 && vi == 0 {
+                let mut r: Vec<SplitReq> = (1..=8).map(SplitReq::N).collect();
+                if opts.quick {
+                    r = vec![SplitReq::N(1), SplitReq::N(3)];
+                }
+                r.push(SplitReq::Auto);
+                r
+            } else {
+                vec![SplitReq::Auto]
+            };
+            for r in reqs {
+                cases.push(CasePlan { spec: s.clone(), variant: tag.clone(), seqlens: seqlens.clone(), splits: r, shrunk });
+            }
+        }
+    }
+    cases
+}
+
+fn case_name(c: &CasePlan) -> String {
+    let mut n = layout_name(c.spec.kv_layout);
+    if !c.variant.is_empty() && !c.variant.starts_with("page") {
+        n.push_str(&format!(" {}", c.variant));
+    }
+    let lens: Vec<String> = c.seqlens.iter().map(|(q, k)| format!("{q}x{k}")).collect();
+    n.push_str(&format!(" [{}]", lens.join(",")));
+    match c.splits {
+        SplitReq::Spec => {}
+        SplitReq::Auto => n.push_str(" split=auto"),
+        SplitReq::N(k) => n.push_str(&format!(" split={k}")),
+    }
+    if c.shrunk {
+        n.push_str(" (q shrunk)");
+    }
+    n
+}
+
+/// Runs the matrix over `specs` on `rt`.
+pub fn run(rt: &Runtime, specs: &[Spec], opts: &SelftestOptions) -> SelftestReport {
+    let t0 = Instant::now();
+    let mut cases = Vec::new();
+    let selected: Vec<&Spec> = specs.iter().filter(|s| opts.filter.as_ref().is_none_or(|f| s.name.contains(f.as_str()))).collect();
+    let mut seed = opts.seed;
+    for spec in selected {
+        for plan in plan_cases(spec, opts) {
+            seed = seed.wrapping_add(1);
+            let r = run_case(rt, &plan, seed, opts);
+            if opts.progress {
+                let f = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.2e}"));
+                eprintln!(
+                    "{} {} {}: rel_l2 {} lse {} nonfinite {}{}{}",
+                    if r.ok { "PASS" } else { "FAIL" },
+                    r.spec,
+                    r.case,
+                    f(r.rel_l2),
+                    f(r.lse_err),
+                    r.nonfinite,
+                    r.num_splits.map_or(String::new(), |n| format!(" splits {n}")),
+                    r.error.as_ref().map_or(String::new(), |e| format!(" error: {e}")),
+                );
+            }
+            cases.push(r);
+        }
+    }
+    let passed = cases.iter().filter(|c| c.ok).count();
+    SelftestReport {
+        device: rt.device().clone(),
+        attnc_version: crate::jit::ATTNC_VERSION.into(),
+        llvm_version: crate::jit::llvm_version(),
+        options: opts.clone(),
+        passed,
+        failed: cases.len() - passed,
+        seconds: t0.elapsed().as_secs_f64(),
+        cache: rt.cache_stats(),
+        cases,
+    }
+}
+
+fn run_case(rt: &Runtime, plan: &CasePlan, seed: u64, opts: &SelftestOptions) -> CaseResult {
+    let s = &plan.spec;
+    let mut r = CaseResult {
+        spec: s.name.clone(),
+        case: case_name(plan),
+        layout: layout_name(s.kv_layout),
+        dtype: s.dtype.name().into(),
+        q_heads: s.q_heads,
+        kv_heads: s.kv_heads,
+        pack_gqa: s.pack_gqa,
+        page_size: match s.kv_layout {
+            KvLayout::Paged { page_size } => Some(page_size),
+            _ => None,
+        },
+        seqlens: plan.seqlens.clone(),
+        splits_requested: match plan.splits {
+            SplitReq::Spec => "spec".into(),
+            SplitReq::Auto => "auto".into(),
+            SplitReq::N(n) => n.to_string(),
+        },
+        num_splits: None,
+        rel_l2: None,
+        lse_err: None,
+        nonfinite: 0,
+        ok: false,
+        error: None,
+        receipt: None,
+        reference_ms: 0.0,
+        gpu_ms: None,
+    };
+    if let Err(e) = run_case_inner(rt, plan, seed, opts, &mut r) {
+        r.error = Some(e.to_string());
+        r.ok = false;
+    }
+    r
+}
+
+/// The physical tensors of one case.
+pub struct CaseTensors {
+    pub q: Tensor,
+    pub k: Tensor,
+    pub v: Tensor,
+    pub o: Tensor,
+    pub lse: Option<Tensor>,
+    pub cu_q: Option<IndexTensor>,
+    pub cu_k: Option<IndexTensor>,
+    pub block_table: Option<IndexTensor>,
+    pub seqused_k: Option<IndexTensor>,
+    pub sinks: Option<Tensor>,
+    pub aux: Vec<(String, Tensor)>,
+    pub params: Vec<(String, ParamValue)>,
+}
+
+impl CaseTensors {
+    pub fn params(&self) -> Params<'_> {
+        Params {
+            values: self.params.clone(),
+            cu_seqlens_q: self.cu_q.as_ref(),
+            cu_seqlens_k: self.cu_k.as_ref(),
+            block_table: self.block_table.as_ref(),
+            seqused_k: self.seqused_k.as_ref(),
+            sinks: self.sinks.as_ref(),
+            aux: self.aux.iter().map(|(n, t)| (n.clone(), t)).collect(),
+            num_splits: None,
+            timing: false,
+        }
+    }
+}
+
+/// Builds the physical layout of `inputs` for `spec` on the device, outputs poisoned.
+pub fn build_tensors(rt: &Runtime, spec: &Spec, inputs: &Inputs, seed: u64) -> Result<CaseTensors, RuntimeError> {
+    let dt = ElemType::of(spec.dtype);
+    let (qh, kvh) = (spec.q_heads as usize, spec.kv_heads as usize);
+    let (dqk, dv) = (spec.head_dim_qk as usize, spec.head_dim_v as usize);
+    let seqs = &inputs.seqs;
+    let b = seqs.len();
+    let max_sq = seqs.iter().map(|s| s.seqlen_q).max().unwrap_or(0);
+    let cat = |f: &dyn Fn(&attnc_ir::reference::Sequence) -> &Vec<f64>| -> Vec<f64> { seqs.iter().flat_map(|s| f(s).iter().copied()).collect() };
+    let (q, o, lse);
+    let (mut cu_q, mut cu_k, mut block_table, mut seqused_k) = (None, None, None, None);
+    let (k, v);
+    match spec.kv_layout {
+        KvLayout::Varlen => {
+            let tq: usize = seqs.iter().map(|s| s.seqlen_q).sum();
+            let tk: usize = seqs.iter().map(|s| s.seqlen_k).sum();
+            q = rt.upload_f64(dt, &cat(&|s| &s.q), &[tq, qh, dqk])?;
+            k = rt.upload_f64(dt, &cat(&|s| &s.k), &[tk, kvh, dqk])?;
+            v = rt.upload_f64(dt, &cat(&|s| &s.v), &[tk, kvh, dv])?;
+            o = rt.alloc(dt, &[tq, qh, dv])?;
+            lse = if spec.lse { Some(rt.alloc(ElemType::F32, &[qh, tq])?) } else { None };
+            let mut cq = vec![0i32];
+            let mut ck = vec![0i32];
+            for s in seqs {
+                cq.push(cq[cq.len() - 1] + s.seqlen_q as i32);
+                ck.push(ck[ck.len() - 1] + s.seqlen_k as i32);
+            }
+            cu_q = Some(rt.upload_index(&cq, &[b + 1])?);
+            cu_k = Some(rt.upload_index(&ck, &[b + 1])?);
+        }
+        _ => {
+            if seqs.iter().any(|s| s.seqlen_q != max_sq) {
+                return Err(RuntimeError::Other("padded layouts need one seqlen_q per batch".into()));
+            }
+            q = rt.upload_f64(dt, &cat(&|s| &s.q), &[b, max_sq, qh, dqk])?;
+            o = rt.alloc(dt, &[b, max_sq, qh, dv])?;
+            lse = if spec.lse { Some(rt.alloc(ElemType::F32, &[b, qh, max_sq])?) } else { None };
+            match spec.kv_layout {
+                KvLayout::Paged { page_size } => {
+                    let ps = page_size as usize;
+                    let npages: Vec<usize> = seqs.iter().map(|s| s.seqlen_k.div_ceil(ps)).collect();
+                    let total = npages.iter().sum::<usize>() + 3;
+                    let max_pages = npages.iter().copied().max().unwrap_or(0).max(1);
+                    // Shuffled pool; rows no sequence owns hold values x100.
+                    let mut rng = Rng::new(seed ^ 0x5eed);
+                    let mut perm: Vec<usize> = (0..total).collect();
+                    for i in (1..total).rev() {
+                        let j = rng.int_in(0, i as i64) as usize;
+                        perm.swap(i, j);
+                    }
+                    let garbage = |n: usize, rng: &mut Rng| -> Vec<f64> { (0..n).map(|_| round_to_dtype(100.0 * rng.normal(), spec.dtype)).collect() };
+                    let mut kp = garbage(total * ps * kvh * dqk, &mut rng);
+                    let mut vp = garbage(total * ps * kvh * dv, &mut rng);
+                    let mut bt = vec![-1i32; b * max_pages];
+                    let mut next = 0;
+                    for (bi, s) in seqs.iter().enumerate() {
+                        for p in 0..npages[bi] {
+                            let pg = perm[next];
+                            next += 1;
+                            bt[bi * max_pages + p] = pg as i32;
+                            let r0 = p * ps;
+                            let n = (s.seqlen_k - r0).min(ps);
+                            let kr = kvh * dqk;
+                            let vr = kvh * dv;
+                            kp[pg * ps * kr..][..n * kr].copy_from_slice(&s.k[r0 * kr..][..n * kr]);
+                            vp[pg * ps * vr..][..n * vr].copy_from_slice(&s.v[r0 * vr..][..n * vr]);
+                        }
+                    }
+                    k = rt.upload_f64(dt, &kp, &[total, ps, kvh, dqk])?;
+                    v = rt.upload_f64(dt, &vp, &[total, ps, kvh, dv])?;
+                    block_table = Some(rt.upload_index(&bt, &[b, max_pages])?);
+                    let su: Vec<i32> = seqs.iter().map(|s| s.seqlen_k as i32).collect();
+                    seqused_k = Some(rt.upload_index(&su, &[b])?);
+                }
+                _ => {
+                    let sk = seqs.first().map_or(0, |s| s.seqlen_k);
+                    if seqs.iter().any(|s| s.seqlen_k != sk) {
+                        return Err(RuntimeError::Other("contiguous KV needs one seqlen_k per batch".into()));
+                    }
+                    k = rt.upload_f64(dt, &cat(&|s| &s.k), &[b, sk, kvh, dqk])?;
+                    v = rt.upload_f64(dt, &cat(&|s| &s.v), &[b, sk, kvh, dv])?;
+                }
+            }
+        }
+    }
+    rt.fill_nan(&o)?;
+    if let Some(l) = &lse {
+        rt.fill_nan(l)?;
+    }
+    let sinks = match &inputs.sinks {
+        Some(sk) => Some(rt.upload_f64(ElemType::F32, sk, &[qh])?),
+        None => None,
+    };
+    let mut aux = Vec::new();
+    for (decl, t) in spec.aux.iter().zip(&inputs.aux) {
+        aux.push((decl.name.clone(), rt.upload(&t.data, &t.dims)?));
+    }
+    let params = spec
+        .params
+        .iter()
+        .zip(&inputs.params)
+        .map(|(p, v)| {
+            let pv = match v {
+                Value::Float(f) => ParamValue::Float(*f as f32),
+                other => ParamValue::Int(other.as_int()),
+            };
+            (p.name.clone(), pv)
+        })
+        .collect();
+    Ok(CaseTensors { q, k, v, o, lse, cu_q: cu_q.take(), cu_k: cu_k.take(), block_table: block_table.take(), seqused_k: seqused_k.take(), sinks, aux, params })
+}
+
+/// Per-sequence comparison of the device outputs with the reference.
+pub fn compare(
+    rt: &Runtime,
+    spec: &Spec,
+    inputs: &Inputs,
+    expected: &[SeqOutput],
+    t: &CaseTensors,
+) -> Result<(f64, Option<f64>, usize), RuntimeError> {
+    let (qh, dv) = (spec.q_heads as usize, spec.head_dim_v as usize);
+    let o = rt.download_f64(&t.o)?;
+    let lse = t.lse.as_ref().map(|l| rt.download_f64(l)).transpose()?;
+    let varlen = spec.kv_layout == KvLayout::Varlen;
+    let max_sq = inputs.seqs.iter().map(|s| s.seqlen_q).max().unwrap_or(0);
+    let total_q: usize = inputs.seqs.iter().map(|s| s.seqlen_q).sum();
+    let (mut worst, mut worst_lse, mut bad) = (0.0f64, 0.0f64, 0usize);
+    let mut q0 = 0usize;
+    for (bi, (s, e)) in inputs.seqs.iter().zip(expected).enumerate() {
+        let sq = s.seqlen_q;
+        let start = if varlen { q0 } else { bi * max_sq };
+        let got = &o[start * qh * dv..][..sq * qh * dv];
+        for (g, x) in got.iter().zip(&e.o) {
+            if !g.is_finite() && x.is_finite() {
+                bad += 1;
+            }
+        }
+        worst = worst.max(rel_l2(got, &e.o));
+        if let Some(l) = &lse {
+            for h in 0..qh {
+                for i in 0..sq {
+                    let g = if varlen { l[h * total_q + q0 + i] } else { l[(bi * qh + h) * max_sq + i] };
+                    let x = e.lse[h * sq + i];
+                    if g.is_finite() != x.is_finite() || (x.is_nan() != g.is_nan()) {
+                        bad += 1;
+                    } else if x.is_finite() {
+                        worst_lse = worst_lse.max((g - x).abs() / x.abs().max(1.0));
+                    }
+                }
+            }
+        }
+        q0 += sq;
+    }
+    Ok((worst, lse.map(|_| worst_lse), bad))
+}
+
+fn run_case_inner(rt: &Runtime, plan: &CasePlan, seed: u64, opts: &SelftestOptions, r: &mut CaseResult) -> Result<(), RuntimeError> {
+    let s = &plan.spec;
+    let kernel = rt.kernel(s)?;
+    let inputs = random_inputs(s, &plan.seqlens, seed);
+    let t = Instant::now();
+    let expected = reference_forward(s, &inputs).map_err(|e| RuntimeError::Other(format!("reference: {e}")))?;
+    r.reference_ms = t.elapsed().as_secs_f64() * 1e3;
+    let tensors = build_tensors(rt, s, &inputs, seed)?;
+    let mut params = tensors.params();
+    params.timing = true;
+    params.num_splits = match plan.splits {
+        SplitReq::N(n) => Some(n),
+        SplitReq::Auto | SplitReq::Spec => None,
+    };
+    // `auto` on a spec with a fixed count: the heuristic is not reachable by override;
+    // run the spec's choice (the receipt says which).
+    let mut o = tensors.o.clone();
+    let receipt = match &tensors.lse {
+        Some(l) => {
+            let mut l = l.clone();
+            kernel.forward_lse(&tensors.q, &tensors.k, &tensors.v, &mut o, &mut l, &params)?
+        }
+        None => kernel.forward(&tensors.q, &tensors.k, &tensors.v, &mut o, &params)?,
+    };
+    rt.synchronize()?;
+    r.num_splits = Some(receipt.num_splits);
+    r.gpu_ms = receipt.timings.map(|t| t.total_ms);
+    let (worst, lse_err, bad) = compare(rt, s, &inputs, &expected, &tensors)?;
+    r.rel_l2 = Some(worst);
+    r.lse_err = lse_err;
+    r.nonfinite = bad;
+    r.receipt = Some(receipt);
+    r.ok = worst <= opts.tol_rel_l2 && bad == 0 && lse_err.is_none_or(|e| e <= opts.tol_lse);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use attnc_ir::Align;
+
+    #[test]
+    fn matrix_covers_what_the_issue_asks() {
+        let mut paged = Spec::new("p", 128, 32);
+        paged.kv_heads = 8;
+        paged.pack_gqa = true;
+        paged.kv_layout = KvLayout::Paged { page_size: 16 };
+        paged.split_kv = SplitKv::Auto;
+        paged.mask.causal = Some(Align::BottomRight);
+        let opts = SelftestOptions::default();
+        let cases = plan_cases(&paged, &opts);
+        let sizes: std::collections::BTreeSet<u32> = cases
+            .iter()
+            .filter_map(|c| match c.spec.kv_layout {
+                KvLayout::Paged { page_size } => Some(page_size),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(sizes.into_iter().collect::<Vec<_>>(), vec![1, 16, 128]);
+        for n in 1..=8 {
+            assert!(cases.iter().any(|c| c.splits == SplitReq::N(n)), "split {n}");
+        }
+        assert!(cases.iter().any(|c| c.splits == SplitReq::Auto));
+        assert!(cases.iter().any(|c| !c.spec.pack_gqa), "GQA without packing");
+        assert!(cases.iter().all(|c| c.spec.kv_heads == 2 && c.spec.q_heads == 8));
+
+        let mut v = Spec::new("v", 128, 28);
+        v.kv_heads = 4;
+        v.kv_layout = KvLayout::Varlen;
+        let cases = plan_cases(&v, &opts);
+        let lens: Vec<usize> = cases.iter().flat_map(|c| c.seqlens.iter().flat_map(|s| [s.0, s.1])).collect();
+        for l in [0, 1, 17, 1000, 4097] {
+            assert!(lens.contains(&l), "length {l}");
+        }
+        assert!(cases.iter().any(|c| c.seqlens.len() > 1));
+        assert!(cases.iter().any(|c| c.seqlens.iter().any(|s| s.0 != s.1)));
+        for c in &cases {
+            assert!(ref_cost(&c.spec, &c.seqlens) <= opts.max_ref_cost, "{:?}", c.seqlens);
+        }
+    }
+
+    #[test]
+    fn cost_cap_shrinks_q_only() {
+        let s = Spec::new("c", 128, 16);
+        let (l, shrunk) = fit_cost(&s, &[(4097, 4097), (4097, 4097)], 1e9);
+        assert!(shrunk);
+        assert!(l.iter().all(|&(q, k)| k == 4097 && q < 4097 && q >= 1 && q == l[0].0));
+        assert!(ref_cost(&s, &l) <= 1e9);
+        let (l, shrunk) = fit_cost(&s, &[(3, 5)], 1e9);
+        assert_eq!((l, shrunk), (vec![(3, 5)], false));
+    }
+}
