@@ -794,6 +794,27 @@ DONE:
         assert_eq!(c.get("EXIT"), Some(&2));
     }
 
+    /// Real nvdisasm lines (CUDA 13) of hand-written wgmma / TMA (sm_90a) and tcgen05
+    /// (sm_100a) kernels: the opcodes the hopper and blackwell families promise.
+    #[test]
+    fn sass_opcodes_of_hopper_and_blackwell() {
+        let sass = "\
+        /*0100*/               @P0 ELECT P1, URZ, PT ;
+        /*0110*/                   UTMALDG.2D [UR8], [UR4] ;
+        /*0140*/               @P0 BRA.U.ANY `(.L_x_0) ;
+        /*0150*/                   WARPGROUP.ARRIVE ;
+        /*0170*/              @!P0 BRA `(.L_x_1) ;
+        /*0190*/                   HGMMA.64x8x16.F32.BF16 R24, gdesc[UR4], RZ, !UPT, gsb0 ;
+        /*01a0*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
+        /*0330*/                   UTCHMMA gdesc[UR12], gdesc[UR14], tmem[UR6], tmem[UR4], idesc[UR5], !UPT ;
+        /*0390*/                   UTCBAR [UR9], URZ ;
+";
+        let c = sass_opcode_counts(sass);
+        for (op, n) in [("UTMALDG", 1), ("HGMMA", 1), ("UTCHMMA", 1), ("UTCBAR", 1), ("WARPGROUP", 2), ("BRA", 2), ("ELECT", 1)] {
+            assert_eq!(c.get(op), Some(&n), "{op}: {c:?}");
+        }
+    }
+
     #[test]
     fn not_found_message_says_how_to_install() {
         let e = PtxasError::not_found(Tool::Ptxas, String::new());
