@@ -118,14 +118,13 @@ fn ident(i: &str) -> PResult<'_, &str> {
 
 /// `digits [. digits] [(e|E) [+|-] digits]`; returns the text and whether it is a float.
 fn number(i: &str) -> PResult<'_, (&str, bool)> {
-    let (rest, (int_part, frac, exp)) = (
+    let (rest, (_, frac, exp)) = (
         digit1,
         opt(recognize((char('.'), digit1))),
         opt(recognize((one_of("eE"), opt(one_of("+-")), digit1))),
     )
         .parse(i)?;
     let len = i.len() - rest.len();
-    let _ = int_part;
     Ok((rest, (&i[..len], frac.is_some() || exp.is_some())))
 }
 
@@ -314,7 +313,7 @@ mod tests {
     #[test]
     fn eof_sits_after_the_last_token() {
         let t = lex("a b  // x\n\n");
-        assert_eq!(t.last().map(|t| t.span), Some(Span::new(3, 3)));
+        // (Span equality ignores positions, so compare the offsets.)
         assert_eq!(t.last().map(|t| t.span.start), Some(3));
     }
 

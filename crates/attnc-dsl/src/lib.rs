@@ -32,6 +32,8 @@ mod tests;
 pub use diag::{Diagnostic, Diagnostics};
 pub use parser::MAX_DEPTH;
 pub use printer::print;
+/// One expression in canonical form (as `print` writes it inside a spec).
+pub use printer::expr as print_expr;
 
 use attnc_ir::Spec;
 use std::path::Path;
