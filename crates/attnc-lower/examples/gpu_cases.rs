@@ -52,6 +52,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let module = compile(&spec, &CompileOptions { arch, family: FamilyChoice::Exactly(FamilyKind::Portable) })?;
         std::fs::write(out.join(format!("{}.ptx", spec.name)), &module.ptx)?;
         if args.get(3).map(String::as_str) == Some("--ptx-only") {
+            let t = module.timings;
+            eprintln!("{:24} build {:6.1} ms  optimize {:6.1} ms  codegen {:6.1} ms", spec.name, t.build_ms, t.optimize_ms, t.codegen_ms);
             continue;
         }
         for (ci, (seqlens, splits)) in shapes(&spec).into_iter().enumerate() {

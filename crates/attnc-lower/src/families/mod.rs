@@ -95,6 +95,25 @@ pub struct CompiledModule {
     /// The optimized LLVM IR, as text.
     pub llvm_ir: String,
     pub ptx: String,
+    /// Where the compile time went.
+    pub timings: CompileTimings,
+}
+
+/// Wall-clock time of each lowering phase, in milliseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct CompileTimings {
+    /// Building the LLVM IR (the family's schedule and the variant code).
+    pub build_ms: f64,
+    /// LLVM's optimization pipeline.
+    pub optimize_ms: f64,
+    /// NVPTX instruction selection, register allocation and PTX printing.
+    pub codegen_ms: f64,
+}
+
+impl CompileTimings {
+    pub fn total_ms(&self) -> f64 {
+        self.build_ms + self.optimize_ms + self.codegen_ms
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

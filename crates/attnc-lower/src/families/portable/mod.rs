@@ -14,7 +14,7 @@ pub mod config;
 pub mod forward;
 
 use crate::arch::Arch;
-use crate::families::{CompiledModule, FamilyKind, LowerError};
+use crate::families::{CompileTimings, CompiledModule, FamilyKind, LowerError};
 use crate::llvm::{emit_ptx, kb::Kb};
 use attnc_ir::{Spec, SplitKv};
 use config::Config;
@@ -47,6 +47,7 @@ pub fn compile(spec: &Spec, arch: Arch) -> Result<CompiledModule, LowerError> {
 /// measured default).
 pub fn compile_with_config(spec: &Spec, arch: Arch, cfg: &Config) -> Result<CompiledModule, LowerError> {
     cfg.check(spec).map_err(|reason| LowerError::Unsupported { family: FamilyKind::Portable, arch, reason })?;
+    let t0 = std::time::Instant::now();
     let ctx = Context::create();
     let mut kb = Kb::new(&ctx, &format!("attnc_{}", spec.name));
     let cfg = cfg.clone();
@@ -54,8 +55,10 @@ pub fn compile_with_config(spec: &Spec, arch: Arch, cfg: &Config) -> Result<Comp
     if spec.split_kv != SplitKv::None {
         kernels.push(combine::build(&mut kb, spec, &kernel_name(spec, "combine"))?);
     }
-    let (llvm_ir, ptx) = emit_ptx(&kb.module, arch)?;
-    Ok(CompiledModule { family: FamilyKind::Portable, arch, fallback_reason: None, kernels, llvm_ir, ptx })
+    let build_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let (llvm_ir, ptx, optimize_ms, codegen_ms) = emit_ptx(&kb.module, arch)?;
+    let timings = CompileTimings { build_ms, optimize_ms, codegen_ms };
+    Ok(CompiledModule { family: FamilyKind::Portable, arch, fallback_reason: None, kernels, llvm_ir, ptx, timings })
 }
 
 #[cfg(test)]
