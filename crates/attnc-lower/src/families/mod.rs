@@ -5,6 +5,7 @@ use attnc_ir::Spec;
 use serde::Serialize;
 use std::fmt;
 
+pub mod blackwell;
 pub mod portable;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -140,8 +141,8 @@ pub fn unsupported_reason(family: FamilyKind, spec: &Spec, arch: Arch) -> Option
     match family {
         FamilyKind::Portable => portable::unsupported_reason(spec, arch),
         FamilyKind::Hopper if arch != Arch::Sm90a => Some("needs sm_90a".into()),
-        FamilyKind::Blackwell if arch != Arch::Sm100a => Some("needs sm_100a".into()),
-        FamilyKind::Hopper | FamilyKind::Blackwell => Some("not implemented yet".into()),
+        FamilyKind::Blackwell => blackwell::unsupported_reason(spec, arch),
+        FamilyKind::Hopper => Some("not implemented yet".into()),
     }
 }
 
