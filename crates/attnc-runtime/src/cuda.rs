@@ -331,6 +331,14 @@ impl Function {
             },
         )
     }
+    /// CTAs of `threads` threads with `smem` bytes of dynamic shared memory that fit on
+    /// one SM at once.
+    pub fn max_active_blocks_per_sm(&self, threads: u32, smem: u32) -> Option<u32> {
+        let mut n = 0i32;
+        // SAFETY: live function, writes one int.
+        let r = unsafe { sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut n, self.f, threads as i32, smem as usize) };
+        (r == CUresult::CUDA_SUCCESS && n > 0).then_some(n as u32)
+    }
     /// Registers per thread, from the loaded code.
     pub fn num_regs(&self) -> Option<i32> {
         let mut v = 0i32;

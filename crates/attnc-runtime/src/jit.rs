@@ -129,6 +129,8 @@ pub struct LoadedKernel {
     pub(crate) forward: Function,
     pub(crate) combine: Option<Function>,
     pub forward_regs: Option<i32>,
+    /// Resident forward CTAs per SM (driver occupancy calculator; 1 when unknown).
+    pub forward_ctas_per_sm: u32,
 }
 
 impl std::fmt::Debug for LoadedKernel {
@@ -153,8 +155,9 @@ fn instantiate(gpu: &Gpu, meta: ModuleMeta, ptx: String, image: &[u8], kind: Ima
     let forward = prepare(&fwd_meta)?;
     let combine = meta.combine().map(prepare).transpose()?;
     let forward_regs = forward.num_regs();
+    let forward_ctas_per_sm = forward.max_active_blocks_per_sm(fwd_meta.threads_per_block, fwd_meta.dynamic_smem_bytes).unwrap_or(1).max(1);
     let times = BuildTimes { load_ms: t.elapsed().as_secs_f64() * 1e3, ..times };
-    Ok(LoadedKernel { meta, ptx, image: kind, times, _module: module, forward, combine, forward_regs })
+    Ok(LoadedKernel { meta, ptx, image: kind, times, _module: module, forward, combine, forward_regs, forward_ctas_per_sm })
 }
 
 /// The cache's producer of kernels.

@@ -15,6 +15,8 @@ pub struct KernelConfig {
     pub smem_bytes: u32,
     /// Registers per thread of the loaded code (from the driver).
     pub registers: Option<i32>,
+    /// Resident CTAs per SM (the driver's occupancy calculator).
+    pub ctas_per_sm: u32,
 }
 
 /// GPU times of one launch (CUDA events), milliseconds.
@@ -62,6 +64,7 @@ impl fmt::Display for Receipt {
         if let Some(r) = c.registers {
             write!(f, ", {r} regs")?;
         }
+        write!(f, ", {} CTA/SM", c.ctas_per_sm)?;
         write!(f, "; grid {:?}; splits {} ({})", self.grid, self.num_splits, self.split_reason)?;
         write!(f, "; batch {}, seqlen_q {}, seqlen_k {}", self.batch, self.max_seqlen_q, self.max_seqlen_k)?;
         write!(f, "; {} from {}", self.image, self.kernel_source)?;

@@ -87,6 +87,7 @@ impl Runtime {
             block_m: fwd.block_m,
             block_n: fwd.block_n,
             combine_block_m: loaded.meta.combine().map(|c| c.block_m),
+            ctas_per_sm: loaded.forward_ctas_per_sm,
         };
         Ok(Kernel { rt: self.clone(), spec: spec.clone(), loaded, source, shape, key: key.hex() })
     }
@@ -364,6 +365,7 @@ impl Kernel {
                 threads: fwd.threads_per_block,
                 smem_bytes: fwd.dynamic_smem_bytes,
                 registers: self.loaded.forward_regs,
+                ctas_per_sm: self.loaded.forward_ctas_per_sm,
             },
             image: match self.loaded.image {
                 Image::Cubin => "cubin".into(),

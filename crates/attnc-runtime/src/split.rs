@@ -25,7 +25,8 @@ pub struct SplitChoice {
 }
 
 /// The number of splits for a launch of `ctas` CTAs per split (grid x · y · batch), on a
-/// device with `sm_count` SMs, where each CTA walks `kv_tiles` KV tiles.
+/// device with `sm_count` CTA slots (SMs × resident CTAs per SM), where each CTA walks
+/// `kv_tiles` KV tiles.
 pub fn auto_num_splits(ctas: u64, sm_count: u32, kv_tiles: u32) -> SplitChoice {
     let sms = u64::from(sm_count.max(1));
     if ctas == 0 {
@@ -34,7 +35,7 @@ pub fn auto_num_splits(ctas: u64, sm_count: u32, kv_tiles: u32) -> SplitChoice {
     if ctas * 10 >= sms * 8 {
         return SplitChoice {
             num_splits: 1,
-            reason: format!("auto: {ctas} CTAs already fill {:.0}% of {sms} SMs", 100.0 * ctas as f64 / sms as f64),
+            reason: format!("auto: {ctas} CTAs already fill {:.0}% of {sms} CTA slots", 100.0 * ctas as f64 / sms as f64),
         };
     }
     let by_tiles = (kv_tiles / MIN_TILES_PER_SPLIT).max(1);
@@ -60,7 +61,7 @@ pub fn auto_num_splits(ctas: u64, sm_count: u32, kv_tiles: u32) -> SplitChoice {
     SplitChoice {
         num_splits: s,
         reason: format!(
-            "auto: {ctas} CTAs on {sms} SMs, {kv_tiles} KV tiles -> {s} splits ({:.0}% wave efficiency)",
+            "auto: {ctas} CTAs on {sms} CTA slots, {kv_tiles} KV tiles -> {s} splits ({:.0}% wave efficiency)",
             100.0 * eff[(s - 1) as usize]
         ),
     }

@@ -7,7 +7,7 @@ use crate::validate::{marshal, plan, ArgValue, KernelShape, LaunchDescs, LaunchP
 use attnc_ir::{Align, AuxDecl, AuxDim, KvLayout, ParamDecl, Spec, SplitKv, Ty};
 
 const SMS: u32 = 132;
-const KS: KernelShape = KernelShape { block_m: 64, block_n: 64, combine_block_m: Some(4) };
+const KS: KernelShape = KernelShape { block_m: 64, block_n: 64, combine_block_m: Some(4), ctas_per_sm: 1 };
 
 /// Hands out non-overlapping, 256-byte aligned fake device addresses.
 struct Alloc(u64);
@@ -362,6 +362,20 @@ fn splits_rules() {
     let p = check(&s, &d).expect("valid");
     assert!(p.num_splits > 4, "{p:?}");
     assert!(p.split_reason.starts_with("auto"));
+    // Two resident CTAs per SM: twice the slots to fill, more splits.
+    let two = KernelShape { ctas_per_sm: 2, ..KS };
+    let p2 = plan(&s, &two, SMS, 0, &d).expect("valid");
+    assert!(p2.num_splits > p.num_splits, "{} vs {}", p2.num_splits, p.num_splits);
+}
+
+#[test]
+fn runtime_types_are_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<crate::Runtime>();
+    check::<crate::Kernel>();
+    check::<crate::Tensor>();
+    check::<crate::IndexTensor>();
+    check::<crate::Receipt>();
 }
 
 #[test]

@@ -61,6 +61,9 @@ pub struct KernelShape {
     pub block_n: u32,
     /// Rows per CTA of the combine kernel (when the module has one).
     pub combine_block_m: Option<u32>,
+    /// Forward CTAs resident per SM (occupancy; 1 when unknown). The split heuristic fills
+    /// `SMs x ctas_per_sm` slots: decode is memory-bound and gains from every resident CTA.
+    pub ctas_per_sm: u32,
 }
 
 /// Every argument of one launch, as descriptors.
@@ -488,7 +491,7 @@ pub fn plan(spec: &Spec, ks: &KernelShape, sm_count: u32, device: usize, d: &Lau
         }
         (_, Some(n)) => SplitChoice { num_splits: n, reason: format!("{n} (requested at launch)") },
         (SplitKv::Fixed(n), None) => SplitChoice { num_splits: n, reason: format!("{n} (fixed by the spec)") },
-        (SplitKv::Auto, None) => auto_num_splits(grid_x * grid_y * batch as u64, sm_count, kv_tiles),
+        (SplitKv::Auto, None) => auto_num_splits(grid_x * grid_y * batch as u64, sm_count.saturating_mul(ks.ctas_per_sm.max(1)), kv_tiles),
     };
     let ns = choice.num_splits;
     if ns == 0 || ns > MAX_SPLITS {
