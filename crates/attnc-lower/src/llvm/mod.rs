@@ -4,6 +4,7 @@
 
 pub mod kb;
 pub mod ptx;
+pub mod tcgen05;
 
 use crate::arch::Arch;
 use crate::families::LowerError;

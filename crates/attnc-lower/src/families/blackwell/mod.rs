@@ -2,8 +2,10 @@
 //! with accumulators in tensor memory, TMA loads, mbarriers, warp specialization).
 //! See docs/blackwell.md for the pipeline, the TMEM column map and what is verified how.
 //!
-//! - [`desc`]: the tcgen05 instruction and shared-memory descriptors.
+//! - [`desc`]: the tcgen05 instruction and shared-memory descriptors;
+//! - [`abi`]: launch parameters and the TMA tensor maps the runtime encodes.
 
+pub mod abi;
 pub mod desc;
 
 use crate::arch::Arch;

@@ -1,0 +1,454 @@
+//! sm_100a instruction wrappers: tensor memory (`tcgen05.alloc/ld/st/dealloc`), the
+//! fifth-generation tensor core MMA (`tcgen05.mma`, `tcgen05.commit`), mbarriers, TMA
+//! (`cp.async.bulk.tensor`), `setmaxnreg` and named barriers, as typed inline asm on
+//! [`Kb`]. Each one's syntax was validated with ptxas 13.5 for sm_100a; the tests at the
+//! end assemble a small kernel per group and check the SASS (`UTCHMMA`, `UTCBAR`,
+//! `LDTM`, `STTM`, `UTMALDG`, `USETMAXREG`, `SYNCS.*`).
+//!
+//! Instructions whose PTX form is `.sync.aligned` (every thread of the warp executes
+//! the same instance) are emitted as `convergent` calls, so LLVM never moves them into
+//! divergent control flow.
+
+use super::kb::{meta_type, Kb, R};
+use inkwell::attributes::{Attribute, AttributeLoc};
+use inkwell::types::{BasicMetadataTypeEnum, BasicType};
+use inkwell::values::{BasicMetadataValueEnum, BasicValueEnum, FloatValue, IntValue};
+
+impl<'ctx> Kb<'ctx> {
+    /// Inline asm with side effects, optionally `convergent`; returns the result value
+    /// (a struct for several outputs) or `None` for a void asm.
+    pub fn asm_call(
+        &self,
+        ret: Option<inkwell::types::BasicTypeEnum<'ctx>>,
+        text: &str,
+        constraints: &str,
+        convergent: bool,
+        args: &[BasicMetadataValueEnum<'ctx>],
+        name: &str,
+    ) -> R<Option<BasicValueEnum<'ctx>>> {
+        let tys: Vec<BasicMetadataTypeEnum> = args.iter().map(|a| meta_type(*a)).collect();
+        let fn_ty = match ret {
+            Some(t) => t.fn_type(&tys, false),
+            None => self.ctx.void_type().fn_type(&tys, false),
+        };
+        let asm = self.ctx.create_inline_asm(fn_ty, text.to_string(), constraints.to_string(), true, false, None, false);
+        let call = self.b.build_indirect_call(fn_ty, asm, args, name)?;
+        if convergent {
+            let kind = Attribute::get_named_enum_kind_id("convergent");
+            call.add_attribute(AttributeLoc::Function, self.ctx.create_enum_attribute(kind, 0));
+        }
+        Ok(match call.try_as_basic_value() {
+            inkwell::values::ValueKind::Basic(v) => Some(v),
+            inkwell::values::ValueKind::Instruction(_) => None,
+        })
+    }
+
+    fn asm_v(&self, text: &str, constraints: &str, convergent: bool, args: &[BasicMetadataValueEnum<'ctx>]) -> R<()> {
+        self.asm_call(None, text, constraints, convergent, args, "")?;
+        Ok(())
+    }
+
+    // ------------------------------------------------------------ tensor memory
+
+    /// `tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [slot], ncols`: the warp
+    /// allocates `ncols` TMEM columns (a power of two in 32..=512) and the hardware writes
+    /// the TMEM address to shared memory at `slot`.
+    pub fn tmem_alloc(&self, slot: IntValue<'ctx>, ncols: u32) -> R<()> {
+        assert!(ncols.is_power_of_two() && (32..=512).contains(&ncols), "TMEM allocations are 32..=512 columns, a power of two");
+        self.asm_v(
+            &format!("tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [$0], {ncols};"),
+            "r,~{memory}",
+            true,
+            &[slot.into()],
+        )
+    }
+    /// `tcgen05.relinquish_alloc_permit`: this CTA will not allocate again.
+    pub fn tmem_relinquish(&self) -> R<()> {
+        self.asm_v("tcgen05.relinquish_alloc_permit.cta_group::1.sync.aligned;", "~{memory}", true, &[])
+    }
+    pub fn tmem_dealloc(&self, taddr: IntValue<'ctx>, ncols: u32) -> R<()> {
+        self.asm_v(&format!("tcgen05.dealloc.cta_group::1.sync.aligned.b32 $0, {ncols};"), "r,~{memory}", true, &[taddr.into()])
+    }
+    /// `tcgen05.fence::before_thread_sync`: orders this thread's prior tcgen05 operations
+    /// before a following synchronization (mbarrier arrive, bar.sync).
+    pub fn tcgen05_fence_before(&self) -> R<()> {
+        self.asm_v("tcgen05.fence::before_thread_sync;", "~{memory}", false, &[])
+    }
+    /// `tcgen05.fence::after_thread_sync`: orders following tcgen05 operations after a
+    /// preceding synchronization.
+    pub fn tcgen05_fence_after(&self) -> R<()> {
+        self.asm_v("tcgen05.fence::after_thread_sync;", "~{memory}", false, &[])
+    }
+
+    /// Loads `n` consecutive 32-bit TMEM columns per thread (`tcgen05.ld.sync.aligned.
+    /// 32x32b.x{chunk}.b32`, `n / chunk` instructions at `taddr + k·chunk`) and waits for
+    /// them (`tcgen05.wait::ld`) inside the same asm statement, so no use of a result can
+    /// be scheduled before the wait. Thread t of the warp reads lane `lane(taddr) + t`.
+    pub fn tmem_load(&self, taddr: IntValue<'ctx>, n: u32, chunk: u32, name: &str) -> R<Vec<IntValue<'ctx>>> {
+        assert!(chunk.is_power_of_two() && chunk <= 128 && n % chunk == 0 && n > 0);
+        let i32t = self.ctx.i32_type();
+        let parts = n / chunk;
+        let mut text = String::new();
+        let mut args: Vec<BasicMetadataValueEnum> = Vec::new();
+        for p in 0..parts {
+            let regs: Vec<String> = (0..chunk).map(|k| format!("${}", p * chunk + k)).collect();
+            let addr = if p == 0 { taddr } else { self.add(taddr, self.i32c((p * chunk) as i64), "")? };
+            args.push(addr.into());
+            text.push_str(&format!(
+                "tcgen05.ld.sync.aligned.32x32b.x{chunk}.b32 {{{}}}, [${}];\n\t",
+                regs.join(","),
+                n + p
+            ));
+        }
+        text.push_str("tcgen05.wait::ld.sync.aligned;");
+        let mut cons: Vec<String> = (0..n).map(|_| "=r".to_string()).collect();
+        cons.extend((0..parts).map(|_| "r".to_string()));
+        cons.push("~{memory}".into());
+        let ret = if n == 1 { i32t.into() } else { self.struct_of(i32t.into(), n as usize).into() };
+        let v = self
+            .asm_call(Some(ret), &text, &cons.join(","), true, &args, name)?
+            .ok_or_else(|| crate::families::LowerError::Llvm("tcgen05.ld returned nothing".into()))?;
+        if n == 1 {
+            return Ok(vec![v.into_int_value()]);
+        }
+        (0..n).map(|k| Ok(self.extract(v, k, name)?.into_int_value())).collect()
+    }
+
+    /// `tcgen05.st.sync.aligned.32x32b.x{n}.b32 [taddr], {vals}`: thread t writes
+    /// `vals` to `n` consecutive columns of lane `lane(taddr) + t`. Completion needs
+    /// [`Kb::tmem_wait_st`].
+    pub fn tmem_store(&self, taddr: IntValue<'ctx>, vals: &[IntValue<'ctx>]) -> R<()> {
+        let n = vals.len();
+        assert!(n.is_power_of_two() && n <= 128);
+        let regs: Vec<String> = (1..=n).map(|k| format!("${k}")).collect();
+        let text = format!("tcgen05.st.sync.aligned.32x32b.x{n}.b32 [$0], {{{}}};", regs.join(","));
+        let mut cons = vec!["r".to_string()];
+        cons.extend((0..n).map(|_| "r".to_string()));
+        cons.push("~{memory}".into());
+        let mut args: Vec<BasicMetadataValueEnum> = vec![taddr.into()];
+        args.extend(vals.iter().map(|v| BasicMetadataValueEnum::from(*v)));
+        self.asm_v(&text, &cons.join(","), true, &args)
+    }
+    pub fn tmem_wait_st(&self) -> R<()> {
+        self.asm_v("tcgen05.wait::st.sync.aligned;", "~{memory}", true, &[])
+    }
+
+    // ------------------------------------------------------------ MMA
+
+    /// `tcgen05.mma.cta_group::1.kind::f16 [d], a_desc, b_desc, idesc, acc`: D (TMEM)
+    /// = A·B (+ D when `acc` ≠ 0), A and B in shared memory. Issued by one thread.
+    pub fn tcgen05_mma_ss(
+        &self,
+        d_tmem: IntValue<'ctx>,
+        a_desc: IntValue<'ctx>,
+        b_desc: IntValue<'ctx>,
+        idesc: IntValue<'ctx>,
+        acc: IntValue<'ctx>,
+    ) -> R<()> {
+        self.asm_v(
+            "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $4, 0;\n\ttcgen05.mma.cta_group::1.kind::f16 [$0], $1, $2, $3, p;\n\t}",
+            "r,l,l,r,r,~{memory}",
+            false,
+            &[d_tmem.into(), a_desc.into(), b_desc.into(), idesc.into(), acc.into()],
+        )
+    }
+
+    /// The same with A read from tensor memory (`[a_tmem]`): 16-bit A elements packed two
+    /// per 32-bit column, row m in lane m.
+    pub fn tcgen05_mma_ts(
+        &self,
+        d_tmem: IntValue<'ctx>,
+        a_tmem: IntValue<'ctx>,
+        b_desc: IntValue<'ctx>,
+        idesc: IntValue<'ctx>,
+        acc: IntValue<'ctx>,
+    ) -> R<()> {
+        self.asm_v(
+            "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $4, 0;\n\ttcgen05.mma.cta_group::1.kind::f16 [$0], [$1], $2, $3, p;\n\t}",
+            "r,r,l,r,r,~{memory}",
+            false,
+            &[d_tmem.into(), a_tmem.into(), b_desc.into(), idesc.into(), acc.into()],
+        )
+    }
+
+    /// `tcgen05.commit...mbarrier::arrive::one`: one arrival on `mbar` once every prior
+    /// async tcgen05 operation of this thread (MMAs) has completed.
+    pub fn tcgen05_commit(&self, mbar: IntValue<'ctx>) -> R<()> {
+        self.asm_v(
+            "tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [$0];",
+            "r,~{memory}",
+            false,
+            &[mbar.into()],
+        )
+    }
+
+    // ------------------------------------------------------------ mbarriers
+
+    pub fn mbar_init(&self, mbar: IntValue<'ctx>, count: u32) -> R<()> {
+        self.asm_v(&format!("mbarrier.init.shared::cta.b64 [$0], {count};"), "r,~{memory}", false, &[mbar.into()])
+    }
+    /// Makes initialized mbarriers visible to other threads and the async proxy.
+    pub fn fence_mbarrier_init(&self) -> R<()> {
+        self.asm_v("fence.mbarrier_init.release.cluster;\n\tfence.proxy.async.shared::cta;", "~{memory}", false, &[])
+    }
+    pub fn mbar_arrive(&self, mbar: IntValue<'ctx>) -> R<()> {
+        self.asm_v("mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}", false, &[mbar.into()])
+    }
+    /// One arrival that also expects `bytes` of TMA transactions in the current phase.
+    pub fn mbar_arrive_expect_tx(&self, mbar: IntValue<'ctx>, bytes: u32) -> R<()> {
+        self.asm_v(
+            &format!("mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], {bytes};"),
+            "r,~{memory}",
+            false,
+            &[mbar.into()],
+        )
+    }
+    /// Spins until the phase of parity `parity` (0/1) of `mbar` has completed
+    /// (`mbarrier.try_wait.parity` in a loop; the label is local to the asm's block).
+    pub fn mbar_wait(&self, mbar: IntValue<'ctx>, parity: IntValue<'ctx>) -> R<()> {
+        self.asm_v(
+            "{\n\t.reg .pred p;\n\tWAIT:\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [$0], $1;\n\t@!p bra WAIT;\n\t}",
+            "r,r,~{memory}",
+            false,
+            &[mbar.into(), parity.into()],
+        )
+    }
+
+    // ------------------------------------------------------------ TMA
+
+    /// The generic address of kernel parameter `param` (a `__grid_constant__` tensor map
+    /// in `.param` space): `mov` of the parameter symbol, then `cvta.param`.
+    pub fn param_generic_addr(&self, param: &str, name: &str) -> R<IntValue<'ctx>> {
+        let t = self.ctx.i64_type();
+        let v = self.asm_call(
+            Some(t.into()),
+            &format!("{{\n\t.reg .b64 t;\n\tmov.b64 t, {param};\n\tcvta.param.u64 $0, t;\n\t}}"),
+            "=l",
+            false,
+            &[],
+            name,
+        )?;
+        Ok(v.map(|v| v.into_int_value()).unwrap_or_else(|| self.i64c(0)))
+    }
+    pub fn tensormap_prefetch(&self, tmap: IntValue<'ctx>) -> R<()> {
+        self.asm_v("prefetch.tensormap [$0];", "l,~{memory}", false, &[tmap.into()])
+    }
+    /// 4-D TMA load of one box into shared memory at `dst`, completing `bytes` of
+    /// transactions on `mbar`. Coordinates are innermost first (elements).
+    pub fn tma_load_4d(&self, dst: IntValue<'ctx>, tmap: IntValue<'ctx>, c: [IntValue<'ctx>; 4], mbar: IntValue<'ctx>) -> R<()> {
+        self.asm_v(
+            "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1, {$2, $3, $4, $5}], [$6];",
+            "r,l,r,r,r,r,r,~{memory}",
+            false,
+            &[dst.into(), tmap.into(), c[0].into(), c[1].into(), c[2].into(), c[3].into(), mbar.into()],
+        )
+    }
+
+    // ------------------------------------------------------------ registers, barriers
+
+    /// `setmaxnreg.inc.sync.aligned.u32 n`, executed by every warp of a warpgroup: waits
+    /// until the CTA's register pool can raise this warp's budget to `n`.
+    pub fn setmaxnreg_inc(&self, n: u32) -> R<()> {
+        check_maxnreg(n);
+        self.asm_v(&format!("setmaxnreg.inc.sync.aligned.u32 {n};"), "~{memory}", true, &[])
+    }
+    /// `setmaxnreg.dec.sync.aligned.u32 n`: returns registers above `n` to the pool.
+    pub fn setmaxnreg_dec(&self, n: u32) -> R<()> {
+        check_maxnreg(n);
+        self.asm_v(&format!("setmaxnreg.dec.sync.aligned.u32 {n};"), "~{memory}", true, &[])
+    }
+    /// `barrier.sync id, count` (not `.aligned`: safe where a warp may be diverged).
+    pub fn named_bar_sync(&self, id: u32, count: u32) -> R<()> {
+        self.asm_v(&format!("barrier.sync {id}, {count};"), "~{memory}", true, &[])
+    }
+    pub fn named_bar_arrive(&self, id: u32, count: u32) -> R<()> {
+        self.asm_v(&format!("barrier.arrive {id}, {count};"), "~{memory}", true, &[])
+    }
+    /// Every thread of the CTA (`barrier.sync 0`, not `.aligned`).
+    pub fn cta_barrier(&self) -> R<()> {
+        self.asm_v("barrier.sync 0;", "~{memory}", true, &[])
+    }
+    /// Reconverges the warp (`bar.warp.sync -1`).
+    pub fn warp_sync(&self) -> R<()> {
+        self.asm_v("bar.warp.sync -1;", "~{memory}", true, &[])
+    }
+
+    // ------------------------------------------------------------ shared memory
+
+    pub fn ld_shared_b32(&self, addr: IntValue<'ctx>, name: &str) -> R<IntValue<'ctx>> {
+        let t = self.ctx.i32_type();
+        let v = self.asm_call(Some(t.into()), "ld.shared.b32 $0, [$1];", "=r,r,~{memory}", false, &[addr.into()], name)?;
+        Ok(v.map(|v| v.into_int_value()).unwrap_or_else(|| self.i32c(0)))
+    }
+    pub fn ld_shared_f32(&self, addr: IntValue<'ctx>, name: &str) -> R<FloatValue<'ctx>> {
+        let t = self.ctx.f32_type();
+        let v = self.asm_call(Some(t.into()), "ld.shared.f32 $0, [$1];", "=f,r,~{memory}", false, &[addr.into()], name)?;
+        Ok(v.map(|v| v.into_float_value()).unwrap_or_else(|| self.f32c(0.0)))
+    }
+    pub fn st_shared_f32(&self, addr: IntValue<'ctx>, v: FloatValue<'ctx>) -> R<()> {
+        self.asm_v("st.shared.f32 [$0], $1;", "r,f,~{memory}", false, &[addr.into(), v.into()])
+    }
+    pub fn st_global_v4_b32(&self, addr: IntValue<'ctx>, v: [IntValue<'ctx>; 4]) -> R<()> {
+        self.asm_v(
+            "st.global.v4.b32 [$0], {$1, $2, $3, $4};",
+            "l,r,r,r,r,~{memory}",
+            false,
+            &[addr.into(), v[0].into(), v[1].into(), v[2].into(), v[3].into()],
+        )
+    }
+}
+
+fn check_maxnreg(n: u32) {
+    assert!(n % 8 == 0 && (24..=256).contains(&n), "setmaxnreg takes a multiple of 8 in 24..=256");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arch::Arch;
+    use crate::llvm::emit_ptx;
+    use crate::ptxas;
+    use inkwell::context::Context;
+    use inkwell::types::BasicMetadataTypeEnum;
+
+    /// Assembles `ptx` for sm_100a and returns its SASS opcode counts; `None` (skip)
+    /// when ptxas is not installed, a failure when `CI` is set.
+    pub(crate) fn assemble_sm100a(ptx: &str) -> Option<std::collections::BTreeMap<String, usize>> {
+        let report = match ptxas::assemble(ptx, Arch::Sm100a) {
+            Ok(r) => r,
+            Err(e) if e.is_not_found() => {
+                assert!(std::env::var_os("CI").is_none(), "CI must have ptxas: {e}");
+                eprintln!("skipping: {e}");
+                return None;
+            }
+            Err(e) => panic!("ptxas rejected the PTX: {e}\n{ptx}"),
+        };
+        assert!(!report.has_spills(), "spills:\n{}", report.log);
+        assert!(report.warnings.is_empty(), "ptxas warnings: {:?}", report.warnings);
+        match report.disassemble() {
+            Ok(sass) => Some(ptxas::sass_opcode_counts(&sass)),
+            Err(e) if e.is_not_found() => {
+                assert!(std::env::var_os("CI").is_none(), "CI must have nvdisasm: {e}");
+                eprintln!("skipping SASS: {e}");
+                None
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Builds kernel `name` with params (i64 out, i32 x) and `body`, returns its PTX.
+    fn kernel(body: impl for<'a> FnOnce(&mut Kb<'a>, IntValue<'a>, IntValue<'a>) -> R<()>) -> String {
+        let ctx = Context::create();
+        let mut kb = Kb::new(&ctx, "t");
+        let i64t: BasicMetadataTypeEnum = ctx.i64_type().into();
+        let i32t: BasicMetadataTypeEnum = ctx.i32_type().into();
+        let p = kb.begin_kernel("t", &[(i64t, "out".into()), (i32t, "x".into())]).expect("kernel");
+        body(&mut kb, p[0].into_int_value(), p[1].into_int_value()).expect("body");
+        kb.ret().expect("ret");
+        let (_, ptx, _, _) = emit_ptx(&kb.module, Arch::Sm100a).expect("emits");
+        ptx
+    }
+
+    fn has(ops: &std::collections::BTreeMap<String, usize>, op: &str) -> bool {
+        ops.contains_key(op)
+    }
+
+    #[test]
+    fn tmem_alloc_ld_st_dealloc_assemble() {
+        let ptx = kernel(|kb, out, x| {
+            let slot = kb.i32c(0);
+            kb.tmem_alloc(slot, 512)?;
+            kb.tmem_relinquish()?;
+            kb.tcgen05_fence_before()?;
+            kb.cta_barrier()?;
+            kb.tcgen05_fence_after()?;
+            let taddr = kb.ld_shared_b32(slot, "taddr")?;
+            let v = kb.tmem_load(taddr, 64, 32, "s")?;
+            let w: Vec<IntValue> = v.iter().map(|r| kb.add(*r, x, "")).collect::<R<_>>()?;
+            kb.tmem_store(taddr, &w[..32])?;
+            kb.tmem_store(kb.add(taddr, kb.i32c(32), "")?, &w[32..])?;
+            kb.tmem_wait_st()?;
+            let one = kb.tmem_load(taddr, 1, 1, "one")?;
+            kb.st_global_b32(out, one[0])?;
+            kb.tcgen05_fence_before()?;
+            kb.cta_barrier()?;
+            kb.tmem_dealloc(taddr, 512)
+        });
+        assert!(ptx.contains("tcgen05.ld.sync.aligned.32x32b.x32.b32"), "{ptx}");
+        if let Some(ops) = assemble_sm100a(&ptx) {
+            for op in ["LDTM", "STTM", "UTCATOMSWS"] {
+                assert!(has(&ops, op), "no {op} in {ops:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn mma_commit_mbarrier_assemble() {
+        let ptx = kernel(|kb, out, x| {
+            let bar = kb.i32c(64);
+            kb.mbar_init(bar, 1)?;
+            kb.fence_mbarrier_init()?;
+            kb.cta_barrier()?;
+            let d = kb.i32c(0);
+            let idesc = kb.i32c(0x0820_0490);
+            let a = kb.i64c(0x4000_4040_0001_0400);
+            let b = kb.i64c(0x4000_4040_0001_0800);
+            let acc = kb.icmp(inkwell::IntPredicate::NE, x, kb.i32c(0), "")?;
+            let acc = kb.zext32(acc, "")?;
+            kb.tcgen05_fence_after()?;
+            kb.tcgen05_mma_ss(d, a, b, idesc, acc)?;
+            kb.tcgen05_mma_ts(kb.i32c(256), kb.i32c(64), b, kb.i32c(0x0821_0490), kb.i32c(1))?;
+            kb.tcgen05_commit(bar)?;
+            kb.mbar_wait(bar, kb.i32c(0))?;
+            kb.mbar_arrive(bar)?;
+            kb.mbar_wait(bar, kb.i32c(1))?;
+            kb.st_global_b32(out, x)
+        });
+        assert!(ptx.contains("tcgen05.mma.cta_group::1.kind::f16"), "{ptx}");
+        if let Some(ops) = assemble_sm100a(&ptx) {
+            for op in ["UTCHMMA", "UTCBAR", "SYNCS"] {
+                assert!(has(&ops, op), "no {op} in {ops:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn tma_setmaxnreg_named_barriers_assemble() {
+        let ctx = Context::create();
+        let mut kb = Kb::new(&ctx, "t");
+        let ptr: BasicMetadataTypeEnum = ctx.ptr_type(inkwell::AddressSpace::default()).into();
+        let i64t: BasicMetadataTypeEnum = ctx.i64_type().into();
+        let p = kb.begin_kernel("tma", &[(ptr, "tmap".into()), (i64t, "out".into())]).expect("kernel");
+        crate::families::blackwell::abi::mark_tensor_map_param(&kb, 0).expect("byval");
+        // setmaxnreg needs a known launch register count (ptxas drops it otherwise).
+        crate::families::blackwell::abi::set_launch_bounds(&kb, 512).expect("bounds");
+        let out = p[1].into_int_value();
+        fn body<'a>(kb: &mut Kb<'a>, out: IntValue<'a>) -> R<()> {
+            let tmap = kb.param_generic_addr("tma_param_0", "tmap")?;
+            kb.tensormap_prefetch(tmap)?;
+            let bar = kb.i32c(0);
+            kb.mbar_init(bar, 1)?;
+            kb.fence_mbarrier_init()?;
+            kb.cta_barrier()?;
+            kb.mbar_arrive_expect_tx(bar, 16384)?;
+            let z = kb.i32c(0);
+            kb.tma_load_4d(kb.i32c(1024), tmap, [z, z, z, z], bar)?;
+            kb.mbar_wait(bar, z)?;
+            kb.setmaxnreg_dec(48)?;
+            kb.named_bar_arrive(1, 256)?;
+            kb.named_bar_sync(2, 256)?;
+            kb.warp_sync()?;
+            let v = kb.ld_shared_f32(kb.i32c(1024), "v")?;
+            kb.st_global_f32(out, v)
+        }
+        body(&mut kb, out).expect("body");
+        kb.ret().expect("ret");
+        let (_, ptx, _, _) = emit_ptx(&kb.module, Arch::Sm100a).expect("emits");
+        assert!(ptx.contains(".param .align 64 .b8 tma_param_0[128]"), "{ptx}");
+        if let Some(ops) = assemble_sm100a(&ptx) {
+            for op in ["UTMALDG", "USETMAXREG", "UTMACCTL", "BAR"] {
+                assert!(has(&ops, op), "no {op} in {ops:?}");
+            }
+        }
+    }
+}
