@@ -99,6 +99,9 @@ impl std::fmt::Display for CacheSource {
     }
 }
 
+/// A freshly built value and the payload to store on disk (`None`: store nothing).
+pub type Built<T> = (T, Option<Vec<u8>>);
+
 /// Builds and decodes one kind of artifact.
 pub trait Producer {
     type Output;
@@ -108,7 +111,7 @@ pub trait Producer {
     fn decode(&self, payload: &[u8]) -> Result<Self::Output, String>;
     /// Builds the value from scratch, with the payload to store on disk (`None`: store
     /// nothing).
-    fn build(&self) -> Result<(Self::Output, Option<Vec<u8>>), Self::Error>;
+    fn build(&self) -> Result<Built<Self::Output>, Self::Error>;
 }
 
 /// Counters of one cache (a snapshot).
@@ -235,7 +238,7 @@ impl<T> Cache<T> {
             Some(_) => false,
             None => true,
         };
-        let (value, source) = self.from_disk_or_build(key, producer)?;
+        let (value, source) = self.lookup_disk_or_build(key, producer)?;
         let value = Arc::new(value);
         if memory_ok {
             *guard = Some((key.text.clone(), value.clone()));
@@ -270,7 +273,7 @@ impl<T> Cache<T> {
         }
     }
 
-    fn from_disk_or_build<P: Producer<Output = T>>(&self, key: &CacheKey, producer: &P) -> Result<(T, CacheSource), P::Error> {
+    fn lookup_disk_or_build<P: Producer<Output = T>>(&self, key: &CacheKey, producer: &P) -> Result<(T, CacheSource), P::Error> {
         let Some(disk) = &self.disk else {
             return self.build(None, key, producer).map(|v| (v, CacheSource::Built));
         };

@@ -17,15 +17,15 @@
 //! # Ok(()) }
 //! ```
 //!
-//! - [`cache`]: the memory + disk artifact cache (generic; CPU-tested);
-//! - [`cuda`]: the driver layer (context, stream, memory, modules, launches, events);
-//! - [`jit`]: spec → PTX → cubin → module, cache keys and payloads;
-//! - [`tensor`]: device tensors, views, descriptors;
-//! - [`validate`]: launch validation (descriptor-level; CPU-tested);
-//! - [`split`]: the split-KV heuristic;
-//! - [`runtime`]: [`Runtime`], [`Kernel`], [`Params`];
-//! - [`receipt`]: [`Receipt`];
-//! - [`selftest`], [`bench`]: the library halves of `attnc selftest` and `attnc bench`.
+//! - [`cache`] — the memory + disk artifact cache (generic; CPU-tested);
+//! - [`cuda`] — the driver layer (context, stream, memory, modules, launches, events);
+//! - [`jit`] — spec → PTX → cubin → module, cache keys and payloads;
+//! - [`tensor`] — device tensors, views, descriptors;
+//! - [`validate`] — launch validation (descriptor-level; CPU-tested);
+//! - [`split`] — the split-KV heuristic;
+//! - [`runtime`] — [`Runtime`], [`Kernel`], [`Params`];
+//! - [`receipt`] — [`Receipt`];
+//! - [`selftest`], [`bench`] — the library halves of `attnc selftest` and `attnc bench`.
 
 pub mod bench;
 pub mod cache;

@@ -19,6 +19,8 @@ pub(crate) struct Inner {
     workspace: Mutex<Option<Arc<DeviceBuffer>>>,
 }
 
+type WorkspaceGuard<'a> = std::sync::MutexGuard<'a, Option<Arc<DeviceBuffer>>>;
+
 /// A CUDA device with attnc's JIT. Cheap to clone (shared).
 #[derive(Clone)]
 pub struct Runtime {
@@ -190,7 +192,7 @@ impl Runtime {
         self.inner.gpu.synchronize()
     }
 
-    fn workspace(&self, bytes: usize) -> Result<(std::sync::MutexGuard<'_, Option<Arc<DeviceBuffer>>>, u64), RuntimeError> {
+    fn workspace(&self, bytes: usize) -> Result<(WorkspaceGuard<'_>, u64), RuntimeError> {
         let mut g = self.inner.workspace.lock().unwrap_or_else(|e| e.into_inner());
         let ok = g.as_ref().is_some_and(|b| b.bytes() >= bytes);
         if !ok {

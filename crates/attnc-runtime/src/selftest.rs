@@ -676,7 +676,7 @@ mod tests {
         let s = Spec::new("c", 128, 16);
         let (l, shrunk) = fit_cost(&s, &[(4097, 4097), (4097, 4097)], 1e9);
         assert!(shrunk);
-        assert!(l.iter().all(|&(q, k)| k == 4097 && q < 4097 && q >= 1 && q == l[0].0));
+        assert!(l.iter().all(|&(q, k)| k == 4097 && (1..4097).contains(&q) && q == l[0].0));
         assert!(ref_cost(&s, &l) <= 1e9);
         let (l, shrunk) = fit_cost(&s, &[(3, 5)], 1e9);
         assert_eq!((l, shrunk), (vec![(3, 5)], false));

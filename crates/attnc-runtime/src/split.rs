@@ -108,7 +108,7 @@ mod tests {
                 for tiles in [0u32, 1, 3, 4, 8, 9, 63, 64, 65, 512, 4096, 1 << 20] {
                     let c = auto_num_splits(ctas, sms, tiles);
                     let s = c.num_splits;
-                    assert!(s >= 1 && s <= MAX_SPLITS && s <= sms.max(1), "{ctas} {sms} {tiles}: {c:?}");
+                    assert!((1..=MAX_SPLITS).contains(&s) && s <= sms.max(1), "{ctas} {sms} {tiles}: {c:?}");
                     assert!(s == 1 || tiles / s >= MIN_TILES_PER_SPLIT, "{ctas} {sms} {tiles}: {c:?}");
                     if ctas * 10 >= u64::from(sms) * 8 {
                         assert_eq!(s, 1);
