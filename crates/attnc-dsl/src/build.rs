@@ -4,11 +4,10 @@
 
 use crate::diag::{line_col, suggest};
 use crate::parser::{Node, NodeKind, PErr, Raw, WindowArgs};
-use attnc_ir::check::{is_reserved, type_of};
-use attnc_ir::ExprContext;
+use attnc_ir::check::is_reserved;
 use attnc_ir::{
     Align, AuxDecl, BinOp, DType, Expr, ExprKind, Field, Func, KvLayout, Mask, ParamDecl, Scale,
-    SoftmaxOptions, Span, Spec, SpecError, SplitKv, Ty, UnOp, Var, Window,
+    SoftmaxOptions, Span, Spec, SpecError, SplitKv, Var, Window,
 };
 
 /// Where each part of the spec came from, for validation errors.
@@ -262,7 +261,7 @@ pub(crate) fn build(raw: Raw, src: &str) -> Result<Spec, Vec<PErr>> {
         lse: raw.lse.is_some(),
         softmax: raw.softmax.map_or(SoftmaxOptions::default(), |s| s.opts),
     };
-    match validate(&spec) {
+    match attnc_ir::validate(&spec) {
         Ok(()) => Ok(spec),
         Err(errors) => Err(errors
             .iter()
@@ -490,106 +489,5 @@ impl Builder<'_> {
     fn resolve_all(&mut self, args: Vec<Node>) -> Option<Vec<Expr>> {
         let out: Vec<Option<Expr>> = args.into_iter().map(|a| self.resolve(a)).collect();
         out.into_iter().collect()
-    }
-}
-
-/// Type-checker steps above which [`validate`] avoids handing expressions to
-/// `attnc_ir::validate` directly.
-const CHECK_BUDGET: u64 = 1 << 16;
-
-/// How many node visits `attnc_ir::validate`'s type checker makes on `e` (saturating).
-/// It visits the operands of `!`, `&&` and `||` twice (`ty(a)?` and then
-/// `expect(a, Bool)`), so the count doubles with every nested boolean connective:
-/// 40 chained `&&` conjuncts would take hours.
-pub(crate) fn check_cost(e: &Expr) -> u64 {
-    let twice = matches!(
-        e.kind,
-        ExprKind::Unary(UnOp::Not, _) | ExprKind::Binary(BinOp::And | BinOp::Or, _, _)
-    );
-    let children: u64 = children(e)
-        .iter()
-        .fold(0u64, |acc, c| acc.saturating_add(check_cost(c)));
-    1u64.saturating_add(children.saturating_mul(if twice { 2 } else { 1 }))
-}
-
-fn children(e: &Expr) -> Vec<&Expr> {
-    match &e.kind {
-        ExprKind::Aux { index, .. } => index.iter().collect(),
-        ExprKind::Unary(_, a) => vec![a],
-        ExprKind::Binary(_, a, b) => vec![a, b],
-        ExprKind::Call(_, args) => args.iter().collect(),
-        _ => Vec::new(),
-    }
-}
-
-/// A leaf of type `ty` standing in for an already checked subexpression.
-fn placeholder(ty: Ty, span: Span) -> Expr {
-    match ty {
-        Ty::Int => Expr::int(0),
-        Ty::Float => Expr::float(0.0),
-        Ty::Bool => Expr::bool(true),
-    }
-    .with_span(span)
-}
-
-/// The type of `e` by the IR's own rules in linear time: each node is checked with
-/// `attnc_ir::check::type_of` on a copy whose children are replaced by leaves of their
-/// (already computed) types, keeping the children's spans so errors point at the
-/// same nodes.
-pub(crate) fn type_linear(spec: &Spec, e: &Expr, ctx: ExprContext) -> Result<Ty, SpecError> {
-    let tys = children(e)
-        .into_iter()
-        .map(|c| Ok(placeholder(type_linear(spec, c, ctx)?, c.span)))
-        .collect::<Result<Vec<Expr>, SpecError>>()?;
-    let mut tys = tys.into_iter();
-    let mut next = || tys.next().unwrap_or_else(|| Expr::int(0));
-    let kind = match &e.kind {
-        ExprKind::Aux { name, index } => ExprKind::Aux {
-            name: name.clone(),
-            index: index.iter().map(|_| next()).collect(),
-        },
-        ExprKind::Unary(op, _) => ExprKind::Unary(*op, Box::new(next())),
-        ExprKind::Binary(op, _, _) => {
-            let a = next();
-            ExprKind::Binary(*op, Box::new(a), Box::new(next()))
-        }
-        ExprKind::Call(f, args) => ExprKind::Call(*f, args.iter().map(|_| next()).collect()),
-        leaf => leaf.clone(),
-    };
-    type_of(spec, &Expr { kind, span: e.span }, ctx)
-}
-
-/// `attnc_ir::validate`, guarded against its exponential type checking: when an
-/// expression would cost more than [`CHECK_BUDGET`] steps, expressions are type-checked
-/// with [`type_linear`] and the rest of the spec is validated with each expression
-/// replaced by a leaf of its type (so "a mask must be bool" still comes from the IR).
-pub(crate) fn validate(spec: &Spec) -> Result<(), Vec<SpecError>> {
-    let cost = [&spec.mask.predicate, &spec.score_mod]
-        .into_iter()
-        .flatten()
-        .fold(0u64, |acc, e| acc.saturating_add(check_cost(e)));
-    if cost <= CHECK_BUDGET {
-        return attnc_ir::validate(spec);
-    }
-    let mut errors = Vec::new();
-    let mut light = spec.clone();
-    for (slot, ctx) in [
-        (&mut light.mask.predicate, ExprContext::Mask),
-        (&mut light.score_mod, ExprContext::ScoreMod),
-    ] {
-        if let Some(e) = slot.take() {
-            match type_linear(spec, &e, ctx) {
-                Ok(ty) => *slot = Some(placeholder(ty, e.span)),
-                Err(err) => errors.push(err),
-            }
-        }
-    }
-    if let Err(mut e) = attnc_ir::validate(&light) {
-        errors.append(&mut e);
-    }
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(errors)
     }
 }

@@ -696,7 +696,7 @@ impl<'a> Parser<'a> {
         const WHAT: &str = "a dimension (batch, seqlen_q, seqlen_k, q_heads, kv_heads or a size)";
         match *self.peek() {
             Tok::Int(_) => {
-                let (n, s) = self.uint("a dimension size", u32::MAX as u64)?;
+                let (n, s) = self.uint("a dimension size", i32::MAX as u64)?;
                 Ok((AuxDim::Fixed(n), s))
             }
             Tok::Ident(w) if AUX_DIMS.contains(&w) => {

@@ -67,12 +67,19 @@ impl TypeChecker<'_> {
 
     fn expect(&self, e: &Expr, want: Ty, what: &str) -> Result<(), SpecError> {
         let got = self.ty(e)?;
+        self.expect_ty(e, got, want, what)
+    }
+
+    /// Like `expect` for a child whose type is already known (each node is typed once,
+    /// so checking is linear in the expression's size).
+    fn expect_ty(&self, e: &Expr, got: Ty, want: Ty, what: &str) -> Result<(), SpecError> {
         if got == want {
             Ok(())
         } else {
             let hint = match (got, want) {
                 (Ty::Int, Ty::Float) => " (convert with float(...))",
                 (Ty::Float, Ty::Int) => " (convert with int(...))",
+                (Ty::Bool, _) => " (use select(cond, a, b) to turn a bool into a number)",
                 _ => "",
             };
             Err(self.err(e, format!("type error: expected {want} for {what}, found {got}{hint}")))
@@ -89,10 +96,12 @@ impl TypeChecker<'_> {
                 }
             }
             ExprKind::Float(v) => {
-                if v.is_finite() {
+                // Kernels compute in f32: a literal beyond its range would be infinite
+                // there but finite in the f64 reference.
+                if v.is_finite() && v.abs() <= f32::MAX as f64 {
                     Ok(Ty::Float)
                 } else {
-                    Err(self.err(e, "expected a finite float literal".into()))
+                    Err(self.err(e, format!("float literal {v} is out of range (floats are f32 in kernels, at most {:e})", f32::MAX)))
                 }
             }
             ExprKind::Bool(_) => Ok(Ty::Bool),
@@ -134,7 +143,7 @@ impl TypeChecker<'_> {
                     UnOp::Neg if t != Ty::Bool => Ok(t),
                     UnOp::Neg => Err(self.err(e, "type error: cannot negate a bool (use `!`)".into())),
                     UnOp::Not => {
-                        self.expect(a, Ty::Bool, "`!`")?;
+                        self.expect_ty(a, t, Ty::Bool, "`!`")?;
                         Ok(Ty::Bool)
                     }
                 }
@@ -143,8 +152,8 @@ impl TypeChecker<'_> {
                 let (ta, tb) = (self.ty(a)?, self.ty(b)?);
                 match op {
                     BinOp::And | BinOp::Or => {
-                        self.expect(a, Ty::Bool, &format!("`{}`", op.symbol()))?;
-                        self.expect(b, Ty::Bool, &format!("`{}`", op.symbol()))?;
+                        self.expect_ty(a, ta, Ty::Bool, &format!("`{}`", op.symbol()))?;
+                        self.expect_ty(b, tb, Ty::Bool, &format!("`{}`", op.symbol()))?;
                         Ok(Ty::Bool)
                     }
                     _ => {
@@ -246,6 +255,12 @@ pub fn is_reserved(name: &str) -> bool {
         || matches!(name, "true" | "false")
 }
 
+/// The largest window bound; see `validate`.
+pub const MAX_WINDOW: u64 = 1 << 30;
+
+/// The longest sequence a launch may use (positions and `diag ± window` stay in i32).
+pub const MAX_SEQLEN: u64 = 1 << 30;
+
 /// Checks every rule of a spec; returns all errors found (in field order).
 pub fn validate(spec: &Spec) -> Result<(), Vec<SpecError>> {
     let mut errors = Vec::new();
@@ -304,8 +319,12 @@ pub fn validate(spec: &Spec) -> Result<(), Vec<SpecError>> {
         if a.dims.is_empty() || a.dims.len() > 4 {
             err(Field::Aux(i), format!("aux tensor `{}` needs 1 to 4 dimensions", a.name));
         }
-        if a.dims.contains(&crate::spec::AuxDim::Fixed(0)) {
-            err(Field::Aux(i), format!("aux tensor `{}` has a dimension of size 0", a.name));
+        for d in &a.dims {
+            if let crate::spec::AuxDim::Fixed(n) = d {
+                if *n == 0 || *n > i32::MAX as u64 {
+                    err(Field::Aux(i), format!("aux tensor `{}` has a dimension of size {n} (expected 1..={})", a.name, i32::MAX));
+                }
+            }
         }
     }
 
@@ -325,9 +344,11 @@ pub fn validate(spec: &Spec) -> Result<(), Vec<SpecError>> {
         if w.left.is_none() && w.right.is_none() {
             err(Field::Window, "a window needs at least one bound (left or right)".into());
         }
+        // Bounds up to 2^30 and sequence lengths below 2^30 (checked at launch) keep
+        // `diag ± bound` inside i32, so the mask never wraps.
         for v in [w.left, w.right].into_iter().flatten() {
-            if v > i32::MAX as u64 {
-                err(Field::Window, format!("window bound {v} is out of range (at most {})", i32::MAX));
+            if v > MAX_WINDOW {
+                err(Field::Window, format!("window bound {v} is out of range (at most {MAX_WINDOW})"));
             }
         }
     }
@@ -453,6 +474,27 @@ mod tests {
         assert!(validate(&s).is_ok());
         s.mask.predicate = Some(Expr::binary(BinOp::Lt, Expr::var(Var::K), Expr::param("nope")));
         assert!(validate(&s).unwrap_err()[0].message.contains("unknown parameter `nope`"));
+    }
+
+    #[test]
+    fn deep_boolean_chains_check_in_linear_time() {
+        let mut s = spec();
+        let leaf = || Expr::binary(BinOp::Le, Expr::var(Var::K), Expr::var(Var::Q));
+        let mut p = leaf();
+        for _ in 0..200 {
+            p = Expr::unary(UnOp::Not, Expr::binary(BinOp::And, p, leaf()));
+        }
+        s.mask.predicate = Some(p);
+        let t = std::time::Instant::now();
+        assert!(validate(&s).is_ok());
+        assert!(t.elapsed().as_secs_f64() < 1.0, "took {:?}", t.elapsed());
+    }
+
+    #[test]
+    fn float_literals_must_fit_f32() {
+        let mut s = spec();
+        s.score_mod = Some(Expr::binary(BinOp::Mul, Expr::var(Var::Score), Expr::float(1e300)));
+        assert!(validate(&s).unwrap_err()[0].message.contains("out of range"));
     }
 
     #[test]

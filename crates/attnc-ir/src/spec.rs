@@ -283,11 +283,9 @@ impl Spec {
         self.aux.iter().position(|a| a.name == name)
     }
 
-    /// A stable text key for caching (spans and names of nothing but the variant).
+    /// A stable text key for caching: the Debug rendering of the spec with its name and
+    /// source spans cleared (Debug is deterministic and covers every field).
     pub fn cache_key(&self) -> String {
-        // serde_json would add a dependency to the IR; Debug of the normalized spec is
-        // deterministic and includes every field except spans (skipped by Debug? no), so
-        // render with spans cleared.
         let mut s = self.clone();
         s.name.clear();
         clear_spans(&mut s);
