@@ -356,8 +356,9 @@ pub fn plan(spec: &Spec, ks: &KernelShape, sm_count: u32, device: usize, d: &Lau
         }
     }
     too_large("batch", batch as u64, I32_LIMIT)?;
-    too_large("seqlen_q", max_sq as u64, I32_LIMIT)?;
-    too_large("seqlen_k", max_sk as u64, I32_LIMIT)?;
+    // Positions and `diag ± window` must stay inside i32 (attnc_ir::MAX_SEQLEN).
+    too_large("seqlen_q", max_sq as u64, attnc_ir::MAX_SEQLEN - 1)?;
+    too_large("seqlen_k", max_sk as u64, attnc_ir::MAX_SEQLEN - 1)?;
     let _ = rows_q;
 
     // ---- LSE
