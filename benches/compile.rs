@@ -2,11 +2,11 @@
 //! "Cold: DSL text -> PTX"). Every iteration parses the text and compiles from scratch
 //! (no caches exist below the runtime). One benchmark per `dsl-examples/*.attn`.
 //!
-//! Run: `cargo bench -p attnc --bench compile` (about 5 s per example). Examples that do
+//! Run: `cargo bench -p attnc --bench compile` (about 4 s per example, ~2 min for all). Examples that do
 //! not compile yet are reported and skipped.
 
 use attnc::{Arch, CompileOptions, FamilyChoice};
-use criterion::{black_box, criterion_group, criterion_main, Criterion};
+use criterion::{black_box, criterion_group, criterion_main, Criterion, SamplingMode};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -30,7 +30,9 @@ fn cold_compile(c: &mut Criterion) {
     let arch = Arch::Sm90a;
     let opts = CompileOptions { arch, family: FamilyChoice::Auto };
     let mut group = c.benchmark_group(format!("cold_dsl_to_ptx/{arch}"));
+    // One compile is ~50-150 ms on 2 cores: flat sampling, 10 samples, a short window.
     group
+        .sampling_mode(SamplingMode::Flat)
         .sample_size(10)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(3));
