@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs what attnc needs on Debian 12 (bookworm), only what is missing, and says what
 # it did. Safe to run again.
-#   - apt: LLVM 22 (llvm-22-dev, libpolly-22-dev) + libzstd-dev, zlib1g-dev for the
-#     static LLVM link, and python3-venv when `python3 -m venv` does not work; needs root
-#     or sudo only when something is missing.
+#   - apt: LLVM 22 (llvm-22-dev, libpolly-22-dev) + libzstd-dev, zlib1g-dev and g++
+#     (libstdc++) for the static LLVM link, and python3-venv when `python3 -m venv` does
+#     not work; needs root or sudo only when something is missing.
 #   - .venv/ in the repository with the NVIDIA wheels that ship ptxas, nvdisasm and
 #     cuobjdump (PyPI; no CUDA install, no GPU needed).
 # Assumes cargo (rustup), python3 and a C compiler are installed.
@@ -15,7 +15,8 @@ cd "$ROOT"
 say() { echo "[setup] $*"; }
 die() { echo "[setup] error: $*" >&2; exit 1; }
 
-APT_PKGS=(llvm-22-dev libpolly-22-dev libzstd-dev zlib1g-dev)
+# g++ brings libstdc++-12-dev: the static LLVM link needs -lstdc++ (gcc alone lacks it).
+APT_PKGS=(llvm-22-dev libpolly-22-dev libzstd-dev zlib1g-dev g++)
 WHEELS=("nvidia-cuda-nvcc>=13,<14" "nvidia-cuda-nvdisasm>=13,<14" "nvidia-cuda-cuobjdump>=13,<14")
 
 # ---- prerequisites we do not install ---------------------------------------------------
