@@ -186,6 +186,7 @@ pub fn compile(spec: &Spec, opts: &CompileOptions) -> Result<CompiledModule, Low
     };
     let mut module = match family {
         FamilyKind::Portable => portable::compile(spec, arch)?,
+        FamilyKind::Blackwell => blackwell::compile(spec, arch)?,
         f => {
             return Err(LowerError::Unsupported { family: f, arch, reason: "not implemented yet".into() })
         }

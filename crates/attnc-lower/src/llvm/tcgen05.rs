@@ -14,6 +14,45 @@ use inkwell::attributes::{Attribute, AttributeLoc};
 use inkwell::types::{BasicMetadataTypeEnum, BasicType};
 use inkwell::values::{BasicMetadataValueEnum, BasicValueEnum, FloatValue, IntValue};
 
+/// A shared-memory matrix operand of `tcgen05.mma`: the descriptor is
+/// `(hi << 32) | (lo + add)`, `lo` holding `(address >> 4) | low constant bits` and `add`
+/// the operand's offset from that address in 16-byte units (the address field has 14
+/// bits and shared addresses stay below 256 KiB, so the add never carries out of it).
+#[derive(Clone, Copy, Debug)]
+pub struct SmemOperand<'ctx> {
+    pub lo: IntValue<'ctx>,
+    pub hi: u32,
+    pub add: u32,
+}
+
+/// The MMA's accumulate flag (`enable-input-d`).
+#[derive(Clone, Copy, Debug)]
+pub enum Acc<'ctx> {
+    /// D = A·B.
+    Overwrite,
+    /// D += A·B.
+    Accumulate,
+    /// Accumulate when the i32 is non-zero.
+    When(IntValue<'ctx>),
+}
+
+impl<'ctx> Acc<'ctx> {
+    /// The PTX that sets predicate `p` (operand $3 / the last register operand `$A`).
+    fn setp(self) -> &'static str {
+        match self {
+            Acc::Overwrite => "setp.ne.b32 p, $0, $0;",
+            Acc::Accumulate => "setp.eq.b32 p, $0, $0;",
+            Acc::When(_) => "setp.ne.b32 p, $A, 0;",
+        }
+    }
+    fn reg(self, kb: &Kb<'ctx>) -> IntValue<'ctx> {
+        match self {
+            Acc::When(v) => v,
+            _ => kb.i32c(0),
+        }
+    }
+}
+
 impl<'ctx> Kb<'ctx> {
     /// Inline asm with side effects, optionally `convergent`; returns the result value
     /// (a struct for several outputs) or `None` for a void asm.
@@ -83,26 +122,26 @@ impl<'ctx> Kb<'ctx> {
     /// Loads `n` consecutive 32-bit TMEM columns per thread (`tcgen05.ld.sync.aligned.
     /// 32x32b.x{chunk}.b32`, `n / chunk` instructions at `taddr + k·chunk`) and waits for
     /// them (`tcgen05.wait::ld`) inside the same asm statement, so no use of a result can
-    /// be scheduled before the wait. Thread t of the warp reads lane `lane(taddr) + t`.
-    pub fn tmem_load(&self, taddr: IntValue<'ctx>, n: u32, chunk: u32, name: &str) -> R<Vec<IntValue<'ctx>>> {
+    /// be scheduled before the wait. Thread t of the warp reads lane `lane(taddr) + t`,
+    /// columns from `col(taddr) + off` (an immediate offset, so a loop needs no register
+    /// per column address).
+    pub fn tmem_load(&self, taddr: IntValue<'ctx>, off: u32, n: u32, chunk: u32, name: &str) -> R<Vec<IntValue<'ctx>>> {
         assert!(chunk.is_power_of_two() && chunk <= 128 && n % chunk == 0 && n > 0);
         let i32t = self.ctx.i32_type();
         let parts = n / chunk;
         let mut text = String::new();
-        let mut args: Vec<BasicMetadataValueEnum> = Vec::new();
+        let args: Vec<BasicMetadataValueEnum> = vec![taddr.into()];
         for p in 0..parts {
             let regs: Vec<String> = (0..chunk).map(|k| format!("${}", p * chunk + k)).collect();
-            let addr = if p == 0 { taddr } else { self.add(taddr, self.i32c((p * chunk) as i64), "")? };
-            args.push(addr.into());
             text.push_str(&format!(
-                "tcgen05.ld.sync.aligned.32x32b.x{chunk}.b32 {{{}}}, [${}];\n\t",
+                "tcgen05.ld.sync.aligned.32x32b.x{chunk}.b32 {{{}}}, [${n}+{}];\n\t",
                 regs.join(","),
-                n + p
+                off + p * chunk
             ));
         }
         text.push_str("tcgen05.wait::ld.sync.aligned;");
         let mut cons: Vec<String> = (0..n).map(|_| "=r".to_string()).collect();
-        cons.extend((0..parts).map(|_| "r".to_string()));
+        cons.push("r".to_string());
         cons.push("~{memory}".into());
         let ret = if n == 1 { i32t.into() } else { self.struct_of(i32t.into(), n as usize).into() };
         let v = self
@@ -117,11 +156,11 @@ impl<'ctx> Kb<'ctx> {
     /// `tcgen05.st.sync.aligned.32x32b.x{n}.b32 [taddr], {vals}`: thread t writes
     /// `vals` to `n` consecutive columns of lane `lane(taddr) + t`. Completion needs
     /// [`Kb::tmem_wait_st`].
-    pub fn tmem_store(&self, taddr: IntValue<'ctx>, vals: &[IntValue<'ctx>]) -> R<()> {
+    pub fn tmem_store(&self, taddr: IntValue<'ctx>, off: u32, vals: &[IntValue<'ctx>]) -> R<()> {
         let n = vals.len();
         assert!(n.is_power_of_two() && n <= 128);
         let regs: Vec<String> = (1..=n).map(|k| format!("${k}")).collect();
-        let text = format!("tcgen05.st.sync.aligned.32x32b.x{n}.b32 [$0], {{{}}};", regs.join(","));
+        let text = format!("tcgen05.st.sync.aligned.32x32b.x{n}.b32 [$0+{off}], {{{}}};", regs.join(","));
         let mut cons = vec!["r".to_string()];
         cons.extend((0..n).map(|_| "r".to_string()));
         cons.push("~{memory}".into());
@@ -135,40 +174,53 @@ impl<'ctx> Kb<'ctx> {
 
     // ------------------------------------------------------------ MMA
 
-    /// `tcgen05.mma.cta_group::1.kind::f16 [d], a_desc, b_desc, idesc, acc`: D (TMEM)
-    /// = A·B (+ D when `acc` ≠ 0), A and B in shared memory. Issued by one thread.
+    /// `tcgen05.mma.cta_group::1.kind::f16 [tmem + d_off], a, b, idesc, acc`: D (TMEM) =
+    /// A·B (+ D when `acc`), A and B in shared memory. Issued by one thread. The 64-bit
+    /// descriptors are assembled inside the asm from a 32-bit register and immediates
+    /// ([`SmemOperand`]), so an MMA loop holds one register per operand tile.
     pub fn tcgen05_mma_ss(
         &self,
-        d_tmem: IntValue<'ctx>,
-        a_desc: IntValue<'ctx>,
-        b_desc: IntValue<'ctx>,
-        idesc: IntValue<'ctx>,
-        acc: IntValue<'ctx>,
+        tmem: IntValue<'ctx>,
+        d_off: u32,
+        a: SmemOperand<'ctx>,
+        b: SmemOperand<'ctx>,
+        idesc: u32,
+        acc: Acc<'ctx>,
     ) -> R<()> {
-        self.asm_v(
-            "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $4, 0;\n\ttcgen05.mma.cta_group::1.kind::f16 [$0], $1, $2, $3, p;\n\t}",
-            "r,l,l,r,r,~{memory}",
-            false,
-            &[d_tmem.into(), a_desc.into(), b_desc.into(), idesc.into(), acc.into()],
-        )
+        let text = format!(
+            "{{\n\t.reg .pred p;\n\t.reg .b32 al, bl, ah, bh;\n\t.reg .b64 ad, bd;\n\t{}\n\t\
+             add.u32 al, $1, {};\n\tmov.b32 ah, {:#x};\n\tmov.b64 ad, {{al, ah}};\n\t\
+             add.u32 bl, $2, {};\n\tmov.b32 bh, {:#x};\n\tmov.b64 bd, {{bl, bh}};\n\t\
+             tcgen05.mma.cta_group::1.kind::f16 [$0+{d_off}], ad, bd, {idesc:#x}, p;\n\t}}",
+            acc.setp().replace("$A", "$3"),
+            a.add,
+            a.hi,
+            b.add,
+            b.hi
+        );
+        self.asm_v(&text, "r,r,r,r,~{memory}", false, &[tmem.into(), a.lo.into(), b.lo.into(), acc.reg(self).into()])
     }
 
-    /// The same with A read from tensor memory (`[a_tmem]`): 16-bit A elements packed two
-    /// per 32-bit column, row m in lane m.
+    /// The same with A read from tensor memory at `tmem + a_off`: 16-bit A elements packed
+    /// two per 32-bit column, row m in lane m.
     pub fn tcgen05_mma_ts(
         &self,
-        d_tmem: IntValue<'ctx>,
-        a_tmem: IntValue<'ctx>,
-        b_desc: IntValue<'ctx>,
-        idesc: IntValue<'ctx>,
-        acc: IntValue<'ctx>,
+        tmem: IntValue<'ctx>,
+        d_off: u32,
+        a_off: u32,
+        b: SmemOperand<'ctx>,
+        idesc: u32,
+        acc: Acc<'ctx>,
     ) -> R<()> {
-        self.asm_v(
-            "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $4, 0;\n\ttcgen05.mma.cta_group::1.kind::f16 [$0], [$1], $2, $3, p;\n\t}",
-            "r,r,l,r,r,~{memory}",
-            false,
-            &[d_tmem.into(), a_tmem.into(), b_desc.into(), idesc.into(), acc.into()],
-        )
+        let text = format!(
+            "{{\n\t.reg .pred p;\n\t.reg .b32 bl, bh;\n\t.reg .b64 bd;\n\t{}\n\t\
+             add.u32 bl, $1, {};\n\tmov.b32 bh, {:#x};\n\tmov.b64 bd, {{bl, bh}};\n\t\
+             tcgen05.mma.cta_group::1.kind::f16 [$0+{d_off}], [$0+{a_off}], bd, {idesc:#x}, p;\n\t}}",
+            acc.setp().replace("$A", "$2"),
+            b.add,
+            b.hi
+        );
+        self.asm_v(&text, "r,r,r,~{memory}", false, &[tmem.into(), b.lo.into(), acc.reg(self).into()])
     }
 
     /// `tcgen05.commit...mbarrier::arrive::one`: one arrival on `mbar` once every prior
@@ -263,6 +315,13 @@ impl<'ctx> Kb<'ctx> {
     }
     pub fn named_bar_arrive(&self, id: u32, count: u32) -> R<()> {
         self.asm_v(&format!("barrier.arrive {id}, {count};"), "~{memory}", true, &[])
+    }
+    /// `barrier.sync id, count` with the id in a register.
+    pub fn named_bar_sync_r(&self, id: IntValue<'ctx>, count: u32) -> R<()> {
+        self.asm_v(&format!("barrier.sync $0, {count};"), "r,~{memory}", true, &[id.into()])
+    }
+    pub fn named_bar_arrive_r(&self, id: IntValue<'ctx>, count: u32) -> R<()> {
+        self.asm_v(&format!("barrier.arrive $0, {count};"), "r,~{memory}", true, &[id.into()])
     }
     /// Every thread of the CTA (`barrier.sync 0`, not `.aligned`).
     pub fn cta_barrier(&self) -> R<()> {
@@ -363,12 +422,12 @@ mod tests {
             kb.cta_barrier()?;
             kb.tcgen05_fence_after()?;
             let taddr = kb.ld_shared_b32(slot, "taddr")?;
-            let v = kb.tmem_load(taddr, 64, 32, "s")?;
+            let v = kb.tmem_load(taddr, 0, 64, 32, "s")?;
             let w: Vec<IntValue> = v.iter().map(|r| kb.add(*r, x, "")).collect::<R<_>>()?;
-            kb.tmem_store(taddr, &w[..32])?;
-            kb.tmem_store(kb.add(taddr, kb.i32c(32), "")?, &w[32..])?;
+            kb.tmem_store(taddr, 0, &w[..32])?;
+            kb.tmem_store(taddr, 32, &w[32..])?;
             kb.tmem_wait_st()?;
-            let one = kb.tmem_load(taddr, 1, 1, "one")?;
+            let one = kb.tmem_load(taddr, 256, 1, 1, "one")?;
             kb.st_global_b32(out, one[0])?;
             kb.tcgen05_fence_before()?;
             kb.cta_barrier()?;
@@ -390,14 +449,14 @@ mod tests {
             kb.fence_mbarrier_init()?;
             kb.cta_barrier()?;
             let d = kb.i32c(0);
-            let idesc = kb.i32c(0x0820_0490);
-            let a = kb.i64c(0x4000_4040_0001_0400);
-            let b = kb.i64c(0x4000_4040_0001_0800);
+            let a = SmemOperand { lo: kb.i32c(0x0001_0040), hi: 0x4000_4040, add: 2 };
+            let b = SmemOperand { lo: kb.or(kb.i32c(0x0001_0000), kb.and(x, kb.i32c(0x3f00), "")?, "")?, hi: 0x4000_4040, add: 0 };
             let acc = kb.icmp(inkwell::IntPredicate::NE, x, kb.i32c(0), "")?;
             let acc = kb.zext32(acc, "")?;
             kb.tcgen05_fence_after()?;
-            kb.tcgen05_mma_ss(d, a, b, idesc, acc)?;
-            kb.tcgen05_mma_ts(kb.i32c(256), kb.i32c(64), b, kb.i32c(0x0821_0490), kb.i32c(1))?;
+            kb.tcgen05_mma_ss(d, 0, a, b, 0x0820_0490, Acc::When(acc))?;
+            kb.tcgen05_mma_ss(d, 0, a, b, 0x0820_0490, Acc::Accumulate)?;
+            kb.tcgen05_mma_ts(d, 256, 64, b, 0x0821_0490, Acc::Overwrite)?;
             kb.tcgen05_commit(bar)?;
             kb.mbar_wait(bar, kb.i32c(0))?;
             kb.mbar_arrive(bar)?;
@@ -437,6 +496,8 @@ mod tests {
             kb.setmaxnreg_dec(48)?;
             kb.named_bar_arrive(1, 256)?;
             kb.named_bar_sync(2, 256)?;
+            kb.named_bar_sync_r(kb.i32c(1), 256)?;
+            kb.named_bar_arrive_r(kb.i32c(2), 256)?;
             kb.warp_sync()?;
             let v = kb.ld_shared_f32(kb.i32c(1024), "v")?;
             kb.st_global_f32(out, v)

@@ -35,3 +35,115 @@ pub fn set_launch_bounds(kb: &Kb<'_>, threads: u32) -> R<()> {
     f.add_attribute(AttributeLoc::Function, kb.ctx.create_string_attribute("nvvm.minctasm", "1"));
     Ok(())
 }
+
+/// The machine type of a kernel parameter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParamTy {
+    /// A 128-byte CUtensorMap passed by value (`.param .align 64 .b8 [128]`).
+    TensorMap,
+    /// A device address (u64); 0 where the tensor is absent.
+    Ptr,
+    I64,
+    I32,
+    F32,
+}
+
+impl ParamTy {
+    pub fn name(self) -> &'static str {
+        match self {
+            ParamTy::TensorMap => "tensormap",
+            ParamTy::Ptr => "ptr",
+            ParamTy::I64 => "i64",
+            ParamTy::I32 => "i32",
+            ParamTy::F32 => "f32",
+        }
+    }
+}
+
+/// The ordered parameter list of the forward kernel. Tensor maps come first, so their
+/// PTX names are `<kernel>_param_0..2`.
+pub fn forward_params(spec: &attnc_ir::Spec) -> Vec<(String, ParamTy)> {
+    use ParamTy::*;
+    let mut p: Vec<(String, ParamTy)> = Vec::new();
+    let mut add = |n: &str, t: ParamTy| p.push((n.to_string(), t));
+    for t in ["tmap_q", "tmap_k", "tmap_v"] {
+        add(t, TensorMap);
+    }
+    add("o", Ptr);
+    for s in ["batch", "row", "head"] {
+        add(&format!("o_stride_{s}"), I64);
+    }
+    add("batch", I32);
+    add("seqlen_q", I32);
+    add("seqlen_k", I32);
+    add("lse", Ptr);
+    add("lse_stride_batch", I64);
+    add("lse_stride_head", I64);
+    if spec.sinks {
+        add("sinks", Ptr);
+    }
+    for a in &spec.aux {
+        add(&format!("aux_{}", a.name), Ptr);
+        for j in 0..a.dims.len() {
+            add(&format!("aux_{}_dim{j}", a.name), I32);
+        }
+    }
+    for prm in &spec.params {
+        add(&format!("param_{}", prm.name), if prm.ty == attnc_ir::Ty::Float { F32 } else { I32 });
+    }
+    p
+}
+
+/// "name:type" strings for `KernelInfo::params`.
+pub fn describe(params: &[(String, ParamTy)]) -> Vec<String> {
+    params.iter().map(|(n, t)| format!("{n}:{}", t.name())).collect()
+}
+
+/// How the runtime must encode one tensor map (`cuTensorMapEncodeTiled`). All three are
+/// rank 4 over the `[batch, seqlen, heads, d]` tensor, innermost first.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct TensorMapSpec {
+    /// The kernel parameter that receives it.
+    pub param: String,
+    /// The tensor it describes (`q`, `k`, `v`).
+    pub tensor: String,
+    /// `CU_TENSOR_MAP_DATA_TYPE_BFLOAT16` or `..._FLOAT16`.
+    pub data_type: String,
+    /// globalDim, innermost first.
+    pub global_dims: [String; 4],
+    /// globalStrides (bytes) of dims 1..3; each a multiple of 16.
+    pub global_strides_bytes: [String; 3],
+    /// boxDim: 64 elements (128 bytes) × 128 rows × 1 × 1.
+    pub box_dims: [u32; 4],
+    /// elementStrides.
+    pub element_strides: [u32; 4],
+    pub interleave: String,
+    pub swizzle: String,
+    pub l2_promotion: String,
+    /// Out-of-bounds elements read as zero (rows past seqlen, which the kernel masks).
+    pub oob_fill: String,
+}
+
+/// The tensor maps of the forward kernel, in parameter order.
+pub fn tensor_maps(spec: &attnc_ir::Spec) -> Vec<TensorMapSpec> {
+    let dt = match spec.dtype {
+        attnc_ir::DType::Bf16 => "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16",
+        attnc_ir::DType::Fp16 => "CU_TENSOR_MAP_DATA_TYPE_FLOAT16",
+    };
+    [("q", spec.head_dim_qk, "seqlen_q", "q_heads"), ("k", spec.head_dim_qk, "seqlen_k", "kv_heads"), ("v", spec.head_dim_v, "seqlen_k", "kv_heads")]
+        .into_iter()
+        .map(|(t, d, len, heads)| TensorMapSpec {
+            param: format!("tmap_{t}"),
+            tensor: t.into(),
+            data_type: dt.into(),
+            global_dims: [d.to_string(), len.into(), heads.into(), "batch".into()],
+            global_strides_bytes: [format!("2*{t}_stride_row"), format!("2*{t}_stride_head"), format!("2*{t}_stride_batch")],
+            box_dims: [super::config::TMA_BOX_COLS, super::config::BLOCK_N, 1, 1],
+            element_strides: [1, 1, 1, 1],
+            interleave: "CU_TENSOR_MAP_INTERLEAVE_NONE".into(),
+            swizzle: "CU_TENSOR_MAP_SWIZZLE_128B".into(),
+            l2_promotion: "CU_TENSOR_MAP_L2_PROMOTION_L2_256B".into(),
+            oob_fill: "CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE".into(),
+        })
+        .collect()
+}

@@ -1,20 +1,99 @@
 //! The blackwell family: FlashAttention-4's forward pipeline for sm_100a (tcgen05 MMAs
-//! with accumulators in tensor memory, TMA loads, mbarriers, warp specialization).
-//! See docs/blackwell.md for the pipeline, the TMEM column map and what is verified how.
+//! with accumulators in tensor memory, TMA loads, mbarriers, warp specialization,
+//! setmaxnreg). See docs/blackwell.md for the pipeline, the TMEM column map and what is
+//! verified how (no B200 is in reach: the family is verified by ptxas, SASS checks and
+//! models, not by running it).
 //!
+//! - [`forward`]: the kernel;
+//! - [`config`]: roles, register budgets, shared-memory layout, TMEM column map, mbarriers;
+//! - [`schedule`]: persistent tile order (LPT for causal);
 //! - [`desc`]: the tcgen05 instruction and shared-memory descriptors;
 //! - [`abi`]: launch parameters and the TMA tensor maps the runtime encodes.
 
 pub mod abi;
+pub mod config;
 pub mod desc;
+pub mod forward;
+pub mod schedule;
 
 use crate::arch::Arch;
-use attnc_ir::Spec;
+use crate::families::{CompileTimings, CompiledModule, FamilyKind, LowerError};
+use crate::llvm::{emit_ptx, kb::Kb};
+use attnc_ir::{KvLayout, Spec, SplitKv};
+use config::Config;
+use inkwell::context::Context;
 
-/// Why this family cannot compile `spec` for `arch`, or `None`.
-pub fn unsupported_reason(_spec: &Spec, arch: Arch) -> Option<String> {
+/// Whether the dispatcher may pick this family (off while register budgets are tuned:
+/// every accepted example must assemble without spills first).
+pub const DISPATCH_ENABLED: bool = false;
+
+/// Why this family cannot compile `spec` for `arch`, or `None`. The dispatcher then
+/// falls back to the portable family and records the reason in the receipt.
+pub fn unsupported_reason(spec: &Spec, arch: Arch) -> Option<String> {
+    if let Some(r) = kernel_unsupported_reason(spec, arch) {
+        return Some(r);
+    }
+    if !DISPATCH_ENABLED {
+        return Some("not enabled yet (register budgets being tuned)".into());
+    }
+    None
+}
+
+/// Why the kernel builder cannot compile `spec` for `arch`, or `None`.
+pub fn kernel_unsupported_reason(spec: &Spec, arch: Arch) -> Option<String> {
     if arch != Arch::Sm100a {
         return Some("needs sm_100a (tcgen05, tensor memory)".into());
     }
-    Some("not implemented yet".into())
+    if let Err(e) = Config::for_spec(spec) {
+        return Some(e);
+    }
+    if spec.pack_gqa {
+        return Some("pack_gqa: a packed (query, head) tile is not one TMA box yet (plan: a 5-D tensor map when the group size divides 128)".into());
+    }
+    match spec.kv_layout {
+        KvLayout::Contiguous => {}
+        KvLayout::Varlen => return Some("varlen: not yet (plan: 3-D tensor maps over the packed rows, cu_seqlens offsets)".into()),
+        KvLayout::Paged { .. } => {
+            return Some("paged KV: not yet (plan: TMA when whole tiles sit in one page, cp.async row gather otherwise)".into())
+        }
+    }
+    if spec.split_kv != SplitKv::None {
+        return Some("split-KV: not yet (plan: per-split partials into the portable combine kernel)".into());
+    }
+    None
 }
+
+/// Entry-point names: `attnc_<variant>_<kernel>`.
+pub fn kernel_name(spec: &Spec, what: &str) -> String {
+    format!("attnc_{}_{what}", spec.name)
+}
+
+pub fn compile(spec: &Spec, arch: Arch) -> Result<CompiledModule, LowerError> {
+    if let Some(reason) = kernel_unsupported_reason(spec, arch) {
+        return Err(LowerError::Unsupported { family: FamilyKind::Blackwell, arch, reason });
+    }
+    let cfg = Config::for_spec(spec).map_err(|reason| LowerError::Unsupported { family: FamilyKind::Blackwell, arch, reason })?;
+    compile_with_config(spec, arch, &cfg)
+}
+
+/// Compiles with an explicit configuration (e.g. `PvOrder::InOrderPipe`).
+pub fn compile_with_config(spec: &Spec, arch: Arch, cfg: &Config) -> Result<CompiledModule, LowerError> {
+    cfg.check().map_err(|reason| LowerError::Unsupported { family: FamilyKind::Blackwell, arch, reason })?;
+    build_module(spec, arch, cfg)
+}
+
+/// Lowers without checking the resource model (experiments with budgets ptxas honors but
+/// the register file could not hold).
+pub(crate) fn build_module(spec: &Spec, arch: Arch, cfg: &Config) -> Result<CompiledModule, LowerError> {
+    let t0 = std::time::Instant::now();
+    let ctx = Context::create();
+    let mut kb = Kb::new(&ctx, &format!("attnc_{}", spec.name));
+    let kernels = vec![forward::build(&mut kb, spec, cfg, &kernel_name(spec, "fwd"))?];
+    let build_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let (llvm_ir, ptx, optimize_ms, codegen_ms) = emit_ptx(&kb.module, arch)?;
+    let timings = CompileTimings { build_ms, optimize_ms, codegen_ms };
+    Ok(CompiledModule { family: FamilyKind::Blackwell, arch, fallback_reason: None, kernels, llvm_ir, ptx, timings })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,313 @@
+//! The blackwell family's shape and resource model: warp roles and their register
+//! budgets, the shared-memory layout, the TMEM column map and the mbarrier list. The
+//! kernel builder reads every offset from here, and the tests cross-check the model
+//! against what ptxas reports and what the PTX allocates.
+
+use crate::arch::Arch;
+use attnc_ir::Spec;
+
+/// Rows of one Q tile (one softmax warpgroup, one TMEM lane per row).
+pub const BLOCK_M: u32 = 128;
+/// Q tiles per CTA (ping-ponged by the two softmax warpgroups).
+pub const Q_TILES: u32 = 2;
+/// Keys per K/V tile.
+pub const BLOCK_N: u32 = 128;
+/// Warps per CTA.
+pub const WARPS: u32 = 16;
+pub const THREADS: u32 = WARPS * 32;
+/// Elements per TMA box row: 64 halves = 128 bytes, the width of the 128-byte swizzle.
+pub const TMA_BOX_COLS: u32 = 64;
+/// Bytes of one TMA box (64 columns × 128 rows of 16-bit elements).
+pub const TMA_BOX_BYTES: u32 = TMA_BOX_COLS * 2 * BLOCK_N;
+/// TMEM columns per CTA (all of them: one CTA per SM).
+pub const TMEM_COLS: u32 = 512;
+/// Named barrier ids of the softmax ping-pong (barrier 0 is the CTA barrier).
+pub const BAR_EXP: [u32; 2] = [1, 2];
+
+/// What each warp does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Softmax of Q tile 0 or 1 (warps 0-3, 4-7): one thread per row.
+    Softmax(u32),
+    /// Rescales O in TMEM, final normalization and the epilogue (warps 8-11).
+    Correction,
+    /// One thread issues every tcgen05.mma and commit (warp 12).
+    Mma,
+    /// One thread issues the TMA loads (warp 13).
+    Load,
+    /// Warps 14-15: no work; they complete the last warpgroup for setmaxnreg.
+    Idle,
+}
+
+impl Role {
+    pub fn of_warp(w: u32) -> Role {
+        match w {
+            0..=3 => Role::Softmax(0),
+            4..=7 => Role::Softmax(1),
+            8..=11 => Role::Correction,
+            12 => Role::Mma,
+            13 => Role::Load,
+            _ => Role::Idle,
+        }
+    }
+    pub fn name(self) -> String {
+        match self {
+            Role::Softmax(i) => format!("softmax {i}"),
+            Role::Correction => "correction + epilogue".into(),
+            Role::Mma => "MMA issue".into(),
+            Role::Load => "TMA load".into(),
+            Role::Idle => "idle".into(),
+        }
+    }
+}
+
+/// Per-thread register budgets of the three warpgroup kinds, set with setmaxnreg. They
+/// must add up to at most the 64K-register file: 2·128·softmax + 128·correction +
+/// 128·other ≤ 65536.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegBudget {
+    pub softmax: u32,
+    pub correction: u32,
+    pub other: u32,
+}
+
+impl RegBudget {
+    /// FlashAttention-4's split (192 / 80 / 48).
+    pub const FA4: RegBudget = RegBudget { softmax: 192, correction: 80, other: 48 };
+    /// The launch budget ptxas assumes: 65536 / 512 threads.
+    pub const LAUNCH: u32 = 65536 / THREADS;
+
+    pub fn total(&self) -> u32 {
+        128 * (2 * self.softmax + self.correction + self.other)
+    }
+}
+
+/// How the MMA warp orders `O_i += P_i·V` before `S_i = Q_i·Kᵀ` of the next tile, when P
+/// lives in S's TMEM columns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PvOrder {
+    /// Commit the PV MMA to an mbarrier and wait for it before issuing the next QK MMA
+    /// into the same columns. Correct by the PTX ISA's rules (tcgen05 MMAs are only
+    /// guaranteed to execute in order when they share accumulator and shape). Default.
+    Fenced,
+    /// Issue back to back, relying on the tensor pipe executing one thread's MMAs in
+    /// order, as FlashAttention-4 does. Faster; not guaranteed by the ISA text.
+    InOrderPipe,
+}
+
+/// The blackwell forward kernel's configuration for one spec.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    pub d_qk: u32,
+    pub d_v: u32,
+    /// K/V ring slots (each holds one K or one V tile).
+    pub kv_slots: u32,
+    pub regs: RegBudget,
+    pub pv_order: PvOrder,
+    /// Persistent tile order: longest-processing-time first (causal).
+    pub lpt: bool,
+}
+
+/// The mbarriers, in shared-memory order (8 bytes each); `KvFull(s)`/`KvEmpty(s)` per slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bar {
+    /// TMA of Q tile i landed (1 arrival + transaction bytes).
+    QFull(u32),
+    /// Every QK MMA of the work tile completed: Q may be overwritten (MMA commit).
+    QEmpty,
+    /// S_i is in TMEM (MMA commit).
+    SFull(u32),
+    /// P_i is in TMEM and O_i corrected: softmax (128) + correction (128) arrivals.
+    PFull(u32),
+    /// The row rescale factors of S_i are in shared memory (softmax, 128 arrivals).
+    Stats(u32),
+    /// The last PV MMA of Q tile i completed: O_i is final (MMA commit).
+    OFull(u32),
+    /// The final row sum and max of tile i are in shared memory (softmax, 128).
+    FinalFull(u32),
+    /// The correction warpgroup has read them (128).
+    FinalEmpty(u32),
+    /// PV_i completed (MMA commit; only with `PvOrder::Fenced`).
+    PvDone(u32),
+    KvFull(u32),
+    KvEmpty(u32),
+}
+
+/// Byte offsets (from the 1024-aligned dynamic shared-memory base) of every buffer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SmemLayout {
+    pub q: [u32; 2],
+    pub q_tile_bytes: u32,
+    pub kv: u32,
+    pub kv_slot_bytes: u32,
+    pub bars: u32,
+    pub tmem_slot: u32,
+    /// Final (row sum, row max) per Q tile: 128 rows × 8 bytes each.
+    pub stats: u32,
+    /// The current tile's rescale factor per row and Q tile (f32; 128 × 4 bytes each).
+    /// TMEM has no free column at d = 128, so the statistics live here.
+    pub alpha: u32,
+    /// Bytes used from the aligned base.
+    pub used: u32,
+    /// Dynamic shared memory to request: `used` + 1024 bytes of alignment slack.
+    pub request: u32,
+}
+
+/// TMEM columns (32-bit) of each buffer; lane = row of the Q tile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TmemMap {
+    /// S_i = Q_i·Kᵀ, f32, `BLOCK_N` columns.
+    pub s: [u32; 2],
+    /// P_i as packed 16-bit pairs (`BLOCK_N / 2` columns) over the first half of S_i:
+    /// the softmax writes P's 16 columns of S chunk c (32 columns) at `16·c`, over
+    /// columns it has already read.
+    pub p: [u32; 2],
+    /// O_i, f32, `d_v` columns.
+    pub o: [u32; 2],
+    /// Columns the map uses.
+    pub used: u32,
+    /// Columns allocated (a power of two ≥ `used`).
+    pub alloc: u32,
+}
+
+impl Config {
+    /// The configuration for `spec`, or why the family cannot run it.
+    pub fn for_spec(spec: &Spec) -> Result<Config, String> {
+        let (d_qk, d_v) = (spec.head_dim_qk, spec.head_dim_v);
+        if d_qk != d_v || !(d_qk == 64 || d_qk == 128) {
+            return Err(format!(
+                "head_dim {d_qk}/{d_v}: supports 64 and 128 (192/128 and 256 need another TMEM and shared-memory plan, see docs/blackwell.md)"
+            ));
+        }
+        let kv_slots = if d_qk == 64 { 8 } else { 4 };
+        let cfg = Config { d_qk, d_v, kv_slots, regs: RegBudget::FA4, pv_order: PvOrder::Fenced, lpt: spec.mask.causal.is_some() };
+        cfg.check()?;
+        Ok(cfg)
+    }
+
+    /// The resource limits: shared memory, TMEM columns, the register file.
+    pub fn check(&self) -> Result<(), String> {
+        let smem = self.smem().request;
+        let max = Arch::Sm100a.max_smem_per_block();
+        if smem > max {
+            return Err(format!("needs {smem} bytes of shared memory, sm_100a allows {max}"));
+        }
+        let t = self.tmem();
+        if t.alloc > TMEM_COLS {
+            return Err(format!("needs {} TMEM columns, a CTA has {TMEM_COLS}", t.used));
+        }
+        if self.regs.total() > 65536 {
+            return Err(format!("register budgets need {} registers, the SM has 65536", self.regs.total()));
+        }
+        if !self.kv_slots.is_power_of_two() || self.kv_slots < 2 {
+            return Err("kv_slots must be a power of two ≥ 2".into());
+        }
+        Ok(())
+    }
+
+    pub fn mbarriers(&self) -> Vec<Bar> {
+        let mut v = vec![Bar::QFull(0), Bar::QFull(1), Bar::QEmpty];
+        for i in 0..2 {
+            v.extend([Bar::SFull(i), Bar::PFull(i), Bar::Stats(i), Bar::OFull(i), Bar::FinalFull(i), Bar::FinalEmpty(i), Bar::PvDone(i)]);
+        }
+        v.extend((0..self.kv_slots).map(Bar::KvFull));
+        v.extend((0..self.kv_slots).map(Bar::KvEmpty));
+        v
+    }
+
+    /// Index of `b` in [`Config::mbarriers`].
+    pub fn bar_index(&self, b: Bar) -> u32 {
+        self.mbarriers().iter().position(|x| *x == b).unwrap_or(0) as u32
+    }
+
+    /// Arrival count each mbarrier is initialized with.
+    pub fn bar_count(b: Bar) -> u32 {
+        match b {
+            Bar::PFull(_) => 256,
+            Bar::Stats(_) | Bar::FinalFull(_) | Bar::FinalEmpty(_) => 128,
+            _ => 1,
+        }
+    }
+
+    pub fn smem(&self) -> SmemLayout {
+        let q_tile_bytes = BLOCK_M * self.d_qk * 2;
+        let kv_slot_bytes = BLOCK_N * self.d_qk.max(self.d_v) * 2;
+        let kv = 2 * q_tile_bytes;
+        let bars = kv + self.kv_slots * kv_slot_bytes;
+        let nbars = self.mbarriers().len() as u32;
+        let tmem_slot = bars + 8 * nbars;
+        let stats = (tmem_slot + 8).next_multiple_of(16);
+        let alpha = stats + 2 * BLOCK_M * 8;
+        let used = alpha + 2 * BLOCK_M * 4;
+        SmemLayout { q: [0, q_tile_bytes], q_tile_bytes, kv, kv_slot_bytes, bars, tmem_slot, stats, alpha, used, request: used + 1024 }
+    }
+
+    pub fn tmem(&self) -> TmemMap {
+        let s = [0, BLOCK_N];
+        let o = [2 * BLOCK_N, 2 * BLOCK_N + self.d_v];
+        let used = 2 * BLOCK_N + 2 * self.d_v;
+        TmemMap { s, p: s, o, used, alloc: used.next_power_of_two().max(32) }
+    }
+
+    /// The warps of each role, with their register budget.
+    pub fn roles(&self) -> Vec<(Role, std::ops::Range<u32>, u32)> {
+        vec![
+            (Role::Softmax(0), 0..4, self.regs.softmax),
+            (Role::Softmax(1), 4..8, self.regs.softmax),
+            (Role::Correction, 8..12, self.regs.correction),
+            (Role::Mma, 12..13, self.regs.other),
+            (Role::Load, 13..14, self.regs.other),
+            (Role::Idle, 14..16, self.regs.other),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resources_fit_for_64_and_128() {
+        for d in [64, 128] {
+            let cfg = Config::for_spec(&Spec::new("x", d, 8)).expect("supported");
+            let t = cfg.tmem();
+            assert!(t.used <= TMEM_COLS && t.alloc == 512, "{t:?}");
+            // P_i inside S_i, O_i disjoint from both S tiles.
+            for i in 0..2 {
+                assert!(t.p[i] >= t.s[i] && t.p[i] + BLOCK_N / 2 <= t.s[i] + BLOCK_N);
+                // P of S chunk c (32 columns) lands on columns at or below chunk c.
+                for c in 0..BLOCK_N / 32 {
+                    assert!(t.p[i] + 16 * c + 16 <= t.s[i] + 32 * c + 32);
+                }
+                assert!(t.o[i] >= 2 * BLOCK_N && t.o[i] + d <= TMEM_COLS);
+            }
+            let s = cfg.smem();
+            assert!(s.request <= Arch::Sm100a.max_smem_per_block(), "{s:?}");
+            // Every TMA destination and MMA operand is 1024-byte aligned (SW128 atoms).
+            for off in [s.q[0], s.q[1], s.kv, s.kv_slot_bytes] {
+                assert_eq!(off % 1024, 0);
+            }
+            assert_eq!(cfg.regs.total(), 65536);
+        }
+    }
+
+    #[test]
+    fn unsupported_head_dims_say_why() {
+        let mut s = Spec::new("x", 192, 8);
+        s.head_dim_v = 128;
+        assert!(Config::for_spec(&s).unwrap_err().contains("192/128"));
+        assert!(Config::for_spec(&Spec::new("x", 256, 8)).is_err());
+    }
+
+    #[test]
+    fn roles_cover_sixteen_warps() {
+        let cfg = Config::for_spec(&Spec::new("x", 128, 8)).expect("supported");
+        let warps: u32 = cfg.roles().iter().map(|(_, r, _)| r.len() as u32).sum();
+        assert_eq!(warps, WARPS);
+        for (role, range, _) in cfg.roles() {
+            for w in range {
+                assert_eq!(Role::of_warp(w), role);
+            }
+        }
+    }
+}

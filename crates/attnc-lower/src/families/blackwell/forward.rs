@@ -1,0 +1,1128 @@
+//! The blackwell forward kernel: FlashAttention-4's warp-specialized pipeline.
+//!
+//! A persistent CTA of 16 warps loops over work tiles (256 query rows = two Q tiles of
+//! 128, one head, one batch entry; see [`super::schedule`]). Per work tile the key tiles
+//! that the mask does not rule out are walked from the last to the first, and the roles
+//! hand them along through mbarriers (`config::Bar`):
+//!
+//! ```text
+//! load warp     Q0,Q1 ─► K0 V0 K1 V1 ...   (TMA into a ring of kv_slots, SW128)
+//! MMA thread    S0=Q0K0ᵀ S1=Q1K0ᵀ | O0+=P0V0 S0=Q0K1ᵀ O1+=P1V0 S1=Q1K1ᵀ | ... | O0+=P0Vn O1+=P1Vn
+//! softmax i     ld S_i ─ max ─ α→TMEM ─[exp, exclusive with the other WG]─ st P_i (bf16, over S_i)
+//! correction    α_i ─ O_i *= α_i in TMEM when a row of the warp moved its base ─ ... ─ O_i/l ─► global
+//! ```
+//! Every hand-off is an mbarrier: TMA completes transactions, `tcgen05.commit` arrives
+//! when the MMAs issued before it have completed, threads arrive after a
+//! `tcgen05.wait::st` + `tcgen05.fence::before_thread_sync`; waiters issue
+//! `tcgen05.fence::after_thread_sync` before touching TMEM.
+
+use super::abi::{self, ParamTy};
+use super::config::{Bar, Config, PvOrder, BAR_EXP, BLOCK_M, BLOCK_N, THREADS, TMA_BOX_BYTES, TMA_BOX_COLS};
+use super::desc::{k_major_step_offset, mn_major_step_offset, DFormat, InstrDesc, Major, SmemDesc};
+use super::schedule::{emit_section_heads, emit_tile_coords, WorkTile, TILE_ROWS};
+use crate::families::{KernelInfo, LowerError};
+use crate::llvm::kb::{Kb, Slot, R};
+use crate::llvm::tcgen05::{Acc, SmemOperand};
+use crate::variant::expr::{self as vexpr, AuxArg, ElemVars, Val, VariantArgs};
+use crate::variant::interval::{classify_tile, TileClassVals, TileRanges};
+use crate::variant::softmax::exp2_emulated;
+use attnc_ir::{Spec, Ty};
+use inkwell::types::BasicMetadataTypeEnum;
+use inkwell::values::{BasicValueEnum, FloatValue, IntValue};
+use inkwell::{AddressSpace, FloatPredicate, IntPredicate};
+
+const LOG2E: f64 = std::f64::consts::LOG2_E;
+const LN2: f64 = std::f64::consts::LN_2;
+
+/// How many of a row's `BLOCK_N` exponentials use the polynomial emulation.
+pub fn emulated_per_row(spec: &Spec) -> u32 {
+    ((spec.softmax.exp2_emulation * BLOCK_N as f64).round() as u32).min(BLOCK_N)
+}
+
+/// Whether column `c` of a row is emulated: the `e` emulated columns spread evenly
+/// (Bresenham), so FMA-pipe and MUFU work interleave.
+pub fn is_emulated(c: u32, e: u32) -> bool {
+    (c + 1) * e / BLOCK_N != c * e / BLOCK_N
+}
+
+struct Fwd<'a, 'ctx> {
+    spec: &'a Spec,
+    cfg: &'a Config,
+    kernel: String,
+    names: Vec<String>,
+    values: Vec<BasicValueEnum<'ctx>>,
+    va: VariantArgs<'ctx>,
+    smem: IntValue<'ctx>,
+    tmem: IntValue<'ctx>,
+    tid: IntValue<'ctx>,
+    warp: IntValue<'ctx>,
+    seqlen_q: IntValue<'ctx>,
+    seqlen_k: IntValue<'ctx>,
+    batch: IntValue<'ctx>,
+    num_m: IntValue<'ctx>,
+    total: IntValue<'ctx>,
+    section: IntValue<'ctx>,
+}
+
+pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, cfg: &Config, name: &str) -> R<KernelInfo> {
+    let params = abi::forward_params(spec);
+    let decl: Vec<(BasicMetadataTypeEnum, String)> = params
+        .iter()
+        .map(|(n, t)| {
+            let ty: BasicMetadataTypeEnum = match t {
+                ParamTy::TensorMap => kb.ctx.ptr_type(AddressSpace::default()).into(),
+                ParamTy::Ptr | ParamTy::I64 => kb.ctx.i64_type().into(),
+                ParamTy::I32 => kb.ctx.i32_type().into(),
+                ParamTy::F32 => kb.ctx.f32_type().into(),
+            };
+            (ty, n.clone())
+        })
+        .collect();
+    let values = kb.begin_kernel(name, &decl)?;
+    for (i, (_, t)) in params.iter().enumerate() {
+        if *t == ParamTy::TensorMap {
+            abi::mark_tensor_map_param(kb, i as u32)?;
+        }
+    }
+    abi::set_launch_bounds(kb, THREADS)?;
+    kb.section(&format!(
+        "attnc blackwell forward: {} (persistent, 2x{BLOCK_M} rows x {BLOCK_N} keys, 16 warps, {} kv slots)",
+        spec.name, cfg.kv_slots
+    ))?;
+    let f = Fwd::setup(kb, spec, cfg, name, params.iter().map(|p| p.0.clone()).collect(), values)?;
+    f.run(kb)?;
+    kb.ret()?;
+    Ok(KernelInfo {
+        name: name.to_string(),
+        role: "forward (persistent: grid.x = min(SMs, work tiles), see docs/blackwell.md)".into(),
+        threads_per_block: THREADS,
+        dynamic_smem_bytes: cfg.smem().request,
+        block_m: TILE_ROWS,
+        block_n: BLOCK_N,
+        params: abi::describe(&params),
+    })
+}
+
+impl<'a, 'ctx> Fwd<'a, 'ctx> {
+    fn setup(
+        kb: &mut Kb<'ctx>,
+        spec: &'a Spec,
+        cfg: &'a Config,
+        kernel: &str,
+        names: Vec<String>,
+        values: Vec<BasicValueEnum<'ctx>>,
+    ) -> R<Fwd<'a, 'ctx>> {
+        let get = |n: &str| -> R<BasicValueEnum<'ctx>> {
+            names
+                .iter()
+                .position(|x| x == n)
+                .map(|i| values[i])
+                .ok_or_else(|| LowerError::Llvm(format!("kernel has no parameter `{n}`")))
+        };
+        let mut va = VariantArgs::default();
+        for a in &spec.aux {
+            let addr = get(&format!("aux_{}", a.name))?.into_int_value();
+            let dims = (0..a.dims.len())
+                .map(|j| Ok(get(&format!("aux_{}_dim{j}", a.name))?.into_int_value()))
+                .collect::<R<Vec<_>>>()?;
+            va.aux.push(AuxArg { addr, dims });
+        }
+        for p in &spec.params {
+            let v = get(&format!("param_{}", p.name))?;
+            va.params.push(match p.ty {
+                Ty::Float => Val::Float(v.into_float_value()),
+                _ => Val::Int(v.into_int_value()),
+            });
+        }
+        let seqlen_q = get("seqlen_q")?.into_int_value();
+        let seqlen_k = get("seqlen_k")?.into_int_value();
+        let batch = get("batch")?.into_int_value();
+
+        let tid = kb.sreg("tid.x", "tid")?;
+        let warp = kb.udiv(tid, kb.i32c(32), "warp")?;
+
+        // Dynamic shared memory, rounded up to 1024 bytes (128-byte swizzle atoms).
+        let g = kb.module.add_global(kb.ctx.i8_type().array_type(0), Some(AddressSpace::from(3u16)), "attnc_smem");
+        g.set_alignment(1024);
+        g.set_linkage(inkwell::module::Linkage::External);
+        let raw = kb.trunc32(kb.b.build_ptr_to_int(g.as_pointer_value(), kb.ctx.i64_type(), "")?, "smem_raw")?;
+        let smem = kb.and(kb.add(raw, kb.i32c(1023), "")?, kb.i32c(!1023), "smem")?;
+
+        let layout = cfg.smem();
+        kb.section("setup: mbarriers (thread 0), TMEM allocation (MMA warp)")?;
+        let is_t0 = kb.icmp(IntPredicate::EQ, tid, kb.i32c(0), "")?;
+        kb.if_then(is_t0, "init_barriers", |kb| {
+            for (i, b) in cfg.mbarriers().into_iter().enumerate() {
+                let addr = kb.add(smem, kb.i32c((layout.bars + 8 * i as u32) as i64), "")?;
+                kb.mbar_init(addr, Config::bar_count(b))?;
+            }
+            kb.fence_mbarrier_init()
+        })?;
+        let is_mma_warp = kb.icmp(IntPredicate::EQ, warp, kb.i32c(12), "")?;
+        let slot = kb.add(smem, kb.i32c(layout.tmem_slot as i64), "tmem_slot")?;
+        kb.if_then(is_mma_warp, "tmem_alloc", |kb| {
+            kb.tmem_alloc(slot, cfg.tmem().alloc)?;
+            kb.tmem_relinquish()
+        })?;
+        kb.tcgen05_fence_before()?;
+        kb.cta_barrier()?;
+        kb.tcgen05_fence_after()?;
+        let tmem = kb.ld_shared_b32(slot, "tmem_base")?;
+        // Placeholders: each role re-derives these after its setmaxnreg (`rederive`), so
+        // nothing computed here stays live across the register reallocation.
+        let zero = kb.i32c(0);
+        Ok(Fwd {
+            spec,
+            cfg,
+            kernel: kernel.to_string(),
+            names,
+            values,
+            va,
+            smem,
+            tmem,
+            tid,
+            warp,
+            seqlen_q,
+            seqlen_k,
+            batch,
+            num_m: zero,
+            total: zero,
+            section: zero,
+        })
+    }
+
+    /// This state with every derived value recomputed at the current point (opaque
+    /// thread index, TMEM base re-read from shared memory, tile counts from params).
+    fn rederive(&self, kb: &mut Kb<'ctx>) -> R<Fwd<'a, 'ctx>> {
+        let spec = self.spec;
+        let tid = kb.opaque_i32(kb.sreg("tid.x", "")?, "tid")?;
+        let warp = kb.udiv(tid, kb.i32c(32), "warp")?;
+        let g = kb.module.get_global("attnc_smem").ok_or_else(|| LowerError::Llvm("no attnc_smem".into()))?;
+        let raw = kb.trunc32(kb.b.build_ptr_to_int(g.as_pointer_value(), kb.ctx.i64_type(), "")?, "smem_raw")?;
+        let smem = kb.and(kb.add(raw, kb.i32c(1023), "")?, kb.i32c(!1023), "smem")?;
+        let slot = kb.add(smem, kb.i32c(self.cfg.smem().tmem_slot as i64), "tmem_slot")?;
+        let tmem = kb.ld_shared_b32(slot, "tmem_base")?;
+        let num_m = kb.ceil_div(self.seqlen_q, kb.i32c(TILE_ROWS as i64), "num_m_blocks")?;
+        let total = kb.mul(kb.mul(num_m, kb.i32c(spec.q_heads as i64), "")?, self.batch, "work_tiles")?;
+        let section = if self.cfg.lpt {
+            emit_section_heads(kb, self.seqlen_k, spec.head_dim_qk, spec.head_dim_v, spec.q_heads)?
+        } else {
+            kb.i32c(1)
+        };
+        Ok(Fwd {
+            spec,
+            cfg: self.cfg,
+            kernel: self.kernel.clone(),
+            names: self.names.clone(),
+            values: self.values.clone(),
+            va: self.va.clone(),
+            smem,
+            tmem,
+            tid,
+            warp,
+            seqlen_q: self.seqlen_q,
+            seqlen_k: self.seqlen_k,
+            batch: self.batch,
+            num_m,
+            total,
+            section,
+        })
+    }
+
+    fn arg(&self, n: &str) -> R<IntValue<'ctx>> {
+        self.names
+            .iter()
+            .position(|x| x == n)
+            .map(|i| self.values[i].into_int_value())
+            .ok_or_else(|| LowerError::Llvm(format!("kernel has no parameter `{n}`")))
+    }
+
+    fn param_symbol(&self, n: &str) -> R<String> {
+        let i = self
+            .names
+            .iter()
+            .position(|x| x == n)
+            .ok_or_else(|| LowerError::Llvm(format!("kernel has no parameter `{n}`")))?;
+        Ok(format!("{}_param_{i}", self.kernel))
+    }
+
+    /// Shared address of mbarrier `b`.
+    fn bar(&self, kb: &Kb<'ctx>, b: Bar) -> R<IntValue<'ctx>> {
+        let off = self.cfg.smem().bars + 8 * self.cfg.bar_index(b);
+        kb.add(self.smem, kb.i32c(off as i64), "mbar")
+    }
+
+    /// Shared address of per-stage mbarrier `make(stage)` for a runtime stage (0/1).
+    fn bar_stage(&self, kb: &Kb<'ctx>, make: fn(u32) -> Bar, stage: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+        let b0 = self.cfg.bar_index(make(0));
+        let stride = self.cfg.bar_index(make(1)) - b0;
+        let off = kb.add(kb.i32c((self.cfg.smem().bars + 8 * b0) as i64), kb.mul(stage, kb.i32c(8 * stride as i64), "")?, "")?;
+        kb.add(self.smem, off, "mbar")
+    }
+
+    /// Shared address of ring mbarrier `make(slot)` for a runtime slot.
+    fn bar_slot(&self, kb: &Kb<'ctx>, make: fn(u32) -> Bar, slot: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+        let b0 = self.cfg.bar_index(make(0));
+        let off = kb.add(kb.i32c((self.cfg.smem().bars + 8 * b0) as i64), kb.mul(slot, kb.i32c(8), "")?, "")?;
+        kb.add(self.smem, off, "mbar")
+    }
+
+    fn parity(&self, kb: &Kb<'ctx>, count: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+        kb.and(count, kb.i32c(1), "parity")
+    }
+
+    /// (slot, parity) of ring position `pos`.
+    fn ring(&self, kb: &Kb<'ctx>, pos: IntValue<'ctx>) -> R<(IntValue<'ctx>, IntValue<'ctx>)> {
+        let s = self.cfg.kv_slots;
+        let slot = kb.and(pos, kb.i32c((s - 1) as i64), "kv_slot")?;
+        let par = kb.and(kb.b.build_right_shift(pos, kb.i32c(s.trailing_zeros() as i64), false, "")?, kb.i32c(1), "kv_parity")?;
+        Ok((slot, par))
+    }
+
+    fn group(&self) -> i64 {
+        self.spec.group_size() as i64
+    }
+
+    fn run(&self, kb: &mut Kb<'ctx>) -> R<()> {
+        let regs = self.cfg.regs;
+        let wg = kb.udiv(self.warp, kb.i32c(4), "warpgroup")?;
+        let is_softmax = kb.icmp(IntPredicate::ULT, wg, kb.i32c(2), "")?;
+        kb.if_else(
+            is_softmax,
+            "role_softmax",
+            |kb| {
+                kb.setmaxnreg_inc(regs.softmax)?;
+                let f = self.rederive(kb)?;
+                let wg = kb.udiv(f.warp, kb.i32c(4), "warpgroup")?;
+                f.softmax(kb, wg)
+            },
+            |kb| {
+                let is_corr = kb.icmp(IntPredicate::EQ, wg, kb.i32c(2), "")?;
+                kb.if_else(
+                    is_corr,
+                    "role_correction",
+                    |kb| {
+                        kb.setmaxnreg_dec(regs.correction)?;
+                        self.rederive(kb)?.correction(kb)
+                    },
+                    |kb| {
+                        kb.setmaxnreg_dec(regs.other)?;
+                        let tid = kb.opaque_i32(kb.sreg("tid.x", "")?, "tid")?;
+                        let lane0 = kb.icmp(IntPredicate::EQ, kb.and(tid, kb.i32c(31), "")?, kb.i32c(0), "")?;
+                        let warp = kb.udiv(tid, kb.i32c(32), "")?;
+                        let mma = kb.and(kb.icmp(IntPredicate::EQ, warp, kb.i32c(12), "")?, lane0, "")?;
+                        kb.if_then(mma, "role_mma", |kb| self.rederive(kb)?.mma(kb))?;
+                        let load = kb.and(kb.icmp(IntPredicate::EQ, warp, kb.i32c(13), "")?, lane0, "")?;
+                        kb.if_then(load, "role_load", |kb| self.rederive(kb)?.producer(kb))
+                    },
+                )
+            },
+        )?;
+        kb.section("teardown: every role done, the MMA warp frees TMEM")?;
+        kb.tcgen05_fence_before()?;
+        kb.cta_barrier()?;
+        let f = self.rederive(kb)?;
+        let is_mma_warp = kb.icmp(IntPredicate::EQ, f.warp, kb.i32c(12), "")?;
+        kb.if_then(is_mma_warp, "tmem_dealloc", |kb| {
+            kb.warp_sync()?;
+            kb.tcgen05_fence_after()?;
+            kb.tmem_dealloc(f.tmem, f.cfg.tmem().alloc)
+        })
+    }
+
+    // ------------------------------------------------------------ iteration
+
+    /// `for t in (ctaid.x..total).step_by(nctaid.x) { body(tile(t)) }`.
+    fn persistent(&self, kb: &mut Kb<'ctx>, body: impl FnOnce(&mut Kb<'ctx>, WorkTile<'ctx>) -> R<()>) -> R<()> {
+        let first = kb.sreg("ctaid.x", "")?;
+        let t = kb.slot_i32("work_tile", first)?;
+        let total = self.total;
+        kb.while_loop(
+            "persistent",
+            |kb| {
+                let tt = kb.get_i(t, "")?;
+                kb.icmp(IntPredicate::SLT, tt, total, "")
+            },
+            |kb| {
+                let tt = kb.get_i(t, "t")?;
+                let wt = emit_tile_coords(kb, tt, self.num_m, self.spec.q_heads, self.cfg.lpt, self.section)?;
+                body(kb, wt)?;
+                let step = kb.sreg("nctaid.x", "")?;
+                let tt = kb.get_i(t, "")?;
+                kb.set(t, kb.add(tt, step, "")?)
+            },
+        )
+    }
+
+    fn hkv(&self, kb: &Kb<'ctx>, wt: &WorkTile<'ctx>) -> R<IntValue<'ctx>> {
+        kb.udiv(wt.h, kb.i32c(self.group()), "hkv")
+    }
+
+    /// Classification of key tile `j` for query rows [q_lo, q_hi] of work tile `wt`.
+    fn classify(
+        &self,
+        kb: &Kb<'ctx>,
+        wt: &WorkTile<'ctx>,
+        q_lo: IntValue<'ctx>,
+        q_hi: IntValue<'ctx>,
+        j: IntValue<'ctx>,
+    ) -> R<TileClassVals<'ctx>> {
+        let n0 = kb.mul(j, kb.i32c(BLOCK_N as i64), "n0")?;
+        let k_hi = kb.sub(kb.smin(kb.add(n0, kb.i32c(BLOCK_N as i64), "")?, self.seqlen_k, "")?, kb.i32c(1), "")?;
+        let hkv = self.hkv(kb, wt)?;
+        let tile = TileRanges {
+            b: (wt.b, wt.b),
+            h: (wt.h, wt.h),
+            hkv: (hkv, hkv),
+            q: (q_lo, q_hi),
+            k: (n0, k_hi),
+            seqlen_q: self.seqlen_q,
+            seqlen_k: self.seqlen_k,
+        };
+        classify_tile(kb, self.spec, &tile, &self.va)
+    }
+
+    /// Walks the key tiles of `wt` that the mask does not rule out for its 256 rows,
+    /// last to first; `body(j, idx)` gets the tile index and its position among the
+    /// non-empty ones. Returns how many there were. Every role runs the same walk.
+    fn for_each_kv_tile(
+        &self,
+        kb: &mut Kb<'ctx>,
+        wt: &WorkTile<'ctx>,
+        body: impl FnOnce(&mut Kb<'ctx>, IntValue<'ctx>, IntValue<'ctx>) -> R<()>,
+    ) -> R<IntValue<'ctx>> {
+        let n_tiles = kb.ceil_div(self.seqlen_k, kb.i32c(BLOCK_N as i64), "kv_tiles")?;
+        let j = kb.slot_i32("kv_tile", kb.sub(n_tiles, kb.i32c(1), "")?)?;
+        let idx = kb.slot_i32("kv_idx", kb.i32c(0))?;
+        let row0 = kb.mul(wt.m, kb.i32c(TILE_ROWS as i64), "row0")?;
+        let q_hi = kb.sub(kb.smin(kb.add(row0, kb.i32c(TILE_ROWS as i64), "")?, self.seqlen_q, "")?, kb.i32c(1), "")?;
+        let masked = self.spec.mask.to_predicate().is_some();
+        kb.while_loop(
+            "kv_tiles",
+            |kb| {
+                let jj = kb.get_i(j, "")?;
+                kb.icmp(IntPredicate::SGE, jj, kb.i32c(0), "")
+            },
+            |kb| {
+                let jj = kb.get_i(j, "j")?;
+                let run = |kb: &mut Kb<'ctx>| -> R<()> {
+                    let i = kb.get_i(idx, "idx")?;
+                    body(kb, jj, i)?;
+                    let i = kb.get_i(idx, "")?;
+                    kb.set(idx, kb.add(i, kb.i32c(1), "")?)
+                };
+                if masked {
+                    let cls = self.classify(kb, wt, row0, q_hi, jj)?;
+                    let live = kb.not(cls.empty, "tile_live")?;
+                    kb.if_then(live, "kv_tile_live", run)?;
+                } else {
+                    run(kb)?;
+                }
+                let jj = kb.get_i(j, "")?;
+                kb.set(j, kb.sub(jj, kb.i32c(1), "")?)
+            },
+        )?;
+        kb.get_i(idx, "kv_count")
+    }
+
+    /// How many key tiles [`Fwd::for_each_kv_tile`] visits for `wt` (a separate loop, so
+    /// roles that only need the count keep the classification's registers out of their
+    /// main loop).
+    fn count_kv_tiles(&self, kb: &mut Kb<'ctx>, wt: &WorkTile<'ctx>) -> R<IntValue<'ctx>> {
+        if self.spec.mask.to_predicate().is_none() {
+            return kb.ceil_div(self.seqlen_k, kb.i32c(BLOCK_N as i64), "kv_count");
+        }
+        self.for_each_kv_tile(kb, wt, |_, _, _| Ok(()))
+    }
+
+    /// `for idx in 0..n { body(idx) }`.
+    fn for_n(&self, kb: &mut Kb<'ctx>, n: IntValue<'ctx>, body: impl FnOnce(&mut Kb<'ctx>, IntValue<'ctx>) -> R<()>) -> R<()> {
+        kb.for_range(kb.i32c(0), n, "kv_idx", body)
+    }
+
+    // ------------------------------------------------------------ TMA producer
+
+    fn producer(&self, kb: &mut Kb<'ctx>) -> R<()> {
+        kb.section("role: TMA load warp (one thread)")?;
+        let spec = self.spec;
+        let tq = kb.param_generic_addr(&self.param_symbol("tmap_q")?, "tmap_q")?;
+        let tk = kb.param_generic_addr(&self.param_symbol("tmap_k")?, "tmap_k")?;
+        let tv = kb.param_generic_addr(&self.param_symbol("tmap_v")?, "tmap_v")?;
+        for t in [tq, tk, tv] {
+            kb.tensormap_prefetch(t)?;
+        }
+        let kv_pos = kb.slot_i32("load_kv_pos", kb.i32c(0))?;
+        let q_cnt = kb.slot_i32("load_q_count", kb.i32c(0))?;
+        let layout = self.cfg.smem();
+        self.persistent(kb, |kb, wt| {
+            let hkv = self.hkv(kb, &wt)?;
+            let row0 = kb.mul(wt.m, kb.i32c(TILE_ROWS as i64), "row0")?;
+            let base = kb.get_i(kv_pos, "kv_base")?;
+            let n = self.for_each_kv_tile(kb, &wt, |kb, j, idx| {
+                let first = kb.icmp(IntPredicate::EQ, idx, kb.i32c(0), "")?;
+                kb.if_then(first, "load_q", |kb| {
+                    let qc = kb.get_i(q_cnt, "")?;
+                    let par = kb.xor(self.parity(kb, qc)?, kb.i32c(1), "")?;
+                    kb.mbar_wait(self.bar(kb, Bar::QEmpty)?, par)?;
+                    for i in 0..2u32 {
+                        let full = self.bar(kb, Bar::QFull(i))?;
+                        kb.mbar_arrive_expect_tx(full, spec.head_dim_qk / TMA_BOX_COLS * TMA_BOX_BYTES)?;
+                        let row = kb.add(row0, kb.i32c((i * BLOCK_M) as i64), "")?;
+                        for cb in 0..spec.head_dim_qk / TMA_BOX_COLS {
+                            let dst = kb.add(self.smem, kb.i32c((layout.q[i as usize] + cb * TMA_BOX_BYTES) as i64), "")?;
+                            kb.tma_load_4d(dst, tq, [kb.i32c((cb * TMA_BOX_COLS) as i64), row, wt.h, wt.b], full)?;
+                        }
+                    }
+                    kb.set(q_cnt, kb.add(qc, kb.i32c(1), "")?)
+                })?;
+                let kpos = kb.add(base, kb.mul(idx, kb.i32c(2), "")?, "kpos")?;
+                let key0 = kb.mul(j, kb.i32c(BLOCK_N as i64), "key0")?;
+                self.load_kv(kb, kpos, tk, spec.head_dim_qk, key0, hkv, wt.b)?;
+                let vpos = kb.add(kpos, kb.i32c(1), "vpos")?;
+                self.load_kv(kb, vpos, tv, spec.head_dim_v, key0, hkv, wt.b)
+            })?;
+            kb.set(kv_pos, kb.add(base, kb.mul(n, kb.i32c(2), "")?, "")?)
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn load_kv(
+        &self,
+        kb: &mut Kb<'ctx>,
+        pos: IntValue<'ctx>,
+        tmap: IntValue<'ctx>,
+        d: u32,
+        key0: IntValue<'ctx>,
+        hkv: IntValue<'ctx>,
+        b: IntValue<'ctx>,
+    ) -> R<()> {
+        let layout = self.cfg.smem();
+        let (slot, par) = self.ring(kb, pos)?;
+        kb.mbar_wait(self.bar_slot(kb, Bar::KvEmpty, slot)?, kb.xor(par, kb.i32c(1), "")?)?;
+        let full = self.bar_slot(kb, Bar::KvFull, slot)?;
+        kb.mbar_arrive_expect_tx(full, d / TMA_BOX_COLS * TMA_BOX_BYTES)?;
+        let dst = kb.add(
+            self.smem,
+            kb.add(kb.i32c(layout.kv as i64), kb.mul(slot, kb.i32c(layout.kv_slot_bytes as i64), "")?, "")?,
+            "kv_dst",
+        )?;
+        for cb in 0..d / TMA_BOX_COLS {
+            let dst = kb.add(dst, kb.i32c((cb * TMA_BOX_BYTES) as i64), "")?;
+            kb.tma_load_4d(dst, tmap, [kb.i32c((cb * TMA_BOX_COLS) as i64), key0, hkv, b], full)?;
+        }
+        Ok(())
+    }
+
+    // ------------------------------------------------------------ MMA issuer
+
+    fn kv_addr(&self, kb: &Kb<'ctx>, slot: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+        let layout = self.cfg.smem();
+        kb.add(
+            self.smem,
+            kb.add(kb.i32c(layout.kv as i64), kb.mul(slot, kb.i32c(layout.kv_slot_bytes as i64), "")?, "")?,
+            "kv_addr",
+        )
+    }
+
+    /// The low 32 bits of an SW128 descriptor for the matrix at shared address `addr`:
+    /// `(addr >> 4) | low constant bits`; returns it with the constant high word.
+    fn desc_lo(&self, kb: &Kb<'ctx>, constant: u64, addr: IntValue<'ctx>) -> R<(IntValue<'ctx>, u32)> {
+        let a = kb.b.build_right_shift(addr, kb.i32c(4), false, "")?;
+        let lo = kb.or(kb.i32c((constant & 0xFFFF_FFFF) as i64), a, "desc_lo")?;
+        Ok((lo, (constant >> 32) as u32))
+    }
+
+    /// S_i = Q_i·Kᵀ: d_qk/16 MMAs of K = 16, the first one overwriting.
+    fn issue_qk(&self, kb: &Kb<'ctx>, i: u32, k_addr: IntValue<'ctx>) -> R<()> {
+        let spec = self.spec;
+        let idesc = InstrDesc {
+            m: BLOCK_M,
+            n: BLOCK_N,
+            a: spec.dtype.into(),
+            b: spec.dtype.into(),
+            d: DFormat::F32,
+            a_major: Major::K,
+            b_major: Major::K,
+        };
+        let c = SmemDesc::k_major_sw128(0).encode_without_start();
+        let q_addr = kb.add(self.smem, kb.i32c(self.cfg.smem().q[i as usize] as i64), "q_addr")?;
+        let d_off = self.cfg.tmem().s[i as usize];
+        let (qlo, hi) = self.desc_lo(kb, c, q_addr)?;
+        let (klo, _) = self.desc_lo(kb, c, k_addr)?;
+        for kk in 0..spec.head_dim_qk / 16 {
+            let a = SmemOperand { lo: qlo, hi, add: k_major_step_offset(BLOCK_M, kk) >> 4 };
+            let b = SmemOperand { lo: klo, hi, add: k_major_step_offset(BLOCK_N, kk) >> 4 };
+            let acc = if kk == 0 { Acc::Overwrite } else { Acc::Accumulate };
+            kb.tcgen05_mma_ss(self.tmem, d_off, a, b, idesc.encode(), acc)?;
+        }
+        Ok(())
+    }
+
+    /// O_i (+)= P_i·V: BLOCK_N/16 MMAs with A = P from TMEM; `acc` (i32) says whether
+    /// the first one accumulates.
+    fn issue_pv(&self, kb: &Kb<'ctx>, i: u32, v_addr: IntValue<'ctx>, acc: IntValue<'ctx>) -> R<()> {
+        let spec = self.spec;
+        let idesc = InstrDesc {
+            m: BLOCK_M,
+            n: spec.head_dim_v,
+            a: spec.dtype.into(),
+            b: spec.dtype.into(),
+            d: DFormat::F32,
+            a_major: Major::K,
+            b_major: Major::Mn,
+        };
+        let c = SmemDesc::mn_major_sw128(0, TMA_BOX_BYTES).encode_without_start();
+        let t = self.cfg.tmem();
+        let (vlo, hi) = self.desc_lo(kb, c, v_addr)?;
+        for kk in 0..BLOCK_N / 16 {
+            let b = SmemOperand { lo: vlo, hi, add: mn_major_step_offset(kk) >> 4 };
+            let acc_k = if kk == 0 { Acc::When(acc) } else { Acc::Accumulate };
+            kb.tcgen05_mma_ts(self.tmem, t.o[i as usize], t.p[i as usize] + kk * 8, b, idesc.encode(), acc_k)?;
+        }
+        Ok(())
+    }
+
+    fn mma(&self, kb: &mut Kb<'ctx>) -> R<()> {
+        kb.section("role: MMA issue (one thread): tcgen05.mma + tcgen05.commit")?;
+        let kv_pos = kb.slot_i32("mma_kv_pos", kb.i32c(0))?;
+        let q_cnt = kb.slot_i32("mma_q_count", kb.i32c(0))?;
+        let fenced = self.cfg.pv_order == PvOrder::Fenced;
+        self.persistent(kb, |kb, wt| {
+            let n = self.count_kv_tiles(kb, &wt)?;
+            let base = kb.get_i(kv_pos, "kv_base")?;
+            // Wait counts derived from the ring position (2 slots per tile) and the
+            // number of earlier work tiles with any tile (q_cnt): P_i is awaited once per
+            // tile, PV_i completion (fenced order) once per tile but the first.
+            let tiles_before = kb.b.build_right_shift(base, kb.i32c(1), false, "tiles_before")?;
+            self.for_n(kb, n, |kb, idx| {
+                let kpos = kb.add(base, kb.mul(idx, kb.i32c(2), "")?, "kpos")?;
+                let (kslot, kpar) = self.ring(kb, kpos)?;
+                kb.mbar_wait(self.bar_slot(kb, Bar::KvFull, kslot)?, kpar)?;
+                let k_addr = self.kv_addr(kb, kslot)?;
+                let first = kb.icmp(IntPredicate::EQ, idx, kb.i32c(0), "")?;
+                kb.if_else(
+                    first,
+                    "mma_first",
+                    |kb| {
+                        kb.section("S_i = Q_i K^T for the first key tile")?;
+                        let qc = kb.get_i(q_cnt, "")?;
+                        let par = self.parity(kb, qc)?;
+                        kb.mbar_wait(self.bar(kb, Bar::QFull(0))?, par)?;
+                        kb.mbar_wait(self.bar(kb, Bar::QFull(1))?, par)?;
+                        kb.tcgen05_fence_after()?;
+                        for i in 0..2 {
+                            self.issue_qk(kb, i, k_addr)?;
+                            kb.tcgen05_commit(self.bar(kb, Bar::SFull(i))?)?;
+                        }
+                        Ok(())
+                    },
+                    |kb| {
+                        kb.section("O_i += P_i V(prev), then S_i = Q_i K^T")?;
+                        let vpos = kb.sub(kpos, kb.i32c(1), "vpos")?;
+                        let (vslot, vpar) = self.ring(kb, vpos)?;
+                        kb.mbar_wait(self.bar_slot(kb, Bar::KvFull, vslot)?, vpar)?;
+                        let v_addr = self.kv_addr(kb, vslot)?;
+                        let waits = kb.add(tiles_before, kb.sub(idx, kb.i32c(1), "")?, "p_waits")?;
+                        let ppar = self.parity(kb, waits)?;
+                        let acc = kb.zext32(kb.icmp(IntPredicate::SGT, idx, kb.i32c(1), "")?, "acc")?;
+                        for i in 0..2 {
+                            kb.mbar_wait(self.bar(kb, Bar::PFull(i))?, ppar)?;
+                            kb.tcgen05_fence_after()?;
+                            self.issue_pv(kb, i, v_addr, acc)?;
+                            if fenced {
+                                // P_i lives in S_i's columns: the next S_i may only be
+                                // written once this PV has read it.
+                                let qc = kb.get_i(q_cnt, "")?;
+                                let pv_waits = kb.sub(waits, qc, "pv_waits")?;
+                                let done = self.bar(kb, Bar::PvDone(i))?;
+                                kb.tcgen05_commit(done)?;
+                                kb.mbar_wait(done, self.parity(kb, pv_waits)?)?;
+                            }
+                            self.issue_qk(kb, i, k_addr)?;
+                            kb.tcgen05_commit(self.bar(kb, Bar::SFull(i))?)?;
+                        }
+                        kb.tcgen05_commit(self.bar_slot(kb, Bar::KvEmpty, vslot)?)
+                    },
+                )?;
+                kb.tcgen05_commit(self.bar_slot(kb, Bar::KvEmpty, kslot)?)
+            })?;
+            let any = kb.icmp(IntPredicate::SGT, n, kb.i32c(0), "")?;
+            kb.if_then(any, "mma_last_pv", |kb| {
+                kb.section("last O_i += P_i V, then O_i is final")?;
+                let qc = kb.get_i(q_cnt, "")?;
+                kb.set(q_cnt, kb.add(qc, kb.i32c(1), "")?)?;
+                kb.tcgen05_commit(self.bar(kb, Bar::QEmpty)?)?;
+                let vpos = kb.sub(kb.add(base, kb.mul(n, kb.i32c(2), "")?, "")?, kb.i32c(1), "vpos")?;
+                let (vslot, vpar) = self.ring(kb, vpos)?;
+                kb.mbar_wait(self.bar_slot(kb, Bar::KvFull, vslot)?, vpar)?;
+                let v_addr = self.kv_addr(kb, vslot)?;
+                let waits = kb.add(tiles_before, kb.sub(n, kb.i32c(1), "")?, "p_waits")?;
+                let ppar = self.parity(kb, waits)?;
+                let acc = kb.zext32(kb.icmp(IntPredicate::SGT, n, kb.i32c(1), "")?, "acc")?;
+                for i in 0..2 {
+                    kb.mbar_wait(self.bar(kb, Bar::PFull(i))?, ppar)?;
+                    kb.tcgen05_fence_after()?;
+                    self.issue_pv(kb, i, v_addr, acc)?;
+                    kb.tcgen05_commit(self.bar(kb, Bar::OFull(i))?)?;
+                }
+                kb.tcgen05_commit(self.bar_slot(kb, Bar::KvEmpty, vslot)?)
+            })?;
+            kb.set(kv_pos, kb.add(base, kb.mul(n, kb.i32c(2), "")?, "")?)
+        })
+    }
+
+    // ------------------------------------------------------------ softmax
+
+    /// TMEM address of column `col` in this warp's lane quadrant.
+    fn tmem_lane_addr(&self, kb: &Kb<'ctx>) -> R<IntValue<'ctx>> {
+        let quad = kb.and(self.warp, kb.i32c(3), "")?;
+        kb.add(self.tmem, kb.shl(kb.mul(quad, kb.i32c(32), "")?, kb.i32c(16), "")?, "tmem_lane")
+    }
+
+    fn elem_vars(&self, wt: &WorkTile<'ctx>, hkv: IntValue<'ctx>, q: IntValue<'ctx>, k: IntValue<'ctx>) -> ElemVars<'ctx> {
+        ElemVars { b: wt.b, h: wt.h, hkv, q, k, seqlen_q: self.seqlen_q, seqlen_k: self.seqlen_k, score: None }
+    }
+
+    fn softmax(&self, kb: &mut Kb<'ctx>, stage: IntValue<'ctx>) -> R<()> {
+        kb.section("role: softmax warpgroup (one thread per row of Q tile `stage`)")?;
+        let spec = self.spec;
+        let t = self.cfg.tmem();
+        let row = kb.and(self.tid, kb.i32c(127), "row")?;
+        let lane_addr = self.tmem_lane_addr(kb)?;
+        let s_col = kb.mul(stage, kb.i32c(t.s[1] as i64), "")?;
+        let s_taddr = kb.add(lane_addr, s_col, "s_taddr")?;
+        let p_off = t.p[0] - t.s[0];
+        let is_second = kb.icmp(IntPredicate::EQ, stage, kb.i32c(1), "")?;
+        // Warpgroup 1 hands the first exp turn to warpgroup 0.
+        kb.if_then(is_second, "exp_token", |kb| kb.named_bar_arrive(BAR_EXP[0], 256))?;
+
+        let s_cnt = kb.slot_i32("sm_s_count", kb.i32c(0))?;
+        let f_cnt = kb.slot_i32("sm_final_count", kb.i32c(0))?;
+        let row_max = kb.slot_f32("row_max", kb.f32c(f64::NEG_INFINITY))?;
+        let row_sum = kb.slot_f32("row_sum", kb.f32c(0.0))?;
+        let chunk_slots: Vec<Slot<'ctx>> = (0..32).map(|c| kb.slot_f32(&format!("s{c}"), kb.f32c(0.0))).collect::<R<_>>()?;
+        let layout = self.cfg.smem();
+        self.persistent(kb, |kb, wt| {
+            kb.set(row_max, kb.f32c(f64::NEG_INFINITY))?;
+            kb.set(row_sum, kb.f32c(0.0))?;
+            let hkv = self.hkv(kb, &wt)?;
+            let row0 = kb.mul(wt.m, kb.i32c(TILE_ROWS as i64), "")?;
+            let q_lo = kb.add(row0, kb.mul(stage, kb.i32c(BLOCK_M as i64), "")?, "stage_row0")?;
+            let q = kb.add(q_lo, row, "q")?;
+            let q_hi = kb.sub(kb.smin(kb.add(q_lo, kb.i32c(BLOCK_M as i64), "")?, self.seqlen_q, "")?, kb.i32c(1), "")?;
+            let stage_live = kb.icmp(IntPredicate::SLT, q_lo, self.seqlen_q, "")?;
+            let row = SoftmaxRow { stage, row, q, hkv, s_taddr, p_off, row_max, row_sum };
+            self.for_each_kv_tile(kb, &wt, |kb, j, _idx| {
+                let sc = kb.get_i(s_cnt, "")?;
+                kb.mbar_wait(self.bar_stage(kb, Bar::SFull, stage)?, self.parity(kb, sc)?)?;
+                kb.set(s_cnt, kb.add(sc, kb.i32c(1), "")?)?;
+                kb.tcgen05_fence_after()?;
+                let n0 = kb.mul(j, kb.i32c(BLOCK_N as i64), "n0")?;
+                // Tiles the analysis proves full for this Q tile, inside seqlen_k, skip
+                // the per-element mask.
+                let inside = kb.icmp(IntPredicate::SLE, kb.add(n0, kb.i32c(BLOCK_N as i64), "")?, self.seqlen_k, "")?;
+                let unmasked = if spec.mask.to_predicate().is_some() {
+                    let cls = self.classify(kb, &wt, q_lo, q_hi, j)?;
+                    kb.and(kb.and(cls.full, inside, "")?, stage_live, "unmasked")?
+                } else {
+                    inside
+                };
+                if spec.score_mod.is_none() {
+                    kb.if_else(
+                        unmasked,
+                        "tile_fast",
+                        |kb| self.softmax_tile_fast(kb, &row),
+                        |kb| self.softmax_tile_streamed(kb, &wt, &row, n0, unmasked, &chunk_slots),
+                    )
+                } else {
+                    self.softmax_tile_streamed(kb, &wt, &row, n0, unmasked, &chunk_slots)
+                }
+            })?;
+            kb.section("softmax: hand the final row sum and max to the correction warpgroup")?;
+            let fc = kb.get_i(f_cnt, "")?;
+            let par = kb.xor(self.parity(kb, fc)?, kb.i32c(1), "")?;
+            kb.mbar_wait(self.bar_stage(kb, Bar::FinalEmpty, stage)?, par)?;
+            let addr = self.stats_addr(kb, layout.stats, stage, row.row)?;
+            kb.st_shared_f32(addr, kb.get_f(row_sum, "")?)?;
+            kb.st_shared_f32(kb.add(addr, kb.i32c(4), "")?, kb.get_f(row_max, "")?)?;
+            kb.mbar_arrive(self.bar_stage(kb, Bar::FinalFull, stage)?)?;
+            kb.set(f_cnt, kb.add(fc, kb.i32c(1), "")?)
+        })?;
+        // Warpgroup 0 takes back the token warpgroup 1 passed after its last tile.
+        let is_first = kb.not(is_second, "")?;
+        kb.if_then(is_first, "exp_token_back", |kb| kb.named_bar_sync(BAR_EXP[0], 256))
+    }
+
+    /// A tile without per-element work: all of S in registers (one pass over TMEM).
+    fn softmax_tile_fast(&self, kb: &mut Kb<'ctx>, row: &SoftmaxRow<'ctx>) -> R<()> {
+        let spec = self.spec;
+        kb.section("softmax (full tile): tcgen05.ld S row, row max")?;
+        let raw = kb.tmem_load(row.s_taddr, 0, BLOCK_N, 32, "s_raw")?;
+        let s: Vec<FloatValue<'ctx>> = raw
+            .iter()
+            .map(|x| kb.fmul(kb.bits_f(*x, "")?, kb.f32c(spec.scale_value() * LOG2E), "s_log2"))
+            .collect::<R<_>>()?;
+        let m_tile = tree(kb, &s, |kb, a, b| kb.fmax(a, b, ""))?;
+        let (base, alpha) = self.row_base(kb, row, m_tile)?;
+        kb.section("softmax (full tile): exp2, exclusive with the other warpgroup")?;
+        self.exp_turn_begin(kb, row)?;
+        let e = emulated_per_row(spec);
+        let mut p = Vec::with_capacity(s.len());
+        for (c, v) in s.iter().enumerate() {
+            let x = kb.fsub(*v, base, "")?;
+            p.push(if is_emulated(c as u32, e) { exp2_emulated(kb, x)? } else { kb.ex2(x, "p")? });
+        }
+        self.exp_turn_end(kb, row)?;
+        let sum = tree(kb, &p, |kb, a, b| kb.fadd(a, b, ""))?;
+        let packed: Vec<IntValue<'ctx>> = p.chunks(2).map(|q| kb.pack_half2(spec.dtype, q[0], q[1], "p2")).collect::<R<_>>()?;
+        kb.tmem_store(row.s_taddr, row.p_off, &packed[..32])?;
+        kb.tmem_store(row.s_taddr, row.p_off + 32, &packed[32..])?;
+        self.finish_tile(kb, row, alpha, sum)
+    }
+
+    /// A tile with a score modification or a per-element mask, streamed through TMEM in
+    /// chunks of 32 columns (bounded register pressure): pass 1 writes the masked log2
+    /// scores back in place and keeps the row max; pass 2 exponentiates each chunk and
+    /// writes its 16 columns of P over the columns pass 2 has already read.
+    fn softmax_tile_streamed(
+        &self,
+        kb: &mut Kb<'ctx>,
+        wt: &WorkTile<'ctx>,
+        row: &SoftmaxRow<'ctx>,
+        n0: IntValue<'ctx>,
+        unmasked: IntValue<'ctx>,
+        slots: &[Slot<'ctx>],
+    ) -> R<()> {
+        let spec = self.spec;
+        let masked = kb.not(unmasked, "masked")?;
+        let mut m_tile = kb.f32c(f64::NEG_INFINITY);
+        // Masks and score mods that read aux tensors issue one global load per element:
+        // narrower chunks keep those loads' addresses and results within the budget.
+        let reads_aux = spec.mask.predicate.as_ref().is_some_and(|p| p.uses_aux())
+            || spec.score_mod.as_ref().is_some_and(|p| p.uses_aux());
+        let w: u32 = if reads_aux { 16 } else { 32 };
+        let slots = &slots[..w as usize];
+        for chunk in 0..BLOCK_N / w {
+            kb.section("softmax (streamed): tcgen05.ld a chunk of S, score mod, mask")?;
+            let raw = kb.tmem_load(row.s_taddr, w * chunk, w, w, "s_raw")?;
+            for (c, slot) in slots.iter().enumerate() {
+                let x = kb.bits_f(raw[c], "")?;
+                let k = kb.add(n0, kb.i32c((w * chunk) as i64 + c as i64), "k")?;
+                let v = match &spec.score_mod {
+                    None => kb.fmul(x, kb.f32c(spec.scale_value() * LOG2E), "s_log2")?,
+                    Some(m) => {
+                        let score = kb.fmul(x, kb.f32c(spec.scale_value()), "score")?;
+                        let vars = ElemVars { score: Some(score), ..self.elem_vars(wt, row.hkv, row.q, k) };
+                        let modded = vexpr::gen(kb, spec, m, &vars, &self.va)?.float();
+                        kb.fmul(modded, kb.f32c(LOG2E), "s_log2")?
+                    }
+                };
+                kb.set(*slot, v)?;
+            }
+            kb.if_then(masked, "mask", |kb| {
+                for (c, slot) in slots.iter().enumerate() {
+                    let k = kb.add(n0, kb.i32c((w * chunk) as i64 + c as i64), "k")?;
+                    let mut allowed = kb.icmp(IntPredicate::SLT, k, self.seqlen_k, "k_in_bounds")?;
+                    if let Some(p) = spec.mask.to_predicate() {
+                        let m = vexpr::gen(kb, spec, &p, &self.elem_vars(wt, row.hkv, row.q, k), &self.va)?.int();
+                        allowed = kb.and(allowed, m, "allowed")?;
+                    }
+                    let v = kb.get_f(*slot, "")?;
+                    kb.set(*slot, kb.select_f(allowed, v, kb.f32c(f64::NEG_INFINITY), "s_masked")?)?;
+                }
+                Ok(())
+            })?;
+            let v: Vec<FloatValue<'ctx>> = slots.iter().map(|sl| kb.get_f(*sl, "s")).collect::<R<_>>()?;
+            let m = tree(kb, &v, |kb, a, b| kb.fmax(a, b, ""))?;
+            m_tile = kb.fmax(m_tile, m, "m_tile")?;
+            let bits: Vec<IntValue<'ctx>> = v.iter().map(|x| kb.f_bits(*x, "")).collect::<R<_>>()?;
+            kb.tmem_store(row.s_taddr, w * chunk, &bits)?;
+        }
+        kb.tmem_wait_st()?;
+        let (base, alpha) = self.row_base(kb, row, m_tile)?;
+        kb.section("softmax (streamed): exp2 per chunk, P over the columns already read")?;
+        self.exp_turn_begin(kb, row)?;
+        let e = emulated_per_row(spec);
+        let mut sums = Vec::new();
+        for chunk in 0..BLOCK_N / 32 {
+            let raw = kb.tmem_load(row.s_taddr, 32 * chunk, 32, 32, "s_log2")?;
+            let mut p = Vec::with_capacity(32);
+            for (c, x) in raw.iter().enumerate() {
+                let x = kb.fsub(kb.bits_f(*x, "")?, base, "")?;
+                let col = 32 * chunk + c as u32;
+                p.push(if is_emulated(col, e) { exp2_emulated(kb, x)? } else { kb.ex2(x, "p")? });
+            }
+            sums.push(tree(kb, &p, |kb, a, b| kb.fadd(a, b, ""))?);
+            let packed: Vec<IntValue<'ctx>> = p.chunks(2).map(|q| kb.pack_half2(spec.dtype, q[0], q[1], "p2")).collect::<R<_>>()?;
+            kb.tmem_store(row.s_taddr, row.p_off + 16 * chunk, &packed)?;
+        }
+        self.exp_turn_end(kb, row)?;
+        let sum = tree(kb, &sums, |kb, a, b| kb.fadd(a, b, ""))?;
+        self.finish_tile(kb, row, alpha, sum)
+    }
+
+    /// The exponent base of this tile (conditional rescaling: the base moves only when
+    /// some row of the warp grew by more than the threshold), the rescale factor alpha
+    /// handed to the correction warpgroup through shared memory.
+    fn row_base(&self, kb: &mut Kb<'ctx>, row: &SoftmaxRow<'ctx>, m_tile: FloatValue<'ctx>) -> R<(FloatValue<'ctx>, FloatValue<'ctx>)> {
+        let opts = self.spec.softmax;
+        kb.section("softmax: exponent base (warp-uniform rescale decision), alpha to correction")?;
+        let old = kb.get_f(row.row_max, "m_old")?;
+        let m_new = kb.fmax(old, m_tile, "m_new")?;
+        let chosen = if opts.rescale_threshold > 0.0 {
+            let grew = kb.fcmp(FloatPredicate::OGT, m_new, kb.fadd(old, kb.f32c(opts.rescale_threshold), "")?, "")?;
+            let was_empty = kb.fcmp(FloatPredicate::OEQ, old, kb.f32c(f64::NEG_INFINITY), "")?;
+            let now_finite = kb.fcmp(FloatPredicate::ONE, m_new, kb.f32c(f64::NEG_INFINITY), "")?;
+            let grew = kb.or(grew, kb.and(was_empty, now_finite, "")?, "")?;
+            let any = kb.vote_any(grew, "rescale_warp")?;
+            kb.select_f(any, m_new, old, "m_base")?
+        } else {
+            m_new
+        };
+        let is_inf = kb.fcmp(FloatPredicate::OEQ, chosen, kb.f32c(f64::NEG_INFINITY), "")?;
+        let base = kb.select_f(is_inf, kb.f32c(0.0), chosen, "m_safe")?;
+        let alpha = kb.ex2(kb.fsub(old, base, "")?, "alpha")?;
+        kb.set(row.row_max, chosen)?;
+        let a = self.alpha_addr(kb, row.stage, row.row)?;
+        kb.st_shared_f32(a, alpha)?;
+        kb.mbar_arrive(self.bar_stage(kb, Bar::Stats, row.stage)?)?;
+        Ok((base, alpha))
+    }
+
+    fn exp_turn_begin(&self, kb: &mut Kb<'ctx>, row: &SoftmaxRow<'ctx>) -> R<()> {
+        let mine = kb.add(row.stage, kb.i32c(BAR_EXP[0] as i64), "exp_bar")?;
+        kb.named_bar_sync_r(mine, 256)
+    }
+
+    fn exp_turn_end(&self, kb: &mut Kb<'ctx>, row: &SoftmaxRow<'ctx>) -> R<()> {
+        let other = kb.sub(kb.i32c(BAR_EXP[1] as i64), row.stage, "exp_bar_other")?;
+        kb.named_bar_arrive_r(other, 256)
+    }
+
+    /// P is written: make it visible to the MMA warp, update the row sum.
+    fn finish_tile(&self, kb: &mut Kb<'ctx>, row: &SoftmaxRow<'ctx>, alpha: FloatValue<'ctx>, sum: FloatValue<'ctx>) -> R<()> {
+        kb.tmem_wait_st()?;
+        kb.tcgen05_fence_before()?;
+        kb.mbar_arrive(self.bar_stage(kb, Bar::PFull, row.stage)?)?;
+        let l = kb.get_f(row.row_sum, "")?;
+        kb.set(row.row_sum, kb.fma(l, alpha, sum, "row_sum")?)
+    }
+
+    fn alpha_addr(&self, kb: &Kb<'ctx>, stage: IntValue<'ctx>, row: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+        let off = kb.add(kb.mul(stage, kb.i32c((BLOCK_M * 4) as i64), "")?, kb.mul(row, kb.i32c(4), "")?, "")?;
+        kb.add(self.smem, kb.add(kb.i32c(self.cfg.smem().alpha as i64), off, "")?, "alpha_addr")
+    }
+
+    fn stats_addr(&self, kb: &Kb<'ctx>, stats: u32, stage: IntValue<'ctx>, row: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+        let off = kb.add(kb.mul(stage, kb.i32c((BLOCK_M * 8) as i64), "")?, kb.mul(row, kb.i32c(8), "")?, "")?;
+        kb.add(self.smem, kb.add(kb.i32c(stats as i64), off, "")?, "stats_addr")
+    }
+
+    // ------------------------------------------------------------ correction + epilogue
+
+    fn correction(&self, kb: &mut Kb<'ctx>) -> R<()> {
+        kb.section("role: correction warpgroup (rescale O in TMEM, final normalization, store O and LSE)")?;
+        let t = self.cfg.tmem();
+        let row = kb.and(self.tid, kb.i32c(127), "row")?;
+        let lane_addr = self.tmem_lane_addr(kb)?;
+        let st_cnt = kb.slot_i32("corr_stats_count", kb.i32c(0))?;
+        let o_cnt = kb.slot_i32("corr_o_count", kb.i32c(0))?;
+        let f_cnt = kb.slot_i32("corr_final_count", kb.i32c(0))?;
+        let dv = self.spec.head_dim_v;
+        self.persistent(kb, |kb, wt| {
+            let n = self.count_kv_tiles(kb, &wt)?;
+            self.for_n(kb, n, |kb, idx| {
+                let sc = kb.get_i(st_cnt, "")?;
+                let par = self.parity(kb, sc)?;
+                for i in 0..2usize {
+                    kb.mbar_wait(self.bar(kb, Bar::Stats(i as u32))?, par)?;
+                    kb.tcgen05_fence_after()?;
+                    let alpha = kb.ld_shared_f32(self.alpha_addr(kb, kb.i32c(i as i64), row)?, "alpha")?;
+                    let not_first = kb.icmp(IntPredicate::SGT, idx, kb.i32c(0), "")?;
+                    kb.if_then(not_first, "correct", |kb| {
+                        let moved = kb.fcmp(FloatPredicate::UNE, alpha, kb.f32c(1.0), "")?;
+                        let any = kb.vote_any(moved, "rescale_o")?;
+                        kb.if_then(any, "rescale_o", |kb| {
+                            kb.section("correction: O_i *= alpha (tcgen05.ld/st)")?;
+                            for c in (0..dv).step_by(32) {
+                                let o = kb.tmem_load(lane_addr, t.o[i] + c, 32, 32, "o")?;
+                                let scaled: Vec<IntValue<'ctx>> = o
+                                    .iter()
+                                    .map(|x| kb.f_bits(kb.fmul(kb.bits_f(*x, "")?, alpha, "")?, ""))
+                                    .collect::<R<_>>()?;
+                                kb.tmem_store(lane_addr, t.o[i] + c, &scaled)?;
+                            }
+                            kb.tmem_wait_st()
+                        })
+                    })?;
+                    kb.tcgen05_fence_before()?;
+                    kb.mbar_arrive(self.bar(kb, Bar::PFull(i as u32))?)?;
+                }
+                kb.set(st_cnt, kb.add(sc, kb.i32c(1), "")?)
+            })?;
+            self.epilogue(kb, &wt, n, row, lane_addr, o_cnt, f_cnt)
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn epilogue(
+        &self,
+        kb: &mut Kb<'ctx>,
+        wt: &WorkTile<'ctx>,
+        n: IntValue<'ctx>,
+        row: IntValue<'ctx>,
+        lane_addr: IntValue<'ctx>,
+        o_cnt: Slot<'ctx>,
+        f_cnt: Slot<'ctx>,
+    ) -> R<()> {
+        let spec = self.spec;
+        let t = self.cfg.tmem();
+        let layout = self.cfg.smem();
+        let dv = spec.head_dim_v;
+        kb.section("epilogue: O /= l, store O (and LSE)")?;
+        let fc = kb.get_i(f_cnt, "")?;
+        let fpar = self.parity(kb, fc)?;
+        let oc = kb.get_i(o_cnt, "")?;
+        let opar = self.parity(kb, oc)?;
+        let any = kb.icmp(IntPredicate::SGT, n, kb.i32c(0), "any_tile")?;
+        let row0 = kb.mul(wt.m, kb.i32c(TILE_ROWS as i64), "")?;
+        let o_base = self.arg("o")?;
+        let (sb, sr, sh) = (self.arg("o_stride_batch")?, self.arg("o_stride_row")?, self.arg("o_stride_head")?);
+        for i in 0..2u32 {
+            kb.mbar_wait(self.bar(kb, Bar::FinalFull(i))?, fpar)?;
+            let addr = self.stats_addr(kb, layout.stats, kb.i32c(i as i64), row)?;
+            let l = kb.ld_shared_f32(addr, "l")?;
+            let m = kb.ld_shared_f32(kb.add(addr, kb.i32c(4), "")?, "m_final")?;
+            kb.mbar_arrive(self.bar(kb, Bar::FinalEmpty(i))?)?;
+            let q = kb.add(row0, kb.i32c((i * BLOCK_M) as i64), "")?;
+            let q = kb.add(q, row, "q")?;
+            let valid = kb.icmp(IntPredicate::SLT, q, self.seqlen_q, "row_valid")?;
+            let (o_scale, lse) = self.final_scale(kb, wt, l, m)?;
+            let off = kb.add(
+                kb.add(kb.mul(kb.sext64(wt.b, "")?, sb, "")?, kb.mul(kb.sext64(q, "")?, sr, "")?, "")?,
+                kb.mul(kb.sext64(wt.h, "")?, sh, "")?,
+                "",
+            )?;
+            let row_addr = kb.add(o_base, kb.mul(off, kb.i64c(2), "")?, "o_row")?;
+            kb.if_else(
+                any,
+                "o_final",
+                |kb| {
+                    kb.mbar_wait(self.bar(kb, Bar::OFull(i))?, opar)?;
+                    kb.tcgen05_fence_after()?;
+                    for c in (0..dv).step_by(32) {
+                        let o = kb.tmem_load(lane_addr, t.o[i as usize] + c, 32, 32, "o")?;
+                        kb.if_then(valid, "store_o", |kb| {
+                            let x: Vec<FloatValue<'ctx>> =
+                                o.iter().map(|v| kb.fmul(kb.bits_f(*v, "")?, o_scale, "")).collect::<R<_>>()?;
+                            let packed: Vec<IntValue<'ctx>> =
+                                x.chunks(2).map(|p| kb.pack_half2(spec.dtype, p[0], p[1], "o2")).collect::<R<_>>()?;
+                            for (k, quad) in packed.chunks(4).enumerate() {
+                                let a = kb.add(row_addr, kb.i64c((c as i64 + 8 * k as i64) * 2), "")?;
+                                kb.st_global_v4_b32(a, [quad[0], quad[1], quad[2], quad[3]])?;
+                            }
+                            Ok(())
+                        })?;
+                    }
+                    Ok(())
+                },
+                |kb| {
+                    kb.if_then(valid, "store_zero", |kb| {
+                        let z = kb.i32c(0);
+                        for k in 0..dv / 8 {
+                            let a = kb.add(row_addr, kb.i64c(16 * k as i64), "")?;
+                            kb.st_global_v4_b32(a, [z, z, z, z])?;
+                        }
+                        Ok(())
+                    })
+                },
+            )?;
+            if spec.lse {
+                kb.if_then(valid, "store_lse", |kb| {
+                    let lse_base = self.arg("lse")?;
+                    let off = kb.add(
+                        kb.add(
+                            kb.mul(kb.sext64(wt.b, "")?, self.arg("lse_stride_batch")?, "")?,
+                            kb.mul(kb.sext64(wt.h, "")?, self.arg("lse_stride_head")?, "")?,
+                            "",
+                        )?,
+                        kb.sext64(q, "")?,
+                        "lse_off",
+                    )?;
+                    kb.st_global_f32(kb.add(lse_base, kb.mul(off, kb.i64c(4), "")?, "")?, lse)
+                })?;
+            }
+        }
+        kb.set(f_cnt, kb.add(fc, kb.i32c(1), "")?)?;
+        let oc_next = kb.add(oc, kb.zext32(any, "")?, "")?;
+        kb.set(o_cnt, oc_next)?;
+        kb.tcgen05_fence_before()
+    }
+
+    /// (scale for O, natural-log LSE) from the row sum and the log2 base, with the sink
+    /// logit joining the denominator when the spec has sinks (as the portable family).
+    fn final_scale(
+        &self,
+        kb: &mut Kb<'ctx>,
+        wt: &WorkTile<'ctx>,
+        l: FloatValue<'ctx>,
+        m: FloatValue<'ctx>,
+    ) -> R<(FloatValue<'ctx>, FloatValue<'ctx>)> {
+        let m_inf = kb.fcmp(FloatPredicate::OEQ, m, kb.f32c(f64::NEG_INFINITY), "")?;
+        let m_safe = kb.select_f(m_inf, kb.f32c(0.0), m, "")?;
+        let (denom, weight, m_log2) = if self.spec.sinks {
+            let sinks = self.arg("sinks")?;
+            let addr = kb.add(sinks, kb.mul(kb.sext64(wt.h, "")?, kb.i64c(4), "")?, "")?;
+            let sink = kb.ld_global_f32(addr, "sink")?;
+            let sink2 = kb.fmul(sink, kb.f32c(LOG2E), "sink_log2")?;
+            let m2 = kb.fmax(m_safe, sink2, "")?;
+            let m2 = kb.select_f(m_inf, sink2, m2, "")?;
+            let m2_inf = kb.fcmp(FloatPredicate::OEQ, m2, kb.f32c(f64::NEG_INFINITY), "")?;
+            let m2s = kb.select_f(m2_inf, kb.f32c(0.0), m2, "")?;
+            let w = kb.ex2(kb.fsub(m_safe, m2s, "")?, "")?;
+            let w = kb.select_f(m_inf, kb.f32c(0.0), w, "")?;
+            let denom = kb.fma(l, w, kb.ex2(kb.fsub(sink2, m2s, "")?, "")?, "denom")?;
+            (denom, w, m2s)
+        } else {
+            (l, kb.f32c(1.0), m_safe)
+        };
+        let empty = kb.fcmp(FloatPredicate::OEQ, denom, kb.f32c(0.0), "")?;
+        let safe = kb.select_f(empty, kb.f32c(1.0), denom, "")?;
+        let inv = kb.fdiv(weight, safe, "")?;
+        let o_scale = kb.select_f(empty, kb.f32c(0.0), inv, "o_scale")?;
+        let lse2 = kb.fadd(m_log2, kb.lg2(safe, "")?, "")?;
+        let lse = kb.fmul(lse2, kb.f32c(LN2), "")?;
+        let lse = kb.select_f(empty, kb.f32c(f64::NEG_INFINITY), lse, "lse")?;
+        Ok((o_scale, lse))
+    }
+}
+
+/// What the softmax needs about its row.
+struct SoftmaxRow<'ctx> {
+    stage: IntValue<'ctx>,
+    /// Row within the Q tile (= TMEM lane).
+    row: IntValue<'ctx>,
+    q: IntValue<'ctx>,
+    hkv: IntValue<'ctx>,
+    s_taddr: IntValue<'ctx>,
+    p_off: u32,
+    row_max: Slot<'ctx>,
+    row_sum: Slot<'ctx>,
+}
+
+/// Pairwise reduction (short dependency chains).
+fn tree<'ctx>(
+    kb: &Kb<'ctx>,
+    v: &[FloatValue<'ctx>],
+    f: impl Fn(&Kb<'ctx>, FloatValue<'ctx>, FloatValue<'ctx>) -> R<FloatValue<'ctx>>,
+) -> R<FloatValue<'ctx>> {
+    let mut level = v.to_vec();
+    while level.len() > 1 {
+        let mut next = Vec::with_capacity(level.len().div_ceil(2));
+        for p in level.chunks(2) {
+            next.push(if p.len() == 2 { f(kb, p[0], p[1])? } else { p[0] });
+        }
+        level = next;
+    }
+    Ok(level[0])
+}

@@ -1,0 +1,129 @@
+//! Persistent tile scheduling. The grid has `min(SMs, tiles)` CTAs; CTA c processes
+//! work tiles c, c + gridDim.x, ... Each work tile is (m block of 256 query rows, head,
+//! batch entry). Every role of the CTA evaluates the same mapping, so they agree on the
+//! tile without communicating.
+//!
+//! - Plain order (no causal mask): m fastest, then head, then batch — CTAs running at the
+//!   same time share a head's K/V in L2.
+//! - LPT order (causal): longest-processing-time first. Heads are cut into sections
+//!   whose K and V fit in [`L2_SECTION_BYTES`]; within a section the m blocks run from
+//!   the last (most keys under a causal mask) to the first, each m block for all heads of
+//!   the section before the next. Static striding over that order approximates LPT
+//!   list scheduling.
+
+use crate::llvm::kb::{Kb, R};
+use inkwell::values::IntValue;
+
+/// K+V bytes of a section of heads that should stay in L2 together (FlashAttention's
+/// scheduler uses the same 32 MiB; B200 has 126 MB of L2).
+pub const L2_SECTION_BYTES: i64 = 32 << 20;
+
+/// Query rows per work tile (two Q tiles of 128).
+pub const TILE_ROWS: u32 = 256;
+
+/// Heads per LPT section for a launch (`max(1, min(heads, L2 / (seqlen_k·(d_qk+d_v)·2)))`).
+pub fn section_heads(seqlen_k: i64, d_qk: u32, d_v: u32, heads: u32) -> u32 {
+    let per_head = (seqlen_k.max(1)) * (d_qk + d_v) as i64 * 2;
+    (L2_SECTION_BYTES / per_head).clamp(1, heads.max(1) as i64) as u32
+}
+
+/// CPU model of the mapping: work tile `t` → (m block, head, batch).
+pub fn tile_coords(t: u32, num_m: u32, heads: u32, lpt: bool, section: u32) -> (u32, u32, u32) {
+    let per_b = num_m * heads;
+    let (b, r) = (t / per_b, t % per_b);
+    if lpt {
+        let sec_size = section * num_m;
+        let (sec, within) = (r / sec_size, r % sec_size);
+        let h0 = sec * section;
+        let nh = section.min(heads - h0);
+        let (m_rev, h) = (within / nh, h0 + within % nh);
+        (num_m - 1 - m_rev, h, b)
+    } else {
+        (r % num_m, r / num_m, b)
+    }
+}
+
+/// The work tile of one persistent iteration.
+#[derive(Clone, Copy)]
+pub struct WorkTile<'ctx> {
+    pub m: IntValue<'ctx>,
+    pub h: IntValue<'ctx>,
+    pub b: IntValue<'ctx>,
+}
+
+/// Emits [`tile_coords`]; `section` is the runtime section size in heads (LPT only).
+pub fn emit_tile_coords<'ctx>(
+    kb: &Kb<'ctx>,
+    t: IntValue<'ctx>,
+    num_m: IntValue<'ctx>,
+    heads: u32,
+    lpt: bool,
+    section: IntValue<'ctx>,
+) -> R<WorkTile<'ctx>> {
+    let hc = kb.i32c(heads as i64);
+    let per_b = kb.mul(num_m, hc, "tiles_per_batch")?;
+    let b = kb.udiv(t, per_b, "tile_b")?;
+    let r = kb.urem(t, per_b, "")?;
+    if lpt {
+        let sec_size = kb.mul(section, num_m, "")?;
+        let sec = kb.udiv(r, sec_size, "")?;
+        let within = kb.urem(r, sec_size, "")?;
+        let h0 = kb.mul(sec, section, "")?;
+        let nh = kb.smin(section, kb.sub(hc, h0, "")?, "")?;
+        let m_rev = kb.udiv(within, nh, "")?;
+        let h = kb.add(h0, kb.urem(within, nh, "")?, "tile_h")?;
+        let m = kb.sub(kb.sub(num_m, kb.i32c(1), "")?, m_rev, "tile_m")?;
+        Ok(WorkTile { m, h, b })
+    } else {
+        let m = kb.urem(r, num_m, "tile_m")?;
+        let h = kb.udiv(r, num_m, "tile_h")?;
+        Ok(WorkTile { m, h, b })
+    }
+}
+
+/// Emits [`section_heads`] from the runtime seqlen_k.
+pub fn emit_section_heads<'ctx>(kb: &Kb<'ctx>, seqlen_k: IntValue<'ctx>, d_qk: u32, d_v: u32, heads: u32) -> R<IntValue<'ctx>> {
+    let sk = kb.smax(kb.sext64(seqlen_k, "")?, kb.i64c(1), "")?;
+    let per_head = kb.mul(sk, kb.i64c((d_qk + d_v) as i64 * 2), "")?;
+    let n = kb.b.build_int_unsigned_div(kb.i64c(L2_SECTION_BYTES), per_head, "")?;
+    let n = kb.smin(kb.smax(n, kb.i64c(1), "")?, kb.i64c(heads.max(1) as i64), "")?;
+    kb.trunc32(n, "section_heads")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every tile exactly once, for both orders.
+    #[test]
+    fn mappings_are_bijections() {
+        for (num_m, heads, batch) in [(1, 1, 1), (3, 5, 2), (8, 32, 1), (7, 12, 3)] {
+            for lpt in [false, true] {
+                for section in [1, 2, 4, 32] {
+                    let mut seen = std::collections::HashSet::new();
+                    for t in 0..num_m * heads * batch {
+                        let c = tile_coords(t, num_m, heads, lpt, section.min(heads));
+                        assert!(c.0 < num_m && c.1 < heads && c.2 < batch, "{c:?}");
+                        assert!(seen.insert(c), "{c:?} twice");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn lpt_runs_the_longest_m_blocks_first_within_a_section() {
+        // 4 m blocks, 4 heads, sections of 2 heads.
+        let order: Vec<_> = (0..16).map(|t| tile_coords(t, 4, 4, true, 2)).collect();
+        assert_eq!(&order[..4], &[(3, 0, 0), (3, 1, 0), (2, 0, 0), (2, 1, 0)]);
+        assert_eq!(order[8], (3, 2, 0));
+    }
+
+    #[test]
+    fn section_size_follows_l2() {
+        // 8k keys, d 128: 8192·256·2 = 4 MiB per head → 8 heads per 32 MiB.
+        assert_eq!(section_heads(8192, 128, 128, 32), 8);
+        assert_eq!(section_heads(1 << 20, 128, 128, 32), 1);
+        assert_eq!(section_heads(16, 64, 64, 4), 4);
+    }
+}

@@ -1,0 +1,120 @@
+//! Family-level tests: PTX content, ptxas resources (sm_100a) and SASS.
+
+use super::*;
+use attnc_ir::Align;
+
+fn variants() -> Vec<Spec> {
+    let mut v = Vec::new();
+    v.push(Spec::new("mha", 128, 4));
+    let mut c = Spec::new("causal", 128, 8);
+    c.kv_heads = 2;
+    c.mask.causal = Some(Align::TopLeft);
+    c.lse = true;
+    c.softmax.exp2_emulation = 0.25;
+    c.softmax.rescale_threshold = 8.0;
+    v.push(c);
+    let mut f = Spec::new("vit", 64, 4);
+    f.dtype = attnc_ir::DType::Fp16;
+    f.sinks = true;
+    v.push(f);
+    v
+}
+
+#[test]
+fn ptx_has_the_pipeline_instructions() {
+    for spec in variants() {
+        let m = compile(&spec, Arch::Sm100a).unwrap_or_else(|e| panic!("{}: {e}", spec.name));
+        assert!(m.ptx.is_ascii());
+        for needle in [
+            "tcgen05.mma.cta_group::1.kind::f16",
+            "tcgen05.commit.cta_group::1.mbarrier::arrive::one",
+            "tcgen05.ld.sync.aligned.32x32b.x32.b32",
+            "tcgen05.st.sync.aligned.32x32b.x32.b32",
+            "tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32",
+            "tcgen05.dealloc.cta_group::1.sync.aligned.b32",
+            "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes",
+            "setmaxnreg.inc.sync.aligned.u32 192",
+            "setmaxnreg.dec.sync.aligned.u32 80",
+            "setmaxnreg.dec.sync.aligned.u32 48",
+            ".maxntid 512",
+            ".param .align 64 .b8 ",
+        ] {
+            assert!(m.ptx.contains(needle), "{}: no `{needle}`", spec.name);
+        }
+    }
+}
+
+#[test]
+fn unsupported_variants_say_why() {
+    let mut s = Spec::new("x", 128, 8);
+    assert_eq!(kernel_unsupported_reason(&s, Arch::Sm100a), None);
+    assert!(unsupported_reason(&s, Arch::Sm90a).is_some());
+    s.split_kv = SplitKv::Fixed(2);
+    assert!(unsupported_reason(&s, Arch::Sm100a).unwrap().contains("split"));
+    let mut p = Spec::new("x", 128, 8);
+    p.kv_layout = KvLayout::Paged { page_size: 16 };
+    assert!(unsupported_reason(&p, Arch::Sm100a).unwrap().contains("paged"));
+}
+
+/// Dumps each variant's PTX to $ATTNC_DUMP_DIR (dev aid).
+#[test]
+fn dump_ptx_when_asked() {
+    let Some(dir) = std::env::var_os("ATTNC_DUMP_DIR") else { return };
+    let mut specs = variants();
+    specs.extend(accepted_examples());
+    for spec in specs {
+        let mut cfg = Config::for_spec(&spec).expect("cfg");
+        if let Ok(r) = std::env::var("ATTNC_BW_REGS") {
+            let v: Vec<u32> = r.split(',').map(|x| x.parse().expect("number")).collect();
+            cfg.regs = config::RegBudget { softmax: v[0], correction: v[1], other: v[2] };
+        }
+        let m = build_module(&spec, Arch::Sm100a, &cfg).expect("compiles");
+        std::fs::write(std::path::Path::new(&dir).join(format!("{}.ptx", spec.name)), &m.ptx).expect("write");
+    }
+}
+
+/// The dsl-examples/ this family accepts, parsed.
+pub(super) fn accepted_examples() -> Vec<Spec> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../dsl-examples");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("dsl-examples")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "attn"))
+        .collect();
+    files.sort();
+    files
+        .iter()
+        .map(|p| attnc_dsl::parse_file(p).unwrap_or_else(|d| panic!("{}: {d}", p.display())))
+        .filter(|s| kernel_unsupported_reason(s, Arch::Sm100a).is_none())
+        .collect()
+}
+
+/// Dev aid: ptxas spills per register split ($ATTNC_BW_SWEEP=1).
+#[test]
+fn sweep_register_budgets_when_asked() {
+    if std::env::var_os("ATTNC_BW_SWEEP").is_none() {
+        return;
+    }
+    let mut specs = variants();
+    specs.extend(accepted_examples());
+    let only = std::env::var("ATTNC_BW_ONLY").unwrap_or_default();
+    let budgets: Vec<(u32, u32, u32)> = match std::env::var("ATTNC_BW_BUDGETS") {
+        Ok(b) => b
+            .split(';')
+            .map(|t| {
+                let v: Vec<u32> = t.split(',').map(|x| x.parse().expect("n")).collect();
+                (v[0], v[1], v[2])
+            })
+            .collect(),
+        Err(_) => vec![(192, 80, 48), (184, 80, 64), (176, 96, 64), (168, 112, 64), (176, 80, 80)],
+    };
+    for spec in specs.into_iter().filter(|s| only.is_empty() || only.split(',').any(|o| o == s.name)) {
+        for &(s, c, o) in &budgets {
+            let mut cfg = Config::for_spec(&spec).expect("cfg");
+            cfg.regs = config::RegBudget { softmax: s, correction: c, other: o };
+            let m = build_module(&spec, Arch::Sm100a, &cfg).expect("compiles");
+            let r = crate::ptxas::assemble(&m.ptx, Arch::Sm100a).expect("assembles");
+            eprintln!("{} {s}/{c}/{o}: spill {} regs {}", spec.name, r.total_spill_bytes(), r.kernels[0].registers);
+        }
+    }
+}
