@@ -28,7 +28,10 @@ fn examples() -> Vec<PathBuf> {
 
 fn cold_compile(c: &mut Criterion) {
     let arch = Arch::Sm90a;
-    let opts = CompileOptions { arch, family: FamilyChoice::Auto };
+    let opts = CompileOptions {
+        arch,
+        family: FamilyChoice::Auto,
+    };
     let mut group = c.benchmark_group(format!("cold_dsl_to_ptx/{arch}"));
     // One compile is ~50-150 ms on 2 cores: flat sampling, 10 samples, a short window.
     group
@@ -37,7 +40,10 @@ fn cold_compile(c: &mut Criterion) {
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(3));
     for path in examples() {
-        let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
             Err(e) => {

@@ -13,7 +13,10 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-const CHOICES: [FamilyChoice; 2] = [FamilyChoice::Auto, FamilyChoice::Exactly(FamilyKind::Portable)];
+const CHOICES: [FamilyChoice; 2] = [
+    FamilyChoice::Auto,
+    FamilyChoice::Exactly(FamilyKind::Portable),
+];
 
 fn examples_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../dsl-examples")
@@ -35,7 +38,9 @@ fn example_files() -> Vec<PathBuf> {
 }
 
 fn stem(p: &std::path::Path) -> String {
-    p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
+    p.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 fn choice_name(c: FamilyChoice) -> String {
@@ -77,9 +82,17 @@ fn compiled() -> &'static Vec<Compiled> {
             let Ok(spec) = spec else { continue };
             for arch in Arch::ALL {
                 for choice in CHOICES {
-                    let opts = CompileOptions { arch, family: choice };
+                    let opts = CompileOptions {
+                        arch,
+                        family: choice,
+                    };
                     let result = attnc::compile(spec, &opts).map_err(|e| e.to_string());
-                    out.push(Compiled { example: name.clone(), arch, choice, result });
+                    out.push(Compiled {
+                        example: name.clone(),
+                        arch,
+                        choice,
+                        result,
+                    });
                 }
             }
         }
@@ -93,7 +106,11 @@ fn every_example_parses() {
         .iter()
         .filter_map(|(name, r)| r.as_ref().err().map(|e| format!("{name}.attn:\n{e}")))
         .collect();
-    assert!(failures.is_empty(), "examples that do not parse:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "examples that do not parse:\n{}",
+        failures.join("\n")
+    );
 }
 
 /// Structural checks of a module that need no ptxas.
@@ -108,7 +125,9 @@ fn module_problems(c: &Compiled, m: &CompiledModule) -> Vec<String> {
             p.push(format!("{what}: asked for {f}, got {}", m.family));
         }
         if m.fallback_reason.is_some() {
-            p.push(format!("{what}: explicit family but a fallback reason is set"));
+            p.push(format!(
+                "{what}: explicit family but a fallback reason is set"
+            ));
         }
     }
     if m.kernels.is_empty() {
@@ -120,10 +139,16 @@ fn module_problems(c: &Compiled, m: &CompiledModule) -> Vec<String> {
     }
     for k in &m.kernels {
         if !m.ptx.contains(&format!(".entry {}", k.name)) {
-            p.push(format!("{what}: kernel {} has no .entry in the PTX", k.name));
+            p.push(format!(
+                "{what}: kernel {} has no .entry in the PTX",
+                k.name
+            ));
         }
         if k.threads_per_block == 0 || k.threads_per_block > 1024 || k.threads_per_block % 32 != 0 {
-            p.push(format!("{what}: kernel {} has {} threads per block", k.name, k.threads_per_block));
+            p.push(format!(
+                "{what}: kernel {} has {} threads per block",
+                k.name, k.threads_per_block
+            ));
         }
         if k.dynamic_smem_bytes > c.arch.max_smem_per_block() {
             p.push(format!(
@@ -146,7 +171,12 @@ fn every_example_compiles_for_every_arch() {
     for c in compiled() {
         match &c.result {
             Ok(m) => failures.extend(module_problems(c, m)),
-            Err(e) => failures.push(format!("{} [{} {}]: {e}", c.example, c.arch, choice_name(c.choice))),
+            Err(e) => failures.push(format!(
+                "{} [{} {}]: {e}",
+                c.example,
+                c.arch,
+                choice_name(c.choice)
+            )),
         }
     }
     let total = compiled().len();
@@ -205,7 +235,10 @@ fn assemble_one(c: &Compiled, m: &CompiledModule, ptxas_path: &std::path::Path) 
     }
     for info in &m.kernels {
         match report.kernel(&info.name) {
-            None => a.problems.push(format!("{label}: ptxas did not report kernel {}", info.name)),
+            None => a.problems.push(format!(
+                "{label}: ptxas did not report kernel {}",
+                info.name
+            )),
             Some(k) => {
                 let smem = k.smem_bytes + info.dynamic_smem_bytes as u64;
                 if smem > c.arch.max_smem_per_block() as u64 {
@@ -232,13 +265,17 @@ fn assemble_one(c: &Compiled, m: &CompiledModule, ptxas_path: &std::path::Path) 
             let ops = ptxas::sass_opcode_counts(&sass);
             for op in promised_sass(m.family) {
                 if !ops.contains_key(*op) {
-                    a.problems.push(format!("{label}: the {} family promises {op}, the SASS has none", m.family));
+                    a.problems.push(format!(
+                        "{label}: the {} family promises {op}, the SASS has none",
+                        m.family
+                    ));
                 }
             }
         }
         Err(e) if e.is_not_found() => {
             if std::env::var_os("CI").is_some() {
-                a.problems.push(format!("{label}: CI must have nvdisasm or cuobjdump: {e}"));
+                a.problems
+                    .push(format!("{label}: CI must have nvdisasm or cuobjdump: {e}"));
             }
         }
         Err(e) => a.problems.push(format!("{label}: disassembly failed: {e}")),
@@ -254,7 +291,9 @@ fn every_example_assembles_without_spills() {
             if std::env::var_os("CI").is_some() {
                 panic!("CI is set but ptxas is missing: {e}");
             }
-            say(&format!("SKIPPED every_example_assembles_without_spills: {e}\n"));
+            say(&format!(
+                "SKIPPED every_example_assembles_without_spills: {e}\n"
+            ));
             return;
         }
     };
@@ -262,14 +301,20 @@ fn every_example_assembles_without_spills() {
     let mut jobs: Vec<(&Compiled, &CompiledModule)> = Vec::new();
     for c in compiled() {
         if let Ok(m) = &c.result {
-            if !jobs.iter().any(|(j, jm)| j.arch == c.arch && jm.ptx == m.ptx) {
+            if !jobs
+                .iter()
+                .any(|(j, jm)| j.arch == c.arch && jm.ptx == m.ptx)
+            {
                 jobs.push((c, m));
             }
         }
     }
     assert!(!jobs.is_empty(), "nothing compiled, nothing to assemble");
 
-    let workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).min(8);
+    let workers = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2)
+        .min(8);
     let next = std::sync::atomic::AtomicUsize::new(0);
     let results: std::sync::Mutex<Vec<(usize, Assembled)>> = std::sync::Mutex::new(Vec::new());
     std::thread::scope(|s| {
@@ -310,5 +355,10 @@ fn every_example_assembles_without_spills() {
     }
     say(&table);
     assert_eq!(results.len(), jobs.len(), "an assembly worker died");
-    assert!(problems.is_empty(), "{} problems:\n{}", problems.len(), problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "{} problems:\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
 }

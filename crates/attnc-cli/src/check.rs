@@ -26,7 +26,12 @@ struct Row {
     status: String,
 }
 
-pub fn run(files: &[PathBuf], archs: &[Arch], family: FamilyChoice, verbose: bool) -> Result<(), Reported> {
+pub fn run(
+    files: &[PathBuf],
+    archs: &[Arch],
+    family: FamilyChoice,
+    verbose: bool,
+) -> Result<(), Reported> {
     // Fail fast, with the install hint, when ptxas is missing.
     let ptxas_path = match ptxas::find_ptxas() {
         Ok(p) => p,
@@ -47,7 +52,10 @@ pub fn run(files: &[PathBuf], archs: &[Arch], family: FamilyChoice, verbose: boo
             problems.push(format!("{}: does not parse", file.display()));
             continue;
         };
-        let fname = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| file.display().to_string());
+        let fname = file
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| file.display().to_string());
         for &arch in archs {
             let opts = CompileOptions { arch, family };
             let module = match attnc::compile(&spec, &opts) {
@@ -73,7 +81,10 @@ pub fn run(files: &[PathBuf], archs: &[Arch], family: FamilyChoice, verbose: boo
                 for w in &report.warnings {
                     eprintln!("{fname} [{arch}]: {w}");
                 }
-                eprintln!("---- ptxas -v, {fname} [{arch}] ----\n{}", report.log.trim_end());
+                eprintln!(
+                    "---- ptxas -v, {fname} [{arch}] ----\n{}",
+                    report.log.trim_end()
+                );
             }
             for f in &report.functions {
                 if f.spill_bytes() > 0 {
@@ -106,7 +117,8 @@ pub fn run(files: &[PathBuf], archs: &[Arch], family: FamilyChoice, verbose: boo
                     ));
                 }
                 if let Some(t) = threads {
-                    let regs = (k.registers as u64).div_ceil(REG_GRANULE_PER_THREAD) * REG_GRANULE_PER_THREAD;
+                    let regs = (k.registers as u64).div_ceil(REG_GRANULE_PER_THREAD)
+                        * REG_GRANULE_PER_THREAD;
                     if regs * t as u64 > REGISTER_FILE {
                         status.push("REGS".into());
                         problems.push(format!(
@@ -133,12 +145,19 @@ pub fn run(files: &[PathBuf], archs: &[Arch], family: FamilyChoice, verbose: boo
                     static_smem: k.smem_bytes,
                     dynamic_smem,
                     stack: k.stack_frame_bytes,
-                    status: if status.is_empty() { "ok".into() } else { status.join(",") },
+                    status: if status.is_empty() {
+                        "ok".into()
+                    } else {
+                        status.join(",")
+                    },
                 });
             }
             for info in &module.kernels {
                 if report.kernel(&info.name).is_none() {
-                    problems.push(format!("{fname} [{arch}]: kernel {} is missing from the PTX", info.name));
+                    problems.push(format!(
+                        "{fname} [{arch}]: kernel {} is missing from the PTX",
+                        info.name
+                    ));
                 }
             }
         }
@@ -158,7 +177,19 @@ pub fn run(files: &[PathBuf], archs: &[Arch], family: FamilyChoice, verbose: boo
 }
 
 fn table(rows: &[Row]) -> String {
-    let header = ["file", "arch", "family", "kernel", "threads", "regs", "spill B", "smem B", "dyn smem B", "stack B", "status"];
+    let header = [
+        "file",
+        "arch",
+        "family",
+        "kernel",
+        "threads",
+        "regs",
+        "spill B",
+        "smem B",
+        "dyn smem B",
+        "stack B",
+        "status",
+    ];
     let cells: Vec<[String; 11]> = rows
         .iter()
         .map(|r| {
@@ -167,11 +198,15 @@ fn table(rows: &[Row]) -> String {
                 r.arch.to_string(),
                 r.family.clone(),
                 r.kernel.clone(),
-                r.threads.map(|t| t.to_string()).unwrap_or_else(|| "-".into()),
+                r.threads
+                    .map(|t| t.to_string())
+                    .unwrap_or_else(|| "-".into()),
                 r.registers.to_string(),
                 r.spill_bytes.to_string(),
                 r.static_smem.to_string(),
-                r.dynamic_smem.map(|t| t.to_string()).unwrap_or_else(|| "-".into()),
+                r.dynamic_smem
+                    .map(|t| t.to_string())
+                    .unwrap_or_else(|| "-".into()),
                 r.stack.to_string(),
                 r.status.clone(),
             ]
@@ -184,7 +219,9 @@ fn table(rows: &[Row]) -> String {
         }
     }
     // Text columns left-aligned, numbers right-aligned.
-    let numeric = [false, false, false, false, true, true, true, true, true, true, false];
+    let numeric = [
+        false, false, false, false, true, true, true, true, true, true, false,
+    ];
     let fmt_row = |row: &[String]| -> String {
         let mut line = String::new();
         for (i, c) in row.iter().enumerate() {

@@ -125,7 +125,9 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Dump(args) => dump(&args),
-        Command::Check(args) => check::run(&args.files, &args.arch.archs(), args.family, args.verbose),
+        Command::Check(args) => {
+            check::run(&args.files, &args.arch.archs(), args.family, args.verbose)
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -144,7 +146,10 @@ pub fn load(path: &Path) -> Result<attnc::Spec, Reported> {
 
 fn dump(args: &DumpArgs) -> Result<(), Reported> {
     let spec = load(&args.file)?;
-    let opts = CompileOptions { arch: args.arch, family: args.family };
+    let opts = CompileOptions {
+        arch: args.arch,
+        family: args.family,
+    };
     let compiled = attnc::compile(&spec, &opts);
     let text = match args.emit {
         Emit::Ir => {
