@@ -2,10 +2,14 @@
 //!
 //! - `attnc dump FILE.attn --arch sm_90a [--family auto] [--emit ir|llvm|ptx]`
 //! - `attnc check FILE.attn... --arch sm_80|sm_90a|sm_100a|all [--family auto]`
+//! - `attnc selftest [FILES|DIRS] [--quick] [--json OUT]` (GPU): every variant against
+//!   the f64 reference over a matrix of shapes
+//! - `attnc bench [--quick] [--suites ...] [--json OUT]` (GPU): the benchmark protocol
 //!
 //! Exit codes: 0 success, 1 a diagnostic (parse, compile, ptxas, budget), 2 usage.
 
 mod check;
+mod gpu;
 mod output;
 mod summary;
 
@@ -35,6 +39,13 @@ enum Command {
     /// Assemble the generated PTX with ptxas and report registers, spills and shared memory
     /// per kernel; fails on spills, ptxas errors or blown budgets.
     Check(CheckArgs),
+    /// Run every variant on the GPU against the f64 reference over a matrix of shapes
+    /// (odd lengths, seqlen_q != seqlen_k, varlen, GQA, page sizes, splits); prints a
+    /// table, optionally JSON; fails if any case fails.
+    Selftest(gpu::SelftestArgs),
+    /// The benchmark protocol on the GPU (../shared/bench/PROTOCOL.md): copy/GEMM
+    /// ceilings, prefill TFLOP/s, decode TB/s, compile times; table and JSON.
+    Bench(gpu::BenchArgs),
 }
 
 #[derive(Args, Debug)]
@@ -128,6 +139,8 @@ fn main() -> ExitCode {
         Command::Check(args) => {
             check::run(&args.files, &args.arch.archs(), args.family, args.verbose)
         }
+        Command::Selftest(args) => gpu::selftest(&args),
+        Command::Bench(args) => gpu::bench(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

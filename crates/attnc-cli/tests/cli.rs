@@ -294,3 +294,36 @@ fn check_without_ptxas_explains() {
     assert!(err.contains("pip install nvidia-cuda-nvcc"), "{}", show(&o));
     assert!(err.contains("ATTNC_PTXAS"), "{}", show(&o));
 }
+
+// ---- GPU subcommands without a GPU: clear errors, never a panic ----
+
+fn has_cuda_driver() -> bool {
+    ["/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib64/libcuda.so.1", "/usr/local/nvidia/lib64/libcuda.so.1"]
+        .iter()
+        .any(|p| Path::new(p).exists())
+}
+
+#[test]
+fn selftest_without_a_driver_says_so() {
+    if has_cuda_driver() {
+        return;
+    }
+    let o = run(&["selftest", "--quick", EXAMPLE]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(text(&o.stderr).contains("cannot start the CUDA runtime"), "{}", show(&o));
+}
+
+#[test]
+fn selftest_reports_a_bad_file_before_touching_the_gpu() {
+    let bad = tmp("selftest_bad.attn", "attention x {\n  head_dim 100\n  heads 4\n}\n");
+    let o = run(&["selftest", bad.to_str().unwrap_or_default()]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(text(&o.stderr).contains("unsupported head_dim 100"), "{}", show(&o));
+}
+
+#[test]
+fn bench_rejects_unknown_suites() {
+    let o = run(&["bench", "--suites", "prefill,nope"]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(text(&o.stderr).contains("unknown suite `nope`"), "{}", show(&o));
+}
