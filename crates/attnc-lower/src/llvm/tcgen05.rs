@@ -344,6 +344,15 @@ impl<'ctx> Kb<'ctx> {
         let v = self.asm_call(Some(t.into()), "ld.shared.f32 $0, [$1];", "=f,r,~{memory}", false, &[addr.into()], name)?;
         Ok(v.map(|v| v.into_float_value()).unwrap_or_else(|| self.f32c(0.0)))
     }
+    /// `ld.volatile.shared.b32`: never hoisted or merged (by LLVM or ptxas).
+    pub fn ld_volatile_shared_b32(&self, addr: IntValue<'ctx>, name: &str) -> R<IntValue<'ctx>> {
+        let t = self.ctx.i32_type();
+        let v = self.asm_call(Some(t.into()), "ld.volatile.shared.b32 $0, [$1];", "=r,r,~{memory}", false, &[addr.into()], name)?;
+        Ok(v.map(|v| v.into_int_value()).unwrap_or_else(|| self.i32c(0)))
+    }
+    pub fn st_shared_b32(&self, addr: IntValue<'ctx>, v: IntValue<'ctx>) -> R<()> {
+        self.asm_v("st.shared.b32 [$0], $1;", "r,r,~{memory}", false, &[addr.into(), v.into()])
+    }
     pub fn st_shared_f32(&self, addr: IntValue<'ctx>, v: FloatValue<'ctx>) -> R<()> {
         self.asm_v("st.shared.f32 [$0], $1;", "r,f,~{memory}", false, &[addr.into(), v.into()])
     }

@@ -74,6 +74,8 @@ pub struct RegBudget {
 impl RegBudget {
     /// FlashAttention-4's split (192 / 80 / 48).
     pub const FA4: RegBudget = RegBudget { softmax: 192, correction: 80, other: 48 };
+    /// What this kernel uses: the MMA warp walks the mask's tile list itself and needs 56.
+    pub const DEFAULT: RegBudget = RegBudget { softmax: 192, correction: 72, other: 56 };
     /// The launch budget ptxas assumes: 65536 / 512 threads.
     pub const LAUNCH: u32 = 65536 / THREADS;
 
@@ -144,6 +146,8 @@ pub struct SmemLayout {
     pub tmem_slot: u32,
     /// Final (row sum, row max) per Q tile: 128 rows × 8 bytes each.
     pub stats: u32,
+    /// seqlen_q, seqlen_k (written once, read volatile per work tile).
+    pub scalars: u32,
     /// The current tile's rescale factor per row and Q tile (f32; 128 × 4 bytes each).
     /// TMEM has no free column at d = 128, so the statistics live here.
     pub alpha: u32,
@@ -180,7 +184,7 @@ impl Config {
             ));
         }
         let kv_slots = if d_qk == 64 { 8 } else { 4 };
-        let cfg = Config { d_qk, d_v, kv_slots, regs: RegBudget::FA4, pv_order: PvOrder::Fenced, lpt: spec.mask.causal.is_some() };
+        let cfg = Config { d_qk, d_v, kv_slots, regs: RegBudget::DEFAULT, pv_order: PvOrder::Fenced, lpt: spec.mask.causal.is_some() };
         cfg.check()?;
         Ok(cfg)
     }
@@ -236,10 +240,11 @@ impl Config {
         let bars = kv + self.kv_slots * kv_slot_bytes;
         let nbars = self.mbarriers().len() as u32;
         let tmem_slot = bars + 8 * nbars;
-        let stats = (tmem_slot + 8).next_multiple_of(16);
+        let scalars = tmem_slot + 8;
+        let stats = (scalars + 8).next_multiple_of(16);
         let alpha = stats + 2 * BLOCK_M * 8;
         let used = alpha + 2 * BLOCK_M * 4;
-        SmemLayout { q: [0, q_tile_bytes], q_tile_bytes, kv, kv_slot_bytes, bars, tmem_slot, stats, alpha, used, request: used + 1024 }
+        SmemLayout { q: [0, q_tile_bytes], q_tile_bytes, kv, kv_slot_bytes, bars, tmem_slot, scalars, stats, alpha, used, request: used + 1024 }
     }
 
     pub fn tmem(&self) -> TmemMap {

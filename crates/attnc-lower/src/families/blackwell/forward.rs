@@ -33,6 +33,8 @@ use inkwell::{AddressSpace, FloatPredicate, IntPredicate};
 
 const LOG2E: f64 = std::f64::consts::LOG2_E;
 const LN2: f64 = std::f64::consts::LN_2;
+/// Columns of O the correction warpgroup moves per tcgen05.ld/st (its budget is small).
+const CORR_CHUNK: u32 = 16;
 
 /// How many of a row's `BLOCK_N` exponentials use the polynomial emulation.
 pub fn emulated_per_row(spec: &Spec) -> u32 {
@@ -59,9 +61,7 @@ struct Fwd<'a, 'ctx> {
     seqlen_q: IntValue<'ctx>,
     seqlen_k: IntValue<'ctx>,
     batch: IntValue<'ctx>,
-    num_m: IntValue<'ctx>,
     total: IntValue<'ctx>,
-    section: IntValue<'ctx>,
 }
 
 pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, cfg: &Config, name: &str) -> R<KernelInfo> {
@@ -152,6 +152,9 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         kb.section("setup: mbarriers (thread 0), TMEM allocation (MMA warp)")?;
         let is_t0 = kb.icmp(IntPredicate::EQ, tid, kb.i32c(0), "")?;
         kb.if_then(is_t0, "init_barriers", |kb| {
+            let scal = kb.add(smem, kb.i32c(layout.scalars as i64), "")?;
+            kb.st_shared_b32(scal, seqlen_q)?;
+            kb.st_shared_b32(kb.add(scal, kb.i32c(4), "")?, seqlen_k)?;
             for (i, b) in cfg.mbarriers().into_iter().enumerate() {
                 let addr = kb.add(smem, kb.i32c((layout.bars + 8 * i as u32) as i64), "")?;
                 kb.mbar_init(addr, Config::bar_count(b))?;
@@ -185,9 +188,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             seqlen_q,
             seqlen_k,
             batch,
-            num_m: zero,
             total: zero,
-            section: zero,
         })
     }
 
@@ -204,11 +205,6 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         let tmem = kb.ld_shared_b32(slot, "tmem_base")?;
         let num_m = kb.ceil_div(self.seqlen_q, kb.i32c(TILE_ROWS as i64), "num_m_blocks")?;
         let total = kb.mul(kb.mul(num_m, kb.i32c(spec.q_heads as i64), "")?, self.batch, "work_tiles")?;
-        let section = if self.cfg.lpt {
-            emit_section_heads(kb, self.seqlen_k, spec.head_dim_qk, spec.head_dim_v, spec.q_heads)?
-        } else {
-            kb.i32c(1)
-        };
         Ok(Fwd {
             spec,
             cfg: self.cfg,
@@ -223,9 +219,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             seqlen_q: self.seqlen_q,
             seqlen_k: self.seqlen_k,
             batch: self.batch,
-            num_m,
             total,
-            section,
         })
     }
 
@@ -345,7 +339,20 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             },
             |kb| {
                 let tt = kb.get_i(t, "t")?;
-                let wt = emit_tile_coords(kb, tt, self.num_m, self.spec.q_heads, self.cfg.lpt, self.section)?;
+                // Sequence lengths re-read from shared memory (volatile) every work tile:
+                // ptxas cannot hoist what is derived from them (tile-walk bounds, the
+                // scheduler's divisions) out of the loop and keep it live in registers the
+                // small-budget roles do not have.
+                let scal = kb.add(self.smem, kb.i32c(self.cfg.smem().scalars as i64), "")?;
+                let seqlen_q = kb.ld_volatile_shared_b32(scal, "seqlen_q")?;
+                let seqlen_k = kb.ld_volatile_shared_b32(kb.add(scal, kb.i32c(4), "")?, "seqlen_k")?;
+                let num_m = kb.ceil_div(seqlen_q, kb.i32c(TILE_ROWS as i64), "num_m_blocks")?;
+                let section = if self.cfg.lpt {
+                    emit_section_heads(kb, seqlen_k, self.spec.head_dim_qk, self.spec.head_dim_v, self.spec.q_heads)?
+                } else {
+                    kb.i32c(1)
+                };
+                let wt = emit_tile_coords(kb, tt, num_m, self.spec.q_heads, self.cfg.lpt, section, seqlen_q, seqlen_k)?;
                 body(kb, wt)?;
                 let step = kb.sreg("nctaid.x", "")?;
                 let tt = kb.get_i(t, "")?;
@@ -368,7 +375,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         j: IntValue<'ctx>,
     ) -> R<TileClassVals<'ctx>> {
         let n0 = kb.mul(j, kb.i32c(BLOCK_N as i64), "n0")?;
-        let k_hi = kb.sub(kb.smin(kb.add(n0, kb.i32c(BLOCK_N as i64), "")?, self.seqlen_k, "")?, kb.i32c(1), "")?;
+        let k_hi = kb.sub(kb.smin(kb.add(n0, kb.i32c(BLOCK_N as i64), "")?, wt.seqlen_k, "")?, kb.i32c(1), "")?;
         let hkv = self.hkv(kb, wt)?;
         let tile = TileRanges {
             b: (wt.b, wt.b),
@@ -376,8 +383,8 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             hkv: (hkv, hkv),
             q: (q_lo, q_hi),
             k: (n0, k_hi),
-            seqlen_q: self.seqlen_q,
-            seqlen_k: self.seqlen_k,
+            seqlen_q: wt.seqlen_q,
+            seqlen_k: wt.seqlen_k,
         };
         classify_tile(kb, self.spec, &tile, &self.va)
     }
@@ -391,11 +398,11 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         wt: &WorkTile<'ctx>,
         body: impl FnOnce(&mut Kb<'ctx>, IntValue<'ctx>, IntValue<'ctx>) -> R<()>,
     ) -> R<IntValue<'ctx>> {
-        let n_tiles = kb.ceil_div(self.seqlen_k, kb.i32c(BLOCK_N as i64), "kv_tiles")?;
+        let n_tiles = kb.ceil_div(wt.seqlen_k, kb.i32c(BLOCK_N as i64), "kv_tiles")?;
         let j = kb.slot_i32("kv_tile", kb.sub(n_tiles, kb.i32c(1), "")?)?;
         let idx = kb.slot_i32("kv_idx", kb.i32c(0))?;
         let row0 = kb.mul(wt.m, kb.i32c(TILE_ROWS as i64), "row0")?;
-        let q_hi = kb.sub(kb.smin(kb.add(row0, kb.i32c(TILE_ROWS as i64), "")?, self.seqlen_q, "")?, kb.i32c(1), "")?;
+        let q_hi = kb.sub(kb.smin(kb.add(row0, kb.i32c(TILE_ROWS as i64), "")?, wt.seqlen_q, "")?, kb.i32c(1), "")?;
         let masked = self.spec.mask.to_predicate().is_some();
         kb.while_loop(
             "kv_tiles",
@@ -430,7 +437,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
     /// main loop).
     fn count_kv_tiles(&self, kb: &mut Kb<'ctx>, wt: &WorkTile<'ctx>) -> R<IntValue<'ctx>> {
         if self.spec.mask.to_predicate().is_none() {
-            return kb.ceil_div(self.seqlen_k, kb.i32c(BLOCK_N as i64), "kv_count");
+            return kb.ceil_div(wt.seqlen_k, kb.i32c(BLOCK_N as i64), "kv_count");
         }
         self.for_each_kv_tile(kb, wt, |_, _, _| Ok(()))
     }
@@ -680,7 +687,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
     }
 
     fn elem_vars(&self, wt: &WorkTile<'ctx>, hkv: IntValue<'ctx>, q: IntValue<'ctx>, k: IntValue<'ctx>) -> ElemVars<'ctx> {
-        ElemVars { b: wt.b, h: wt.h, hkv, q, k, seqlen_q: self.seqlen_q, seqlen_k: self.seqlen_k, score: None }
+        ElemVars { b: wt.b, h: wt.h, hkv, q, k, seqlen_q: wt.seqlen_q, seqlen_k: wt.seqlen_k, score: None }
     }
 
     fn softmax(&self, kb: &mut Kb<'ctx>, stage: IntValue<'ctx>) -> R<()> {
@@ -709,8 +716,8 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             let row0 = kb.mul(wt.m, kb.i32c(TILE_ROWS as i64), "")?;
             let q_lo = kb.add(row0, kb.mul(stage, kb.i32c(BLOCK_M as i64), "")?, "stage_row0")?;
             let q = kb.add(q_lo, row, "q")?;
-            let q_hi = kb.sub(kb.smin(kb.add(q_lo, kb.i32c(BLOCK_M as i64), "")?, self.seqlen_q, "")?, kb.i32c(1), "")?;
-            let stage_live = kb.icmp(IntPredicate::SLT, q_lo, self.seqlen_q, "")?;
+            let q_hi = kb.sub(kb.smin(kb.add(q_lo, kb.i32c(BLOCK_M as i64), "")?, wt.seqlen_q, "")?, kb.i32c(1), "")?;
+            let stage_live = kb.icmp(IntPredicate::SLT, q_lo, wt.seqlen_q, "")?;
             let row = SoftmaxRow { stage, row, q, hkv, s_taddr, p_off, row_max, row_sum };
             self.for_each_kv_tile(kb, &wt, |kb, j, _idx| {
                 let sc = kb.get_i(s_cnt, "")?;
@@ -720,7 +727,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                 let n0 = kb.mul(j, kb.i32c(BLOCK_N as i64), "n0")?;
                 // Tiles the analysis proves full for this Q tile, inside seqlen_k, skip
                 // the per-element mask.
-                let inside = kb.icmp(IntPredicate::SLE, kb.add(n0, kb.i32c(BLOCK_N as i64), "")?, self.seqlen_k, "")?;
+                let inside = kb.icmp(IntPredicate::SLE, kb.add(n0, kb.i32c(BLOCK_N as i64), "")?, wt.seqlen_k, "")?;
                 let unmasked = if spec.mask.to_predicate().is_some() {
                     let cls = self.classify(kb, &wt, q_lo, q_hi, j)?;
                     kb.and(kb.and(cls.full, inside, "")?, stage_live, "unmasked")?
@@ -822,7 +829,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             kb.if_then(masked, "mask", |kb| {
                 for (c, slot) in slots.iter().enumerate() {
                     let k = kb.add(n0, kb.i32c((w * chunk) as i64 + c as i64), "k")?;
-                    let mut allowed = kb.icmp(IntPredicate::SLT, k, self.seqlen_k, "k_in_bounds")?;
+                    let mut allowed = kb.icmp(IntPredicate::SLT, k, wt.seqlen_k, "k_in_bounds")?;
                     if let Some(p) = spec.mask.to_predicate() {
                         let m = vexpr::gen(kb, spec, &p, &self.elem_vars(wt, row.hkv, row.q, k), &self.va)?.int();
                         allowed = kb.and(allowed, m, "allowed")?;
@@ -837,6 +844,11 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             m_tile = kb.fmax(m_tile, m, "m_tile")?;
             let bits: Vec<IntValue<'ctx>> = v.iter().map(|x| kb.f_bits(*x, "")).collect::<R<_>>()?;
             kb.tmem_store(row.s_taddr, w * chunk, &bits)?;
+            if reads_aux {
+                // A memory-ordering point ptxas does not move loads across: without it
+                // ptxas hoists every chunk's aux loads to the top of the row.
+                kb.warp_sync()?;
+            }
         }
         kb.tmem_wait_st()?;
         let (base, alpha) = self.row_base(kb, row, m_tile)?;
@@ -944,8 +956,8 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                         let any = kb.vote_any(moved, "rescale_o")?;
                         kb.if_then(any, "rescale_o", |kb| {
                             kb.section("correction: O_i *= alpha (tcgen05.ld/st)")?;
-                            for c in (0..dv).step_by(32) {
-                                let o = kb.tmem_load(lane_addr, t.o[i] + c, 32, 32, "o")?;
+                            for c in (0..dv).step_by(CORR_CHUNK as usize) {
+                                let o = kb.tmem_load(lane_addr, t.o[i] + c, CORR_CHUNK, CORR_CHUNK, "o")?;
                                 let scaled: Vec<IntValue<'ctx>> = o
                                     .iter()
                                     .map(|x| kb.f_bits(kb.fmul(kb.bits_f(*x, "")?, alpha, "")?, ""))
@@ -996,7 +1008,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             kb.mbar_arrive(self.bar(kb, Bar::FinalEmpty(i))?)?;
             let q = kb.add(row0, kb.i32c((i * BLOCK_M) as i64), "")?;
             let q = kb.add(q, row, "q")?;
-            let valid = kb.icmp(IntPredicate::SLT, q, self.seqlen_q, "row_valid")?;
+            let valid = kb.icmp(IntPredicate::SLT, q, wt.seqlen_q, "row_valid")?;
             let (o_scale, lse) = self.final_scale(kb, wt, l, m)?;
             let off = kb.add(
                 kb.add(kb.mul(kb.sext64(wt.b, "")?, sb, "")?, kb.mul(kb.sext64(q, "")?, sr, "")?, "")?,
@@ -1010,8 +1022,8 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                 |kb| {
                     kb.mbar_wait(self.bar(kb, Bar::OFull(i))?, opar)?;
                     kb.tcgen05_fence_after()?;
-                    for c in (0..dv).step_by(32) {
-                        let o = kb.tmem_load(lane_addr, t.o[i as usize] + c, 32, 32, "o")?;
+                    for c in (0..dv).step_by(CORR_CHUNK as usize) {
+                        let o = kb.tmem_load(lane_addr, t.o[i as usize] + c, CORR_CHUNK, CORR_CHUNK, "o")?;
                         kb.if_then(valid, "store_o", |kb| {
                             let x: Vec<FloatValue<'ctx>> =
                                 o.iter().map(|v| kb.fmul(kb.bits_f(*v, "")?, o_scale, "")).collect::<R<_>>()?;

@@ -8,13 +8,15 @@
 //! - [`config`]: roles, register budgets, shared-memory layout, TMEM column map, mbarriers;
 //! - [`schedule`]: persistent tile order (LPT for causal);
 //! - [`desc`]: the tcgen05 instruction and shared-memory descriptors;
-//! - [`abi`]: launch parameters and the TMA tensor maps the runtime encodes.
+//! - [`abi`]: launch parameters and the TMA tensor maps the runtime encodes;
+//! - [`verify`]: ptxas/SASS checks against the resource model (no GPU needed).
 
 pub mod abi;
 pub mod config;
 pub mod desc;
 pub mod forward;
 pub mod schedule;
+pub mod verify;
 
 use crate::arch::Arch;
 use crate::families::{CompileTimings, CompiledModule, FamilyKind, LowerError};
@@ -25,7 +27,7 @@ use inkwell::context::Context;
 
 /// Whether the dispatcher may pick this family (off while register budgets are tuned:
 /// every accepted example must assemble without spills first).
-pub const DISPATCH_ENABLED: bool = false;
+pub const DISPATCH_ENABLED: bool = true;
 
 /// Why this family cannot compile `spec` for `arch`, or `None`. The dispatcher then
 /// falls back to the portable family and records the reason in the receipt.
@@ -46,6 +48,15 @@ pub fn kernel_unsupported_reason(spec: &Spec, arch: Arch) -> Option<String> {
     }
     if let Err(e) = Config::for_spec(spec) {
         return Some(e);
+    }
+    let reads_aux = spec.mask.predicate.as_ref().is_some_and(|p| p.uses_aux())
+        || spec.score_mod.as_ref().is_some_and(|p| p.uses_aux());
+    if reads_aux {
+        return Some(
+            "masks or score mods reading aux tensors: ptxas hoists the per-element loads (ld.global.nc) of a whole row \
+             past the softmax's 192-register budget (plan: stage the tile's aux values in shared memory)"
+                .into(),
+        );
     }
     if spec.pack_gqa {
         return Some("pack_gqa: a packed (query, head) tile is not one TMA box yet (plan: a 5-D tensor map when the group size divides 128)".into());

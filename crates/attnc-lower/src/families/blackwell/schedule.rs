@@ -49,9 +49,13 @@ pub struct WorkTile<'ctx> {
     pub m: IntValue<'ctx>,
     pub h: IntValue<'ctx>,
     pub b: IntValue<'ctx>,
+    /// The tile's sequence lengths.
+    pub seqlen_q: IntValue<'ctx>,
+    pub seqlen_k: IntValue<'ctx>,
 }
 
 /// Emits [`tile_coords`]; `section` is the runtime section size in heads (LPT only).
+#[allow(clippy::too_many_arguments)]
 pub fn emit_tile_coords<'ctx>(
     kb: &Kb<'ctx>,
     t: IntValue<'ctx>,
@@ -59,6 +63,8 @@ pub fn emit_tile_coords<'ctx>(
     heads: u32,
     lpt: bool,
     section: IntValue<'ctx>,
+    seqlen_q: IntValue<'ctx>,
+    seqlen_k: IntValue<'ctx>,
 ) -> R<WorkTile<'ctx>> {
     let hc = kb.i32c(heads as i64);
     let per_b = kb.mul(num_m, hc, "tiles_per_batch")?;
@@ -73,11 +79,11 @@ pub fn emit_tile_coords<'ctx>(
         let m_rev = kb.udiv(within, nh, "")?;
         let h = kb.add(h0, kb.urem(within, nh, "")?, "tile_h")?;
         let m = kb.sub(kb.sub(num_m, kb.i32c(1), "")?, m_rev, "tile_m")?;
-        Ok(WorkTile { m, h, b })
+        Ok(WorkTile { m, h, b, seqlen_q, seqlen_k })
     } else {
         let m = kb.urem(r, num_m, "tile_m")?;
         let h = kb.udiv(r, num_m, "tile_h")?;
-        Ok(WorkTile { m, h, b })
+        Ok(WorkTile { m, h, b, seqlen_q, seqlen_k })
     }
 }
 

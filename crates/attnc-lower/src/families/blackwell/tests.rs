@@ -33,13 +33,18 @@ fn ptx_has_the_pipeline_instructions() {
             "tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32",
             "tcgen05.dealloc.cta_group::1.sync.aligned.b32",
             "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes",
-            "setmaxnreg.inc.sync.aligned.u32 192",
-            "setmaxnreg.dec.sync.aligned.u32 80",
-            "setmaxnreg.dec.sync.aligned.u32 48",
             ".maxntid 512",
             ".param .align 64 .b8 ",
         ] {
             assert!(m.ptx.contains(needle), "{}: no `{needle}`", spec.name);
+        }
+        let r = Config::for_spec(&spec).expect("cfg").regs;
+        for needle in [
+            format!("setmaxnreg.inc.sync.aligned.u32 {}", r.softmax),
+            format!("setmaxnreg.dec.sync.aligned.u32 {}", r.correction),
+            format!("setmaxnreg.dec.sync.aligned.u32 {}", r.other),
+        ] {
+            assert!(m.ptx.contains(&needle), "{}: no `{needle}`", spec.name);
         }
     }
 }
@@ -117,4 +122,45 @@ fn sweep_register_budgets_when_asked() {
             eprintln!("{} {s}/{c}/{o}: spill {} regs {}", spec.name, r.total_spill_bytes(), r.kernels[0].registers);
         }
     }
+}
+
+/// Every example this family accepts (and the unit variants) assembles with ptxas for
+/// sm_100a: zero spills, launch registers within 65536 / 512, every setmaxnreg region
+/// below its budget, shared memory ≤ 227 KB, the TMEM allocation the model predicts, the
+/// promised tcgen05/TMA SASS, and the MUFU.EX2 : emulated-exp2 ratio. Skips without
+/// ptxas; fails when CI is set and ptxas is missing.
+#[test]
+fn every_accepted_example_assembles_within_the_model() {
+    let mut specs = variants();
+    specs.extend(accepted_examples());
+    let mut failures = Vec::new();
+    let mut table = String::new();
+    for spec in &specs {
+        let cfg = Config::for_spec(spec).expect("cfg");
+        let m = compile(spec, Arch::Sm100a).unwrap_or_else(|e| panic!("{}: {e}", spec.name));
+        let v = match verify::verify(&m.ptx) {
+            Ok(Some(v)) => v,
+            Ok(None) => {
+                assert!(std::env::var_os("CI").is_none(), "CI must have ptxas and nvdisasm");
+                eprintln!("skipping: ptxas or nvdisasm not installed");
+                return;
+            }
+            Err(e) => panic!("{}: {e}", spec.name),
+        };
+        table.push_str(&format!(
+            "{:<22} regs {:>3} spill {:>3} regions {:?} MUFU.EX2 {:>3} FRND {:>3}\n",
+            spec.name,
+            v.registers,
+            v.spill_bytes,
+            v.regions.iter().map(|r| (r.budget, r.max_reg)).collect::<Vec<_>>(),
+            v.mufu_ex2,
+            v.frnd_floor
+        ));
+        for p in verify::problems(spec, &cfg, &v) {
+            failures.push(format!("{}: {p}", spec.name));
+        }
+    }
+    eprintln!("{table}");
+    assert!(!specs.is_empty());
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
