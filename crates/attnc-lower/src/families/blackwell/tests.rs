@@ -164,3 +164,32 @@ fn every_accepted_example_assembles_within_the_model() {
     assert!(!specs.is_empty());
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// The schedule summary (cycle model, TMEM map, roles, shared memory, mbarriers) of every
+/// example this family accepts, pinned by insta snapshots in `snapshots/`.
+#[test]
+fn schedule_summaries() {
+    for spec in accepted_examples() {
+        let r = report::report(&spec).unwrap_or_else(|e| panic!("{}: {e}", spec.name));
+        insta::assert_snapshot!(format!("schedule_{}", spec.name), r.to_string());
+    }
+}
+
+/// What the dispatcher says for the examples it declines (the receipts' fallback reasons).
+#[test]
+fn fallback_reasons() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../dsl-examples");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("dsl-examples")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "attn"))
+        .collect();
+    files.sort();
+    let mut out = String::new();
+    for p in files {
+        let spec = attnc_dsl::parse_file(&p).expect("parses");
+        let why = unsupported_reason(&spec, Arch::Sm100a).unwrap_or_else(|| "blackwell".into());
+        out.push_str(&format!("{}: {why}\n", spec.name));
+    }
+    insta::assert_snapshot!(out);
+}

@@ -1,0 +1,229 @@
+//! The blackwell family's cycle model and layout report: what one tile costs on each
+//! unit (FlashAttention-4 paper, Table 1: MMA, shared memory and exponential cycles per
+//! 128 × 128 tile), the TMEM column map, the warp roles with their register budgets, the
+//! shared-memory layout and the mbarriers. [`report`] returns a printable struct (the
+//! CLI prints it; the snapshot tests pin it per example).
+//!
+//! Per-SM throughputs assumed (B200, per clock): 8192 dense 16-bit MMA FLOPs, 16 MUFU
+//! exponentials, 128 FP32/ALU instructions, 128 bytes of shared memory.
+
+use super::config::{Bar, Config, PvOrder, Role, BLOCK_M, BLOCK_N, THREADS};
+use super::forward::emulated_per_row;
+use attnc_ir::Spec;
+use std::fmt;
+
+/// Dense bf16/fp16 tensor-core FLOPs per clock per SM.
+pub const MMA_FLOPS_PER_CLK: f64 = 8192.0;
+/// MUFU.EX2 per clock per SM.
+pub const MUFU_PER_CLK: f64 = 16.0;
+/// FP32/ALU instructions per clock per SM.
+pub const FMA_PER_CLK: f64 = 128.0;
+/// Shared-memory bytes per clock per SM.
+pub const SMEM_BYTES_PER_CLK: f64 = 128.0;
+/// Instructions of one emulated exp2 on the FMA/ALU pipes (max, floor, sub, 3 FFMA,
+/// f2i, shift, add, compare+select; `variant::softmax::exp2_emulated`).
+pub const EMULATED_EXP2_INSTRUCTIONS: f64 = 11.0;
+
+/// Cycles one Q tile (128 rows) spends per key tile (128 keys) on each unit.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct TileCycles {
+    /// S = Q·Kᵀ and O += P·V on the tensor core: 2 · 2·M·N·d / 8192.
+    pub mma: f64,
+    /// Shared-memory reads of the MMAs: Q and K for S, V for PV (P comes from TMEM).
+    pub smem: f64,
+    /// MUFU.EX2 for the (1 − f) of each row not emulated.
+    pub exp_mufu: f64,
+    /// The emulated fraction f on the FMA pipe.
+    pub exp_fma: f64,
+    /// The unit(s) that bound the tile (ties joined with ` = `).
+    pub bound: String,
+}
+
+/// One row of the TMEM column map.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct TmemRow {
+    pub name: String,
+    pub cols: (u32, u32),
+    pub what: String,
+}
+
+/// One row of the warp-role table.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct RoleRow {
+    pub warps: (u32, u32),
+    pub role: String,
+    pub regs: u32,
+    pub does: String,
+}
+
+/// The blackwell schedule of one spec.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Report {
+    pub name: String,
+    pub d_qk: u32,
+    pub d_v: u32,
+    pub threads: u32,
+    pub tile_order: String,
+    pub kv_slots: u32,
+    pub pv_order: String,
+    pub exp2_emulated_per_row: u32,
+    pub rescale_threshold: f64,
+    pub cycles: TileCycles,
+    pub tmem: Vec<TmemRow>,
+    pub tmem_alloc: u32,
+    pub roles: Vec<RoleRow>,
+    pub smem: Vec<(String, u32, u32)>,
+    pub smem_request: u32,
+    pub mbarriers: Vec<(String, u32)>,
+}
+
+/// Cycles per (128-row Q tile, 128-key tile) for head dims `d_qk`/`d_v` with `emulated`
+/// of each row's 128 exponentials on the FMA pipe.
+pub fn tile_cycles(d_qk: u32, d_v: u32, emulated: u32) -> TileCycles {
+    let (m, n) = (BLOCK_M as f64, BLOCK_N as f64);
+    let mma = 2.0 * m * n * (d_qk + d_v) as f64 / MMA_FLOPS_PER_CLK;
+    let smem_bytes = 2.0 * (m * d_qk as f64 + n * d_qk as f64 + n * d_v as f64);
+    let smem = smem_bytes / SMEM_BYTES_PER_CLK;
+    let f = emulated as f64 / n;
+    let exp_mufu = (1.0 - f) * m * n / MUFU_PER_CLK;
+    let exp_fma = f * m * n * EMULATED_EXP2_INSTRUCTIONS / FMA_PER_CLK;
+    let units = [("MMA", mma), ("shared memory", smem), ("exp MUFU", exp_mufu), ("exp FMA", exp_fma)];
+    let top = units.iter().map(|u| u.1).fold(0.0, f64::max);
+    let bound = units.iter().filter(|u| u.1 >= 0.99 * top).map(|u| u.0).collect::<Vec<_>>().join(" = ");
+    TileCycles { mma, smem, exp_mufu, exp_fma, bound }
+}
+
+/// The report of `spec`, or why the family cannot run it.
+pub fn report(spec: &Spec) -> Result<Report, String> {
+    if let Some(r) = super::kernel_unsupported_reason(spec, crate::arch::Arch::Sm100a) {
+        return Err(r);
+    }
+    let cfg = Config::for_spec(spec)?;
+    let t = cfg.tmem();
+    let s = cfg.smem();
+    let mut tmem = Vec::new();
+    for i in 0..2 {
+        tmem.push(TmemRow {
+            name: format!("S{i} / P{i}"),
+            cols: (t.s[i], t.s[i] + BLOCK_N),
+            what: format!(
+                "S{i} = Q{i}K^T (f32); P{i} (16-bit pairs) over cols {}..{} once S{i} is read",
+                t.p[i],
+                t.p[i] + BLOCK_N / 2
+            ),
+        });
+    }
+    for i in 0..2 {
+        tmem.push(TmemRow { name: format!("O{i}"), cols: (t.o[i], t.o[i] + cfg.d_v), what: format!("O{i} accumulator (f32)") });
+    }
+    if t.used < t.alloc {
+        tmem.push(TmemRow { name: "free".into(), cols: (t.used, t.alloc), what: "unused".into() });
+    }
+    let does = |r: Role| -> &'static str {
+        match r {
+            Role::Softmax(_) => "tcgen05.ld S, mask/score mod, row max, exp2 (MUFU + emulation), tcgen05.st P",
+            Role::Correction => "O *= alpha in TMEM when a warp moved its base; O /= l, store O, LSE",
+            Role::Mma => "one thread: tcgen05.mma (S = QK^T ss, O += PV ts), tcgen05.commit",
+            Role::Load => "one thread: TMA Q once per work tile, K/V through the ring",
+            Role::Idle => "setmaxnreg only",
+        }
+    };
+    let roles = cfg
+        .roles()
+        .into_iter()
+        .map(|(r, w, regs)| RoleRow { warps: (w.start, w.end - 1), role: r.name(), regs, does: does(r).into() })
+        .collect();
+    let smem = vec![
+        ("Q0".to_string(), s.q[0], s.q_tile_bytes),
+        ("Q1".to_string(), s.q[1], s.q_tile_bytes),
+        (format!("K/V ring ({} slots)", cfg.kv_slots), s.kv, cfg.kv_slots * s.kv_slot_bytes),
+        ("mbarriers".to_string(), s.bars, s.tmem_slot - s.bars),
+        ("TMEM address".to_string(), s.tmem_slot, 4),
+        ("seqlens".to_string(), s.scalars, 8),
+        ("final (l, m)".to_string(), s.stats, 2 * BLOCK_M * 8),
+        ("alpha".to_string(), s.alpha, 2 * BLOCK_M * 4),
+    ];
+    let mbarriers = cfg
+        .mbarriers()
+        .into_iter()
+        .filter(|b| !matches!(b, Bar::KvFull(x) | Bar::KvEmpty(x) if *x > 0))
+        .map(|b| {
+            let name = match b {
+                Bar::KvFull(_) => format!("KvFull[0..{}]", cfg.kv_slots),
+                Bar::KvEmpty(_) => format!("KvEmpty[0..{}]", cfg.kv_slots),
+                other => format!("{other:?}"),
+            };
+            (name, Config::bar_count(b))
+        })
+        .collect();
+    let e = emulated_per_row(spec);
+    Ok(Report {
+        name: spec.name.clone(),
+        d_qk: cfg.d_qk,
+        d_v: cfg.d_v,
+        threads: THREADS,
+        tile_order: if cfg.lpt { "persistent, LPT (causal)".into() } else { "persistent, plain".into() },
+        kv_slots: cfg.kv_slots,
+        pv_order: match cfg.pv_order {
+            PvOrder::Fenced => "fenced (PV completes before the next S overwrites P)".into(),
+            PvOrder::InOrderPipe => "in-order tensor pipe (FA4)".into(),
+        },
+        exp2_emulated_per_row: e,
+        rescale_threshold: spec.softmax.rescale_threshold,
+        cycles: tile_cycles(cfg.d_qk, cfg.d_v, e),
+        tmem,
+        tmem_alloc: t.alloc,
+        roles,
+        smem,
+        smem_request: s.request,
+        mbarriers,
+    })
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "blackwell schedule: {} (d {}/{}, {} threads)", self.name, self.d_qk, self.d_v, self.threads)?;
+        writeln!(f, "  tiles: 2 x {BLOCK_M} query rows per CTA, {BLOCK_N} keys per K/V tile, {}", self.tile_order)?;
+        writeln!(f, "  K/V ring: {} slots; PV/S order: {}", self.kv_slots, self.pv_order)?;
+        writeln!(
+            f,
+            "  softmax: {} of {BLOCK_N} exp2 per row emulated; rescale threshold {}",
+            self.exp2_emulated_per_row, self.rescale_threshold
+        )?;
+        let c = &self.cycles;
+        writeln!(f, "cycles per 128x128 tile (one Q tile, B200 per-SM rates):")?;
+        writeln!(f, "  MMA {:>7.1}   shared memory {:>7.1}   exp MUFU {:>7.1}   exp FMA {:>7.1}   bound: {}", c.mma, c.smem, c.exp_mufu, c.exp_fma, c.bound)?;
+        writeln!(f, "TMEM columns ({} allocated):", self.tmem_alloc)?;
+        for r in &self.tmem {
+            writeln!(f, "  {:>3}..{:<3} {:<8} {}", r.cols.0, r.cols.1, r.name, r.what)?;
+        }
+        writeln!(f, "warp roles:")?;
+        for r in &self.roles {
+            writeln!(f, "  warps {:>2}-{:<2} {:<22} {:>3} regs  {}", r.warps.0, r.warps.1, r.role, r.regs, r.does)?;
+        }
+        writeln!(f, "shared memory ({} bytes requested, 1024-byte aligned base):", self.smem_request)?;
+        for (n, off, bytes) in &self.smem {
+            writeln!(f, "  {off:>6} +{bytes:<6} {n}")?;
+        }
+        writeln!(f, "mbarriers (arrival counts):")?;
+        let list: Vec<String> = self.mbarriers.iter().map(|(n, c)| format!("{n}:{c}")).collect();
+        writeln!(f, "  {}", list.join(" "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// FA4 Table 1 (head dim 128, 128 × 128 tile): MMA 1024, shared memory 768,
+    /// exponential 1024 cycles.
+    #[test]
+    fn table1_numbers() {
+        let c = tile_cycles(128, 128, 0);
+        assert_eq!((c.mma, c.smem, c.exp_mufu, c.exp_fma), (1024.0, 768.0, 1024.0, 0.0));
+        // Emulating 15% moves ~154 cycles off MUFU for ~211 FMA-pipe cycles.
+        let e = tile_cycles(128, 128, 19);
+        assert!(e.exp_mufu < 1024.0 && e.exp_fma > 0.0);
+        assert_eq!(tile_cycles(64, 64, 0).mma, 512.0);
+    }
+}
