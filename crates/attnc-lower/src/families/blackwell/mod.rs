@@ -9,6 +9,7 @@
 //! - [`schedule`]: persistent tile order (LPT for causal);
 //! - [`desc`]: the tcgen05 instruction and shared-memory descriptors;
 //! - [`abi`]: launch parameters and the TMA tensor maps the runtime encodes;
+//! - [`numerics`]: the exp2 emulation's error table (FA4 Table 2);
 //! - [`report`]: the cycle model (FA4 Table 1), TMEM column map and warp-role table;
 //! - [`verify`]: ptxas/SASS checks against the resource model (no GPU needed).
 
@@ -16,6 +17,7 @@ pub mod abi;
 pub mod config;
 pub mod desc;
 pub mod forward;
+pub mod numerics;
 pub mod report;
 pub mod schedule;
 pub mod verify;
