@@ -193,3 +193,20 @@ fn fallback_reasons() {
     }
     insta::assert_snapshot!(out);
 }
+
+/// FA4's back-to-back PV/QK order compiles, assembles within the model, and drops the
+/// PvDone commits the fenced order adds.
+#[test]
+fn in_order_pipe_variant() {
+    let spec = Spec::new("mha_inorder", 128, 4);
+    let mut cfg = Config::for_spec(&spec).expect("cfg");
+    let fenced = compile_with_config(&spec, Arch::Sm100a, &cfg).expect("fenced");
+    cfg.pv_order = config::PvOrder::InOrderPipe;
+    let m = compile_with_config(&spec, Arch::Sm100a, &cfg).expect("in order");
+    let commits = |p: &str| p.matches("tcgen05.commit").count();
+    assert!(commits(&m.ptx) < commits(&fenced.ptx));
+    if let Ok(Some(v)) = verify::verify(&m.ptx) {
+        let p = verify::problems(&spec, &cfg, &v);
+        assert!(p.is_empty(), "{p:?}");
+    }
+}
