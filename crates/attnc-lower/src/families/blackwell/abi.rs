@@ -79,6 +79,10 @@ pub fn forward_params(spec: &attnc_ir::Spec) -> Vec<(String, ParamTy)> {
     add("lse", Ptr);
     add("lse_stride_batch", I64);
     add("lse_stride_head", I64);
+    if spec.kv_layout == attnc_ir::KvLayout::Varlen {
+        add("cu_seqlens_q", Ptr);
+        add("cu_seqlens_k", Ptr);
+    }
     if spec.sinks {
         add("sinks", Ptr);
     }
@@ -124,19 +128,22 @@ pub struct TensorMapSpec {
     pub oob_fill: String,
 }
 
-/// The tensor maps of the forward kernel, in parameter order.
+/// The tensor maps of the forward kernel, in parameter order. With varlen the rows are
+/// the packed `[total, heads, d]` tensor (`seqlen` = total rows, `batch` = 1).
 pub fn tensor_maps(spec: &attnc_ir::Spec) -> Vec<TensorMapSpec> {
+    let varlen = spec.kv_layout == attnc_ir::KvLayout::Varlen;
     let dt = match spec.dtype {
         attnc_ir::DType::Bf16 => "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16",
         attnc_ir::DType::Fp16 => "CU_TENSOR_MAP_DATA_TYPE_FLOAT16",
     };
-    [("q", spec.head_dim_qk, "seqlen_q", "q_heads"), ("k", spec.head_dim_qk, "seqlen_k", "kv_heads"), ("v", spec.head_dim_v, "seqlen_k", "kv_heads")]
+    let (lq, lk, batch) = if varlen { ("total_q", "total_k", "1") } else { ("seqlen_q", "seqlen_k", "batch") };
+    [("q", spec.head_dim_qk, lq, "q_heads"), ("k", spec.head_dim_qk, lk, "kv_heads"), ("v", spec.head_dim_v, lk, "kv_heads")]
         .into_iter()
         .map(|(t, d, len, heads)| TensorMapSpec {
             param: format!("tmap_{t}"),
             tensor: t.into(),
             data_type: dt.into(),
-            global_dims: [d.to_string(), len.into(), heads.into(), "batch".into()],
+            global_dims: [d.to_string(), len.into(), heads.into(), batch.into()],
             global_strides_bytes: [format!("2*{t}_stride_row"), format!("2*{t}_stride_head"), format!("2*{t}_stride_batch")],
             box_dims: [super::config::TMA_BOX_COLS, super::config::BLOCK_N, 1, 1],
             element_strides: [1, 1, 1, 1],

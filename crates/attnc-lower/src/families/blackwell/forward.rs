@@ -26,7 +26,7 @@ use crate::llvm::tcgen05::{Acc, SmemOperand};
 use crate::variant::expr::{self as vexpr, AuxArg, ElemVars, Val, VariantArgs};
 use crate::variant::interval::{classify_tile, TileClassVals, TileRanges};
 use crate::variant::softmax::exp2_emulated;
-use attnc_ir::{Spec, Ty};
+use attnc_ir::{KvLayout, Spec, Ty};
 use inkwell::types::BasicMetadataTypeEnum;
 use inkwell::values::{BasicValueEnum, FloatValue, IntValue};
 use inkwell::{AddressSpace, FloatPredicate, IntPredicate};
@@ -352,7 +352,24 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                 } else {
                     kb.i32c(1)
                 };
-                let wt = emit_tile_coords(kb, tt, num_m, self.spec.q_heads, self.cfg.lpt, section, seqlen_q, seqlen_k)?;
+                let mut wt = emit_tile_coords(kb, tt, num_m, self.spec.q_heads, self.cfg.lpt, section, seqlen_q, seqlen_k)?;
+                if self.spec.kv_layout == KvLayout::Varlen {
+                    // Packed sequences: this entry's lengths and first rows; the tensor
+                    // maps span all rows (batch coordinate 0).
+                    let at = |kb: &Kb<'ctx>, base: IntValue<'ctx>, i: IntValue<'ctx>, n: &str| -> R<IntValue<'ctx>> {
+                        let a = kb.add(base, kb.mul(kb.sext64(i, "")?, kb.i64c(4), "")?, "")?;
+                        kb.ld_global_i32(a, n)
+                    };
+                    let (cq, ck) = (self.arg("cu_seqlens_q")?, self.arg("cu_seqlens_k")?);
+                    let b1 = kb.add(wt.b, kb.i32c(1), "")?;
+                    let (q0, q1) = (at(kb, cq, wt.b, "q_start")?, at(kb, cq, b1, "q_end")?);
+                    let (k0, k1) = (at(kb, ck, wt.b, "k_start")?, at(kb, ck, b1, "k_end")?);
+                    wt.seqlen_q = kb.sub(q1, q0, "seqlen_q.b")?;
+                    wt.seqlen_k = kb.sub(k1, k0, "seqlen_k.b")?;
+                    wt.q_start = q0;
+                    wt.k_start = k0;
+                    wt.tma_b = kb.i32c(0);
+                }
                 body(kb, wt)?;
                 let step = kb.sreg("nctaid.x", "")?;
                 let tt = kb.get_i(t, "")?;
@@ -398,7 +415,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         wt: &WorkTile<'ctx>,
         body: impl FnOnce(&mut Kb<'ctx>, IntValue<'ctx>, IntValue<'ctx>) -> R<()>,
     ) -> R<IntValue<'ctx>> {
-        let n_tiles = kb.ceil_div(wt.seqlen_k, kb.i32c(BLOCK_N as i64), "kv_tiles")?;
+        let n_tiles = self.kv_tiles(kb, wt)?;
         let j = kb.slot_i32("kv_tile", kb.sub(n_tiles, kb.i32c(1), "")?)?;
         let idx = kb.slot_i32("kv_idx", kb.i32c(0))?;
         let row0 = kb.mul(wt.m, kb.i32c(TILE_ROWS as i64), "row0")?;
@@ -437,9 +454,21 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
     /// main loop).
     fn count_kv_tiles(&self, kb: &mut Kb<'ctx>, wt: &WorkTile<'ctx>) -> R<IntValue<'ctx>> {
         if self.spec.mask.to_predicate().is_none() {
-            return kb.ceil_div(wt.seqlen_k, kb.i32c(BLOCK_N as i64), "kv_count");
+            return self.kv_tiles(kb, wt);
         }
         self.for_each_kv_tile(kb, wt, |_, _, _| Ok(()))
+    }
+
+    /// Key tiles of `wt` before the mask: `ceil(seqlen_k / 128)`, or 0 when the work
+    /// tile has no query row (varlen: m blocks past this sequence's end).
+    fn kv_tiles(&self, kb: &Kb<'ctx>, wt: &WorkTile<'ctx>) -> R<IntValue<'ctx>> {
+        let n = kb.ceil_div(wt.seqlen_k, kb.i32c(BLOCK_N as i64), "kv_tiles")?;
+        if self.spec.kv_layout != KvLayout::Varlen {
+            return Ok(n);
+        }
+        let row0 = kb.mul(wt.m, kb.i32c(TILE_ROWS as i64), "")?;
+        let has_rows = kb.icmp(IntPredicate::SLT, row0, wt.seqlen_q, "has_rows")?;
+        kb.select_i(has_rows, n, kb.i32c(0), "kv_tiles")
     }
 
     /// `for idx in 0..n { body(idx) }`.
@@ -474,19 +503,19 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                     for i in 0..2u32 {
                         let full = self.bar(kb, Bar::QFull(i))?;
                         kb.mbar_arrive_expect_tx(full, spec.head_dim_qk / TMA_BOX_COLS * TMA_BOX_BYTES)?;
-                        let row = kb.add(row0, kb.i32c((i * BLOCK_M) as i64), "")?;
+                        let row = kb.add(kb.add(wt.q_start, row0, "")?, kb.i32c((i * BLOCK_M) as i64), "")?;
                         for cb in 0..spec.head_dim_qk / TMA_BOX_COLS {
                             let dst = kb.add(self.smem, kb.i32c((layout.q[i as usize] + cb * TMA_BOX_BYTES) as i64), "")?;
-                            kb.tma_load_4d(dst, tq, [kb.i32c((cb * TMA_BOX_COLS) as i64), row, wt.h, wt.b], full)?;
+                            kb.tma_load_4d(dst, tq, [kb.i32c((cb * TMA_BOX_COLS) as i64), row, wt.h, wt.tma_b], full)?;
                         }
                     }
                     kb.set(q_cnt, kb.add(qc, kb.i32c(1), "")?)
                 })?;
                 let kpos = kb.add(base, kb.mul(idx, kb.i32c(2), "")?, "kpos")?;
-                let key0 = kb.mul(j, kb.i32c(BLOCK_N as i64), "key0")?;
-                self.load_kv(kb, kpos, tk, spec.head_dim_qk, key0, hkv, wt.b)?;
+                let key0 = kb.add(wt.k_start, kb.mul(j, kb.i32c(BLOCK_N as i64), "")?, "key0")?;
+                self.load_kv(kb, kpos, tk, spec.head_dim_qk, key0, hkv, wt.tma_b)?;
                 let vpos = kb.add(kpos, kb.i32c(1), "vpos")?;
-                self.load_kv(kb, vpos, tv, spec.head_dim_v, key0, hkv, wt.b)
+                self.load_kv(kb, vpos, tv, spec.head_dim_v, key0, hkv, wt.tma_b)
             })?;
             kb.set(kv_pos, kb.add(base, kb.mul(n, kb.i32c(2), "")?, "")?)
         })
@@ -1010,11 +1039,13 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             let q = kb.add(q, row, "q")?;
             let valid = kb.icmp(IntPredicate::SLT, q, wt.seqlen_q, "row_valid")?;
             let (o_scale, lse) = self.final_scale(kb, wt, l, m)?;
-            let off = kb.add(
-                kb.add(kb.mul(kb.sext64(wt.b, "")?, sb, "")?, kb.mul(kb.sext64(q, "")?, sr, "")?, "")?,
-                kb.mul(kb.sext64(wt.h, "")?, sh, "")?,
-                "",
-            )?;
+            // Varlen: packed rows (q_start + q, no batch stride); padded: b·sb + q·sr.
+            let (brow, row_in) = if self.spec.kv_layout == KvLayout::Varlen {
+                (kb.i64c(0), kb.add(wt.q_start, q, "")?)
+            } else {
+                (kb.mul(kb.sext64(wt.b, "")?, sb, "")?, q)
+            };
+            let off = kb.add(kb.add(brow, kb.mul(kb.sext64(row_in, "")?, sr, "")?, "")?, kb.mul(kb.sext64(wt.h, "")?, sh, "")?, "")?;
             let row_addr = kb.add(o_base, kb.mul(off, kb.i64c(2), "")?, "o_row")?;
             kb.if_else(
                 any,
@@ -1052,15 +1083,13 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             if spec.lse {
                 kb.if_then(valid, "store_lse", |kb| {
                     let lse_base = self.arg("lse")?;
-                    let off = kb.add(
-                        kb.add(
-                            kb.mul(kb.sext64(wt.b, "")?, self.arg("lse_stride_batch")?, "")?,
-                            kb.mul(kb.sext64(wt.h, "")?, self.arg("lse_stride_head")?, "")?,
-                            "",
-                        )?,
-                        kb.sext64(q, "")?,
-                        "lse_off",
-                    )?;
+                    let hoff = kb.mul(kb.sext64(wt.h, "")?, self.arg("lse_stride_head")?, "")?;
+                    let off = if self.spec.kv_layout == KvLayout::Varlen {
+                        kb.add(hoff, kb.sext64(kb.add(wt.q_start, q, "")?, "")?, "lse_off")?
+                    } else {
+                        let boff = kb.mul(kb.sext64(wt.b, "")?, self.arg("lse_stride_batch")?, "")?;
+                        kb.add(kb.add(boff, hoff, "")?, kb.sext64(q, "")?, "lse_off")?
+                    };
                     kb.st_global_f32(kb.add(lse_base, kb.mul(off, kb.i64c(4), "")?, "")?, lse)
                 })?;
             }

@@ -66,8 +66,7 @@ pub fn kernel_unsupported_reason(spec: &Spec, arch: Arch) -> Option<String> {
         return Some("pack_gqa: a packed (query, head) tile is not one TMA box yet (plan: a 5-D tensor map when the group size divides 128)".into());
     }
     match spec.kv_layout {
-        KvLayout::Contiguous => {}
-        KvLayout::Varlen => return Some("varlen: not yet (plan: 3-D tensor maps over the packed rows, cu_seqlens offsets)".into()),
+        KvLayout::Contiguous | KvLayout::Varlen => {}
         KvLayout::Paged { .. } => {
             return Some("paged KV: not yet (plan: TMA when whole tiles sit in one page, cp.async row gather otherwise)".into())
         }

@@ -49,9 +49,14 @@ pub struct WorkTile<'ctx> {
     pub m: IntValue<'ctx>,
     pub h: IntValue<'ctx>,
     pub b: IntValue<'ctx>,
-    /// The tile's sequence lengths.
+    /// The tile's sequence lengths (this batch entry's with varlen).
     pub seqlen_q: IntValue<'ctx>,
     pub seqlen_k: IntValue<'ctx>,
+    /// Varlen: packed row of the sequence's first query / key (0 otherwise).
+    pub q_start: IntValue<'ctx>,
+    pub k_start: IntValue<'ctx>,
+    /// The batch coordinate of the tensor maps (`b`, or 0 with varlen's packed rows).
+    pub tma_b: IntValue<'ctx>,
 }
 
 /// Emits [`tile_coords`]; `section` is the runtime section size in heads (LPT only).
@@ -79,11 +84,11 @@ pub fn emit_tile_coords<'ctx>(
         let m_rev = kb.udiv(within, nh, "")?;
         let h = kb.add(h0, kb.urem(within, nh, "")?, "tile_h")?;
         let m = kb.sub(kb.sub(num_m, kb.i32c(1), "")?, m_rev, "tile_m")?;
-        Ok(WorkTile { m, h, b, seqlen_q, seqlen_k })
+        Ok(WorkTile { m, h, b, seqlen_q, seqlen_k, q_start: kb.i32c(0), k_start: kb.i32c(0), tma_b: b })
     } else {
         let m = kb.urem(r, num_m, "tile_m")?;
         let h = kb.udiv(r, num_m, "tile_h")?;
-        Ok(WorkTile { m, h, b, seqlen_q, seqlen_k })
+        Ok(WorkTile { m, h, b, seqlen_q, seqlen_k, q_start: kb.i32c(0), k_start: kb.i32c(0), tma_b: b })
     }
 }
 
