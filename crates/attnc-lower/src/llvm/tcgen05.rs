@@ -296,6 +296,16 @@ impl<'ctx> Kb<'ctx> {
         )
     }
 
+    /// 5-D TMA load (coordinates innermost first), as [`Kb::tma_load_4d`].
+    pub fn tma_load_5d(&self, dst: IntValue<'ctx>, tmap: IntValue<'ctx>, c: [IntValue<'ctx>; 5], mbar: IntValue<'ctx>) -> R<()> {
+        self.asm_v(
+            "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1, {$2, $3, $4, $5, $6}], [$7];",
+            "r,l,r,r,r,r,r,r,~{memory}",
+            false,
+            &[dst.into(), tmap.into(), c[0].into(), c[1].into(), c[2].into(), c[3].into(), c[4].into(), mbar.into()],
+        )
+    }
+
     // ------------------------------------------------------------ registers, barriers
 
     /// `setmaxnreg.inc.sync.aligned.u32 n`, executed by every warp of a warpgroup: waits
@@ -501,6 +511,7 @@ mod tests {
             kb.mbar_arrive_expect_tx(bar, 16384)?;
             let z = kb.i32c(0);
             kb.tma_load_4d(kb.i32c(1024), tmap, [z, z, z, z], bar)?;
+            kb.tma_load_5d(kb.i32c(1024), tmap, [z, z, z, z, z], bar)?;
             kb.mbar_wait(bar, z)?;
             kb.setmaxnreg_dec(48)?;
             kb.named_bar_arrive(1, 256)?;

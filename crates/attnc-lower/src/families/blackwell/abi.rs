@@ -103,8 +103,9 @@ pub fn describe(params: &[(String, ParamTy)]) -> Vec<String> {
     params.iter().map(|(n, t)| format!("{n}:{}", t.name())).collect()
 }
 
-/// How the runtime must encode one tensor map (`cuTensorMapEncodeTiled`). All three are
-/// rank 4 over the `[batch, seqlen, heads, d]` tensor, innermost first.
+/// How the runtime must encode one tensor map (`cuTensorMapEncodeTiled`): rank 4 over
+/// the `[batch, seqlen, heads, d]` tensor, innermost first; with pack_gqa, Q is rank 5
+/// `{d, G, seqlen, kv_heads, batch}` so one box holds 128/G positions × G heads.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct TensorMapSpec {
     /// The kernel parameter that receives it.
@@ -113,14 +114,14 @@ pub struct TensorMapSpec {
     pub tensor: String,
     /// `CU_TENSOR_MAP_DATA_TYPE_BFLOAT16` or `..._FLOAT16`.
     pub data_type: String,
-    /// globalDim, innermost first.
-    pub global_dims: [String; 4],
-    /// globalStrides (bytes) of dims 1..3; each a multiple of 16.
-    pub global_strides_bytes: [String; 3],
-    /// boxDim: 64 elements (128 bytes) × 128 rows × 1 × 1.
-    pub box_dims: [u32; 4],
-    /// elementStrides.
-    pub element_strides: [u32; 4],
+    /// globalDim, innermost first (rank 4, or 5 for Q with pack_gqa).
+    pub global_dims: Vec<String>,
+    /// globalStrides (bytes) of dims 1..; each a multiple of 16.
+    pub global_strides_bytes: Vec<String>,
+    /// boxDim: 64 elements (128 bytes) × 128 rows (× G × 128/G for packed Q) × 1 × 1.
+    pub box_dims: Vec<u32>,
+    /// elementStrides (all 1).
+    pub element_strides: Vec<u32>,
     pub interleave: String,
     pub swizzle: String,
     pub l2_promotion: String,
@@ -137,20 +138,37 @@ pub fn tensor_maps(spec: &attnc_ir::Spec) -> Vec<TensorMapSpec> {
         attnc_ir::DType::Fp16 => "CU_TENSOR_MAP_DATA_TYPE_FLOAT16",
     };
     let (lq, lk, batch) = if varlen { ("total_q", "total_k", "1") } else { ("seqlen_q", "seqlen_k", "batch") };
+    let g = spec.group_size();
     [("q", spec.head_dim_qk, lq, "q_heads"), ("k", spec.head_dim_qk, lk, "kv_heads"), ("v", spec.head_dim_v, lk, "kv_heads")]
         .into_iter()
-        .map(|(t, d, len, heads)| TensorMapSpec {
-            param: format!("tmap_{t}"),
-            tensor: t.into(),
-            data_type: dt.into(),
-            global_dims: [d.to_string(), len.into(), heads.into(), batch.into()],
-            global_strides_bytes: [format!("2*{t}_stride_row"), format!("2*{t}_stride_head"), format!("2*{t}_stride_batch")],
-            box_dims: [super::config::TMA_BOX_COLS, super::config::BLOCK_N, 1, 1],
-            element_strides: [1, 1, 1, 1],
-            interleave: "CU_TENSOR_MAP_INTERLEAVE_NONE".into(),
-            swizzle: "CU_TENSOR_MAP_SWIZZLE_128B".into(),
-            l2_promotion: "CU_TENSOR_MAP_L2_PROMOTION_L2_256B".into(),
-            oob_fill: "CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE".into(),
+        .map(|(t, d, len, heads)| {
+            let packed = t == "q" && spec.pack_gqa;
+            let (global_dims, global_strides_bytes, box_dims) = if packed {
+                (
+                    vec![d.to_string(), g.to_string(), len.into(), "kv_heads".into(), batch.into()],
+                    vec![format!("2*{t}_stride_head"), format!("2*{t}_stride_row"), format!("2*{g}*{t}_stride_head"), format!("2*{t}_stride_batch")],
+                    vec![super::config::TMA_BOX_COLS, g, super::config::BLOCK_M / g, 1, 1],
+                )
+            } else {
+                (
+                    vec![d.to_string(), len.into(), heads.into(), batch.into()],
+                    vec![format!("2*{t}_stride_row"), format!("2*{t}_stride_head"), format!("2*{t}_stride_batch")],
+                    vec![super::config::TMA_BOX_COLS, super::config::BLOCK_N, 1, 1],
+                )
+            };
+            TensorMapSpec {
+                param: format!("tmap_{t}"),
+                tensor: t.into(),
+                data_type: dt.into(),
+                element_strides: vec![1; global_dims.len()],
+                global_dims,
+                global_strides_bytes,
+                box_dims,
+                interleave: "CU_TENSOR_MAP_INTERLEAVE_NONE".into(),
+                swizzle: "CU_TENSOR_MAP_SWIZZLE_128B".into(),
+                l2_promotion: "CU_TENSOR_MAP_L2_PROMOTION_L2_256B".into(),
+                oob_fill: "CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE".into(),
+            }
         })
         .collect()
 }

@@ -203,8 +203,9 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         let smem = kb.and(kb.add(raw, kb.i32c(1023), "")?, kb.i32c(!1023), "smem")?;
         let slot = kb.add(smem, kb.i32c(self.cfg.smem().tmem_slot as i64), "tmem_slot")?;
         let tmem = kb.ld_shared_b32(slot, "tmem_base")?;
-        let num_m = kb.ceil_div(self.seqlen_q, kb.i32c(TILE_ROWS as i64), "num_m_blocks")?;
-        let total = kb.mul(kb.mul(num_m, kb.i32c(spec.q_heads as i64), "")?, self.batch, "work_tiles")?;
+        let rows = kb.mul(self.seqlen_q, kb.i32c(self.packed_group()), "")?;
+        let num_m = kb.ceil_div(rows, kb.i32c(TILE_ROWS as i64), "num_m_blocks")?;
+        let total = kb.mul(kb.mul(num_m, kb.i32c(self.tile_heads() as i64), "")?, self.batch, "work_tiles")?;
         Ok(Fwd {
             spec,
             cfg: self.cfg,
@@ -346,13 +347,15 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                 let scal = kb.add(self.smem, kb.i32c(self.cfg.smem().scalars as i64), "")?;
                 let seqlen_q = kb.ld_volatile_shared_b32(scal, "seqlen_q")?;
                 let seqlen_k = kb.ld_volatile_shared_b32(kb.add(scal, kb.i32c(4), "")?, "seqlen_k")?;
-                let num_m = kb.ceil_div(seqlen_q, kb.i32c(TILE_ROWS as i64), "num_m_blocks")?;
+                let g = kb.i32c(self.packed_group());
+                let num_m = kb.ceil_div(kb.mul(seqlen_q, g, "")?, kb.i32c(TILE_ROWS as i64), "num_m_blocks")?;
+                let heads = self.tile_heads();
                 let section = if self.cfg.lpt {
-                    emit_section_heads(kb, seqlen_k, self.spec.head_dim_qk, self.spec.head_dim_v, self.spec.q_heads)?
+                    emit_section_heads(kb, seqlen_k, self.spec.head_dim_qk, self.spec.head_dim_v, heads)?
                 } else {
                     kb.i32c(1)
                 };
-                let mut wt = emit_tile_coords(kb, tt, num_m, self.spec.q_heads, self.cfg.lpt, section, seqlen_q, seqlen_k)?;
+                let mut wt = emit_tile_coords(kb, tt, num_m, heads, self.cfg.lpt, section, seqlen_q, seqlen_k)?;
                 if self.spec.kv_layout == KvLayout::Varlen {
                     // Packed sequences: this entry's lengths and first rows; the tensor
                     // maps span all rows (batch coordinate 0).
@@ -370,6 +373,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                     wt.k_start = k0;
                     wt.tma_b = kb.i32c(0);
                 }
+                wt.rows = kb.mul(wt.seqlen_q, g, "rows")?;
                 body(kb, wt)?;
                 let step = kb.sreg("nctaid.x", "")?;
                 let tt = kb.get_i(t, "")?;
@@ -379,10 +383,42 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
     }
 
     fn hkv(&self, kb: &Kb<'ctx>, wt: &WorkTile<'ctx>) -> R<IntValue<'ctx>> {
+        if self.spec.pack_gqa {
+            return Ok(wt.h);
+        }
         kb.udiv(wt.h, kb.i32c(self.group()), "hkv")
     }
 
-    /// Classification of key tile `j` for query rows [q_lo, q_hi] of work tile `wt`.
+    /// Rows per query position: G with pack_gqa, else 1.
+    fn packed_group(&self) -> i64 {
+        if self.spec.pack_gqa {
+            self.group()
+        } else {
+            1
+        }
+    }
+
+    /// The head dimension of the tile grid: KV heads with pack_gqa, else query heads.
+    fn tile_heads(&self) -> u32 {
+        if self.spec.pack_gqa {
+            self.spec.kv_heads
+        } else {
+            self.spec.q_heads
+        }
+    }
+
+    /// Packed row `pr` of `wt` → (query position, query head).
+    fn row_qh(&self, kb: &Kb<'ctx>, wt: &WorkTile<'ctx>, pr: IntValue<'ctx>) -> R<(IntValue<'ctx>, IntValue<'ctx>)> {
+        if !self.spec.pack_gqa {
+            return Ok((pr, wt.h));
+        }
+        let g = kb.i32c(self.group());
+        let q = kb.udiv(pr, g, "q_pos")?;
+        let h = kb.add(kb.mul(wt.h, g, "")?, kb.urem(pr, g, "")?, "head")?;
+        Ok((q, h))
+    }
+
+    /// Classification of key tile `j` for (packed) rows [q_lo, q_hi] of work tile `wt`.
     fn classify(
         &self,
         kb: &Kb<'ctx>,
@@ -394,11 +430,18 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         let n0 = kb.mul(j, kb.i32c(BLOCK_N as i64), "n0")?;
         let k_hi = kb.sub(kb.smin(kb.add(n0, kb.i32c(BLOCK_N as i64), "")?, wt.seqlen_k, "")?, kb.i32c(1), "")?;
         let hkv = self.hkv(kb, wt)?;
+        let (q, h) = if self.spec.pack_gqa {
+            let g = kb.i32c(self.group());
+            let h_lo = kb.mul(hkv, g, "")?;
+            ((kb.udiv(q_lo, g, "")?, kb.udiv(q_hi, g, "")?), (h_lo, kb.add(h_lo, kb.i32c(self.group() - 1), "")?))
+        } else {
+            ((q_lo, q_hi), (wt.h, wt.h))
+        };
         let tile = TileRanges {
             b: (wt.b, wt.b),
-            h: (wt.h, wt.h),
+            h,
             hkv: (hkv, hkv),
-            q: (q_lo, q_hi),
+            q,
             k: (n0, k_hi),
             seqlen_q: wt.seqlen_q,
             seqlen_k: wt.seqlen_k,
@@ -419,7 +462,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         let j = kb.slot_i32("kv_tile", kb.sub(n_tiles, kb.i32c(1), "")?)?;
         let idx = kb.slot_i32("kv_idx", kb.i32c(0))?;
         let row0 = kb.mul(wt.m, kb.i32c(TILE_ROWS as i64), "row0")?;
-        let q_hi = kb.sub(kb.smin(kb.add(row0, kb.i32c(TILE_ROWS as i64), "")?, wt.seqlen_q, "")?, kb.i32c(1), "")?;
+        let q_hi = kb.sub(kb.smin(kb.add(row0, kb.i32c(TILE_ROWS as i64), "")?, wt.rows, "")?, kb.i32c(1), "")?;
         let masked = self.spec.mask.to_predicate().is_some();
         kb.while_loop(
             "kv_tiles",
@@ -467,7 +510,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             return Ok(n);
         }
         let row0 = kb.mul(wt.m, kb.i32c(TILE_ROWS as i64), "")?;
-        let has_rows = kb.icmp(IntPredicate::SLT, row0, wt.seqlen_q, "has_rows")?;
+        let has_rows = kb.icmp(IntPredicate::SLT, row0, wt.rows, "has_rows")?;
         kb.select_i(has_rows, n, kb.i32c(0), "kv_tiles")
     }
 
@@ -503,10 +546,18 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                     for i in 0..2u32 {
                         let full = self.bar(kb, Bar::QFull(i))?;
                         kb.mbar_arrive_expect_tx(full, spec.head_dim_qk / TMA_BOX_COLS * TMA_BOX_BYTES)?;
-                        let row = kb.add(kb.add(wt.q_start, row0, "")?, kb.i32c((i * BLOCK_M) as i64), "")?;
+                        let prow = kb.add(row0, kb.i32c((i * BLOCK_M) as i64), "")?;
                         for cb in 0..spec.head_dim_qk / TMA_BOX_COLS {
                             let dst = kb.add(self.smem, kb.i32c((layout.q[i as usize] + cb * TMA_BOX_BYTES) as i64), "")?;
-                            kb.tma_load_4d(dst, tq, [kb.i32c((cb * TMA_BOX_COLS) as i64), row, wt.h, wt.tma_b], full)?;
+                            let c0 = kb.i32c((cb * TMA_BOX_COLS) as i64);
+                            if spec.pack_gqa {
+                                // Box {64, G, 128/G}: packed row r = position·G + head-in-group.
+                                let pos = kb.add(wt.q_start, kb.udiv(prow, kb.i32c(self.group()), "")?, "")?;
+                                kb.tma_load_5d(dst, tq, [c0, kb.i32c(0), pos, wt.h, wt.tma_b], full)?;
+                            } else {
+                                let row = kb.add(wt.q_start, prow, "")?;
+                                kb.tma_load_4d(dst, tq, [c0, row, wt.h, wt.tma_b], full)?;
+                            }
                         }
                     }
                     kb.set(q_cnt, kb.add(qc, kb.i32c(1), "")?)
@@ -715,8 +766,8 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         kb.add(self.tmem, kb.shl(kb.mul(quad, kb.i32c(32), "")?, kb.i32c(16), "")?, "tmem_lane")
     }
 
-    fn elem_vars(&self, wt: &WorkTile<'ctx>, hkv: IntValue<'ctx>, q: IntValue<'ctx>, k: IntValue<'ctx>) -> ElemVars<'ctx> {
-        ElemVars { b: wt.b, h: wt.h, hkv, q, k, seqlen_q: wt.seqlen_q, seqlen_k: wt.seqlen_k, score: None }
+    fn elem_vars(&self, wt: &WorkTile<'ctx>, row: &SoftmaxRow<'ctx>, k: IntValue<'ctx>) -> ElemVars<'ctx> {
+        ElemVars { b: wt.b, h: row.h, hkv: row.hkv, q: row.q, k, seqlen_q: wt.seqlen_q, seqlen_k: wt.seqlen_k, score: None }
     }
 
     fn softmax(&self, kb: &mut Kb<'ctx>, stage: IntValue<'ctx>) -> R<()> {
@@ -744,10 +795,10 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             let hkv = self.hkv(kb, &wt)?;
             let row0 = kb.mul(wt.m, kb.i32c(TILE_ROWS as i64), "")?;
             let q_lo = kb.add(row0, kb.mul(stage, kb.i32c(BLOCK_M as i64), "")?, "stage_row0")?;
-            let q = kb.add(q_lo, row, "q")?;
-            let q_hi = kb.sub(kb.smin(kb.add(q_lo, kb.i32c(BLOCK_M as i64), "")?, wt.seqlen_q, "")?, kb.i32c(1), "")?;
-            let stage_live = kb.icmp(IntPredicate::SLT, q_lo, wt.seqlen_q, "")?;
-            let row = SoftmaxRow { stage, row, q, hkv, s_taddr, p_off, row_max, row_sum };
+            let (q, h) = self.row_qh(kb, &wt, kb.add(q_lo, row, "")?)?;
+            let q_hi = kb.sub(kb.smin(kb.add(q_lo, kb.i32c(BLOCK_M as i64), "")?, wt.rows, "")?, kb.i32c(1), "")?;
+            let stage_live = kb.icmp(IntPredicate::SLT, q_lo, wt.rows, "")?;
+            let row = SoftmaxRow { stage, row, q, h, hkv, s_taddr, p_off, row_max, row_sum };
             self.for_each_kv_tile(kb, &wt, |kb, j, _idx| {
                 let sc = kb.get_i(s_cnt, "")?;
                 kb.mbar_wait(self.bar_stage(kb, Bar::SFull, stage)?, self.parity(kb, sc)?)?;
@@ -848,7 +899,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                     None => kb.fmul(x, kb.f32c(spec.scale_value() * LOG2E), "s_log2")?,
                     Some(m) => {
                         let score = kb.fmul(x, kb.f32c(spec.scale_value()), "score")?;
-                        let vars = ElemVars { score: Some(score), ..self.elem_vars(wt, row.hkv, row.q, k) };
+                        let vars = ElemVars { score: Some(score), ..self.elem_vars(wt, row, k) };
                         let modded = vexpr::gen(kb, spec, m, &vars, &self.va)?.float();
                         kb.fmul(modded, kb.f32c(LOG2E), "s_log2")?
                     }
@@ -860,7 +911,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                     let k = kb.add(n0, kb.i32c((w * chunk) as i64 + c as i64), "k")?;
                     let mut allowed = kb.icmp(IntPredicate::SLT, k, wt.seqlen_k, "k_in_bounds")?;
                     if let Some(p) = spec.mask.to_predicate() {
-                        let m = vexpr::gen(kb, spec, &p, &self.elem_vars(wt, row.hkv, row.q, k), &self.va)?.int();
+                        let m = vexpr::gen(kb, spec, &p, &self.elem_vars(wt, row, k), &self.va)?.int();
                         allowed = kb.and(allowed, m, "allowed")?;
                     }
                     let v = kb.get_f(*slot, "")?;
@@ -1035,17 +1086,17 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             let l = kb.ld_shared_f32(addr, "l")?;
             let m = kb.ld_shared_f32(kb.add(addr, kb.i32c(4), "")?, "m_final")?;
             kb.mbar_arrive(self.bar(kb, Bar::FinalEmpty(i))?)?;
-            let q = kb.add(row0, kb.i32c((i * BLOCK_M) as i64), "")?;
-            let q = kb.add(q, row, "q")?;
-            let valid = kb.icmp(IntPredicate::SLT, q, wt.seqlen_q, "row_valid")?;
-            let (o_scale, lse) = self.final_scale(kb, wt, l, m)?;
+            let pr = kb.add(kb.add(row0, kb.i32c((i * BLOCK_M) as i64), "")?, row, "")?;
+            let valid = kb.icmp(IntPredicate::SLT, pr, wt.rows, "row_valid")?;
+            let (q, h) = self.row_qh(kb, wt, pr)?;
+            let (o_scale, lse) = self.final_scale(kb, h, l, m)?;
             // Varlen: packed rows (q_start + q, no batch stride); padded: b·sb + q·sr.
             let (brow, row_in) = if self.spec.kv_layout == KvLayout::Varlen {
                 (kb.i64c(0), kb.add(wt.q_start, q, "")?)
             } else {
                 (kb.mul(kb.sext64(wt.b, "")?, sb, "")?, q)
             };
-            let off = kb.add(kb.add(brow, kb.mul(kb.sext64(row_in, "")?, sr, "")?, "")?, kb.mul(kb.sext64(wt.h, "")?, sh, "")?, "")?;
+            let off = kb.add(kb.add(brow, kb.mul(kb.sext64(row_in, "")?, sr, "")?, "")?, kb.mul(kb.sext64(h, "")?, sh, "")?, "")?;
             let row_addr = kb.add(o_base, kb.mul(off, kb.i64c(2), "")?, "o_row")?;
             kb.if_else(
                 any,
@@ -1083,7 +1134,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             if spec.lse {
                 kb.if_then(valid, "store_lse", |kb| {
                     let lse_base = self.arg("lse")?;
-                    let hoff = kb.mul(kb.sext64(wt.h, "")?, self.arg("lse_stride_head")?, "")?;
+                    let hoff = kb.mul(kb.sext64(h, "")?, self.arg("lse_stride_head")?, "")?;
                     let off = if self.spec.kv_layout == KvLayout::Varlen {
                         kb.add(hoff, kb.sext64(kb.add(wt.q_start, q, "")?, "")?, "lse_off")?
                     } else {
@@ -1105,7 +1156,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
     fn final_scale(
         &self,
         kb: &mut Kb<'ctx>,
-        wt: &WorkTile<'ctx>,
+        h: IntValue<'ctx>,
         l: FloatValue<'ctx>,
         m: FloatValue<'ctx>,
     ) -> R<(FloatValue<'ctx>, FloatValue<'ctx>)> {
@@ -1113,7 +1164,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         let m_safe = kb.select_f(m_inf, kb.f32c(0.0), m, "")?;
         let (denom, weight, m_log2) = if self.spec.sinks {
             let sinks = self.arg("sinks")?;
-            let addr = kb.add(sinks, kb.mul(kb.sext64(wt.h, "")?, kb.i64c(4), "")?, "")?;
+            let addr = kb.add(sinks, kb.mul(kb.sext64(h, "")?, kb.i64c(4), "")?, "")?;
             let sink = kb.ld_global_f32(addr, "sink")?;
             let sink2 = kb.fmul(sink, kb.f32c(LOG2E), "sink_log2")?;
             let m2 = kb.fmax(m_safe, sink2, "")?;
@@ -1143,7 +1194,9 @@ struct SoftmaxRow<'ctx> {
     stage: IntValue<'ctx>,
     /// Row within the Q tile (= TMEM lane).
     row: IntValue<'ctx>,
+    /// Query position and head of the row.
     q: IntValue<'ctx>,
+    h: IntValue<'ctx>,
     hkv: IntValue<'ctx>,
     s_taddr: IntValue<'ctx>,
     p_off: u32,

@@ -62,8 +62,11 @@ pub fn kernel_unsupported_reason(spec: &Spec, arch: Arch) -> Option<String> {
                 .into(),
         );
     }
-    if spec.pack_gqa {
-        return Some("pack_gqa: a packed (query, head) tile is not one TMA box yet (plan: a 5-D tensor map when the group size divides 128)".into());
+    if spec.pack_gqa && 128 % spec.group_size() != 0 {
+        return Some(format!(
+            "pack_gqa with {} query heads per KV head: a packed Q tile is one 5-D TMA box only when the group size divides 128 (plan: row gather)",
+            spec.group_size()
+        ));
     }
     match spec.kv_layout {
         KvLayout::Contiguous | KvLayout::Varlen => {}

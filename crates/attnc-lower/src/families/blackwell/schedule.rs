@@ -49,6 +49,9 @@ pub struct WorkTile<'ctx> {
     pub m: IntValue<'ctx>,
     pub h: IntValue<'ctx>,
     pub b: IntValue<'ctx>,
+    /// Query rows of the tile's sequence: seqlen_q, or seqlen_q · G with pack_gqa (row r
+    /// is query r / G of head hkv·G + r % G; `h` is then the KV head).
+    pub rows: IntValue<'ctx>,
     /// The tile's sequence lengths (this batch entry's with varlen).
     pub seqlen_q: IntValue<'ctx>,
     pub seqlen_k: IntValue<'ctx>,
@@ -84,11 +87,11 @@ pub fn emit_tile_coords<'ctx>(
         let m_rev = kb.udiv(within, nh, "")?;
         let h = kb.add(h0, kb.urem(within, nh, "")?, "tile_h")?;
         let m = kb.sub(kb.sub(num_m, kb.i32c(1), "")?, m_rev, "tile_m")?;
-        Ok(WorkTile { m, h, b, seqlen_q, seqlen_k, q_start: kb.i32c(0), k_start: kb.i32c(0), tma_b: b })
+        Ok(WorkTile { m, h, b, rows: seqlen_q, seqlen_q, seqlen_k, q_start: kb.i32c(0), k_start: kb.i32c(0), tma_b: b })
     } else {
         let m = kb.urem(r, num_m, "tile_m")?;
         let h = kb.udiv(r, num_m, "tile_h")?;
-        Ok(WorkTile { m, h, b, seqlen_q, seqlen_k, q_start: kb.i32c(0), k_start: kb.i32c(0), tma_b: b })
+        Ok(WorkTile { m, h, b, rows: seqlen_q, seqlen_q, seqlen_k, q_start: kb.i32c(0), k_start: kb.i32c(0), tma_b: b })
     }
 }
 

@@ -13,6 +13,13 @@ fn variants() -> Vec<Spec> {
     c.softmax.exp2_emulation = 0.25;
     c.softmax.rescale_threshold = 8.0;
     v.push(c);
+    let mut g = Spec::new("gqa_packed", 128, 32);
+    g.kv_heads = 8;
+    g.pack_gqa = true;
+    g.mask.causal = Some(Align::BottomRight);
+    g.lse = true;
+    g.sinks = true;
+    v.push(g);
     let mut f = Spec::new("vit", 64, 4);
     f.dtype = attnc_ir::DType::Fp16;
     f.sinks = true;
@@ -47,6 +54,22 @@ fn ptx_has_the_pipeline_instructions() {
             assert!(m.ptx.contains(&needle), "{}: no `{needle}`", spec.name);
         }
     }
+}
+
+#[test]
+fn packed_gqa_loads_q_with_a_5d_box() {
+    let spec = variants().into_iter().find(|s| s.pack_gqa).expect("a packed variant");
+    let m = compile(&spec, Arch::Sm100a).expect("compiles");
+    assert!(m.ptx.contains("cp.async.bulk.tensor.5d."), "Q through the 5-D map");
+    let maps = abi::tensor_maps(&spec);
+    assert_eq!(maps[0].box_dims, vec![64, 4, 32, 1, 1]);
+    assert_eq!(maps[0].global_dims[1], "4");
+    assert_eq!(maps[1].box_dims, vec![64, 128, 1, 1]);
+    let mut odd = spec.clone();
+    odd.q_heads = 24;
+    odd.kv_heads = 8;
+    assert!(kernel_unsupported_reason(&Spec { q_heads: 40, kv_heads: 8, ..spec.clone() }, Arch::Sm100a).is_some(), "G = 5");
+    assert!(kernel_unsupported_reason(&odd, Arch::Sm100a).is_some(), "G = 3 does not divide 128");
 }
 
 #[test]
