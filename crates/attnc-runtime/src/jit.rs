@@ -188,13 +188,17 @@ impl Producer for KernelProducer<'_> {
 
     fn build(&self) -> Result<(LoadedKernel, Option<Vec<u8>>), RuntimeError> {
         let t = Instant::now();
-        let module = attnc_lower::compile(self.spec, &CompileOptions { arch: self.gpu.arch, family: self.family })?;
+        let resolved = crate::dispatch::resolve(self.spec, self.gpu.arch, self.family)?;
+        let module = attnc_lower::compile(
+            self.spec,
+            &CompileOptions { arch: self.gpu.arch, family: FamilyChoice::Exactly(resolved.family) },
+        )?;
         let lower_ms = t.elapsed().as_secs_f64() * 1e3;
         let meta = ModuleMeta {
             requested: family_choice_name(self.family),
             family: module.family.name().to_string(),
             arch: module.arch.name().to_string(),
-            fallback_reason: module.fallback_reason.clone(),
+            fallback_reason: resolved.fallback_reason.clone(),
             kernels: module.kernels.iter().map(KernelMeta::from).collect(),
         };
         let meta_json = serde_json::to_vec(&meta).map_err(|e| RuntimeError::Other(format!("serializing module metadata: {e}")))?;

@@ -30,6 +30,7 @@
 pub mod bench;
 pub mod cache;
 pub mod cuda;
+pub mod dispatch;
 pub mod error;
 pub mod hash;
 pub mod jit;
