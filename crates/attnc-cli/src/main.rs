@@ -5,6 +5,8 @@
 //! - `attnc selftest [FILES|DIRS] [--quick] [--json OUT]` (GPU): every variant against
 //!   the f64 reference over a matrix of shapes
 //! - `attnc bench [--quick] [--suites ...] [--json OUT]` (GPU): the benchmark protocol
+//! - `attnc report FILE.attn --arch sm_100a [--json]`: the blackwell family's schedule
+//!   (FA4 cycle model per tile, TMEM column map, warp roles, shared memory, mbarriers)
 //!
 //! Exit codes: 0 success, 1 a diagnostic (parse, compile, ptxas, budget), 2 usage.
 
@@ -46,6 +48,22 @@ enum Command {
     /// The benchmark protocol on the GPU (../shared/bench/PROTOCOL.md): copy/GEMM
     /// ceilings, prefill TFLOP/s, decode TB/s, compile times; table and JSON.
     Bench(gpu::BenchArgs),
+    /// The blackwell family's schedule for a variant: the FA4 cycle model per tile (MMA,
+    /// shared memory, exponentials), the TMEM column map, warp roles with register
+    /// budgets, shared memory and mbarriers; or why the family falls back.
+    Report(ReportArgs),
+}
+
+#[derive(Args, Debug)]
+struct ReportArgs {
+    /// The .attn file.
+    file: PathBuf,
+    /// Target architecture (the report models sm_100a's FA4 pipeline).
+    #[arg(long, value_parser = parse_arch, value_name = "ARCH", default_value = "sm_100a")]
+    arch: Arch,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -141,6 +159,7 @@ fn main() -> ExitCode {
         }
         Command::Selftest(args) => gpu::selftest(&args),
         Command::Bench(args) => gpu::bench(&args),
+        Command::Report(args) => report(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -188,4 +207,38 @@ fn dump(args: &DumpArgs) -> Result<(), Reported> {
         return Err(Reported);
     }
     Ok(())
+}
+
+fn report(args: &ReportArgs) -> Result<(), Reported> {
+    if args.arch != Arch::Sm100a {
+        eprintln!(
+            "error: the report models the blackwell family, which targets sm_100a (asked for {})",
+            args.arch
+        );
+        return Err(Reported);
+    }
+    let spec = load(&args.file)?;
+    match attnc::lower::families::blackwell::report::report(&spec) {
+        Ok(r) => {
+            let text = if args.json {
+                match serde_json::to_string_pretty(&r) {
+                    Ok(j) => j + "\n",
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        return Err(Reported);
+                    }
+                }
+            } else {
+                r.to_string()
+            };
+            output::emit(&text, None)
+        }
+        Err(reason) => {
+            eprintln!(
+                "error: {}: the blackwell family does not run this variant ({reason}); the dispatcher falls back to portable",
+                args.file.display()
+            );
+            Err(Reported)
+        }
+    }
 }

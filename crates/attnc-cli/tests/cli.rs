@@ -327,3 +327,27 @@ fn bench_rejects_unknown_suites() {
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));
     assert!(text(&o.stderr).contains("unknown suite `nope`"), "{}", show(&o));
 }
+
+// ---- report (blackwell schedule) ----
+
+#[test]
+fn report_prints_the_cycle_model_column_map_and_roles() {
+    let o = run(&["report", EXAMPLE, "--arch", "sm_100a"]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let out = text(&o.stdout);
+    for needle in ["cycles per 128x128 tile", "TMEM columns (512 allocated)", "warp roles", "MMA issue", "mbarriers"] {
+        assert!(out.contains(needle), "no `{needle}` in\n{out}");
+    }
+    let j = run(&["report", EXAMPLE, "--json"]);
+    assert_eq!(j.status.code(), Some(0), "{}", show(&j));
+    assert!(text(&j.stdout).trim_start().starts_with('{'), "{}", show(&j));
+}
+
+#[test]
+fn report_explains_a_fallback() {
+    let o = run(&["report", "dsl-examples/document_mask.attn"]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(text(&o.stderr).contains("falls back to portable"), "{}", show(&o));
+    let o = run(&["report", EXAMPLE, "--arch", "sm_90a"]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+}

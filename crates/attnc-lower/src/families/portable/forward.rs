@@ -252,12 +252,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                 let cls = self.classify(kb, n0)?;
                 let inside = kb.icmp(IntPredicate::SLE, kb.add(n0, kb.i32c(bn), "")?, self.bv.seqlen_k, "")?;
                 let unmasked = kb.and(cls.full, inside, "unmasked")?;
-                kb.if_else(
-                    unmasked,
-                    "tile",
-                    |kb| self.tile_step(kb, n0, st, false),
-                    |kb| self.tile_step(kb, n0, st, true),
-                )?;
+                self.tile_step(kb, n0, st, unmasked)?;
                 kb.bar_sync()?;
                 kb.set(tile, next)?;
                 kb.set(stage, other)?;
@@ -438,7 +433,11 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
 
     // ------------------------------------------------------------------ one tile
 
-    fn tile_step(&self, kb: &mut Kb<'ctx>, n0: IntValue<'ctx>, stage: IntValue<'ctx>, masked: bool) -> R<()> {
+    /// One K/V tile: S = Q·Kᵀ, the online softmax, O += P·V. `unmasked` (a runtime
+    /// flag: the tile is Full and inside seqlen_k) skips the per-element mask, which is
+    /// the only part that differs between full and partial tiles, so the GEMMs exist
+    /// once in the code.
+    fn tile_step(&self, kb: &mut Kb<'ctx>, n0: IntValue<'ctx>, stage: IntValue<'ctx>, unmasked: IntValue<'ctx>) -> R<()> {
         let spec = self.spec;
         let cfg = self.cfg;
         let mt_n = cfg.m_tiles;
@@ -451,7 +450,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         let warp = kb.udiv(tid, kb.i32c(32), "")?;
 
         // ---- S = Q·Kᵀ
-        kb.section(if masked { "tcore S = Q·Kᵀ (mma.sync m16n8k16), masked tile" } else { "tcore S = Q·Kᵀ (mma.sync m16n8k16)" })?;
+        kb.section("tcore S = Q·Kᵀ (mma.sync m16n8k16)")?;
         let rbq = cfg.row_bytes(spec.head_dim_qk) as i64;
         let rbv = cfg.row_bytes(spec.head_dim_v) as i64;
         let bn = cfg.block_n as i64;
@@ -491,8 +490,8 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         let scale = spec.scale_value();
         let opts = spec.softmax;
         let col_base = kb.add(n0, kb.mul(self.quad_col(kb, tid)?, kb.i32c(2), "")?, "")?;
-        let rows = if masked || spec.score_mod.is_some() { self.thread_rows(kb, tid)? } else { Vec::new() };
-        // Scores in log2 units, masked to -inf.
+        let rows = if spec.score_mod.is_some() { self.thread_rows(kb, tid)? } else { Vec::new() };
+        // Scores in log2 units (after the score modification).
         for mt in 0..mt_n as usize {
             for half in 0..2usize {
                 let ri = mt * 2 + half;
@@ -513,7 +512,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                             seqlen_k: self.bv.seqlen_k,
                             score: None,
                         };
-                        let mut v = match &spec.score_mod {
+                        let v = match &spec.score_mod {
                             None => kb.fmul(raw, kb.f32c(scale * LOG2E), "s_log2")?,
                             Some(m) => {
                                 let score = kb.fmul(raw, kb.f32c(scale), "score")?;
@@ -522,18 +521,52 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                                 kb.fmul(modded, kb.f32c(LOG2E), "s_log2")?
                             }
                         };
-                        if masked {
-                            let mut allowed = kb.icmp(IntPredicate::SLT, col, self.bv.seqlen_k, "k_in_bounds")?;
-                            if let Some(p) = spec.mask.to_predicate() {
-                                let m = vexpr::gen(kb, spec, &p, &vars, &self.va)?.int();
-                                allowed = kb.and(allowed, m, "allowed")?;
-                            }
-                            v = kb.select_f(allowed, v, kb.f32c(f64::NEG_INFINITY), "s_masked")?;
-                        }
                         s[mt][nt][idx] = v;
                     }
                 }
             }
+        }
+        // Partial tiles: the mask and the seqlen_k bound per element, to -inf.
+        let mut s_slots = Vec::new();
+        for (mt, row) in s.iter().enumerate() {
+            for (nt, frag) in row.iter().enumerate() {
+                for (e, v) in frag.iter().enumerate() {
+                    s_slots.push(((mt, nt, e), kb.slot_f32("s", *v)?));
+                }
+            }
+        }
+        let partial = kb.not(unmasked, "partial_tile")?;
+        kb.if_then(partial, "mask_tile", |kb| {
+            kb.section("mask (partial tile)")?;
+            let tid = kb.opaque_i32(self.tid, "tid_mask")?;
+            let rows = self.thread_rows(kb, tid)?;
+            let col_base = kb.add(n0, kb.mul(self.quad_col(kb, tid)?, kb.i32c(2), "")?, "")?;
+            let predicate = spec.mask.to_predicate();
+            for &((mt, nt, e), slot) in &s_slots {
+                let row = rows[mt * 2 + e / 2];
+                let col = kb.add(col_base, kb.i32c((nt * 8 + e % 2) as i64), "k_pos")?;
+                let mut allowed = kb.icmp(IntPredicate::SLT, col, self.bv.seqlen_k, "k_in_bounds")?;
+                if let Some(p) = &predicate {
+                    let vars = ElemVars {
+                        b: self.bv.b,
+                        h: row.h,
+                        hkv: self.hkv,
+                        q: row.q,
+                        k: col,
+                        seqlen_q: self.bv.seqlen_q,
+                        seqlen_k: self.bv.seqlen_k,
+                        score: None,
+                    };
+                    let m = vexpr::gen(kb, spec, p, &vars, &self.va)?.int();
+                    allowed = kb.and(allowed, m, "allowed")?;
+                }
+                let v = kb.get_f(slot, "")?;
+                kb.set(slot, kb.select_f(allowed, v, kb.f32c(f64::NEG_INFINITY), "s_masked")?)?;
+            }
+            Ok(())
+        })?;
+        for &((mt, nt, e), slot) in &s_slots {
+            s[mt][nt][e] = kb.get_f(slot, "s")?;
         }
         // Row maxima (each row is spread over the 4 threads of a quad).
         let mut new_max = Vec::new();
