@@ -6,6 +6,7 @@ use serde::Serialize;
 use std::fmt;
 
 pub mod blackwell;
+pub mod abi;
 pub mod portable;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]

@@ -3,6 +3,7 @@
 //! value as `__grid_constant__` parameters (`.param .align 64 .b8 [128]`), and the
 //! LLVM attributes that produce that PTX.
 
+pub use crate::families::abi::{describe, ParamTy};
 use crate::llvm::kb::{Kb, R};
 use inkwell::attributes::{Attribute, AttributeLoc};
 use inkwell::types::AnyType;
@@ -36,29 +37,6 @@ pub fn set_launch_bounds(kb: &Kb<'_>, threads: u32) -> R<()> {
     Ok(())
 }
 
-/// The machine type of a kernel parameter.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ParamTy {
-    /// A 128-byte CUtensorMap passed by value (`.param .align 64 .b8 [128]`).
-    TensorMap,
-    /// A device address (u64); 0 where the tensor is absent.
-    Ptr,
-    I64,
-    I32,
-    F32,
-}
-
-impl ParamTy {
-    pub fn name(self) -> &'static str {
-        match self {
-            ParamTy::TensorMap => "tensormap",
-            ParamTy::Ptr => "ptr",
-            ParamTy::I64 => "i64",
-            ParamTy::I32 => "i32",
-            ParamTy::F32 => "f32",
-        }
-    }
-}
 
 /// The ordered parameter list of the forward kernel. Tensor maps come first, so their
 /// PTX names are `<kernel>_param_0..2`.
@@ -98,10 +76,6 @@ pub fn forward_params(spec: &attnc_ir::Spec) -> Vec<(String, ParamTy)> {
     p
 }
 
-/// "name:type" strings for `KernelInfo::params`.
-pub fn describe(params: &[(String, ParamTy)]) -> Vec<String> {
-    params.iter().map(|(n, t)| format!("{n}:{}", t.name())).collect()
-}
 
 /// How the runtime must encode one tensor map (`cuTensorMapEncodeTiled`): rank 4 over
 /// the `[batch, seqlen, heads, d]` tensor, innermost first; with pack_gqa, Q is rank 5

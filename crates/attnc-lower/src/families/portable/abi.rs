@@ -2,6 +2,7 @@
 //! The runtime marshals arguments from this list, so it is the single source of truth
 //! (names appear in the PTX as `<kernel>_param_<i>` in the same order).
 
+pub use crate::families::abi::{describe, ParamTy};
 use crate::llvm::kb::{Kb, R};
 use crate::variant::expr::{AuxArg, Val, VariantArgs};
 use crate::variant::layout::{LayoutArgs, Strides};
@@ -9,26 +10,6 @@ use attnc_ir::{KvLayout, Spec, Ty};
 use inkwell::types::BasicMetadataTypeEnum;
 use inkwell::values::{BasicValueEnum, IntValue};
 
-/// The machine type of a kernel parameter.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ParamTy {
-    /// A device address (u64); 0 where the tensor is absent.
-    Ptr,
-    I64,
-    I32,
-    F32,
-}
-
-impl ParamTy {
-    pub fn name(self) -> &'static str {
-        match self {
-            ParamTy::Ptr => "ptr",
-            ParamTy::I64 => "i64",
-            ParamTy::I32 => "i32",
-            ParamTy::F32 => "f32",
-        }
-    }
-}
 
 /// The ordered parameter list of the forward kernel.
 pub fn forward_params(spec: &Spec) -> Vec<(String, ParamTy)> {
@@ -124,6 +105,9 @@ impl<'ctx> Args<'ctx> {
             .iter()
             .map(|(n, t)| {
                 let ty: BasicMetadataTypeEnum = match t {
+                    // By-value tensor maps are marked `.param .align 64 .b8 [128]` by the
+                    // family that uses them; in LLVM they are a pointer parameter.
+                    ParamTy::TensorMap => kb.ctx.ptr_type(inkwell::AddressSpace::default()).into(),
                     ParamTy::Ptr | ParamTy::I64 => kb.ctx.i64_type().into(),
                     ParamTy::I32 => kb.ctx.i32_type().into(),
                     ParamTy::F32 => kb.ctx.f32_type().into(),
@@ -186,7 +170,3 @@ impl<'ctx> Args<'ctx> {
     }
 }
 
-/// "name:type" strings for `KernelInfo::params`.
-pub fn describe(params: &[(String, ParamTy)]) -> Vec<String> {
-    params.iter().map(|(n, t)| format!("{n}:{}", t.name())).collect()
-}

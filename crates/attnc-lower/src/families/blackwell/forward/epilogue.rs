@@ -1,0 +1,184 @@
+//! The correction warpgroup: O rescaled in TMEM off the critical path, the final
+//! normalization and the store of O and LSE.
+
+use super::*;
+
+impl<'a, 'ctx> Fwd<'a, 'ctx> {
+    // ------------------------------------------------------------ correction + epilogue
+
+    pub(super) fn correction(&self, kb: &mut Kb<'ctx>) -> R<()> {
+        kb.section("role: correction warpgroup (rescale O in TMEM, final normalization, store O and LSE)")?;
+        let t = self.cfg.tmem();
+        let row = kb.and(self.tid, kb.i32c(127), "row")?;
+        let lane_addr = self.tmem_lane_addr(kb)?;
+        let st_cnt = kb.slot_i32("corr_stats_count", kb.i32c(0))?;
+        let o_cnt = kb.slot_i32("corr_o_count", kb.i32c(0))?;
+        let f_cnt = kb.slot_i32("corr_final_count", kb.i32c(0))?;
+        let dv = self.spec.head_dim_v;
+        self.persistent(kb, |kb, wt| {
+            let n = self.count_kv_tiles(kb, &wt)?;
+            self.for_n(kb, n, |kb, idx| {
+                let sc = kb.get_i(st_cnt, "")?;
+                let par = self.parity(kb, sc)?;
+                for i in 0..2usize {
+                    kb.mbar_wait(self.bar(kb, Bar::Stats(i as u32))?, par)?;
+                    kb.tcgen05_fence_after()?;
+                    let alpha = kb.ld_shared_f32(self.alpha_addr(kb, kb.i32c(i as i64), row)?, "alpha")?;
+                    let not_first = kb.icmp(IntPredicate::SGT, idx, kb.i32c(0), "")?;
+                    kb.if_then(not_first, "correct", |kb| {
+                        let moved = kb.fcmp(FloatPredicate::UNE, alpha, kb.f32c(1.0), "")?;
+                        let any = kb.vote_any(moved, "rescale_o")?;
+                        kb.if_then(any, "rescale_o", |kb| {
+                            kb.section("correction: O_i *= alpha (tcgen05.ld/st)")?;
+                            for c in (0..dv).step_by(CORR_CHUNK as usize) {
+                                let o = kb.tmem_load(lane_addr, t.o[i] + c, CORR_CHUNK, CORR_CHUNK, "o")?;
+                                let scaled: Vec<IntValue<'ctx>> = o
+                                    .iter()
+                                    .map(|x| kb.f_bits(kb.fmul(kb.bits_f(*x, "")?, alpha, "")?, ""))
+                                    .collect::<R<_>>()?;
+                                kb.tmem_store(lane_addr, t.o[i] + c, &scaled)?;
+                            }
+                            kb.tmem_wait_st()
+                        })
+                    })?;
+                    kb.tcgen05_fence_before()?;
+                    kb.mbar_arrive(self.bar(kb, Bar::PFull(i as u32))?)?;
+                }
+                kb.set(st_cnt, kb.add(sc, kb.i32c(1), "")?)
+            })?;
+            self.epilogue(kb, &wt, n, row, lane_addr, o_cnt, f_cnt)
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn epilogue(
+        &self,
+        kb: &mut Kb<'ctx>,
+        wt: &WorkTile<'ctx>,
+        n: IntValue<'ctx>,
+        row: IntValue<'ctx>,
+        lane_addr: IntValue<'ctx>,
+        o_cnt: Slot<'ctx>,
+        f_cnt: Slot<'ctx>,
+    ) -> R<()> {
+        let spec = self.spec;
+        let t = self.cfg.tmem();
+        let layout = self.cfg.smem();
+        let dv = spec.head_dim_v;
+        kb.section("epilogue: O /= l, store O (and LSE)")?;
+        let fc = kb.get_i(f_cnt, "")?;
+        let fpar = self.parity(kb, fc)?;
+        let oc = kb.get_i(o_cnt, "")?;
+        let opar = self.parity(kb, oc)?;
+        let any = kb.icmp(IntPredicate::SGT, n, kb.i32c(0), "any_tile")?;
+        let row0 = kb.mul(wt.m, kb.i32c(TILE_ROWS as i64), "")?;
+        let o_base = self.arg("o")?;
+        let (sb, sr, sh) = (self.arg("o_stride_batch")?, self.arg("o_stride_row")?, self.arg("o_stride_head")?);
+        for i in 0..2u32 {
+            kb.mbar_wait(self.bar(kb, Bar::FinalFull(i))?, fpar)?;
+            let addr = self.stats_addr(kb, layout.stats, kb.i32c(i as i64), row)?;
+            let l = kb.ld_shared_f32(addr, "l")?;
+            let m = kb.ld_shared_f32(kb.add(addr, kb.i32c(4), "")?, "m_final")?;
+            kb.mbar_arrive(self.bar(kb, Bar::FinalEmpty(i))?)?;
+            let pr = kb.add(kb.add(row0, kb.i32c((i * BLOCK_M) as i64), "")?, row, "")?;
+            let valid = kb.icmp(IntPredicate::SLT, pr, wt.rows, "row_valid")?;
+            let (q, h) = self.row_qh(kb, wt, pr)?;
+            let (o_scale, lse) = self.final_scale(kb, h, l, m)?;
+            // Varlen: packed rows (q_start + q, no batch stride); padded: b·sb + q·sr.
+            let (brow, row_in) = if self.spec.kv_layout == KvLayout::Varlen {
+                (kb.i64c(0), kb.add(wt.q_start, q, "")?)
+            } else {
+                (kb.mul(kb.sext64(wt.b, "")?, sb, "")?, q)
+            };
+            let off = kb.add(kb.add(brow, kb.mul(kb.sext64(row_in, "")?, sr, "")?, "")?, kb.mul(kb.sext64(h, "")?, sh, "")?, "")?;
+            let row_addr = kb.add(o_base, kb.mul(off, kb.i64c(2), "")?, "o_row")?;
+            kb.if_else(
+                any,
+                "o_final",
+                |kb| {
+                    kb.mbar_wait(self.bar(kb, Bar::OFull(i))?, opar)?;
+                    kb.tcgen05_fence_after()?;
+                    for c in (0..dv).step_by(CORR_CHUNK as usize) {
+                        let o = kb.tmem_load(lane_addr, t.o[i as usize] + c, CORR_CHUNK, CORR_CHUNK, "o")?;
+                        kb.if_then(valid, "store_o", |kb| {
+                            let x: Vec<FloatValue<'ctx>> =
+                                o.iter().map(|v| kb.fmul(kb.bits_f(*v, "")?, o_scale, "")).collect::<R<_>>()?;
+                            let packed: Vec<IntValue<'ctx>> =
+                                x.chunks(2).map(|p| kb.pack_half2(spec.dtype, p[0], p[1], "o2")).collect::<R<_>>()?;
+                            for (k, quad) in packed.chunks(4).enumerate() {
+                                let a = kb.add(row_addr, kb.i64c((c as i64 + 8 * k as i64) * 2), "")?;
+                                kb.st_global_v4_b32(a, [quad[0], quad[1], quad[2], quad[3]])?;
+                            }
+                            Ok(())
+                        })?;
+                    }
+                    Ok(())
+                },
+                |kb| {
+                    kb.if_then(valid, "store_zero", |kb| {
+                        let z = kb.i32c(0);
+                        for k in 0..dv / 8 {
+                            let a = kb.add(row_addr, kb.i64c(16 * k as i64), "")?;
+                            kb.st_global_v4_b32(a, [z, z, z, z])?;
+                        }
+                        Ok(())
+                    })
+                },
+            )?;
+            if spec.lse {
+                kb.if_then(valid, "store_lse", |kb| {
+                    let lse_base = self.arg("lse")?;
+                    let hoff = kb.mul(kb.sext64(h, "")?, self.arg("lse_stride_head")?, "")?;
+                    let off = if self.spec.kv_layout == KvLayout::Varlen {
+                        kb.add(hoff, kb.sext64(kb.add(wt.q_start, q, "")?, "")?, "lse_off")?
+                    } else {
+                        let boff = kb.mul(kb.sext64(wt.b, "")?, self.arg("lse_stride_batch")?, "")?;
+                        kb.add(kb.add(boff, hoff, "")?, kb.sext64(q, "")?, "lse_off")?
+                    };
+                    kb.st_global_f32(kb.add(lse_base, kb.mul(off, kb.i64c(4), "")?, "")?, lse)
+                })?;
+            }
+        }
+        kb.set(f_cnt, kb.add(fc, kb.i32c(1), "")?)?;
+        let oc_next = kb.add(oc, kb.zext32(any, "")?, "")?;
+        kb.set(o_cnt, oc_next)?;
+        kb.tcgen05_fence_before()
+    }
+
+    /// (scale for O, natural-log LSE) from the row sum and the log2 base, with the sink
+    /// logit joining the denominator when the spec has sinks (as the portable family).
+    pub(super) fn final_scale(
+        &self,
+        kb: &mut Kb<'ctx>,
+        h: IntValue<'ctx>,
+        l: FloatValue<'ctx>,
+        m: FloatValue<'ctx>,
+    ) -> R<(FloatValue<'ctx>, FloatValue<'ctx>)> {
+        let m_inf = kb.fcmp(FloatPredicate::OEQ, m, kb.f32c(f64::NEG_INFINITY), "")?;
+        let m_safe = kb.select_f(m_inf, kb.f32c(0.0), m, "")?;
+        let (denom, weight, m_log2) = if self.spec.sinks {
+            let sinks = self.arg("sinks")?;
+            let addr = kb.add(sinks, kb.mul(kb.sext64(h, "")?, kb.i64c(4), "")?, "")?;
+            let sink = kb.ld_global_f32(addr, "sink")?;
+            let sink2 = kb.fmul(sink, kb.f32c(LOG2E), "sink_log2")?;
+            let m2 = kb.fmax(m_safe, sink2, "")?;
+            let m2 = kb.select_f(m_inf, sink2, m2, "")?;
+            let m2_inf = kb.fcmp(FloatPredicate::OEQ, m2, kb.f32c(f64::NEG_INFINITY), "")?;
+            let m2s = kb.select_f(m2_inf, kb.f32c(0.0), m2, "")?;
+            let w = kb.ex2(kb.fsub(m_safe, m2s, "")?, "")?;
+            let w = kb.select_f(m_inf, kb.f32c(0.0), w, "")?;
+            let denom = kb.fma(l, w, kb.ex2(kb.fsub(sink2, m2s, "")?, "")?, "denom")?;
+            (denom, w, m2s)
+        } else {
+            (l, kb.f32c(1.0), m_safe)
+        };
+        let empty = kb.fcmp(FloatPredicate::OEQ, denom, kb.f32c(0.0), "")?;
+        let safe = kb.select_f(empty, kb.f32c(1.0), denom, "")?;
+        let inv = kb.fdiv(weight, safe, "")?;
+        let o_scale = kb.select_f(empty, kb.f32c(0.0), inv, "o_scale")?;
+        let lse2 = kb.fadd(m_log2, kb.lg2(safe, "")?, "")?;
+        let lse = kb.fmul(lse2, kb.f32c(LN2), "")?;
+        let lse = kb.select_f(empty, kb.f32c(f64::NEG_INFINITY), lse, "lse")?;
+        Ok((o_scale, lse))
+    }
+}
