@@ -252,13 +252,10 @@ impl Spec {
         }
     }
 
-    /// q heads per KV head.
+    /// q heads per KV head (at least 1, also for an invalid spec, so it is always a
+    /// safe divisor).
     pub fn group_size(&self) -> u32 {
-        if self.kv_heads == 0 {
-            1
-        } else {
-            self.q_heads / self.kv_heads
-        }
+        self.q_heads.checked_div(self.kv_heads).unwrap_or(1).max(1)
     }
 
     /// The softmax scale as a number.

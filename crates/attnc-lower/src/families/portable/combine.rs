@@ -70,7 +70,7 @@ pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str) -> R<KernelInfo> 
     };
     let max = kb.slot_f32("lse_max", sink2)?;
     let split_row = |kb: &Kb<'ctx>, s: IntValue<'ctx>| -> R<IntValue<'ctx>> {
-        Ok(kb.add(row0, kb.mul(kb.sext64(s, "")?, split_stride, "")?, "split_row")?)
+        kb.add(row0, kb.mul(kb.sext64(s, "")?, split_stride, "")?, "split_row")
     };
     kb.for_range(kb.i32c(0), num_splits, "max_loop", |kb, s| {
         let r = split_row(kb, s)?;
