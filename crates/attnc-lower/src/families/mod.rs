@@ -6,6 +6,7 @@ use serde::Serialize;
 use std::fmt;
 
 pub mod blackwell;
+pub mod hopper;
 pub mod abi;
 pub mod portable;
 

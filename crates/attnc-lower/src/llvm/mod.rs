@@ -5,6 +5,7 @@
 pub mod kb;
 pub mod ptx;
 pub mod tcgen05;
+pub mod wgmma;
 
 use crate::arch::Arch;
 use crate::families::LowerError;
