@@ -278,8 +278,10 @@ mod tests {
         };
         assert!(!report.has_spills(), "spills:\n{}", report.log);
         assert!(report.warnings.is_empty(), "ptxas warnings: {:?}\n{}", report.warnings, report.log);
-        // ptxas reports serialized wgmma pipelines as `info` (C7515/C7520), not warnings.
-        assert!(!report.log.contains("Potential Performance Loss"), "ptxas:\n{}\n{ptx}", report.log);
+        // ptxas reports a broken wgmma pipeline as `info`, not as a warning: serialized
+        // MMAs (C7515 "Potential Performance Loss") or an injected wait (C7517
+        // "wgmma.wait_group is injected"); a clean log never names wgmma.
+        assert!(!wgmma_pipeline_broken(&report.log), "ptxas:\n{}\n{ptx}", report.log);
         if std::env::var_os("ATTNC_DUMP_SM90A").is_some() {
             eprintln!("{}", report.log);
         }
@@ -292,6 +294,10 @@ mod tests {
             }
             Err(e) => panic!("{e}"),
         }
+    }
+
+    fn wgmma_pipeline_broken(log: &str) -> bool {
+        log.contains("Potential Performance Loss") || log.contains("wgmma")
     }
 
     /// Builds kernel `t(out: i64, x: i32)` with 128 threads (one warpgroup) and `body`;
@@ -431,6 +437,33 @@ mod tests {
             for op in ["UTMALDG", "UTMASTG", "USETMAXREG", "UTMACCTL", "SYNCS", "BAR"] {
                 assert!(has(&ops, op), "no {op} in {ops:?}");
             }
+        }
+    }
+
+    /// The guard above is live: accumulators read between an MMA and its wait make
+    /// ptxas inject a wait (C7517), and the check catches it.
+    #[test]
+    fn touching_accumulators_in_flight_is_caught() {
+        let ptx = kernel(|kb, out, _x| {
+            let q = SmemDesc::k_major_sw128(0).encode_without_start();
+            let a = kb.wgmma_desc(kb.i32c(0), q, "a")?;
+            let acc: Vec<FloatValue> = (0..32).map(|i| kb.f32c(i as f64)).collect();
+            kb.wgmma_fence()?;
+            let acc = kb.wgmma_ss(WgmmaType::Bf16, 64, &acc, a, a, Acc::Accumulate, Major::K, Major::K, "s")?;
+            // Wrong: uses the MMA's results before any wait.
+            let acc: Vec<FloatValue> = acc.iter().map(|v| kb.fadd(*v, kb.f32c(1.0), "")).collect::<R<_>>()?;
+            let acc = kb.wgmma_ss(WgmmaType::Bf16, 64, &acc, a, a, Acc::Accumulate, Major::K, Major::K, "s")?;
+            kb.wgmma_commit_group()?;
+            let acc = kb.wgmma_wait_group_acc(0, &acc, "s")?;
+            store_sum(kb, out, &acc)
+        });
+        match ptxas::assemble(&ptx, Arch::Sm90a) {
+            Ok(r) => assert!(wgmma_pipeline_broken(&r.log), "ptxas no longer reports it:\n{}", r.log),
+            Err(e) if e.is_not_found() => {
+                assert!(std::env::var_os("CI").is_none(), "CI must have ptxas: {e}");
+                eprintln!("skipping: {e}");
+            }
+            Err(e) => panic!("ptxas rejected the PTX: {e}\n{ptx}"),
         }
     }
 }
