@@ -353,7 +353,7 @@ mod tests {
                 let t = ty.ptx();
                 assert!(ptx.contains(&format!("wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t}")), "{ptx}");
                 if let Some(ops) = assemble_sm90a(&ptx) {
-                    assert!(has(&ops, "HGMMA"), "no HGMMA for {ty:?} n={n} in {ops:?}");
+                    assert_eq!(ops.get("HGMMA"), Some(&3), "three HGMMA for {ty:?} n={n} in {ops:?}");
                     assert!(has(&ops, "WARPGROUP"), "no WARPGROUP (fence/arrive) for {ty:?} n={n} in {ops:?}");
                 }
             }
@@ -384,7 +384,7 @@ mod tests {
                 let t = ty.ptx();
                 assert!(ptx.contains(&format!("wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t}")), "{ptx}");
                 if let Some(ops) = assemble_sm90a(&ptx) {
-                    assert!(has(&ops, "HGMMA"), "no HGMMA for {ty:?} n={n} in {ops:?}");
+                    assert_eq!(ops.get("HGMMA"), Some(&2), "two HGMMA for {ty:?} n={n} in {ops:?}");
                 }
             }
         }
