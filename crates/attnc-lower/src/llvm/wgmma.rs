@@ -169,6 +169,7 @@ impl<'ctx> Kb<'ctx> {
     /// in the wgmma A-fragment layout) and B in shared memory:
     /// `wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} d, {a0..a3}, b-desc, p, 1,
     /// 1, trans-b`. The A registers must not change until the MMA's group is waited on.
+    #[allow(clippy::too_many_arguments)]
     pub fn wgmma_rs(
         &self,
         ty: WgmmaType,
