@@ -5,7 +5,7 @@
 
 use crate::llvm::kb::{Kb, R};
 use inkwell::values::FloatValue;
-use inkwell::IntPredicate;
+use inkwell::{FloatPredicate, IntPredicate};
 
 /// Coefficients of p(f) = 1 + f·(C1 + f·(C2 + f·C3)) ≈ 2^f on [0, 1): a relative-error
 /// minimax fit with p(0) = 1 (Lawson iteration, rounded to f32); max relative error
@@ -31,6 +31,42 @@ pub fn exp2_emulated<'ctx>(kb: &Kb<'ctx>, x: FloatValue<'ctx>) -> R<FloatValue<'
     let r = kb.bits_f(bits, "")?;
     let underflow = kb.icmp(IntPredicate::SLT, ji, kb.i32c(-126), "")?;
     kb.select_f(underflow, kb.f32c(0.0), r, "exp2e")
+}
+
+/// The end of a row's online softmax: from the row sum `l` (relative to the base `m`,
+/// log2 units; −∞ when no key was allowed) and an optional sink logit (log2 units, −∞
+/// for none), the factor that normalizes O and the natural-log LSE. The sink joins the
+/// denominator; a row with nothing (no key, no sink) gets O = 0 and LSE = −∞.
+pub fn finalize_row<'ctx>(
+    kb: &Kb<'ctx>,
+    l: FloatValue<'ctx>,
+    m: FloatValue<'ctx>,
+    sink_log2: Option<FloatValue<'ctx>>,
+) -> R<(FloatValue<'ctx>, FloatValue<'ctx>)> {
+    let ninf = kb.f32c(f64::NEG_INFINITY);
+    let m_inf = kb.fcmp(FloatPredicate::OEQ, m, ninf, "")?;
+    let m_safe = kb.select_f(m_inf, kb.f32c(0.0), m, "")?;
+    let (denom, weight, m_log2) = match sink_log2 {
+        Some(sink2) => {
+            let m2 = kb.fmax(m_safe, sink2, "")?;
+            let m2 = kb.select_f(m_inf, sink2, m2, "")?;
+            let m2_inf = kb.fcmp(FloatPredicate::OEQ, m2, ninf, "")?;
+            let m2s = kb.select_f(m2_inf, kb.f32c(0.0), m2, "")?;
+            let w = kb.ex2(kb.fsub(m_safe, m2s, "")?, "")?;
+            let w = kb.select_f(m_inf, kb.f32c(0.0), w, "")?;
+            let denom = kb.fma(l, w, kb.ex2(kb.fsub(sink2, m2s, "")?, "")?, "denom")?;
+            (denom, w, m2s)
+        }
+        None => (l, kb.f32c(1.0), m_safe),
+    };
+    let empty = kb.fcmp(FloatPredicate::OEQ, denom, kb.f32c(0.0), "")?;
+    let safe = kb.select_f(empty, kb.f32c(1.0), denom, "")?;
+    let inv = kb.fdiv(weight, safe, "")?;
+    let o_scale = kb.select_f(empty, kb.f32c(0.0), inv, "o_scale")?;
+    let lse2 = kb.fadd(m_log2, kb.lg2(safe, "")?, "")?;
+    let lse = kb.fmul(lse2, kb.f32c(std::f64::consts::LN_2), "")?;
+    let lse = kb.select_f(empty, ninf, lse, "lse")?;
+    Ok((o_scale, lse))
 }
 
 /// CPU model of [`exp2_emulated`], operation for operation in f32.

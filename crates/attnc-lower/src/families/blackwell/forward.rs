@@ -35,7 +35,6 @@ use inkwell::values::{BasicValueEnum, FloatValue, IntValue};
 use inkwell::{AddressSpace, FloatPredicate, IntPredicate};
 
 const LOG2E: f64 = std::f64::consts::LOG2_E;
-const LN2: f64 = std::f64::consts::LN_2;
 /// Columns of O the correction warpgroup moves per tcgen05.ld/st (its budget is small).
 const CORR_CHUNK: u32 = 16;
 

@@ -25,13 +25,12 @@ use crate::llvm::kb::{Kb, Slot, R};
 use crate::variant::expr::{self as vexpr, ElemVars, VariantArgs};
 use crate::variant::interval::{classify_tile, TileRanges};
 use crate::variant::layout::{batch_view, kv_row_offsets, q_row_offset, BatchView, LayoutArgs, Strides};
-use crate::variant::softmax::exp2_emulated;
+use crate::variant::softmax::{exp2_emulated, finalize_row};
 use attnc_ir::Spec;
 use inkwell::values::{FloatValue, IntValue};
 use inkwell::{AddressSpace, FloatPredicate, IntPredicate};
 
 const LOG2E: f64 = std::f64::consts::LOG2_E;
-const LN2: f64 = std::f64::consts::LN_2;
 
 /// Per-thread facts about one of its accumulator rows.
 #[derive(Clone, Copy)]
@@ -757,26 +756,17 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                 let l = kb.fadd(l, kb.shfl_xor_f32(l, 1, "")?, "")?;
                 let l = kb.fadd(l, kb.shfl_xor_f32(l, 2, "")?, "l_total")?;
                 let m = kb.get_f(self.row_max[ri], "m_final")?;
-                let m_inf = kb.fcmp(FloatPredicate::OEQ, m, kb.f32c(f64::NEG_INFINITY), "")?;
-                let m_safe = kb.select_f(m_inf, kb.f32c(0.0), m, "")?;
                 // With sinks (and no split) the sink logit joins the denominator here.
-                let (o_scale, lse) = if spec.sinks {
+                let sink_log2 = if spec.sinks {
                     let sinks = self.args.int("sinks")?;
                     let addr = kb.add(sinks, kb.mul(kb.sext64(row.h, "")?, kb.i64c(4), "")?, "")?;
                     let sink = kb.ld_global_f32(addr, "sink")?;
                     let sink2 = kb.fmul(sink, kb.f32c(LOG2E), "")?;
-                    let sink2 = kb.select_f(is_split, kb.f32c(f64::NEG_INFINITY), sink2, "sink_log2")?;
-                    let m2 = kb.fmax(m_safe, sink2, "")?;
-                    let m2 = kb.select_f(m_inf, sink2, m2, "")?;
-                    let m2_inf = kb.fcmp(FloatPredicate::OEQ, m2, kb.f32c(f64::NEG_INFINITY), "")?;
-                    let m2s = kb.select_f(m2_inf, kb.f32c(0.0), m2, "")?;
-                    let w = kb.ex2(kb.fsub(m_safe, m2s, "")?, "")?;
-                    let w = kb.select_f(m_inf, kb.f32c(0.0), w, "")?;
-                    let denom = kb.fma(l, w, kb.ex2(kb.fsub(sink2, m2s, "")?, "")?, "denom")?;
-                    self.final_scale(kb, denom, w, m2s)?
+                    Some(kb.select_f(is_split, kb.f32c(f64::NEG_INFINITY), sink2, "sink_log2")?)
                 } else {
-                    self.final_scale(kb, l, kb.f32c(1.0), m_safe)?
+                    None
                 };
+                let (o_scale, lse) = finalize_row(kb, l, m, sink_log2)?;
                 let store = |kb: &mut Kb<'ctx>| -> R<()> {
                     kb.if_else(
                         is_split,
@@ -810,25 +800,6 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             }
         }
         Ok(())
-    }
-
-    /// (scale for O, natural-log LSE) from the denominator, the weight already folded
-    /// into O's base and the log2 max.
-    fn final_scale(
-        &self,
-        kb: &mut Kb<'ctx>,
-        denom: FloatValue<'ctx>,
-        weight: FloatValue<'ctx>,
-        m_log2: FloatValue<'ctx>,
-    ) -> R<(FloatValue<'ctx>, FloatValue<'ctx>)> {
-        let empty = kb.fcmp(FloatPredicate::OEQ, denom, kb.f32c(0.0), "")?;
-        let safe = kb.select_f(empty, kb.f32c(1.0), denom, "")?;
-        let inv = kb.fdiv(weight, safe, "")?;
-        let o_scale = kb.select_f(empty, kb.f32c(0.0), inv, "o_scale")?;
-        let lse2 = kb.fadd(m_log2, kb.lg2(safe, "")?, "")?;
-        let lse = kb.fmul(lse2, kb.f32c(LN2), "")?;
-        let lse = kb.select_f(empty, kb.f32c(f64::NEG_INFINITY), lse, "lse")?;
-        Ok((o_scale, lse))
     }
 
     fn lse_offset(&self, kb: &Kb<'ctx>, sb: IntValue<'ctx>, sh: IntValue<'ctx>, row: RowInfo<'ctx>) -> R<IntValue<'ctx>> {

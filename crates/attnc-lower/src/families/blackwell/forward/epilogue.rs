@@ -145,8 +145,8 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         kb.tcgen05_fence_before()
     }
 
-    /// (scale for O, natural-log LSE) from the row sum and the log2 base, with the sink
-    /// logit joining the denominator when the spec has sinks (as the portable family).
+    /// (O scale, LSE) of row `h`'s final statistics, with its sink when the spec has
+    /// sinks.
     pub(super) fn final_scale(
         &self,
         kb: &mut Kb<'ctx>,
@@ -154,31 +154,14 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         l: FloatValue<'ctx>,
         m: FloatValue<'ctx>,
     ) -> R<(FloatValue<'ctx>, FloatValue<'ctx>)> {
-        let m_inf = kb.fcmp(FloatPredicate::OEQ, m, kb.f32c(f64::NEG_INFINITY), "")?;
-        let m_safe = kb.select_f(m_inf, kb.f32c(0.0), m, "")?;
-        let (denom, weight, m_log2) = if self.spec.sinks {
+        let sink_log2 = if self.spec.sinks {
             let sinks = self.arg("sinks")?;
             let addr = kb.add(sinks, kb.mul(kb.sext64(h, "")?, kb.i64c(4), "")?, "")?;
             let sink = kb.ld_global_f32(addr, "sink")?;
-            let sink2 = kb.fmul(sink, kb.f32c(LOG2E), "sink_log2")?;
-            let m2 = kb.fmax(m_safe, sink2, "")?;
-            let m2 = kb.select_f(m_inf, sink2, m2, "")?;
-            let m2_inf = kb.fcmp(FloatPredicate::OEQ, m2, kb.f32c(f64::NEG_INFINITY), "")?;
-            let m2s = kb.select_f(m2_inf, kb.f32c(0.0), m2, "")?;
-            let w = kb.ex2(kb.fsub(m_safe, m2s, "")?, "")?;
-            let w = kb.select_f(m_inf, kb.f32c(0.0), w, "")?;
-            let denom = kb.fma(l, w, kb.ex2(kb.fsub(sink2, m2s, "")?, "")?, "denom")?;
-            (denom, w, m2s)
+            Some(kb.fmul(sink, kb.f32c(LOG2E), "sink_log2")?)
         } else {
-            (l, kb.f32c(1.0), m_safe)
+            None
         };
-        let empty = kb.fcmp(FloatPredicate::OEQ, denom, kb.f32c(0.0), "")?;
-        let safe = kb.select_f(empty, kb.f32c(1.0), denom, "")?;
-        let inv = kb.fdiv(weight, safe, "")?;
-        let o_scale = kb.select_f(empty, kb.f32c(0.0), inv, "o_scale")?;
-        let lse2 = kb.fadd(m_log2, kb.lg2(safe, "")?, "")?;
-        let lse = kb.fmul(lse2, kb.f32c(LN2), "")?;
-        let lse = kb.select_f(empty, kb.f32c(f64::NEG_INFINITY), lse, "lse")?;
-        Ok((o_scale, lse))
+        crate::variant::softmax::finalize_row(kb, l, m, sink_log2)
     }
 }
