@@ -30,3 +30,22 @@ impl ParamTy {
 pub fn describe(params: &[(String, ParamTy)]) -> Vec<String> {
     params.iter().map(|(n, t)| format!("{n}:{}", t.name())).collect()
 }
+
+/// One TMA tensor map a kernel takes by value (`ParamTy::TensorMap`), as the runtime
+/// must encode it with `cuTensorMapEncodeTiled` from the launch's tensor: rank 4 over
+/// `[batch, seqlen, heads, d]`, innermost first (`{d, seqlen, heads, batch}`; with varlen
+/// the packed `[total, heads, d]` tensor as batch 1), strides in bytes, elementStrides 1,
+/// no interleave, out-of-bounds elements read as zero.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TmaBox {
+    /// The kernel parameter that receives the map (e.g. `tmap_q`).
+    pub param: String,
+    /// The tensor it describes: `q`, `k`, `v` or `o`.
+    pub tensor: String,
+    /// Box extent along d, elements (× 2 bytes ≤ the swizzle span).
+    pub box_cols: u32,
+    /// Box extent along the sequence, rows (≤ 256).
+    pub box_rows: u32,
+    /// `CU_TENSOR_MAP_SWIZZLE_*` span in bytes: 0 (none), 32, 64 or 128.
+    pub swizzle_bytes: u32,
+}

@@ -85,6 +85,8 @@ pub struct KernelInfo {
     pub block_n: u32,
     /// The kernel's parameter list in order (documentation and runtime ABI check).
     pub params: Vec<String>,
+    /// How to encode each `tensormap` parameter (empty for kernels without TMA).
+    pub tensor_maps: Vec<abi::TmaBox>,
 }
 
 /// The result of lowering one spec for one arch.

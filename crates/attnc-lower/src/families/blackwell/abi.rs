@@ -146,3 +146,18 @@ pub fn tensor_maps(spec: &attnc_ir::Spec) -> Vec<TensorMapSpec> {
         })
         .collect()
 }
+
+/// The tensor maps in the runtime's encoding terms. Pack-GQA Q (rank 5) has no
+/// `TmaBox` form yet; the runtime refuses to launch this family anyway (dispatch.rs).
+pub fn tma_boxes(spec: &attnc_ir::Spec) -> Vec<crate::families::abi::TmaBox> {
+    tensor_maps(spec)
+        .into_iter()
+        .map(|t| crate::families::abi::TmaBox {
+            param: t.param,
+            tensor: t.tensor,
+            box_cols: t.box_dims[0],
+            box_rows: t.box_dims[1],
+            swizzle_bytes: 128,
+        })
+        .collect()
+}

@@ -102,6 +102,7 @@ pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, cfg: &Config, name: &str) -> 
         block_m: TILE_ROWS,
         block_n: BLOCK_N,
         params: abi::describe(&params),
+        tensor_maps: abi::tma_boxes(spec),
     })
 }
 

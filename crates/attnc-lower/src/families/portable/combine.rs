@@ -155,5 +155,6 @@ pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str) -> R<KernelInfo> 
         block_m: ROWS_PER_CTA,
         block_n: 0,
         params: abi::describe(&params),
+        tensor_maps: Vec::new(),
     })
 }
