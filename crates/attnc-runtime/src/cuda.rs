@@ -217,33 +217,57 @@ impl Gpu {
         a.elapsed_ms(b).map_err(|e| drv("cuEventElapsedTime", e))
     }
 
-    /// Launches `f` on the runtime's stream with `args` in ABI order.
+    /// Launches `f` on the runtime's stream with `args` in ABI order (see [`ArgSlots`]).
     pub fn launch(&self, f: &Function, grid: [u32; 3], block: u32, smem: u32, args: &[ArgValue]) -> Result<(), RuntimeError> {
-        #[repr(C, align(8))]
-        #[derive(Clone, Copy)]
-        struct Slot([u8; 8]);
-        let mut slots: Vec<Slot> = args
-            .iter()
-            .map(|a| {
-                let mut s = [0u8; 8];
-                match *a {
-                    ArgValue::Ptr(p) => s.copy_from_slice(&p.to_ne_bytes()),
-                    ArgValue::I64(v) => s.copy_from_slice(&v.to_ne_bytes()),
-                    ArgValue::I32(v) => s[..4].copy_from_slice(&v.to_ne_bytes()),
-                    ArgValue::F32(v) => s[..4].copy_from_slice(&v.to_ne_bytes()),
-                }
-                Slot(s)
-            })
-            .collect();
-        let mut ptrs: Vec<*mut c_void> = slots.iter_mut().map(|s| s.0.as_mut_ptr() as *mut c_void).collect();
+        let mut slots = ArgSlots::pack(args);
+        let mut ptrs = slots.pointers();
         self.bind()?;
         // SAFETY: `f` is a live function of a loaded module; one pointer per parameter, each
-        // to a value of the parameter's size; the slots outlive the call (the driver copies
-        // the values at launch).
+        // to a value of the parameter's size and alignment (tensor maps: 128 bytes,
+        // 64-byte aligned); the slots outlive the call (the driver copies the values at
+        // launch).
         unsafe {
             result::launch_kernel(f.f, (grid[0], grid[1], grid[2]), (block, 1, 1), smem, self.cu_stream(), &mut ptrs)
         }
         .map_err(|e| drv(&format!("cuLaunchKernel({})", f.name), e))
+    }
+}
+
+/// One kernel argument's storage: 128 bytes, 64-byte aligned, so the largest parameter
+/// (a by-value `CUtensorMap`, `.param .align 64 .b8 [128]`) fits and every smaller one
+/// (`u64`/`i64`/`i32`/`f32`, stored at offset 0) is aligned too.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+pub struct ArgSlot(pub [u8; 128]);
+
+/// The argument storage of one launch: one [`ArgSlot`] per parameter, in order;
+/// `cuLaunchKernel` gets one pointer per slot.
+pub struct ArgSlots(Vec<ArgSlot>);
+
+impl ArgSlots {
+    pub fn pack(args: &[ArgValue]) -> ArgSlots {
+        ArgSlots(
+            args.iter()
+                .map(|a| {
+                    let mut s = [0u8; 128];
+                    match *a {
+                        ArgValue::Ptr(p) => s[..8].copy_from_slice(&p.to_ne_bytes()),
+                        ArgValue::I64(v) => s[..8].copy_from_slice(&v.to_ne_bytes()),
+                        ArgValue::I32(v) => s[..4].copy_from_slice(&v.to_ne_bytes()),
+                        ArgValue::F32(v) => s[..4].copy_from_slice(&v.to_ne_bytes()),
+                        ArgValue::TensorMap(m) => s.copy_from_slice(&m.to_bytes()),
+                    }
+                    ArgSlot(s)
+                })
+                .collect(),
+        )
+    }
+    pub fn slots(&self) -> &[ArgSlot] {
+        &self.0
+    }
+    /// One pointer per parameter (valid until `self` is dropped).
+    pub fn pointers(&mut self) -> Vec<*mut c_void> {
+        self.0.iter_mut().map(|s| s.0.as_mut_ptr() as *mut c_void).collect()
     }
 }
 
@@ -471,5 +495,37 @@ impl Gpu {
             return Err(jit_error(&what, r, &logs));
         }
         Ok(Module { module, ctx: self.ctx.clone() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tma::TensorMapArg;
+
+    #[test]
+    fn launch_slots_hold_a_tensor_map_by_value_64_aligned() {
+        let mut words = [0u64; 16];
+        for (i, w) in words.iter_mut().enumerate() {
+            *w = 0x1111_1111_1111_1111u64.wrapping_mul(i as u64 + 1);
+        }
+        let map = TensorMapArg(words);
+        let args = [ArgValue::Ptr(0xdead_beef_0000), ArgValue::TensorMap(map), ArgValue::I32(-7), ArgValue::F32(1.5), ArgValue::I64(-3)];
+        let mut slots = ArgSlots::pack(&args);
+        let ptrs = slots.pointers();
+        assert_eq!(ptrs.len(), args.len());
+        for (p, s) in ptrs.iter().zip(slots.slots()) {
+            assert_eq!(*p as usize % 64, 0, "every slot is 64-byte aligned");
+            assert_eq!(*p as *const u8, s.0.as_ptr());
+        }
+        let s = slots.slots();
+        assert_eq!(s[0].0[..8], 0xdead_beef_0000u64.to_ne_bytes());
+        assert_eq!(s[1].0, map.to_bytes(), "all 128 bytes of the map");
+        assert_eq!(s[2].0[..4], (-7i32).to_ne_bytes());
+        assert_eq!(s[3].0[..4], 1.5f32.to_ne_bytes());
+        assert_eq!(s[4].0[..8], (-3i64).to_ne_bytes());
+        // Reading the slot back as a u64 gives the pointer (what the driver copies).
+        // SAFETY: the slot is 128 bytes, 64-byte aligned.
+        assert_eq!(unsafe { *(ptrs[0] as *const u64) }, 0xdead_beef_0000);
     }
 }

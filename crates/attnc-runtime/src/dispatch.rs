@@ -9,15 +9,16 @@ use attnc_ir::Spec;
 use attnc_lower::families::{candidates, unsupported_reason};
 use attnc_lower::{Arch, FamilyChoice, FamilyKind, LowerError};
 
-/// Families whose launch ABI the runtime implements. The blackwell family needs
-/// tensor maps (cuTensorMapEncodeTiled) and persistent grids, which are not wired yet.
+/// Families whose launch ABI the runtime implements. Portable and hopper launch the
+/// same grid (`ceil(rows / block_m), heads, batch x splits`), hopper with rank-4 TMA
+/// tensor maps ([`crate::tma`]). Blackwell also needs a persistent grid
+/// (`grid.x = min(SMs, work tiles)`) and, with pack_gqa, a rank-5 Q map; neither is wired.
 pub fn runtime_unsupported_reason(family: FamilyKind) -> Option<&'static str> {
     match family {
-        FamilyKind::Portable => None,
-        FamilyKind::Hopper => Some("the runtime cannot launch the hopper family yet"),
-        FamilyKind::Blackwell => {
-            Some("the runtime cannot launch the blackwell family yet (tensor maps and persistent grids are not wired)")
-        }
+        FamilyKind::Portable | FamilyKind::Hopper => None,
+        FamilyKind::Blackwell => Some(
+            "the runtime cannot launch the blackwell family yet (its persistent grid and the rank-5 pack-GQA Q tensor map are not wired)",
+        ),
     }
 }
 
@@ -82,10 +83,24 @@ mod tests {
     }
 
     #[test]
-    fn auto_on_hopper_says_why_hopper_was_passed_over() {
+    fn the_runtime_launches_portable_and_hopper_not_blackwell() {
+        assert_eq!(runtime_unsupported_reason(FamilyKind::Portable), None);
+        assert_eq!(runtime_unsupported_reason(FamilyKind::Hopper), None);
+        let why = runtime_unsupported_reason(FamilyKind::Blackwell).expect("refused");
+        assert!(why.contains("persistent grid") && why.contains("rank-5"), "{why}");
+    }
+
+    #[test]
+    fn auto_on_hopper_follows_the_compiler() {
+        // Whether hopper runs is now the compiler's call alone (the runtime can launch it).
         let spec = Spec::new("t", 64, 4);
         let r = resolve(&spec, Arch::Sm90a, FamilyChoice::Auto).expect("resolves");
-        assert_eq!(r.family, FamilyKind::Portable);
-        assert!(r.fallback_reason.is_some_and(|w| w.starts_with("hopper:")));
+        match unsupported_reason(FamilyKind::Hopper, &spec, Arch::Sm90a) {
+            None => assert_eq!(r, Resolved { family: FamilyKind::Hopper, fallback_reason: None }),
+            Some(why) => {
+                assert_eq!(r.family, FamilyKind::Portable);
+                assert_eq!(r.fallback_reason, Some(format!("hopper: {why}")));
+            }
+        }
     }
 }

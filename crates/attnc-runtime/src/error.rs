@@ -2,6 +2,7 @@
 //! each [`ValidationError`] names the argument at fault.
 
 use crate::tensor::ElemType;
+use crate::tma::{TmaEncode, TmaRule};
 
 /// Anything that can go wrong in the runtime.
 #[derive(Debug, thiserror::Error)]
@@ -23,6 +24,10 @@ pub enum RuntimeError {
     Lower(#[from] attnc_lower::LowerError),
     #[error("invalid launch: {0}")]
     Validation(#[from] ValidationError),
+    /// The driver's `cuTensorMapEncodeTiled` refused a tensor map; `args` holds every
+    /// argument passed (and names the tensor and the kernel parameter).
+    #[error("cuTensorMapEncodeTiled failed for {} (tensor map `{}`): {code} ({message}); arguments: {args}", .args.tensor, .args.param)]
+    TensorMapEncode { code: String, message: String, args: Box<TmaEncode> },
     /// The compiled module's parameter list is not what the runtime knows how to fill.
     #[error("kernel ABI mismatch: {0}")]
     Abi(String),
@@ -74,4 +79,8 @@ pub enum ValidationError {
     TooLarge { what: String, value: u64, limit: u64 },
     #[error("num_splits: {detail}")]
     Splits { detail: String },
+    /// A tensor that a kernel reads or writes through a TMA tensor map breaks a
+    /// precondition of `cuTensorMapEncodeTiled` (checked before any driver call).
+    #[error("{arg} (tensor map `{param}`): {what} is {value}; TMA needs {rule}")]
+    TensorMap { arg: String, param: String, rule: TmaRule, what: String, value: u64 },
 }

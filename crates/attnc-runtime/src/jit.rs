@@ -21,12 +21,14 @@ use crate::cache::{pack_sections, unpack_sections, CacheKey, Producer};
 use crate::cuda::{Function, Gpu, Image, Module};
 use crate::error::RuntimeError;
 use attnc_ir::Spec;
+use attnc_lower::families::abi::TmaBox;
 use attnc_lower::{CompileOptions, FamilyChoice, KernelInfo};
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
 /// Version of the payload layout below.
-pub const PAYLOAD_FORMAT: &str = "attnc-jit-payload-1";
+/// 2: `KernelMeta::tensor_maps` (entries of format 1 are rebuilt, not misread).
+pub const PAYLOAD_FORMAT: &str = "attnc-jit-payload-2";
 
 /// attnc's version, as it enters cache keys.
 pub const ATTNC_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -72,6 +74,10 @@ pub struct KernelMeta {
     pub block_m: u32,
     pub block_n: u32,
     pub params: Vec<String>,
+    /// How to encode each `tensormap` parameter (`cuTensorMapEncodeTiled`, see
+    /// [`crate::tma`]); empty for kernels without TMA.
+    #[serde(default)]
+    pub tensor_maps: Vec<TmaBox>,
 }
 
 impl From<&KernelInfo> for KernelMeta {
@@ -84,6 +90,7 @@ impl From<&KernelInfo> for KernelMeta {
             block_m: k.block_m,
             block_n: k.block_n,
             params: k.params.clone(),
+            tensor_maps: k.tensor_maps.clone(),
         }
     }
 }

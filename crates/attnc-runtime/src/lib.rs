@@ -22,6 +22,8 @@
 //! - [`jit`] — spec → PTX → cubin → module, cache keys and payloads;
 //! - [`tensor`] — device tensors, views, descriptors;
 //! - [`validate`] — launch validation (descriptor-level; CPU-tested);
+//! - [`tma`] — TMA tensor maps: encode arguments and their checks (CPU-tested), the
+//!   driver's `cuTensorMapEncodeTiled`;
 //! - [`split`] — the split-KV heuristic;
 //! - [`runtime`] — [`Runtime`], [`Kernel`], [`Params`];
 //! - [`receipt`] — [`Receipt`];
@@ -39,6 +41,7 @@ pub mod runtime;
 pub mod selftest;
 pub mod split;
 pub mod tensor;
+pub mod tma;
 pub mod validate;
 
 pub use cache::{CacheConfig, CacheSource, CacheStats};

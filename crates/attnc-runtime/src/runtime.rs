@@ -345,7 +345,15 @@ impl Kernel {
             num_splits: params.num_splits,
         };
         let info = &self.rt.inner.gpu.info;
-        Ok(plan(&self.spec, &self.shape, info.sm_count, info.ordinal, &descs)?)
+        let mut p = plan(&self.spec, &self.shape, info.sm_count, info.ordinal, &descs)?;
+        // The forward kernel's tensor maps: every precondition of cuTensorMapEncodeTiled
+        // is checked here, so a plan that passes encodes (the driver runs at launch).
+        if !p.empty {
+            if let Some(fwd) = self.loaded.meta.forward() {
+                p.tensor_maps = crate::tma::plan_tensor_maps(&fwd.tensor_maps, &descs)?;
+            }
+        }
+        Ok(p)
     }
 
     fn run(&self, q: &Tensor, k: &Tensor, v: &Tensor, out: &mut Tensor, lse: Option<&mut Tensor>, params: &Params) -> Result<Receipt, RuntimeError> {
@@ -400,10 +408,16 @@ impl Kernel {
         } else {
             (None, 0)
         };
-        let extra = [
+        let maps = plan
+            .tensor_maps
+            .iter()
+            .map(|e| Ok((e.param.as_str(), ArgValue::TensorMap(crate::tma::encode(gpu, e)?))))
+            .collect::<Result<Vec<_>, RuntimeError>>()?;
+        let mut extra = vec![
             ("o_partial", ArgValue::Ptr(if ws != 0 { ws } else { 0 })),
             ("lse_partial", ArgValue::Ptr(if ws != 0 { ws + lse_off as u64 } else { 0 })),
         ];
+        extra.extend(maps);
         let fwd_args = marshal(&fwd.params, &plan, &extra).map_err(RuntimeError::Abi)?;
         let combine = match (plan.combine_grid, meta.combine(), &self.loaded.combine) {
             (Some(grid), Some(cm), Some(cf)) => Some((grid, cm, cf, marshal(&cm.params, &plan, &extra).map_err(RuntimeError::Abi)?)),

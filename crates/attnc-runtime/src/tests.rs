@@ -76,7 +76,11 @@ fn contiguous_plan_and_args() {
     assert_eq!(p.arg("seqlen_k"), Some(ArgValue::I32(100)));
     assert_eq!(p.arg("lse"), Some(ArgValue::Ptr(0)));
     // The real ABI of the portable family marshals completely.
-    let m = attnc_lower::compile(&s, &attnc_lower::CompileOptions::new(attnc_lower::Arch::Sm90a)).expect("compiles");
+    let opts = attnc_lower::CompileOptions {
+        arch: attnc_lower::Arch::Sm90a,
+        family: attnc_lower::FamilyChoice::Exactly(attnc_lower::FamilyKind::Portable),
+    };
+    let m = attnc_lower::compile(&s, &opts).expect("compiles");
     let fwd = m.kernels.iter().find(|k| k.role == "forward").expect("fwd");
     let args = marshal(&fwd.params, &p, &[("o_partial", ArgValue::Ptr(0)), ("lse_partial", ArgValue::Ptr(0))]).expect("marshal");
     assert_eq!(args.len(), fwd.params.len());
@@ -492,15 +496,17 @@ fn every_example_spec_plans_with_its_abi() {
         }
         let Ok(spec) = attnc_dsl::parse_file(&p) else { continue };
         let m = attnc_lower::compile(&spec, &attnc_lower::CompileOptions::new(attnc_lower::Arch::Sm90a)).expect("compiles");
-        let names: Vec<String> = m.kernels.iter().flat_map(|k| k.params.clone()).collect();
-        for param in names {
-            let name = param.split(':').next().unwrap_or("");
-            let known = ["q", "k", "v", "o", "seqlen_q", "seqlen_k", "num_splits", "lse", "o_partial", "lse_partial", "cu_seqlens_q", "cu_seqlens_k", "block_table", "block_table_stride", "seqused_k", "sinks"]
-                .contains(&name)
-                || name.contains("_stride_")
-                || name.starts_with("aux_")
-                || name.starts_with("param_");
-            assert!(known, "{}: unknown kernel parameter {param}", spec.name);
+        for k in &m.kernels {
+            for param in &k.params {
+                let (name, ty) = param.split_once(':').unwrap_or((param, ""));
+                let known = ["q", "k", "v", "o", "batch", "seqlen_q", "seqlen_k", "num_splits", "lse", "o_partial", "lse_partial", "cu_seqlens_q", "cu_seqlens_k", "block_table", "block_table_stride", "seqused_k", "sinks"]
+                    .contains(&name)
+                    || name.contains("_stride_")
+                    || name.starts_with("aux_")
+                    || name.starts_with("param_")
+                    || (ty == "tensormap" && k.tensor_maps.iter().any(|b| b.param == name));
+                assert!(known, "{} ({}): unknown kernel parameter {param}", spec.name, m.family);
+            }
         }
         n += 1;
     }
@@ -516,5 +522,88 @@ fn runtime_without_driver_is_an_error_not_a_panic() {
         Err(crate::RuntimeError::NoDriver(msg)) => assert!(msg.contains("libcuda"), "{msg}"),
         Err(e) => panic!("wrong error: {e}"),
         Ok(_) => panic!("a runtime without a driver"),
+    }
+}
+
+#[test]
+fn tensor_maps_marshal_in_abi_position() {
+    use crate::tma::{plan_tensor_maps, TensorMapArg, TmaBox};
+    let s = spec(KvLayout::Contiguous);
+    let mut a = Alloc::new();
+    let d = contiguous(&mut a, &s);
+    let mut p = check(&s, &d).expect("valid");
+    assert_eq!(p.arg("batch"), Some(ArgValue::I32(2)));
+    let boxes: Vec<TmaBox> = ["q", "k", "v"]
+        .iter()
+        .map(|t| TmaBox { param: format!("tmap_{t}"), tensor: (*t).into(), box_cols: 64, box_rows: 128, swizzle_bytes: 128 })
+        .collect();
+    p.tensor_maps = plan_tensor_maps(&boxes, &d).expect("encodable");
+    assert_eq!(p.tensor_maps.iter().map(|e| e.param.as_str()).collect::<Vec<_>>(), ["tmap_q", "tmap_k", "tmap_v"]);
+    assert_eq!(p.tensor_maps[1].global_dims, [128, 100, 2, 2]);
+    assert_eq!(p.tensor_maps[1].global_address, d.k.addr);
+
+    // What `run` does after the driver encoded each map: pass them as extra args.
+    let fake = |i: u64| ArgValue::TensorMap(TensorMapArg([i; 16]));
+    let extra = [("tmap_q", fake(1)), ("tmap_k", fake(2)), ("tmap_v", fake(3))];
+    let params: Vec<String> =
+        ["tmap_q:tensormap", "tmap_k:tensormap", "tmap_v:tensormap", "o:ptr", "o_stride_row:i64", "batch:i32", "seqlen_k:i32"].map(String::from).to_vec();
+    let args = marshal(&params, &p, &extra).expect("marshal");
+    assert_eq!(args[..3], [fake(1), fake(2), fake(3)]);
+    assert_eq!(args[3], ArgValue::Ptr(d.o.addr));
+    assert_eq!(args[5], ArgValue::I32(2));
+    assert_eq!(args[6], ArgValue::I32(100));
+    // A tensormap param without an encoded map, or typed wrong, is refused.
+    assert!(marshal(&params, &p, &[]).unwrap_err().contains("tmap_q"));
+    assert!(marshal(&["tmap_q:ptr".into()], &p, &extra).unwrap_err().contains("tmap_q"));
+    assert!(marshal(&["q:tensormap".into()], &p, &extra).unwrap_err().contains("`q`"));
+}
+
+#[test]
+fn tensor_maps_over_varlen_and_their_rejections() {
+    use crate::tma::{plan_tensor_maps, TmaBox, TmaRule};
+    let bx = |t: &str, rows: u32| TmaBox { param: format!("tmap_{t}"), tensor: t.into(), box_cols: 64, box_rows: rows, swizzle_bytes: 128 };
+    let mut s = spec(KvLayout::Varlen);
+    s.lse = true;
+    let mut a = Alloc::new();
+    let (cq, ck) = ([0, 5, 12], [0, 40, 90]);
+    let d = varlen_descs(&mut a, &cq, &ck, 12, 90);
+    check(&s, &d).expect("valid");
+    let m = plan_tensor_maps(&[bx("q", 128), bx("k", 128), bx("o", 128)], &d).expect("encodable");
+    assert_eq!(m[0].global_dims, [128, 12, 8, 1]);
+    assert_eq!(m[1].global_dims, [128, 90, 2, 1]);
+    assert_eq!(m[2].global_address, d.o.addr);
+    // Box rows over 256: a typed error naming the tensor and the map.
+    match plan_tensor_maps(&[bx("k", 512)], &d) {
+        Err(crate::RuntimeError::Validation(E::TensorMap { arg, param, rule: TmaRule::BoxDim, value: 512, .. })) => {
+            assert_eq!((arg.as_str(), param.as_str()), ("k", "tmap_k"))
+        }
+        other => panic!("{other:?}"),
+    }
+    // A box over an unknown tensor is an ABI error.
+    assert!(matches!(plan_tensor_maps(&[bx("lse", 128)], &d), Err(crate::RuntimeError::Abi(_))));
+}
+
+#[test]
+fn the_sm90a_auto_family_marshals_with_its_tensor_maps() {
+    // Whatever family auto compiles on sm_90a (hopper once it lands, with tensor maps),
+    // its forward kernel marshals completely from a plan plus the encoded maps.
+    use crate::tma::{plan_tensor_maps, TensorMapArg};
+    let s = spec(KvLayout::Contiguous);
+    let m = attnc_lower::compile(&s, &attnc_lower::CompileOptions::new(attnc_lower::Arch::Sm90a)).expect("compiles");
+    let fwd = m.kernels.iter().find(|k| k.role == "forward").expect("fwd");
+    let mut a = Alloc::new();
+    let d = contiguous(&mut a, &s);
+    let mut p = check(&s, &d).expect("valid");
+    p.tensor_maps = plan_tensor_maps(&fwd.tensor_maps, &d).expect("encodable");
+    let n_maps = fwd.params.iter().filter(|p| p.ends_with(":tensormap")).count();
+    assert_eq!(p.tensor_maps.len(), n_maps, "{}: one box per tensormap parameter", m.family);
+    let mut extra = vec![("o_partial", ArgValue::Ptr(0)), ("lse_partial", ArgValue::Ptr(0))];
+    for (i, e) in p.tensor_maps.iter().enumerate() {
+        extra.push((e.param.as_str(), ArgValue::TensorMap(TensorMapArg([i as u64 + 1; 16]))));
+    }
+    let args = marshal(&fwd.params, &p, &extra).expect("marshal");
+    assert_eq!(args.len(), fwd.params.len());
+    for (param, arg) in fwd.params.iter().zip(&args) {
+        assert_eq!(param.ends_with(":tensormap"), matches!(arg, ArgValue::TensorMap(_)), "{param}");
     }
 }

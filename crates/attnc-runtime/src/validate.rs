@@ -35,6 +35,7 @@
 use crate::error::ValidationError;
 use crate::split::{auto_num_splits, SplitChoice, MAX_SPLITS};
 use crate::tensor::{ElemType, HostIndex, TensorDesc};
+use crate::tma::{TensorMapArg, TmaEncode};
 use attnc_ir::{AuxDim, KvLayout, Spec, SplitKv, Ty};
 use serde::Serialize;
 
@@ -52,6 +53,8 @@ pub enum ArgValue {
     I64(i64),
     I32(i32),
     F32(f32),
+    /// An encoded TMA tensor map, passed by value (128 bytes, 64-byte aligned).
+    TensorMap(TensorMapArg),
 }
 
 /// What the launch needs to know about the compiled forward kernel.
@@ -103,6 +106,10 @@ pub struct LaunchPlan {
     pub lse_partial_elems: usize,
     /// Kernel arguments by ABI name (the workspace pointers are filled in at launch).
     pub args: Vec<(String, ArgValue)>,
+    /// The checked `cuTensorMapEncodeTiled` arguments of the forward kernel's tensor maps
+    /// (filled by `Kernel::plan` from the module's boxes, see [`crate::tma`]; encoded by
+    /// the driver at launch). Empty for kernels without TMA and for empty launches.
+    pub tensor_maps: Vec<TmaEncode>,
     /// Nothing to compute (no batch entry or no query row): no launch.
     pub empty: bool,
 }
@@ -550,6 +557,7 @@ pub fn plan(spec: &Spec, ks: &KernelShape, sm_count: u32, device: usize, d: &Lau
         put(&format!("{n}_stride_row"), st(t, rank - 3));
         put(&format!("{n}_stride_head"), st(t, rank - 2));
     }
+    put("batch", ArgValue::I32(batch as i32));
     put("seqlen_q", ArgValue::I32(max_sq as i32));
     put("seqlen_k", ArgValue::I32(max_sk as i32));
     put("num_splits", ArgValue::I32(ns as i32));
@@ -583,13 +591,15 @@ pub fn plan(spec: &Spec, ks: &KernelShape, sm_count: u32, device: usize, d: &Lau
         o_partial_elems: part_rows * dv,
         lse_partial_elems: part_rows,
         args,
+        tensor_maps: Vec::new(),
         empty,
     })
 }
 
 /// The argument list of one kernel, in ABI order, from its `"name:type"` parameter list.
-/// `extra` supplies what the plan does not hold (the split workspace pointers). Fails on
-/// a parameter the runtime does not know or a type mismatch: never launches a guess.
+/// `extra` supplies what the plan does not hold (the split workspace pointers, the
+/// encoded tensor maps). Fails on a parameter the runtime does not know or a type
+/// mismatch: never launches a guess.
 pub fn marshal(params: &[String], plan: &LaunchPlan, extra: &[(&str, ArgValue)]) -> Result<Vec<ArgValue>, String> {
     params
         .iter()
@@ -603,7 +613,11 @@ pub fn marshal(params: &[String], plan: &LaunchPlan, extra: &[(&str, ArgValue)])
                 .ok_or_else(|| format!("the kernel takes `{name}`, which the runtime does not provide"))?;
             let ok = matches!(
                 (ty, v),
-                ("ptr", ArgValue::Ptr(_)) | ("i64", ArgValue::I64(_)) | ("i32", ArgValue::I32(_)) | ("f32", ArgValue::F32(_))
+                ("ptr", ArgValue::Ptr(_))
+                    | ("i64", ArgValue::I64(_))
+                    | ("i32", ArgValue::I32(_))
+                    | ("f32", ArgValue::F32(_))
+                    | ("tensormap", ArgValue::TensorMap(_))
             );
             if !ok {
                 return Err(format!("parameter `{name}` is {ty}, the runtime has {v:?}"));

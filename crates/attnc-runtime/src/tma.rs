@@ -1,0 +1,468 @@
+//! TMA tensor maps: what `cuTensorMapEncodeTiled` is given for each `tensormap`
+//! parameter of a kernel, and the call itself.
+//!
+//! The pure half — [`encode_args`] / [`plan_tensor_maps`], from a tensor's descriptor and
+//! the kernel's [`TmaBox`] to a [`TmaEncode`] (every argument of the driver call), with
+//! every precondition the driver states checked first as a typed
+//! [`ValidationError::TensorMap`] — needs no device and is tested on the CPU.
+//! [`encode`] is the thin driver wrapper: it turns a [`TmaEncode`] into the 128 opaque
+//! bytes of a `CUtensorMap` ([`TensorMapArg`]), which the launch passes by value.
+//!
+//! The encoding (see `attnc_lower::families::abi::TmaBox`): rank 4 over
+//! `[batch, seqlen, heads, d]`, innermost first — globalDim `{d, seqlen, heads, batch}`,
+//! globalStrides (bytes) `{row, head, batch}`; a rank-3 varlen tensor `[total, heads, d]`
+//! is batch 1 with `seqlen = total` (paged K/V `[pages, page_size, heads, d]` map as is).
+//! boxDim `{box_cols, box_rows, 1, 1}`, elementStrides 1, no interleave, L2 promotion
+//! 256 B, out-of-bounds elements read as zero (`OOB_FILL_NONE`: the kernels rely on rows
+//! past the end loading as zeros).
+//!
+//! The stride of a dimension of size 1 is never used to address anything, so it is
+//! replaced by a valid one (the view's span in bytes, rounded up to 16) instead of
+//! failing on a view whose unused stride is odd (e.g. varlen's batch dim).
+
+use crate::cuda::{guarded, Gpu};
+use crate::error::{RuntimeError, ValidationError};
+use crate::tensor::{ElemType, TensorDesc};
+use crate::validate::LaunchDescs;
+pub use attnc_lower::families::abi::TmaBox;
+use std::fmt;
+
+/// Bytes of a `CUtensorMap`.
+pub const TENSOR_MAP_BYTES: usize = 128;
+/// Alignment of a tensor-map kernel parameter (`.param .align 64 .b8 [128]`).
+pub const TENSOR_MAP_ALIGN: usize = 64;
+/// Largest box extent in any dimension.
+pub const MAX_BOX_DIM: u32 = 256;
+/// Global strides must stay below 2^40 bytes.
+pub const MAX_GLOBAL_STRIDE: u64 = 1 << 40;
+/// Global dims must lie in `1..=2^32`.
+pub const MAX_GLOBAL_DIM: u64 = 1 << 32;
+
+/// An encoded `CUtensorMap`: 128 opaque bytes, 64-byte aligned, passed to the kernel by
+/// value.
+#[repr(C, align(64))]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TensorMapArg(pub [u64; 16]);
+
+impl TensorMapArg {
+    /// The 128 bytes as the driver wrote them.
+    pub fn to_bytes(&self) -> [u8; TENSOR_MAP_BYTES] {
+        let mut b = [0u8; TENSOR_MAP_BYTES];
+        for (chunk, w) in b.chunks_exact_mut(8).zip(self.0) {
+            chunk.copy_from_slice(&w.to_ne_bytes());
+        }
+        b
+    }
+}
+
+impl fmt::Debug for TensorMapArg {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "TensorMapArg(")?;
+        for (i, w) in self.0.iter().enumerate() {
+            write!(f, "{}{w:016x}", if i == 0 { "" } else { " " })?;
+        }
+        write!(f, ")")
+    }
+}
+
+/// `CU_TENSOR_MAP_DATA_TYPE_*` of the tensors attnc maps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TmaDataType {
+    Bfloat16,
+    Float16,
+}
+
+/// `CU_TENSOR_MAP_SWIZZLE_*`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TmaSwizzle {
+    None,
+    B32,
+    B64,
+    B128,
+}
+
+impl TmaSwizzle {
+    /// From a span in bytes (0, 32, 64, 128).
+    pub fn from_bytes(bytes: u32) -> Option<TmaSwizzle> {
+        match bytes {
+            0 => Some(TmaSwizzle::None),
+            32 => Some(TmaSwizzle::B32),
+            64 => Some(TmaSwizzle::B64),
+            128 => Some(TmaSwizzle::B128),
+            _ => None,
+        }
+    }
+    /// The span in bytes (0 for none).
+    pub fn bytes(self) -> u32 {
+        match self {
+            TmaSwizzle::None => 0,
+            TmaSwizzle::B32 => 32,
+            TmaSwizzle::B64 => 64,
+            TmaSwizzle::B128 => 128,
+        }
+    }
+}
+
+/// Which precondition of `cuTensorMapEncodeTiled` a tensor breaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TmaRule {
+    /// 16-bit float elements (bf16 or fp16).
+    DataType,
+    /// Rank 4 `[batch, seqlen, heads, d]` or rank 3 `[total, heads, d]`.
+    Rank,
+    /// The global address 16-byte aligned.
+    BaseAlignment,
+    /// Every global stride a multiple of 16 bytes.
+    StrideMultiple,
+    /// Every global stride below 2^40 bytes.
+    StrideRange,
+    /// Every global dim in `1..=2^32`.
+    DimRange,
+    /// Every box dim in `1..=256`.
+    BoxDim,
+    /// `box_cols × element bytes` a multiple of 16.
+    BoxColsBytes,
+    /// `box_cols × element bytes` within the swizzle span.
+    SwizzleSpan,
+    /// A swizzle span of 0, 32, 64 or 128 bytes.
+    Swizzle,
+}
+
+impl fmt::Display for TmaRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TmaRule::DataType => "16-bit float elements (bf16 or fp16)",
+            TmaRule::Rank => "rank 4 [batch, seqlen, heads, d] or rank 3 [total, heads, d]",
+            TmaRule::BaseAlignment => "a 16-byte aligned global address",
+            TmaRule::StrideMultiple => "every global stride a multiple of 16 bytes",
+            TmaRule::StrideRange => "every global stride below 2^40 bytes",
+            TmaRule::DimRange => "every global dim in 1..=2^32",
+            TmaRule::BoxDim => "every box dim in 1..=256",
+            TmaRule::BoxColsBytes => "box_cols x element bytes a multiple of 16",
+            TmaRule::SwizzleSpan => "box_cols x element bytes within the swizzle span",
+            TmaRule::Swizzle => "a swizzle span of 0, 32, 64 or 128 bytes",
+        })
+    }
+}
+
+/// Every argument of one `cuTensorMapEncodeTiled` call (interleave NONE, L2 promotion
+/// 256 B and OOB fill NONE are fixed).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TmaEncode {
+    /// The kernel parameter that receives the map.
+    pub param: String,
+    /// The tensor it describes (`q`, `k`, `v`, `o`).
+    pub tensor: String,
+    pub data_type: TmaDataType,
+    pub global_address: u64,
+    /// `{d, seqlen, heads, batch}`.
+    pub global_dims: [u64; 4],
+    /// Bytes: `{row, head, batch}`.
+    pub global_strides: [u64; 3],
+    /// `{box_cols, box_rows, 1, 1}`.
+    pub box_dims: [u32; 4],
+    pub element_strides: [u32; 4],
+    pub swizzle: TmaSwizzle,
+}
+
+impl fmt::Display for TmaEncode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let dt = match self.data_type {
+            TmaDataType::Bfloat16 => "BFLOAT16",
+            TmaDataType::Float16 => "FLOAT16",
+        };
+        let sw = match self.swizzle {
+            TmaSwizzle::None => "NONE",
+            TmaSwizzle::B32 => "32B",
+            TmaSwizzle::B64 => "64B",
+            TmaSwizzle::B128 => "128B",
+        };
+        write!(
+            f,
+            "tensorDataType={dt} tensorRank=4 globalAddress={:#x} globalDim={:?} globalStrides={:?} boxDim={:?} \
+             elementStrides={:?} interleave=NONE swizzle={sw} l2Promotion=L2_256B oobFill=NONE",
+            self.global_address, self.global_dims, self.global_strides, self.box_dims, self.element_strides
+        )
+    }
+}
+
+fn broken(b: &TmaBox, rule: TmaRule, what: impl Into<String>, value: u64) -> ValidationError {
+    ValidationError::TensorMap { arg: b.tensor.clone(), param: b.param.clone(), rule, what: what.into(), value }
+}
+
+/// The encode arguments of `b` over the tensor `desc`, or the first precondition of
+/// `cuTensorMapEncodeTiled` it breaks.
+pub fn encode_args(b: &TmaBox, desc: &TensorDesc) -> Result<TmaEncode, ValidationError> {
+    let data_type = match desc.dtype {
+        ElemType::Bf16 => TmaDataType::Bfloat16,
+        ElemType::F16 => TmaDataType::Float16,
+        other => return Err(broken(b, TmaRule::DataType, format!("the element size of {other}, bytes"), other.bytes() as u64)),
+    };
+    let eb = desc.dtype.bytes() as u64;
+    if desc.shape.len() != desc.strides.len() {
+        return Err(broken(b, TmaRule::Rank, "the stride count (differs from the shape's rank)", desc.strides.len() as u64));
+    }
+    // [batch, seqlen, heads, d] with strides in elements; rank 3 is batch 1.
+    let (shape, strides): ([u64; 4], [u64; 4]) = match (desc.shape.as_slice(), desc.strides.as_slice()) {
+        (&[n, s, h, d], &[sn, ss, sh, sd]) => ([n, s, h, d].map(|x| x as u64), [sn, ss, sh, sd].map(|x| x as u64)),
+        (&[s, h, d], &[ss, sh, sd]) => ([1, s as u64, h as u64, d as u64], [0, ss as u64, sh as u64, sd as u64]),
+        _ => return Err(broken(b, TmaRule::Rank, "the rank", desc.shape.len() as u64)),
+    };
+    if desc.addr % 16 != 0 {
+        return Err(broken(b, TmaRule::BaseAlignment, "the global address", desc.addr));
+    }
+    let names = ["d", "seqlen", "heads", "batch"];
+    let global_dims = [shape[3], shape[1], shape[2], shape[0]];
+    for (i, &n) in global_dims.iter().enumerate() {
+        if n == 0 || n > MAX_GLOBAL_DIM {
+            return Err(broken(b, TmaRule::DimRange, format!("globalDim[{i}] ({})", names[i]), n));
+        }
+    }
+    // A size-1 dimension's stride addresses nothing: any valid value will do.
+    let span_bytes = u64::try_from(desc.span()).unwrap_or(u64::MAX).saturating_mul(eb);
+    let filler = span_bytes.div_ceil(16).saturating_mul(16).max(16);
+    let stride_names = ["row", "head", "batch"];
+    let mut global_strides = [0u64; 3];
+    for (j, (n, s)) in [(shape[1], strides[1]), (shape[2], strides[2]), (shape[0], strides[0])].into_iter().enumerate() {
+        let bytes = if n == 1 { filler } else { s.saturating_mul(eb) };
+        if bytes % 16 != 0 {
+            return Err(broken(b, TmaRule::StrideMultiple, format!("globalStrides[{j}] ({} stride, bytes)", stride_names[j]), bytes));
+        }
+        if bytes >= MAX_GLOBAL_STRIDE {
+            return Err(broken(b, TmaRule::StrideRange, format!("globalStrides[{j}] ({} stride, bytes)", stride_names[j]), bytes));
+        }
+        global_strides[j] = bytes;
+    }
+    let swizzle = TmaSwizzle::from_bytes(b.swizzle_bytes).ok_or_else(|| broken(b, TmaRule::Swizzle, "swizzle_bytes", u64::from(b.swizzle_bytes)))?;
+    for (what, n) in [("box_cols (boxDim[0])", b.box_cols), ("box_rows (boxDim[1])", b.box_rows)] {
+        if n == 0 || n > MAX_BOX_DIM {
+            return Err(broken(b, TmaRule::BoxDim, what, u64::from(n)));
+        }
+    }
+    let inner = u64::from(b.box_cols) * eb;
+    if inner % 16 != 0 {
+        return Err(broken(b, TmaRule::BoxColsBytes, "box_cols x element bytes", inner));
+    }
+    if swizzle != TmaSwizzle::None && inner > u64::from(swizzle.bytes()) {
+        return Err(broken(b, TmaRule::SwizzleSpan, format!("box_cols x element bytes (swizzle {} B)", swizzle.bytes()), inner));
+    }
+    Ok(TmaEncode {
+        param: b.param.clone(),
+        tensor: b.tensor.clone(),
+        data_type,
+        global_address: desc.addr,
+        global_dims,
+        global_strides,
+        box_dims: [b.box_cols, b.box_rows, 1, 1],
+        element_strides: [1; 4],
+        swizzle,
+    })
+}
+
+/// The encode arguments of every box of a kernel over a launch's tensors. A box naming
+/// a tensor other than `q`, `k`, `v`, `o` is an ABI error.
+pub fn plan_tensor_maps(boxes: &[TmaBox], d: &LaunchDescs) -> Result<Vec<TmaEncode>, RuntimeError> {
+    boxes
+        .iter()
+        .map(|b| {
+            let desc = match b.tensor.as_str() {
+                "q" => &d.q,
+                "k" => &d.k,
+                "v" => &d.v,
+                "o" => &d.o,
+                other => {
+                    return Err(RuntimeError::Abi(format!("tensor map `{}` describes `{other}`, which is not q, k, v or o", b.param)))
+                }
+            };
+            Ok(encode_args(b, desc)?)
+        })
+        .collect()
+}
+
+/// Encodes one tensor map with the driver (`cuTensorMapEncodeTiled`). A failure names
+/// the tensor and every argument passed.
+pub fn encode(gpu: &Gpu, a: &TmaEncode) -> Result<TensorMapArg, RuntimeError> {
+    use cudarc::driver::sys;
+    gpu.bind()?;
+    guarded("cuTensorMapEncodeTiled", || {
+        let mut map = sys::CUtensorMap { opaque: [0; 16] };
+        let data_type = match a.data_type {
+            TmaDataType::Bfloat16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+            TmaDataType::Float16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+        };
+        let swizzle = match a.swizzle {
+            TmaSwizzle::None => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_NONE,
+            TmaSwizzle::B32 => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_32B,
+            TmaSwizzle::B64 => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_64B,
+            TmaSwizzle::B128 => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+        };
+        // SAFETY: `map` is a writable, suitably aligned CUtensorMap; the arrays hold
+        // rank (4) and rank - 1 (3) entries as the call reads; the driver only records
+        // the global address (nothing is dereferenced at encode time).
+        let r = unsafe {
+            sys::cuTensorMapEncodeTiled(
+                &mut map,
+                data_type,
+                4,
+                a.global_address as *mut std::ffi::c_void,
+                a.global_dims.as_ptr(),
+                a.global_strides.as_ptr(),
+                a.box_dims.as_ptr(),
+                a.element_strides.as_ptr(),
+                sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+                swizzle,
+                sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+            )
+        };
+        crate::cuda::check("cuTensorMapEncodeTiled", r).map_err(|e| match e {
+            RuntimeError::Cuda { code, message, .. } => RuntimeError::TensorMapEncode { code, message, args: Box::new(a.clone()) },
+            other => other,
+        })?;
+        Ok(TensorMapArg(map.opaque))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bx(tensor: &str, cols: u32, rows: u32, swizzle: u32) -> TmaBox {
+        TmaBox { param: format!("tmap_{tensor}"), tensor: tensor.into(), box_cols: cols, box_rows: rows, swizzle_bytes: swizzle }
+    }
+
+    fn rule(r: Result<TmaEncode, ValidationError>) -> TmaRule {
+        match r {
+            Err(ValidationError::TensorMap { rule, .. }) => rule,
+            other => panic!("expected a tensor-map rejection, got {other:?}"),
+        }
+    }
+
+    const BASE: u64 = 0x7f00_0000_0000;
+
+    #[test]
+    fn contiguous_bf16() {
+        let d = TensorDesc::contiguous(ElemType::Bf16, &[2, 1000, 8, 128], BASE, 0);
+        let e = encode_args(&bx("q", 64, 128, 128), &d).expect("encodes");
+        assert_eq!(e.param, "tmap_q");
+        assert_eq!(e.data_type, TmaDataType::Bfloat16);
+        assert_eq!(e.global_address, BASE);
+        assert_eq!(e.global_dims, [128, 1000, 8, 2]);
+        assert_eq!(e.global_strides, [8 * 128 * 2, 128 * 2, 1000 * 8 * 128 * 2]);
+        assert_eq!(e.box_dims, [64, 128, 1, 1]);
+        assert_eq!(e.element_strides, [1, 1, 1, 1]);
+        assert_eq!(e.swizzle, TmaSwizzle::B128);
+        let text = e.to_string();
+        assert!(text.contains("globalDim=[128, 1000, 8, 2]") && text.contains("swizzle=128B"), "{text}");
+    }
+
+    #[test]
+    fn gqa_kv_fp16() {
+        // K of a GQA launch: 2 KV heads, head dim 64, seqlen 333, fp16, 64B swizzle.
+        let d = TensorDesc::contiguous(ElemType::F16, &[3, 333, 2, 64], BASE + 256, 0);
+        let e = encode_args(&bx("k", 32, 176, 64), &d).expect("encodes");
+        assert_eq!(e.data_type, TmaDataType::Float16);
+        assert_eq!(e.global_dims, [64, 333, 2, 3]);
+        assert_eq!(e.global_strides, [2 * 64 * 2, 64 * 2, 333 * 2 * 64 * 2]);
+        assert_eq!(e.box_dims, [32, 176, 1, 1]);
+        assert_eq!(e.swizzle, TmaSwizzle::B64);
+    }
+
+    #[test]
+    fn strided_view_of_a_fused_qkv() {
+        // K as a slice of a fused [B, S, 3, H, D] buffer viewed as [B, S, H, D].
+        let (b, s, h, dd) = (2usize, 50usize, 4usize, 128usize);
+        let d = TensorDesc {
+            dtype: ElemType::Bf16,
+            shape: vec![b, s, h, dd],
+            strides: vec![s * 3 * h * dd, 3 * h * dd, dd, 1],
+            addr: BASE + (h * dd * 2) as u64,
+            capacity: (b * s * 3 * h * dd) as u64,
+            device: 0,
+        };
+        let e = encode_args(&bx("k", 64, 128, 128), &d).expect("encodes");
+        assert_eq!(e.global_strides, [(3 * h * dd * 2) as u64, (dd * 2) as u64, (s * 3 * h * dd * 2) as u64]);
+    }
+
+    #[test]
+    fn varlen_is_batch_one() {
+        let d = TensorDesc::contiguous(ElemType::Bf16, &[777, 8, 128], BASE, 0);
+        let e = encode_args(&bx("q", 64, 128, 128), &d).expect("encodes");
+        assert_eq!(e.global_dims, [128, 777, 8, 1]);
+        let batch = e.global_strides[2];
+        assert_eq!(e.global_strides[..2], [8 * 128 * 2, 128 * 2]);
+        assert!(batch % 16 == 0 && (777 * 8 * 128 * 2..MAX_GLOBAL_STRIDE).contains(&batch), "{batch}");
+        // A batch dim of 1 with an odd stride is fine too (the stride is never used).
+        let mut d4 = TensorDesc::contiguous(ElemType::Bf16, &[1, 40, 8, 128], BASE, 0);
+        d4.strides[0] = 3;
+        assert!(encode_args(&bx("q", 64, 128, 128), &d4).is_ok());
+    }
+
+    #[test]
+    fn rejections() {
+        let b = bx("q", 64, 128, 128);
+        let ok = TensorDesc::contiguous(ElemType::Bf16, &[2, 100, 8, 128], BASE, 0);
+        assert!(encode_args(&b, &ok).is_ok());
+
+        let mut d = ok.clone();
+        d.addr = BASE + 8;
+        assert_eq!(rule(encode_args(&b, &d)), TmaRule::BaseAlignment);
+        match encode_args(&b, &d) {
+            Err(e @ ValidationError::TensorMap { .. }) => {
+                let t = e.to_string();
+                assert!(t.starts_with("q (tensor map `tmap_q`)") && t.contains("16-byte"), "{t}");
+            }
+            other => panic!("{other:?}"),
+        }
+
+        // Row stride of 1028 elements = 2056 bytes, not a multiple of 16.
+        let mut d = ok.clone();
+        d.strides = vec![100 * 1028, 1028, 128, 1];
+        d.capacity = 2 * 100 * 1028;
+        assert_eq!(rule(encode_args(&b, &d)), TmaRule::StrideMultiple);
+
+        let mut d = ok.clone();
+        d.strides[0] = 1 << 40;
+        assert_eq!(rule(encode_args(&b, &d)), TmaRule::StrideRange);
+
+        // 128 bf16 columns = 256 bytes: wider than the 128-byte swizzle span.
+        assert_eq!(rule(encode_args(&bx("q", 128, 64, 128), &ok)), TmaRule::SwizzleSpan);
+        assert!(encode_args(&bx("q", 128, 64, 0), &ok).is_ok(), "no swizzle: no span limit");
+        assert_eq!(rule(encode_args(&bx("q", 64, 257, 128), &ok)), TmaRule::BoxDim);
+        assert_eq!(rule(encode_args(&bx("q", 0, 64, 128), &ok)), TmaRule::BoxDim);
+        assert_eq!(rule(encode_args(&bx("q", 4, 64, 0), &ok)), TmaRule::BoxColsBytes);
+        assert_eq!(rule(encode_args(&bx("q", 64, 64, 96), &ok)), TmaRule::Swizzle);
+
+        let zero = TensorDesc::contiguous(ElemType::Bf16, &[2, 0, 8, 128], BASE, 0);
+        assert_eq!(rule(encode_args(&b, &zero)), TmaRule::DimRange);
+        let f32 = TensorDesc::contiguous(ElemType::F32, &[2, 100, 8, 128], BASE, 0);
+        assert_eq!(rule(encode_args(&b, &f32)), TmaRule::DataType);
+        let r2 = TensorDesc::contiguous(ElemType::Bf16, &[100, 128], BASE, 0);
+        assert_eq!(rule(encode_args(&b, &r2)), TmaRule::Rank);
+    }
+
+    #[test]
+    fn a_driver_refusal_names_the_tensor_and_every_argument() {
+        let d = TensorDesc::contiguous(ElemType::Bf16, &[2, 1000, 8, 128], BASE, 0);
+        let args = encode_args(&bx("v", 64, 128, 128), &d).expect("encodes");
+        let e = RuntimeError::TensorMapEncode { code: "CUDA_ERROR_INVALID_VALUE".into(), message: "invalid argument".into(), args: Box::new(args) };
+        let t = e.to_string();
+        for part in ["for v (tensor map `tmap_v`)", "CUDA_ERROR_INVALID_VALUE", "tensorDataType=BFLOAT16", "globalAddress=0x7f0000000000", "globalDim=[128, 1000, 8, 2]",
+            "globalStrides=[2048, 256, 2048000]", "boxDim=[64, 128, 1, 1]", "elementStrides=[1, 1, 1, 1]", "interleave=NONE", "swizzle=128B", "l2Promotion=L2_256B", "oobFill=NONE"]
+        {
+            assert!(t.contains(part), "{part} missing from: {t}");
+        }
+    }
+
+    #[test]
+    fn tensor_map_arg_is_128_bytes_64_aligned() {
+        assert_eq!(std::mem::size_of::<TensorMapArg>(), TENSOR_MAP_BYTES);
+        assert_eq!(std::mem::align_of::<TensorMapArg>(), TENSOR_MAP_ALIGN);
+        let mut words = [0u64; 16];
+        words[0] = 0x0102_0304_0506_0708;
+        words[15] = u64::MAX;
+        let b = TensorMapArg(words).to_bytes();
+        assert_eq!(b[..8], 0x0102_0304_0506_0708u64.to_ne_bytes());
+        assert_eq!(b[120..], [0xff; 8]);
+    }
+}
