@@ -212,7 +212,9 @@ pub fn encode_args(b: &TmaBox, desc: &TensorDesc) -> Result<TmaEncode, Validatio
         return Err(broken(b, TmaRule::BaseAlignment, "the global address", desc.addr));
     }
     let names = ["d", "seqlen", "heads", "batch"];
-    let global_dims = [shape[3], shape[1], shape[2], shape[0]];
+    // An empty sequence (seqlen_k = 0) has no key tile, so the kernel never loads through
+    // the map; it is encoded over one row, which the driver accepts.
+    let global_dims = [shape[3], shape[1].max(1), shape[2], shape[0]];
     for (i, &n) in global_dims.iter().enumerate() {
         if n == 0 || n > MAX_GLOBAL_DIM {
             return Err(broken(b, TmaRule::DimRange, format!("globalDim[{i}] ({})", names[i]), n));
@@ -224,7 +226,7 @@ pub fn encode_args(b: &TmaBox, desc: &TensorDesc) -> Result<TmaEncode, Validatio
     let stride_names = ["row", "head", "batch"];
     let mut global_strides = [0u64; 3];
     for (j, (n, s)) in [(shape[1], strides[1]), (shape[2], strides[2]), (shape[0], strides[0])].into_iter().enumerate() {
-        let bytes = if n == 1 { filler } else { s.saturating_mul(eb) };
+        let bytes = if n <= 1 { filler } else { s.saturating_mul(eb) };
         if bytes % 16 != 0 {
             return Err(broken(b, TmaRule::StrideMultiple, format!("globalStrides[{j}] ({} stride, bytes)", stride_names[j]), bytes));
         }
@@ -433,8 +435,11 @@ mod tests {
         assert_eq!(rule(encode_args(&bx("q", 4, 64, 0), &ok)), TmaRule::BoxColsBytes);
         assert_eq!(rule(encode_args(&bx("q", 64, 64, 96), &ok)), TmaRule::Swizzle);
 
-        let zero = TensorDesc::contiguous(ElemType::Bf16, &[2, 0, 8, 128], BASE, 0);
-        assert_eq!(rule(encode_args(&b, &zero)), TmaRule::DimRange);
+        // seqlen 0: no tile is ever loaded; encoded over one row.
+        let empty_seq = TensorDesc::contiguous(ElemType::Bf16, &[2, 0, 8, 128], BASE, 0);
+        assert_eq!(encode_args(&b, &empty_seq).map(|e| e.global_dims), Ok([128, 1, 8, 2]));
+        let zero_heads = TensorDesc::contiguous(ElemType::Bf16, &[2, 10, 0, 128], BASE, 0);
+        assert_eq!(rule(encode_args(&b, &zero_heads)), TmaRule::DimRange);
         let f32 = TensorDesc::contiguous(ElemType::F32, &[2, 100, 8, 128], BASE, 0);
         assert_eq!(rule(encode_args(&b, &f32)), TmaRule::DataType);
         let r2 = TensorDesc::contiguous(ElemType::Bf16, &[100, 128], BASE, 0);

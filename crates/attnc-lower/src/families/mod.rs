@@ -144,9 +144,8 @@ pub fn candidates(arch: Arch) -> &'static [FamilyKind] {
 pub fn unsupported_reason(family: FamilyKind, spec: &Spec, arch: Arch) -> Option<String> {
     match family {
         FamilyKind::Portable => portable::unsupported_reason(spec, arch),
-        FamilyKind::Hopper if arch != Arch::Sm90a => Some("needs sm_90a".into()),
+        FamilyKind::Hopper => hopper::unsupported_reason(spec, arch),
         FamilyKind::Blackwell => blackwell::unsupported_reason(spec, arch),
-        FamilyKind::Hopper => Some("not implemented yet".into()),
     }
 }
 
@@ -190,10 +189,8 @@ pub fn compile(spec: &Spec, opts: &CompileOptions) -> Result<CompiledModule, Low
     };
     let mut module = match family {
         FamilyKind::Portable => portable::compile(spec, arch)?,
+        FamilyKind::Hopper => hopper::compile(spec, arch)?,
         FamilyKind::Blackwell => blackwell::compile(spec, arch)?,
-        f => {
-            return Err(LowerError::Unsupported { family: f, arch, reason: "not implemented yet".into() })
-        }
     };
     module.fallback_reason = fallback_reason;
     Ok(module)

@@ -7,3 +7,4 @@ pub mod expr;
 pub mod interval;
 pub mod layout;
 pub mod softmax;
+pub mod tiles;

@@ -1,14 +1,51 @@
-//! The hopper family (sm_90a), under construction: only verified foundations so far.
-//! It is not wired into the dispatcher ([`crate::families::compile`] still reports
-//! "not implemented yet" for it).
+//! The hopper family (sm_90a): a warp-specialized forward kernel in FlashAttention-3's
+//! shape — TMA loads of K/V through tensor maps into an mbarrier ring, one producer
+//! warpgroup, consumer warpgroups with raised register budgets running `wgmma`
+//! (`S = Q·Kᵀ` from shared memory, `O += P·V` with P from registers) with the softmax
+//! overlapped with both GEMMs. See `docs/hopper.md`.
 //!
-//! Plan (issue: warp-specialized sm_90a forward): TMA loads of Q/K/V through tensor maps
-//! with 128-byte swizzle into an mbarrier-guarded K/V ring; one producer warp issuing
-//! the TMA loads; two consumer warpgroups (raised with `setmaxnreg`) computing
-//! `S = Q·Kᵀ` with `wgmma.mma_async` from shared memory and `O += P·V` with P from
-//! registers, ping-ponged so one warpgroup's softmax overlaps the other's MMAs.
-//!
-//! What exists: [`desc`] (the wgmma shared-memory matrix descriptor) and the
-//! instruction wrappers in [`crate::llvm::wgmma`]. See `docs/hopper.md`.
+//! - [`forward`]: the kernel; [`config`]: tiles, roles, shared-memory layout;
+//! - [`desc`]: the wgmma shared-memory matrix descriptor.
+//! Split-KV reuses the portable family's combine kernel.
 
+pub mod config;
 pub mod desc;
+pub mod forward;
+
+use crate::arch::Arch;
+use crate::families::{portable, CompileTimings, CompiledModule, FamilyKind, LowerError};
+use crate::llvm::{emit_ptx, kb::Kb};
+use attnc_ir::{Spec, SplitKv};
+use config::Config;
+use inkwell::context::Context;
+
+/// Why this family cannot compile `spec` for `arch`, or `None`.
+pub fn unsupported_reason(spec: &Spec, arch: Arch) -> Option<String> {
+    if arch != Arch::Sm90a {
+        return Some("needs sm_90a (wgmma, TMA)".into());
+    }
+    Config::for_spec(spec).check(spec, arch.max_smem_per_block()).err()
+}
+
+pub fn compile(spec: &Spec, arch: Arch) -> Result<CompiledModule, LowerError> {
+    compile_with_config(spec, arch, &Config::for_spec(spec))
+}
+
+/// Compiles with an explicit configuration (tuning; `compile` picks the default).
+pub fn compile_with_config(spec: &Spec, arch: Arch, cfg: &Config) -> Result<CompiledModule, LowerError> {
+    if let Some(reason) = unsupported_reason(spec, arch) {
+        return Err(LowerError::Unsupported { family: FamilyKind::Hopper, arch, reason });
+    }
+    cfg.check(spec, arch.max_smem_per_block()).map_err(|reason| LowerError::Unsupported { family: FamilyKind::Hopper, arch, reason })?;
+    let t0 = std::time::Instant::now();
+    let ctx = Context::create();
+    let mut kb = Kb::new(&ctx, &format!("attnc_{}", spec.name));
+    let mut kernels = vec![forward::build(&mut kb, spec, cfg, &portable::kernel_name(spec, "hopper_fwd"))?];
+    if spec.split_kv != SplitKv::None {
+        kernels.push(portable::combine::build(&mut kb, spec, &portable::kernel_name(spec, "combine"))?);
+    }
+    let build_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let (llvm_ir, ptx, optimize_ms, codegen_ms) = emit_ptx(&kb.module, arch)?;
+    let timings = CompileTimings { build_ms, optimize_ms, codegen_ms };
+    Ok(CompiledModule { family: FamilyKind::Hopper, arch, fallback_reason: None, kernels, llvm_ir, ptx, timings })
+}

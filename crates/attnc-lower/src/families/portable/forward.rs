@@ -23,7 +23,7 @@ use super::config::Config;
 use crate::families::KernelInfo;
 use crate::llvm::kb::{Kb, Slot, R};
 use crate::variant::expr::{self as vexpr, ElemVars, VariantArgs};
-use crate::variant::interval::{classify_tile, TileRanges};
+use crate::variant::tiles::KeyTiles;
 use crate::variant::layout::{batch_view, kv_row_offsets, q_row_offset, BatchView, LayoutArgs, Strides};
 use crate::variant::softmax::{exp2_emulated, finalize_row};
 use attnc_ir::Spec;
@@ -201,19 +201,11 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
     fn run(&mut self, kb: &mut Kb<'ctx>) -> R<()> {
         let cfg = self.cfg;
         let bn = cfg.block_n as i64;
-        let n_tiles = kb.ceil_div(self.bv.seqlen_k, kb.i32c(bn), "n_tiles")?;
-
         // ---- the range of non-empty key tiles, then this split's share of it
-        let first = self.next_nonempty(kb, kb.i32c(0), n_tiles, "first_tile")?;
-        let stop = self.prev_nonempty(kb, first, n_tiles, "stop_tile")?;
-        let span = kb.sub(stop, first, "")?;
         let num_splits = self.args.int("num_splits")?;
         let z = kb.sreg("ctaid.z", "")?;
         let split = kb.urem(z, num_splits, "split")?;
-        let per_split = kb.ceil_div(span, num_splits, "tiles_per_split")?;
-        let begin = kb.smin(kb.add(first, kb.mul(split, per_split, "")?, "")?, stop, "split_begin")?;
-        let end = kb.smin(kb.add(begin, per_split, "")?, stop, "split_end")?;
-        let begin = self.next_nonempty(kb, begin, end, "begin_tile")?;
+        let (begin, end) = self.tiles().split_range(kb, num_splits, split)?;
 
         // ---- Q tile → shared memory
         kb.section("load Q tile (cp.async)")?;
@@ -238,7 +230,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             |kb| {
                 let t = kb.get_i(tile, "n")?;
                 let st = kb.get_i(stage, "st")?;
-                let next = self.next_nonempty(kb, kb.add(t, kb.i32c(1), "")?, end, "next_tile")?;
+                let next = self.tiles().next_nonempty(kb, kb.add(t, kb.i32c(1), "")?, end, "next_tile")?;
                 let has_next = kb.icmp(IntPredicate::SLT, next, end, "")?;
                 kb.section("prefetch next K/V tile (cp.async)")?;
                 let other = kb.xor(st, kb.i32c(1), "")?;
@@ -249,9 +241,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
 
                 // Full tiles inside seqlen_k skip per-element masking.
                 let n0 = kb.mul(t, kb.i32c(bn), "n0")?;
-                let cls = self.classify(kb, n0)?;
-                let inside = kb.icmp(IntPredicate::SLE, kb.add(n0, kb.i32c(bn), "")?, self.bv.seqlen_k, "")?;
-                let unmasked = kb.and(cls.full, inside, "unmasked")?;
+                let unmasked = self.tiles().unmasked(kb, t)?;
                 if spec_has_predicate(self.spec) {
                     self.tile_step(kb, n0, st, TileMask::AtRunTime(unmasked))?;
                 } else {
@@ -277,69 +267,9 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
 
     }
 
-    /// The classification of key tile starting at `n0` for this CTA's rows.
-    fn classify(&self, kb: &Kb<'ctx>, n0: IntValue<'ctx>) -> R<crate::variant::interval::TileClassVals<'ctx>> {
-        let bn = self.cfg.block_n as i64;
-        let k_hi = kb.sub(kb.smin(kb.add(n0, kb.i32c(bn), "")?, self.bv.seqlen_k, "")?, kb.i32c(1), "")?;
-        let hkv = self.hkv;
-        let tile = TileRanges {
-            b: (self.bv.b, self.bv.b),
-            h: self.tile_h,
-            hkv: (hkv, hkv),
-            q: self.tile_q,
-            k: (n0, k_hi),
-            seqlen_q: self.bv.seqlen_q,
-            seqlen_k: self.bv.seqlen_k,
-        };
-        classify_tile(kb, self.spec, &tile, &self.va)
-    }
-
-    /// First tile index in [from, end) that is not empty, or `end`.
-    fn next_nonempty(&self, kb: &mut Kb<'ctx>, from: IntValue<'ctx>, end: IntValue<'ctx>, name: &str) -> R<IntValue<'ctx>> {
-        if self.spec.mask.is_none() {
-            return Ok(from);
-        }
-        let cur = kb.slot_i32(name, from)?;
-        let bn = self.cfg.block_n as i64;
-        kb.while_loop(
-            name,
-            |kb| {
-                let t = kb.get_i(cur, "")?;
-                let in_range = kb.icmp(IntPredicate::SLT, t, end, "")?;
-                // Classify only in range (an out-of-range probe would still be harmless).
-                let cls = self.classify(kb, kb.mul(t, kb.i32c(bn), "")?)?;
-                kb.and(in_range, cls.empty, "")
-            },
-            |kb| {
-                let t = kb.get_i(cur, "")?;
-                kb.set(cur, kb.add(t, kb.i32c(1), "")?)
-            },
-        )?;
-        kb.get_i(cur, name)
-    }
-
-    /// One past the last non-empty tile in [lo, end), or `lo` when none.
-    fn prev_nonempty(&self, kb: &mut Kb<'ctx>, lo: IntValue<'ctx>, end: IntValue<'ctx>, name: &str) -> R<IntValue<'ctx>> {
-        if self.spec.mask.is_none() {
-            return Ok(end);
-        }
-        let cur = kb.slot_i32(name, end)?;
-        let bn = self.cfg.block_n as i64;
-        kb.while_loop(
-            name,
-            |kb| {
-                let t = kb.get_i(cur, "")?;
-                let above = kb.icmp(IntPredicate::SGT, t, lo, "")?;
-                let prev = kb.sub(t, kb.i32c(1), "")?;
-                let cls = self.classify(kb, kb.mul(prev, kb.i32c(bn), "")?)?;
-                kb.and(above, cls.empty, "")
-            },
-            |kb| {
-                let t = kb.get_i(cur, "")?;
-                kb.set(cur, kb.sub(t, kb.i32c(1), "")?)
-            },
-        )?;
-        kb.get_i(cur, name)
+    /// The CTA's key-tile walk (classification, empty-tile skipping, split ranges).
+    fn tiles(&self) -> KeyTiles<'_, 'ctx> {
+        KeyTiles { spec: self.spec, block_n: self.cfg.block_n, bv: self.bv, hkv: self.hkv, q: self.tile_q, h: self.tile_h, va: &self.va }
     }
 
     // ------------------------------------------------------------------ loads

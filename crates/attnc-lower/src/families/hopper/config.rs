@@ -1,0 +1,181 @@
+//! Tile shapes, warp roles, register budgets and the shared-memory layout of the hopper
+//! forward kernel.
+//!
+//! A CTA is one producer warpgroup (one thread issues the K/V TMA loads) and
+//! `consumers` warpgroups of 64 query rows each (`wgmma` is m64). The K/V ring has
+//! `stages` slots; K and V of a slot have their own full/empty mbarriers so a consumer
+//! can release K as soon as `S = Q·Kᵀ` has read it, before `P·V` is done with V.
+
+use attnc_ir::{KvLayout, Spec};
+
+/// Rows of Q per consumer warpgroup (the M of `wgmma.m64nNk16`).
+pub const ROWS_PER_CONSUMER: u32 = 64;
+/// Elements of the head dimension per TMA box and per 128-byte swizzle row.
+pub const BOX_COLS: u32 = 64;
+/// Bytes of one swizzled row (a `BOX_COLS` slice of a K/V/Q row).
+pub const ROW_BYTES: u32 = 128;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Consumer warpgroups (block_m = 64 · consumers).
+    pub consumers: u32,
+    /// Keys per tile (the N of the S GEMM, the K of the P·V GEMM).
+    pub block_n: u32,
+    /// K/V ring slots.
+    pub stages: u32,
+    /// Intra-warpgroup overlap: issue the next tile's `S = Q·Kᵀ` and this tile's
+    /// `O += P·V` together and run the softmax while both are in flight.
+    pub overlap: bool,
+    /// `setmaxnreg` budgets: the producer warpgroup lowers to `producer_regs`, the
+    /// consumers raise to `consumer_regs` (the pool is 64K registers per CTA).
+    pub producer_regs: u32,
+    pub consumer_regs: u32,
+}
+
+/// Byte offsets in (1024-byte aligned) dynamic shared memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SmemLayout {
+    /// Q of consumer `c` at `q + c · q_per_consumer`.
+    pub q: u32,
+    pub q_per_consumer: u32,
+    /// K slot `s` at `k + s · k_per_stage`; V likewise.
+    pub k: u32,
+    pub k_per_stage: u32,
+    pub v: u32,
+    pub v_per_stage: u32,
+    /// mbarriers: full_k[s], full_v[s], empty_k[s], empty_v[s] (8 bytes each).
+    pub bars: u32,
+    /// Bytes used from the aligned base.
+    pub used: u32,
+    /// Bytes to request at launch (`used` + alignment slack).
+    pub request: u32,
+}
+
+/// Which ring mbarrier.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RingBar {
+    FullK,
+    FullV,
+    EmptyK,
+    EmptyV,
+}
+
+impl Config {
+    /// The configuration for a spec (the first measured choices; see docs/hopper.md).
+    pub fn for_spec(spec: &Spec) -> Config {
+        let _ = spec;
+        Config { consumers: 2, block_n: 128, stages: 2, overlap: true, producer_regs: 24, consumer_regs: 240 }
+    }
+
+    pub fn block_m(&self) -> u32 {
+        ROWS_PER_CONSUMER * self.consumers
+    }
+
+    pub fn threads(&self) -> u32 {
+        128 * (1 + self.consumers)
+    }
+
+    /// Column blocks (TMA boxes / swizzle rows) of a row of `d` elements.
+    pub fn col_blocks(d: u32) -> u32 {
+        d.div_ceil(BOX_COLS)
+    }
+
+    pub fn smem(&self, spec: &Spec) -> SmemLayout {
+        let align = |x: u32| x.div_ceil(1024) * 1024;
+        let q_per_consumer = Self::col_blocks(spec.head_dim_qk) * ROWS_PER_CONSUMER * ROW_BYTES;
+        let q = 0;
+        let k = align(q + q_per_consumer * self.consumers);
+        let k_per_stage = Self::col_blocks(spec.head_dim_qk) * self.block_n * ROW_BYTES;
+        let v = align(k + k_per_stage * self.stages);
+        let v_per_stage = Self::col_blocks(spec.head_dim_v) * self.block_n * ROW_BYTES;
+        let bars = v + v_per_stage * self.stages;
+        let used = bars + 8 * 4 * self.stages;
+        SmemLayout { q, q_per_consumer, k, k_per_stage, v, v_per_stage, bars, used, request: used + 1024 }
+    }
+
+    /// Offset of ring barrier `which` of slot 0; slot `s` adds `8 · s`.
+    pub fn ring_bar(&self, spec: &Spec, which: RingBar) -> u32 {
+        let base = self.smem(spec).bars;
+        let i = match which {
+            RingBar::FullK => 0,
+            RingBar::FullV => 1,
+            RingBar::EmptyK => 2,
+            RingBar::EmptyV => 3,
+        };
+        base + 8 * i * self.stages
+    }
+
+    /// Arrivals that complete a phase: the producer's one `arrive.expect_tx` for full
+    /// barriers, one per consumer warp for empty ones.
+    pub fn bar_count(&self, which: RingBar) -> u32 {
+        match which {
+            RingBar::FullK | RingBar::FullV => 1,
+            RingBar::EmptyK | RingBar::EmptyV => 4 * self.consumers,
+        }
+    }
+
+    /// Why this configuration cannot run `spec`, or `None`.
+    pub fn check(&self, spec: &Spec, max_smem: u32) -> Result<(), String> {
+        if !matches!(spec.head_dim_qk, 64 | 128) || spec.head_dim_v != spec.head_dim_qk {
+            return Err(format!(
+                "head dims {}/{}: this family has tiles for d = 64 and 128 (192/128, 256 and 96 are planned, docs/hopper.md)",
+                spec.head_dim_qk, spec.head_dim_v
+            ));
+        }
+        if let KvLayout::Paged { page_size } = spec.kv_layout {
+            return Err(format!("paged KV (page size {page_size}): the TMA page walk and the cp.async gather producer are not built yet"));
+        }
+        if !spec.aux.is_empty() {
+            // Measured: document_mask spills 44-92 bytes at 24/240, 32/240 and 56/224.
+            return Err("masks that read aux tensors spill in the overlapped consumer (ptxas, 240 registers); \
+                        a consumer without intra-warpgroup overlap is not built yet"
+                .into());
+        }
+        let smem = self.smem(spec).request;
+        if smem > max_smem {
+            return Err(format!("needs {smem} bytes of shared memory, the limit is {max_smem}"));
+        }
+        let pool = 128 * self.producer_regs + 128 * self.consumers * self.consumer_regs;
+        if pool > 65536 {
+            return Err(format!("register budgets need {pool} registers, a CTA has 65536"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_d128_two_stages() {
+        let s = Spec::new("x", 128, 4);
+        let c = Config::for_spec(&s);
+        let l = c.smem(&s);
+        // Q: 2 consumers × 2 column blocks × 64 rows × 128 B = 32 KiB; K, V: 2 stages ×
+        // 2 blocks × 128 rows × 128 B = 64 KiB each; then 8 mbarriers (full/empty × K/V × 2 slots).
+        assert_eq!((l.q, l.q_per_consumer, l.k, l.k_per_stage, l.v, l.v_per_stage), (0, 16384, 32768, 32768, 98304, 32768));
+        assert_eq!(l.bars, 163840);
+        assert_eq!(l.used, 163840 + 64);
+        assert_eq!(c.threads(), 384);
+        assert_eq!(c.block_m(), 128);
+        assert!(c.check(&s, 227 * 1024).is_ok());
+        // Every operand tile starts on a 1024-byte swizzle atom.
+        for off in [l.q, l.q_per_consumer, l.k, l.k_per_stage, l.v, l.v_per_stage] {
+            assert_eq!(off % 1024, 0);
+        }
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_run() {
+        let mut s = Spec::new("x", 96, 4);
+        assert!(Config::for_spec(&s).check(&s, 227 * 1024).unwrap_err().contains("d = 64 and 128"));
+        s = Spec::new("x", 128, 4);
+        s.kv_layout = KvLayout::Paged { page_size: 16 };
+        assert!(Config::for_spec(&s).check(&s, 227 * 1024).unwrap_err().contains("paged"));
+        s = Spec::new("x", 128, 4);
+        let mut c = Config::for_spec(&s);
+        c.consumer_regs = 256;
+        assert!(c.check(&s, 227 * 1024).unwrap_err().contains("registers"));
+    }
+}

@@ -1,0 +1,825 @@
+//! The hopper forward kernel: warp-specialized, TMA-fed, wgmma on sm_90a
+//! (FlashAttention-3's shape).
+//!
+//! ```text
+//! warpgroup 0 (producer, setmaxnreg.dec)     warpgroups 1..=C (consumers, setmaxnreg.inc)
+//!   one thread:                                 Q rows (64 per warpgroup) via cp.async
+//!   for each non-empty key tile t:              S = Q·K[t0]ᵀ ; softmax → P
+//!     wait empty_k[slot]; TMA K[t] → full_k     for each next tile t:
+//!     wait empty_v[slot]; TMA V[t] → full_v       issue S' = Q·K[t]ᵀ      (wgmma ss)
+//!                                                 issue O += P·V[t-1]     (wgmma rs, P in registers)
+//!                                                 wait S'; release K[t]; softmax(S') → P', α
+//!                                                 wait O;  release V[t-1]; O *= α
+//!                                               O += P·V[last]; O /= l; store O (and LSE)
+//! ```
+//! The softmax of one tile runs while that warpgroup's next `S` GEMM and its `P·V` GEMM
+//! are in flight (intra-warpgroup overlap), and the consumer warpgroups interleave
+//! naturally. Producer and consumers walk the same tile sequence ([`KeyTiles`]): empty
+//! tiles are skipped by both, so the ring positions agree.
+
+use super::config::{Config, RingBar, BOX_COLS, ROWS_PER_CONSUMER, ROW_BYTES};
+use super::desc::{k_major_step_offset, mn_major_step_offset, Major, SmemDesc};
+use crate::families::abi::{ParamTy, TmaBox};
+use crate::families::portable::abi::{self as pabi, Args};
+use crate::families::KernelInfo;
+use crate::llvm::kb::{Kb, Slot, R};
+use crate::llvm::tcgen05::Acc;
+use crate::llvm::wgmma::WgmmaType;
+use crate::variant::expr::{self as vexpr, ElemVars, VariantArgs};
+use crate::variant::layout::{batch_view, q_row_offset, BatchView, LayoutArgs};
+use crate::variant::softmax::{exp2_emulated, finalize_row};
+use crate::variant::tiles::KeyTiles;
+use attnc_ir::{KvLayout, Spec};
+use inkwell::values::{FloatValue, IntValue};
+use inkwell::{AddressSpace, FloatPredicate, IntPredicate};
+
+const LOG2E: f64 = std::f64::consts::LOG2_E;
+
+/// The forward kernel's parameters: the K and V tensor maps, then the portable
+/// family's list (so the runtime marshals both families alike).
+pub fn forward_params(spec: &Spec) -> Vec<(String, ParamTy)> {
+    let mut p = vec![("tmap_k".to_string(), ParamTy::TensorMap), ("tmap_v".to_string(), ParamTy::TensorMap)];
+    p.extend(pabi::forward_params(spec));
+    p
+}
+
+/// How the runtime encodes the two tensor maps: 64-element (128-byte) by `block_n`-row
+/// boxes with 128-byte swizzle, the layout the wgmma descriptors expect.
+pub fn tma_boxes(cfg: &Config) -> Vec<TmaBox> {
+    ["k", "v"]
+        .into_iter()
+        .map(|t| TmaBox { param: format!("tmap_{t}"), tensor: t.into(), box_cols: BOX_COLS, box_rows: cfg.block_n, swizzle_bytes: 128 })
+        .collect()
+}
+
+pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, cfg: &Config, name: &str) -> R<KernelInfo> {
+    let params = forward_params(spec);
+    let args = Args::begin(kb, name, &params)?;
+    for i in 0..2 {
+        crate::families::blackwell::abi::mark_tensor_map_param(kb, i)?;
+    }
+    crate::families::blackwell::abi::set_launch_bounds(kb, cfg.threads())?;
+    kb.section(&format!(
+        "attnc hopper forward: {} ({} consumer warpgroups x 64 rows, {} keys per tile, {} stages)",
+        spec.name, cfg.consumers, cfg.block_n, cfg.stages
+    ))?;
+    let k = Kernel { spec, cfg, args, name: name.to_string() };
+    k.body(kb)?;
+    kb.ret()?;
+    Ok(KernelInfo {
+        name: name.to_string(),
+        role: "forward".into(),
+        threads_per_block: cfg.threads(),
+        dynamic_smem_bytes: cfg.smem(spec).request,
+        block_m: cfg.block_m(),
+        block_n: cfg.block_n,
+        params: pabi::describe(&params),
+        tensor_maps: tma_boxes(cfg),
+    })
+}
+
+struct Kernel<'a, 'ctx> {
+    spec: &'a Spec,
+    cfg: &'a Config,
+    args: Args<'ctx>,
+    name: String,
+}
+
+/// What a role needs about its CTA, derived after its `setmaxnreg`.
+struct Cta<'ctx> {
+    smem: IntValue<'ctx>,
+    la: LayoutArgs<'ctx>,
+    bv: BatchView<'ctx>,
+    va: VariantArgs<'ctx>,
+    head_idx: IntValue<'ctx>,
+    hkv: IntValue<'ctx>,
+    row0: IntValue<'ctx>,
+    rows_total: IntValue<'ctx>,
+    tile_q: (IntValue<'ctx>, IntValue<'ctx>),
+    tile_h: (IntValue<'ctx>, IntValue<'ctx>),
+    num_splits: IntValue<'ctx>,
+    split: IntValue<'ctx>,
+}
+
+/// One accumulator row of a consumer thread.
+#[derive(Clone, Copy)]
+struct RowInfo<'ctx> {
+    q: IntValue<'ctx>,
+    h: IntValue<'ctx>,
+    valid: IntValue<'ctx>,
+}
+
+impl<'a, 'ctx> Kernel<'a, 'ctx> {
+    fn smem_base(&self, kb: &Kb<'ctx>) -> R<IntValue<'ctx>> {
+        let g = match kb.module.get_global("attnc_smem") {
+            Some(g) => g,
+            None => {
+                let g = kb.module.add_global(kb.ctx.i8_type().array_type(0), Some(AddressSpace::from(3u16)), "attnc_smem");
+                g.set_alignment(1024);
+                g.set_linkage(inkwell::module::Linkage::External);
+                g
+            }
+        };
+        let raw = kb.trunc32(kb.b.build_ptr_to_int(g.as_pointer_value(), kb.ctx.i64_type(), "")?, "smem_raw")?;
+        kb.and(kb.add(raw, kb.i32c(1023), "")?, kb.i32c(!1023), "smem")
+    }
+
+    /// The CTA's coordinates: m block (reversed for causal masks, so the longest rows
+    /// start first), head, batch entry and split.
+    fn cta(&self, kb: &mut Kb<'ctx>) -> R<Cta<'ctx>> {
+        let spec = self.spec;
+        let group = spec.group_size() as i64;
+        let ctaid = kb.sreg("ctaid.x", "")?;
+        let m_block = if spec.mask.causal.is_some() {
+            let n = kb.sreg("nctaid.x", "")?;
+            kb.sub(kb.sub(n, kb.i32c(1), "")?, ctaid, "m_block")?
+        } else {
+            ctaid
+        };
+        let head_idx = kb.sreg("ctaid.y", "head_idx")?;
+        let z = kb.sreg("ctaid.z", "batch_split")?;
+        let num_splits = self.args.int("num_splits")?;
+        let b = kb.udiv(z, num_splits, "b")?;
+        let split = kb.urem(z, num_splits, "split")?;
+        let la = self.args.layout()?;
+        let bv = batch_view(kb, spec, &la, b)?;
+        let g = kb.i32c(group);
+        let rows_total = if spec.pack_gqa { kb.mul(bv.seqlen_q, g, "rows_total")? } else { bv.seqlen_q };
+        let row0 = kb.mul(m_block, kb.i32c(self.cfg.block_m() as i64), "row0")?;
+        let hkv = if spec.pack_gqa { head_idx } else { kb.udiv(head_idx, g, "hkv")? };
+        let last_row = kb.sub(kb.smin(kb.add(row0, kb.i32c(self.cfg.block_m() as i64), "")?, rows_total, "")?, kb.i32c(1), "")?;
+        let (tile_q, tile_h) = if spec.pack_gqa {
+            let h_lo = kb.mul(hkv, g, "")?;
+            ((kb.udiv(row0, g, "")?, kb.udiv(last_row, g, "")?), (h_lo, kb.add(h_lo, kb.i32c(group - 1), "")?))
+        } else {
+            ((row0, last_row), (head_idx, head_idx))
+        };
+        Ok(Cta {
+            smem: self.smem_base(kb)?,
+            la,
+            bv,
+            va: self.args.variant(spec)?,
+            head_idx,
+            hkv,
+            row0,
+            rows_total,
+            tile_q,
+            tile_h,
+            num_splits,
+            split,
+        })
+    }
+
+    fn tiles<'b>(&'b self, cta: &'b Cta<'ctx>) -> KeyTiles<'b, 'ctx> {
+        KeyTiles { spec: self.spec, block_n: self.cfg.block_n, bv: cta.bv, hkv: cta.hkv, q: cta.tile_q, h: cta.tile_h, va: &cta.va }
+    }
+
+    /// Shared address of ring barrier `which` for a run-time slot.
+    fn ring_bar(&self, kb: &Kb<'ctx>, smem: IntValue<'ctx>, which: RingBar, slot: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+        let off = kb.add(kb.i32c(self.cfg.ring_bar(self.spec, which) as i64), kb.mul(slot, kb.i32c(8), "")?, "")?;
+        kb.add(smem, off, "mbar")
+    }
+
+    /// (slot, parity) of ring position `pos`.
+    fn ring(&self, kb: &Kb<'ctx>, pos: IntValue<'ctx>) -> R<(IntValue<'ctx>, IntValue<'ctx>)> {
+        let s = kb.i32c(self.cfg.stages as i64);
+        let slot = kb.urem(pos, s, "kv_slot")?;
+        let parity = kb.and(kb.udiv(pos, s, "")?, kb.i32c(1), "kv_parity")?;
+        Ok((slot, parity))
+    }
+
+    fn body(&self, kb: &mut Kb<'ctx>) -> R<()> {
+        let cfg = self.cfg;
+        let spec = self.spec;
+        let tid = kb.sreg("tid.x", "tid")?;
+        {
+            let cta = self.cta(kb)?;
+            let nothing = kb.icmp(IntPredicate::SGE, cta.row0, cta.rows_total, "")?;
+            kb.return_if(nothing, "cta_out_of_range")?;
+            kb.section("setup: K/V ring mbarriers (thread 0)")?;
+            let is_t0 = kb.icmp(IntPredicate::EQ, tid, kb.i32c(0), "")?;
+            let smem = cta.smem;
+            kb.if_then(is_t0, "init_barriers", |kb| {
+                for which in [RingBar::FullK, RingBar::FullV, RingBar::EmptyK, RingBar::EmptyV] {
+                    for s in 0..cfg.stages {
+                        let addr = kb.add(smem, kb.i32c((cfg.ring_bar(spec, which) + 8 * s) as i64), "")?;
+                        kb.mbar_init(addr, cfg.bar_count(which))?;
+                    }
+                }
+                kb.fence_mbarrier_init()
+            })?;
+            kb.cta_barrier()?;
+        }
+        let wg = kb.udiv(tid, kb.i32c(128), "warpgroup")?;
+        let is_producer = kb.icmp(IntPredicate::EQ, wg, kb.i32c(0), "")?;
+        kb.if_else(
+            is_producer,
+            "role",
+            |kb| {
+                kb.section("producer warpgroup: one thread issues the K/V TMA loads")?;
+                kb.setmaxnreg_dec(cfg.producer_regs)?;
+                let tid = kb.opaque_i32(kb.sreg("tid.x", "")?, "tid")?;
+                let t0 = kb.icmp(IntPredicate::EQ, tid, kb.i32c(0), "")?;
+                kb.if_then(t0, "producer", |kb| self.producer(kb))
+            },
+            |kb| {
+                kb.section("consumer warpgroups: S = Q.K^T, softmax, O += P.V")?;
+                kb.setmaxnreg_inc(cfg.consumer_regs)?;
+                self.consumer(kb)
+            },
+        )
+    }
+
+    // ------------------------------------------------------------------ producer
+
+    fn producer(&self, kb: &mut Kb<'ctx>) -> R<()> {
+        let spec = self.spec;
+        let cfg = self.cfg;
+        let cta = self.cta(kb)?;
+        let tiles = self.tiles(&cta);
+        let tmap_k = kb.param_generic_addr(&format!("{}_param_0", self.name), "tmap_k")?;
+        let tmap_v = kb.param_generic_addr(&format!("{}_param_1", self.name), "tmap_v")?;
+        kb.tensormap_prefetch(tmap_k)?;
+        kb.tensormap_prefetch(tmap_v)?;
+        let (begin, end) = tiles.split_range(kb, cta.num_splits, cta.split)?;
+        let layout = cfg.smem(spec);
+        // Row coordinate base and batch coordinate in the tensor maps.
+        let (row_base, batch_coord) = match spec.kv_layout {
+            KvLayout::Varlen => (cta.bv.k_start.unwrap_or_else(|| kb.i32c(0)), kb.i32c(0)),
+            _ => (kb.i32c(0), cta.bv.b),
+        };
+        let tile = kb.slot_i32("p_tile", begin)?;
+        let pos = kb.slot_i32("p_pos", kb.i32c(0))?;
+        kb.while_loop(
+            "produce",
+            |kb| {
+                let t = kb.get_i(tile, "")?;
+                kb.icmp(IntPredicate::SLT, t, end, "")
+            },
+            |kb| {
+                let t = kb.get_i(tile, "t")?;
+                let p = kb.get_i(pos, "pos")?;
+                let (slot, parity) = self.ring(kb, p)?;
+                let free_parity = kb.xor(parity, kb.i32c(1), "")?;
+                let row = kb.add(row_base, kb.mul(t, kb.i32c(cfg.block_n as i64), "")?, "key_row")?;
+                for (which, tmap, full, empty, d, base, per) in [
+                    ("K", tmap_k, RingBar::FullK, RingBar::EmptyK, spec.head_dim_qk, layout.k, layout.k_per_stage),
+                    ("V", tmap_v, RingBar::FullV, RingBar::EmptyV, spec.head_dim_v, layout.v, layout.v_per_stage),
+                ] {
+                    kb.section(&format!("TMA {which} tile -> ring slot"))?;
+                    let e = self.ring_bar(kb, cta.smem, empty, slot)?;
+                    kb.mbar_wait(e, free_parity)?;
+                    let f = self.ring_bar(kb, cta.smem, full, slot)?;
+                    kb.mbar_arrive_expect_tx(f, per)?;
+                    let dst0 = kb.add(cta.smem, kb.add(kb.i32c(base as i64), kb.mul(slot, kb.i32c(per as i64), "")?, "")?, "")?;
+                    for cb in 0..Config::col_blocks(d) {
+                        let dst = kb.add(dst0, kb.i32c((cb * cfg.block_n * ROW_BYTES) as i64), "tma_dst")?;
+                        kb.tma_load_4d(dst, tmap, [kb.i32c((cb * BOX_COLS) as i64), row, cta.hkv, batch_coord], f)?;
+                    }
+                }
+                let next = tiles.next_nonempty(kb, kb.add(t, kb.i32c(1), "")?, end, "p_next")?;
+                kb.set(tile, next)?;
+                kb.set(pos, kb.add(p, kb.i32c(1), "")?)
+            },
+        )
+    }
+
+    // ------------------------------------------------------------------ consumers
+
+    /// The two accumulator rows of this consumer thread (warp w of the warpgroup holds
+    /// rows 16w..16w+15; lane l rows l/4 and l/4 + 8).
+    fn thread_rows(&self, kb: &Kb<'ctx>, cta: &Cta<'ctx>, ltid: IntValue<'ctx>, consumer: IntValue<'ctx>) -> R<[RowInfo<'ctx>; 2]> {
+        let spec = self.spec;
+        let group = spec.group_size() as i64;
+        let lane = kb.and(ltid, kb.i32c(31), "lane")?;
+        let warp = kb.udiv(ltid, kb.i32c(32), "warp_in_wg")?;
+        let base = kb.add(
+            kb.add(cta.row0, kb.mul(consumer, kb.i32c(ROWS_PER_CONSUMER as i64), "")?, "")?,
+            kb.add(kb.mul(warp, kb.i32c(16), "")?, kb.udiv(lane, kb.i32c(4), "")?, "")?,
+            "",
+        )?;
+        let mut out = Vec::new();
+        for half in 0..2 {
+            let r = kb.add(base, kb.i32c(8 * half), &format!("row{half}"))?;
+            let (q, h) = if spec.pack_gqa {
+                let g = kb.i32c(group);
+                (kb.udiv(r, g, "q_pos")?, kb.add(kb.mul(cta.hkv, g, "")?, kb.urem(r, g, "")?, "head")?)
+            } else {
+                (r, cta.head_idx)
+            };
+            let valid = kb.icmp(IntPredicate::SLT, r, cta.rows_total, "row_valid")?;
+            out.push(RowInfo { q, h, valid });
+        }
+        Ok([out[0], out[1]])
+    }
+
+    /// The consumer's 64 rows of Q into shared memory (128-byte swizzled, K-major, as
+    /// TMA would write them): cp.async, rows past the end zero-filled.
+    fn load_q(&self, kb: &mut Kb<'ctx>, cta: &Cta<'ctx>, ltid: IntValue<'ctx>, q_smem: IntValue<'ctx>, consumer: IntValue<'ctx>) -> R<()> {
+        let spec = self.spec;
+        let group = spec.group_size() as i64;
+        let chunks_per_row = spec.head_dim_qk / 8;
+        let total = ROWS_PER_CONSUMER * chunks_per_row;
+        let q_st = self.args.strides("q")?;
+        let q_base = self.args.int("q")?;
+        let row_c0 = kb.add(cta.row0, kb.mul(consumer, kb.i32c(ROWS_PER_CONSUMER as i64), "")?, "")?;
+        for it in 0..total / 128 {
+            let c = kb.add(ltid, kb.i32c((it * 128) as i64), "q_chunk")?;
+            let row = kb.udiv(c, kb.i32c(chunks_per_row as i64), "")?;
+            let chunk = kb.urem(c, kb.i32c(chunks_per_row as i64), "")?;
+            let r = kb.add(row_c0, row, "")?;
+            let valid = kb.icmp(IntPredicate::SLT, r, cta.rows_total, "")?;
+            let (q, h) = if spec.pack_gqa {
+                let g = kb.i32c(group);
+                (kb.udiv(r, g, "")?, kb.add(kb.mul(cta.hkv, g, "")?, kb.urem(r, g, "")?, "")?)
+            } else {
+                (r, cta.head_idx)
+            };
+            let q = kb.select_i(valid, q, kb.i32c(0), "")?;
+            let off = q_row_offset(kb, &cta.bv, &q_st, q, h)?;
+            let off = kb.add(off, kb.mul(kb.zext64(chunk, "")?, kb.i64c(8), "")?, "")?;
+            let gaddr = kb.add(q_base, kb.mul(off, kb.i64c(2), "")?, "")?;
+            let gaddr = kb.select_i(valid, gaddr, q_base, "")?;
+            let bytes = kb.select_i(valid, kb.i32c(16), kb.i32c(0), "")?;
+            // Column block chunk/8, 16-byte chunk (chunk % 8) ^ (row % 8) of a 128-byte row.
+            let cb = kb.udiv(chunk, kb.i32c(8), "")?;
+            let sw = kb.xor(kb.urem(chunk, kb.i32c(8), "")?, kb.and(row, kb.i32c(7), "")?, "")?;
+            let s_off = kb.add(
+                kb.mul(cb, kb.i32c((ROWS_PER_CONSUMER * ROW_BYTES) as i64), "")?,
+                kb.add(kb.mul(row, kb.i32c(ROW_BYTES as i64), "")?, kb.mul(sw, kb.i32c(16), "")?, "")?,
+                "",
+            )?;
+            kb.cp_async_16(kb.add(q_smem, s_off, "")?, gaddr, bytes)?;
+        }
+        kb.cp_async_commit()?;
+        kb.cp_async_wait(0)?;
+        // cp.async writes are generic-proxy; wgmma reads through the async proxy.
+        kb.fence_proxy_async_shared()?;
+        Ok(())
+    }
+
+    fn consumer(&self, kb: &mut Kb<'ctx>) -> R<()> {
+        let spec = self.spec;
+        let cfg = self.cfg;
+        let layout = cfg.smem(spec);
+        let cta = self.cta(kb)?;
+        let tid = kb.opaque_i32(kb.sreg("tid.x", "")?, "tid")?;
+        let consumer = kb.sub(kb.udiv(tid, kb.i32c(128), "")?, kb.i32c(1), "consumer")?;
+        let ltid = kb.and(tid, kb.i32c(127), "ltid")?;
+        let q_smem = kb.add(
+            cta.smem,
+            kb.add(kb.i32c(layout.q as i64), kb.mul(consumer, kb.i32c(layout.q_per_consumer as i64), "")?, "")?,
+            "q_smem",
+        )?;
+        kb.section("load Q (cp.async, 128B swizzle)")?;
+        self.load_q(kb, &cta, ltid, q_smem, consumer)?;
+        // Every warp of this warpgroup has its Q rows in place (barrier 1 + consumer).
+        kb.named_bar_sync_r(kb.add(consumer, kb.i32c(1), "")?, 128)?;
+
+        let tiles = self.tiles(&cta);
+        let (begin, end) = tiles.split_range(kb, cta.num_splits, cta.split)?;
+        let dv = spec.head_dim_v;
+        let mut st = State {
+            o: (0..dv / 2).map(|i| kb.slot_f32(&format!("o{i}"), kb.f32c(0.0))).collect::<R<Vec<_>>>()?,
+            p: (0..cfg.block_n / 4).map(|i| kb.slot_i32(&format!("p{i}"), kb.i32c(0))).collect::<R<Vec<_>>>()?,
+            m: [kb.slot_f32("row_max0", kb.f32c(f64::NEG_INFINITY))?, kb.slot_f32("row_max1", kb.f32c(f64::NEG_INFINITY))?],
+            l: [kb.slot_f32("row_sum0", kb.f32c(0.0))?, kb.slot_f32("row_sum1", kb.f32c(0.0))?],
+        };
+        let has_any = kb.icmp(IntPredicate::SLT, begin, end, "")?;
+        kb.if_then(has_any, "kv", |kb| {
+            let (slot0, par0) = self.ring(kb, kb.i32c(0))?;
+            kb.section("first tile: S = Q.K^T (wgmma ss)")?;
+            kb.mbar_wait(self.ring_bar(kb, cta.smem, RingBar::FullK, slot0)?, par0)?;
+            kb.wgmma_fence()?;
+            let s = self.gemm_s(kb, &cta, q_smem, slot0)?;
+            kb.wgmma_commit_group()?;
+            let s = kb.wgmma_wait_group_acc(0, &s, "s")?;
+            self.release(kb, &cta, RingBar::EmptyK, slot0, ltid)?;
+            let (p, _, _) = self.softmax(kb, &cta, &tiles, s, begin, &st, ltid, consumer)?;
+            for (slot, v) in st.p.iter().zip(p) {
+                kb.set(*slot, v)?;
+            }
+
+            let pos = kb.slot_i32("c_pos", kb.i32c(0))?;
+            let next0 = tiles.next_nonempty(kb, kb.add(begin, kb.i32c(1), "")?, end, "c_next")?;
+            let next = kb.slot_i32("c_next_tile", next0)?;
+            kb.while_loop(
+                "consume",
+                |kb| {
+                    let t = kb.get_i(next, "")?;
+                    kb.icmp(IntPredicate::SLT, t, end, "")
+                },
+                |kb| {
+                    let t = kb.get_i(next, "t")?;
+                    let p0 = kb.get_i(pos, "pos")?;
+                    let p1 = kb.add(p0, kb.i32c(1), "")?;
+                    let (slot0, par0) = self.ring(kb, p0)?;
+                    let (slot1, par1) = self.ring(kb, p1)?;
+                    let o_in: Vec<FloatValue<'ctx>> = st.o.iter().map(|s| kb.get_f(*s, "o")).collect::<R<_>>()?;
+                    let p_in: Vec<IntValue<'ctx>> = st.p.iter().map(|s| kb.get_i(*s, "p")).collect::<R<_>>()?;
+                    kb.section("issue S' = Q.K^T (next tile) and O += P.V (this tile)")?;
+                    kb.mbar_wait(self.ring_bar(kb, cta.smem, RingBar::FullK, slot1)?, par1)?;
+                    kb.wgmma_fence()?;
+                    let s = self.gemm_s(kb, &cta, q_smem, slot1)?;
+                    kb.wgmma_commit_group()?;
+                    kb.mbar_wait(self.ring_bar(kb, cta.smem, RingBar::FullV, slot0)?, par0)?;
+                    let o = self.gemm_pv(kb, &cta, slot0, &p_in, &o_in)?;
+                    kb.wgmma_commit_group()?;
+                    let s = kb.wgmma_wait_group_acc(1, &s, "s")?;
+                    self.release(kb, &cta, RingBar::EmptyK, slot1, ltid)?;
+                    let (p, alpha, rescale) = self.softmax(kb, &cta, &tiles, s, t, &st, ltid, consumer)?;
+                    // The P·V of this tile still reads the old P registers: the new ones
+                    // are fresh values, and the wait below keeps the old ones alive.
+                    let o = kb.wgmma_wait_group_acc(0, &o, "o")?;
+                    self.keep_alive(kb, &p_in)?;
+                    self.release(kb, &cta, RingBar::EmptyV, slot0, ltid)?;
+                    for (slot, v) in st.o.iter().zip(&o) {
+                        kb.set(*slot, *v)?;
+                    }
+                    self.rescale_o(kb, &mut st, alpha, rescale)?;
+                    for (slot, v) in st.p.iter().zip(p) {
+                        kb.set(*slot, v)?;
+                    }
+                    kb.set(pos, p1)?;
+                    let n = tiles.next_nonempty(kb, kb.add(t, kb.i32c(1), "")?, end, "c_next")?;
+                    kb.set(next, n)
+                },
+            )?;
+            kb.section("last tile: O += P.V")?;
+            let p0 = kb.get_i(pos, "pos")?;
+            let (slot0, par0) = self.ring(kb, p0)?;
+            let o_in: Vec<FloatValue<'ctx>> = st.o.iter().map(|s| kb.get_f(*s, "o")).collect::<R<_>>()?;
+            let p_in: Vec<IntValue<'ctx>> = st.p.iter().map(|s| kb.get_i(*s, "p")).collect::<R<_>>()?;
+            kb.mbar_wait(self.ring_bar(kb, cta.smem, RingBar::FullV, slot0)?, par0)?;
+            kb.wgmma_fence()?;
+            let o = self.gemm_pv(kb, &cta, slot0, &p_in, &o_in)?;
+            kb.wgmma_commit_group()?;
+            let o = kb.wgmma_wait_group_acc(0, &o, "o")?;
+            self.keep_alive(kb, &p_in)?;
+            self.release(kb, &cta, RingBar::EmptyV, slot0, ltid)?;
+            for (slot, v) in st.o.iter().zip(&o) {
+                kb.set(*slot, *v)?;
+            }
+            Ok(())
+        })?;
+        self.epilogue(kb, &cta, &mut st, ltid, consumer)
+    }
+
+    /// An empty asm reading `regs`: they stay allocated up to here (after the wait of
+    /// the MMA that reads them).
+    fn keep_alive(&self, kb: &Kb<'ctx>, regs: &[IntValue<'ctx>]) -> R<()> {
+        let args: Vec<inkwell::values::BasicMetadataValueEnum<'ctx>> = regs.iter().map(|r| (*r).into()).collect();
+        let cons = vec!["r"; regs.len()].join(",");
+        kb.asm_call(None, "// P registers released", &cons, false, &args, "")?;
+        Ok(())
+    }
+
+    /// One arrival per consumer warp on an empty barrier: this warpgroup is done reading
+    /// the slot.
+    fn release(&self, kb: &mut Kb<'ctx>, cta: &Cta<'ctx>, which: RingBar, slot: IntValue<'ctx>, ltid: IntValue<'ctx>) -> R<()> {
+        let lane0 = kb.icmp(IntPredicate::EQ, kb.and(ltid, kb.i32c(31), "")?, kb.i32c(0), "")?;
+        let bar = self.ring_bar(kb, cta.smem, which, slot)?;
+        kb.if_then(lane0, "release", |kb| kb.mbar_arrive(bar))
+    }
+
+    /// Issues `S = Q·Kᵀ` for ring slot `slot` (uncommitted): d/16 wgmma ss, N = block_n.
+    fn gemm_s(&self, kb: &Kb<'ctx>, cta: &Cta<'ctx>, q_smem: IntValue<'ctx>, slot: IntValue<'ctx>) -> R<Vec<FloatValue<'ctx>>> {
+        let spec = self.spec;
+        let cfg = self.cfg;
+        let layout = cfg.smem(spec);
+        let k_smem = kb.add(
+            cta.smem,
+            kb.add(kb.i32c(layout.k as i64), kb.mul(slot, kb.i32c(layout.k_per_stage as i64), "")?, "")?,
+            "k_smem",
+        )?;
+        let cst = SmemDesc::k_major_sw128(0).encode_without_start();
+        let a0 = kb.wgmma_desc(q_smem, cst, "q_desc")?;
+        let b0 = kb.wgmma_desc(k_smem, cst, "k_desc")?;
+        let undef = kb.ctx.f32_type().get_undef();
+        let mut acc = vec![undef; (cfg.block_n / 2) as usize];
+        for kk in 0..spec.head_dim_qk / 16 {
+            // Offsets are added to the descriptors' 14-bit address field (16-byte units).
+            let a = kb.add(a0, kb.i64c((k_major_step_offset(ROWS_PER_CONSUMER, kk) >> 4) as i64), "")?;
+            let b = kb.add(b0, kb.i64c((k_major_step_offset(cfg.block_n, kk) >> 4) as i64), "")?;
+            let scale = if kk == 0 { Acc::Overwrite } else { Acc::Accumulate };
+            acc = kb.wgmma_ss(WgmmaType::from(spec.dtype), cfg.block_n, &acc, a, b, scale, Major::K, Major::K, "s")?;
+        }
+        Ok(acc)
+    }
+
+    /// Issues `O += P·V` for ring slot `slot` (uncommitted): block_n/16 wgmma rs with P
+    /// from registers, V MN-major (N = d_v).
+    fn gemm_pv(
+        &self,
+        kb: &Kb<'ctx>,
+        cta: &Cta<'ctx>,
+        slot: IntValue<'ctx>,
+        p: &[IntValue<'ctx>],
+        o: &[FloatValue<'ctx>],
+    ) -> R<Vec<FloatValue<'ctx>>> {
+        let spec = self.spec;
+        let cfg = self.cfg;
+        let layout = cfg.smem(spec);
+        let v_smem = kb.add(
+            cta.smem,
+            kb.add(kb.i32c(layout.v as i64), kb.mul(slot, kb.i32c(layout.v_per_stage as i64), "")?, "")?,
+            "v_smem",
+        )?;
+        let cst = SmemDesc::mn_major_sw128(0, cfg.block_n * ROW_BYTES).encode_without_start();
+        let b0 = kb.wgmma_desc(v_smem, cst, "v_desc")?;
+        let mut acc = o.to_vec();
+        for j in 0..cfg.block_n / 16 {
+            let b = kb.add(b0, kb.i64c((mn_major_step_offset(j) >> 4) as i64), "")?;
+            let a = [p[4 * j as usize], p[4 * j as usize + 1], p[4 * j as usize + 2], p[4 * j as usize + 3]];
+            acc = kb.wgmma_rs(WgmmaType::from(spec.dtype), spec.head_dim_v, &acc, a, b, Acc::Accumulate, Major::Mn, "o")?;
+        }
+        Ok(acc)
+    }
+
+    /// The online softmax of one S tile (key tile `t`): scores to log2 units with the
+    /// score modification, the mask on partial tiles, the running max (conditional
+    /// rescaling), P = 2^(s − base) packed for the P·V GEMM, the running sum. Returns
+    /// P, the per-row rescale factor of O and the rescale flag (conditional rescaling).
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    fn softmax(
+        &self,
+        kb: &mut Kb<'ctx>,
+        cta: &Cta<'ctx>,
+        tiles: &KeyTiles<'_, 'ctx>,
+        mut s: Vec<FloatValue<'ctx>>,
+        t: IntValue<'ctx>,
+        st: &State<'ctx>,
+        ltid: IntValue<'ctx>,
+        consumer: IntValue<'ctx>,
+    ) -> R<(Vec<IntValue<'ctx>>, [FloatValue<'ctx>; 2], Option<IntValue<'ctx>>)> {
+        let spec = self.spec;
+        let cfg = self.cfg;
+        kb.section("softmax (online, exp2 domain)")?;
+        let n0 = kb.mul(t, kb.i32c(cfg.block_n as i64), "n0")?;
+        let quad_col = kb.and(ltid, kb.i32c(3), "quad_col")?;
+        let col_base = kb.add(n0, kb.mul(quad_col, kb.i32c(2), "")?, "col_base")?;
+        let scale = spec.scale_value();
+        let rows = if spec.score_mod.is_some() { Some(self.thread_rows(kb, cta, ltid, consumer)?) } else { None };
+        // Element e of 8-column group i: row half e/2, column 8i + 2·(lane%4) + e%2.
+        for (idx, v) in s.iter_mut().enumerate() {
+            let (i, e) = (idx / 4, idx % 4);
+            *v = match (&spec.score_mod, rows) {
+                (Some(m), Some(rows)) => {
+                    let row = rows[e / 2];
+                    let col = kb.add(col_base, kb.i32c((8 * i + e % 2) as i64), "k_pos")?;
+                    let score = kb.fmul(*v, kb.f32c(scale), "score")?;
+                    let vars = ElemVars {
+                        b: cta.bv.b,
+                        h: row.h,
+                        hkv: cta.hkv,
+                        q: row.q,
+                        k: col,
+                        seqlen_q: cta.bv.seqlen_q,
+                        seqlen_k: cta.bv.seqlen_k,
+                        score: Some(score),
+                    };
+                    let modded = vexpr::gen(kb, spec, m, &vars, &cta.va)?.float();
+                    kb.fmul(modded, kb.f32c(LOG2E), "s_log2")?
+                }
+                _ => kb.fmul(*v, kb.f32c(scale * LOG2E), "s_log2")?,
+            };
+        }
+        // Partial tiles (or the last, past seqlen_k): mask per element, under a branch.
+        let unmasked = tiles.unmasked(kb, t)?;
+        let slots: Vec<Slot<'ctx>> = s.iter().map(|v| kb.slot_f32("s", *v)).collect::<R<_>>()?;
+        let partial = kb.not(unmasked, "partial_tile")?;
+        kb.if_then(partial, "mask_tile", |kb| {
+            kb.section("mask (partial tile)")?;
+            let ltid = kb.opaque_i32(ltid, "ltid_mask")?;
+            let rows = self.thread_rows(kb, cta, ltid, consumer)?;
+            let quad_col = kb.and(ltid, kb.i32c(3), "")?;
+            let col_base = kb.add(n0, kb.mul(quad_col, kb.i32c(2), "")?, "")?;
+            let predicate = spec.mask.to_predicate();
+            for (idx, slot) in slots.iter().enumerate() {
+                let (i, e) = (idx / 4, idx % 4);
+                let row = rows[e / 2];
+                let col = kb.add(col_base, kb.i32c((8 * i + e % 2) as i64), "k_pos")?;
+                let mut allowed = kb.icmp(IntPredicate::SLT, col, cta.bv.seqlen_k, "k_in_bounds")?;
+                if let Some(p) = &predicate {
+                    let vars = ElemVars {
+                        b: cta.bv.b,
+                        h: row.h,
+                        hkv: cta.hkv,
+                        q: row.q,
+                        k: col,
+                        seqlen_q: cta.bv.seqlen_q,
+                        seqlen_k: cta.bv.seqlen_k,
+                        score: None,
+                    };
+                    let m = vexpr::gen(kb, spec, p, &vars, &cta.va)?.int();
+                    allowed = kb.and(allowed, m, "allowed")?;
+                }
+                let v = kb.get_f(*slot, "")?;
+                kb.set(*slot, kb.select_f(allowed, v, kb.f32c(f64::NEG_INFINITY), "s_masked")?)?;
+            }
+            Ok(())
+        })?;
+        for (v, slot) in s.iter_mut().zip(&slots) {
+            *v = kb.get_f(*slot, "s")?;
+        }
+
+        // Row maxima over the quad (4 lanes share a row).
+        let mut new_max = Vec::new();
+        for half in 0..2usize {
+            let mut m = kb.get_f(st.m[half], "m_old")?;
+            for (idx, v) in s.iter().enumerate() {
+                if (idx % 4) / 2 == half {
+                    m = kb.fmax(m, *v, "")?;
+                }
+            }
+            m = kb.fmax(m, kb.shfl_xor_f32(m, 1, "")?, "")?;
+            m = kb.fmax(m, kb.shfl_xor_f32(m, 2, "")?, "m_new")?;
+            new_max.push(m);
+        }
+        let opts = spec.softmax;
+        let rescale = if opts.rescale_threshold > 0.0 {
+            let mut any = kb.boolc(false);
+            for (half, m) in new_max.iter().enumerate() {
+                let old = kb.get_f(st.m[half], "")?;
+                let grew = kb.fcmp(FloatPredicate::OGT, *m, kb.fadd(old, kb.f32c(opts.rescale_threshold), "")?, "")?;
+                let was_empty = kb.fcmp(FloatPredicate::OEQ, old, kb.f32c(f64::NEG_INFINITY), "")?;
+                let now_finite = kb.fcmp(FloatPredicate::ONE, *m, kb.f32c(f64::NEG_INFINITY), "")?;
+                let grew = kb.or(grew, kb.and(was_empty, now_finite, "")?, "")?;
+                any = kb.or(any, grew, "")?;
+            }
+            Some(kb.vote_any(any, "rescale_warp")?)
+        } else {
+            None
+        };
+        let mut alphas = Vec::new();
+        let mut bases = Vec::new();
+        for (half, m_new) in new_max.iter().enumerate() {
+            let old = kb.get_f(st.m[half], "")?;
+            let chosen = match rescale {
+                Some(c) => kb.select_f(c, *m_new, old, "m_base")?,
+                None => *m_new,
+            };
+            let is_inf = kb.fcmp(FloatPredicate::OEQ, chosen, kb.f32c(f64::NEG_INFINITY), "")?;
+            let base = kb.select_f(is_inf, kb.f32c(0.0), chosen, "m_safe")?;
+            alphas.push(kb.ex2(kb.fsub(old, base, "")?, "alpha")?);
+            kb.set(st.m[half], chosen)?;
+            bases.push(base);
+        }
+        // P = 2^(s - base); a fraction of each row through the FMA-pipe emulation.
+        let per_row = (cfg.block_n / 4) as usize;
+        let emulated = ((opts.exp2_emulation * per_row as f64).round() as usize).min(per_row);
+        let mut sums = [kb.f32c(0.0), kb.f32c(0.0)];
+        let mut seen = [0usize; 2];
+        for (idx, v) in s.iter_mut().enumerate() {
+            let half = (idx % 4) / 2;
+            let x = kb.fsub(*v, bases[half], "")?;
+            let p = if seen[half] < emulated { exp2_emulated(kb, x)? } else { kb.ex2(x, "p")? };
+            seen[half] += 1;
+            sums[half] = kb.fadd(sums[half], p, "")?;
+            *v = p;
+        }
+        for half in 0..2 {
+            let l = kb.get_f(st.l[half], "")?;
+            kb.set(st.l[half], kb.fma(l, alphas[half], sums[half], "row_sum")?)?;
+        }
+        let p = (0..s.len() / 2).map(|k| kb.pack_half2(spec.dtype, s[2 * k], s[2 * k + 1], "p")).collect::<R<Vec<_>>>()?;
+        Ok((p, [alphas[0], alphas[1]], rescale))
+    }
+
+    /// O *= α per row (skipped as a whole when conditional rescaling kept every base).
+    fn rescale_o(&self, kb: &mut Kb<'ctx>, st: &mut State<'ctx>, alpha: [FloatValue<'ctx>; 2], rescale: Option<IntValue<'ctx>>) -> R<()> {
+        let o = st.o.clone();
+        let body = |kb: &mut Kb<'ctx>| -> R<()> {
+            for (idx, slot) in o.iter().enumerate() {
+                let v = kb.get_f(*slot, "")?;
+                kb.set(*slot, kb.fmul(v, alpha[(idx % 4) / 2], "")?)?;
+            }
+            Ok(())
+        };
+        match rescale {
+            Some(c) => kb.if_then(c, "rescale_o", body),
+            None => body(kb),
+        }
+    }
+
+    // ------------------------------------------------------------------ epilogue
+
+    fn epilogue(&self, kb: &mut Kb<'ctx>, cta: &Cta<'ctx>, st: &mut State<'ctx>, ltid: IntValue<'ctx>, consumer: IntValue<'ctx>) -> R<()> {
+        let spec = self.spec;
+        kb.section("epilogue: O /= l, store O and LSE (or split partials)")?;
+        let is_split = kb.icmp(IntPredicate::SGT, cta.num_splits, kb.i32c(1), "is_split")?;
+        let o_st = self.args.strides("o")?;
+        let o_base = self.args.int("o")?;
+        let ltid = kb.opaque_i32(ltid, "ltid_epilogue")?;
+        let rows = self.thread_rows(kb, cta, ltid, consumer)?;
+        let quad_col = kb.and(ltid, kb.i32c(3), "quad_col")?;
+        for half in 0..2usize {
+            let row = rows[half];
+            let l = kb.get_f(st.l[half], "")?;
+            let l = kb.fadd(l, kb.shfl_xor_f32(l, 1, "")?, "")?;
+            let l = kb.fadd(l, kb.shfl_xor_f32(l, 2, "")?, "l_total")?;
+            let m = kb.get_f(st.m[half], "m_final")?;
+            let sink_log2 = if spec.sinks {
+                let sinks = self.args.int("sinks")?;
+                let addr = kb.add(sinks, kb.mul(kb.sext64(row.h, "")?, kb.i64c(4), "")?, "")?;
+                let sink = kb.ld_global_f32(addr, "sink")?;
+                let sink2 = kb.fmul(sink, kb.f32c(LOG2E), "")?;
+                Some(kb.select_f(is_split, kb.f32c(f64::NEG_INFINITY), sink2, "sink_log2")?)
+            } else {
+                None
+            };
+            let (o_scale, lse) = finalize_row(kb, l, m, sink_log2)?;
+            let o_vals: Vec<(u32, FloatValue<'ctx>, FloatValue<'ctx>)> = (0..spec.head_dim_v / 8)
+                .map(|i| {
+                    let a = kb.get_f(st.o[(4 * i + 2 * half as u32) as usize], "")?;
+                    let b = kb.get_f(st.o[(4 * i + 2 * half as u32 + 1) as usize], "")?;
+                    Ok((i, kb.fmul(a, o_scale, "")?, kb.fmul(b, o_scale, "")?))
+                })
+                .collect::<R<_>>()?;
+            kb.if_then(row.valid, "row_store", |kb| {
+                kb.if_else(
+                    is_split,
+                    "store_partial",
+                    |kb| self.store_partial(kb, cta, row, quad_col, &o_vals, lse),
+                    |kb| {
+                        let off = q_row_offset(kb, &cta.bv, &o_st, row.q, row.h)?;
+                        let row_addr = kb.add(o_base, kb.mul(off, kb.i64c(2), "")?, "o_row")?;
+                        for &(i, x0, x1) in &o_vals {
+                            let packed = kb.pack_half2(spec.dtype, x0, x1, "o_pair")?;
+                            let col = kb.add(kb.mul(quad_col, kb.i32c(2), "")?, kb.i32c(i as i64 * 8), "")?;
+                            let addr = kb.add(row_addr, kb.mul(kb.zext64(col, "")?, kb.i64c(2), "")?, "")?;
+                            kb.st_global_b32(addr, packed)?;
+                        }
+                        if spec.lse {
+                            let first_lane = kb.icmp(IntPredicate::EQ, quad_col, kb.i32c(0), "")?;
+                            kb.if_then(first_lane, "store_lse", |kb| {
+                                let off = self.lse_offset(kb, cta, row)?;
+                                let addr = kb.add(self.args.int("lse")?, kb.mul(off, kb.i64c(4), "")?, "")?;
+                                kb.st_global_f32(addr, lse)
+                            })?;
+                        }
+                        Ok(())
+                    },
+                )
+            })?;
+        }
+        Ok(())
+    }
+
+    fn lse_offset(&self, kb: &Kb<'ctx>, cta: &Cta<'ctx>, row: RowInfo<'ctx>) -> R<IntValue<'ctx>> {
+        let sb = self.args.int("lse_stride_batch")?;
+        let sh = self.args.int("lse_stride_head")?;
+        let h = kb.mul(kb.sext64(row.h, "")?, sh, "")?;
+        match cta.bv.q_start {
+            Some(start) => kb.add(h, kb.sext64(kb.add(start, row.q, "")?, "")?, "lse_off"),
+            None => {
+                let b = kb.mul(kb.sext64(cta.bv.b, "")?, sb, "")?;
+                kb.add(kb.add(b, h, "")?, kb.sext64(row.q, "")?, "lse_off")
+            }
+        }
+    }
+
+    /// Split-KV partials in the combine kernel's workspace layout (see the portable
+    /// family): O normalized by this split's sum (f32) and its LSE.
+    fn store_partial(
+        &self,
+        kb: &mut Kb<'ctx>,
+        cta: &Cta<'ctx>,
+        row: RowInfo<'ctx>,
+        quad_col: IntValue<'ctx>,
+        o_vals: &[(u32, FloatValue<'ctx>, FloatValue<'ctx>)],
+        lse: FloatValue<'ctx>,
+    ) -> R<()> {
+        let spec = self.spec;
+        let nz = kb.sreg("nctaid.z", "")?;
+        let batch = kb.udiv(nz, cta.num_splits, "batch")?;
+        let max_sq = kb.sext64(cta.la.seqlen_q, "")?;
+        let heads = kb.i64c(spec.q_heads as i64);
+        let idx = kb.add(kb.mul(kb.sext64(cta.split, "")?, kb.sext64(batch, "")?, "")?, kb.sext64(cta.bv.b, "")?, "")?;
+        let idx = kb.add(kb.mul(idx, heads, "")?, kb.sext64(row.h, "")?, "")?;
+        let idx = kb.add(kb.mul(idx, max_sq, "")?, kb.sext64(row.q, "")?, "partial_row")?;
+        let o_part = self.args.int("o_partial")?;
+        let row_addr = kb.add(o_part, kb.mul(idx, kb.i64c(4 * spec.head_dim_v as i64), "")?, "")?;
+        for &(i, x0, x1) in o_vals {
+            let col = kb.add(kb.mul(quad_col, kb.i32c(2), "")?, kb.i32c(i as i64 * 8), "")?;
+            let addr = kb.add(row_addr, kb.mul(kb.zext64(col, "")?, kb.i64c(4), "")?, "")?;
+            kb.st_global_v2_f32(addr, x0, x1)?;
+        }
+        let first_lane = kb.icmp(IntPredicate::EQ, quad_col, kb.i32c(0), "")?;
+        let lse_part = self.args.int("lse_partial")?;
+        kb.if_then(first_lane, "store_lse_partial", |kb| {
+            let addr = kb.add(lse_part, kb.mul(idx, kb.i64c(4), "")?, "")?;
+            kb.st_global_f32(addr, lse)
+        })
+    }
+}
+
+/// A consumer thread's loop-carried state.
+struct State<'ctx> {
+    /// O accumulators (d_v/2 per thread, the wgmma D fragment).
+    o: Vec<Slot<'ctx>>,
+    /// P of the current tile, packed pairs in the wgmma A-fragment order.
+    p: Vec<Slot<'ctx>>,
+    m: [Slot<'ctx>; 2],
+    l: [Slot<'ctx>; 2],
+}

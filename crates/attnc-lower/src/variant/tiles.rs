@@ -1,0 +1,118 @@
+//! The key tiles one CTA visits: which tiles the mask leaves empty (skipped, never
+//! loaded), which are full (no per-element mask), and the range a split-KV split owns.
+//! Every family walks key tiles the same way, and in warp-specialized families the
+//! producer and the consumers must agree tile for tile, so the walk lives here once.
+
+use super::expr::VariantArgs;
+use super::interval::{classify_tile, TileClassVals, TileRanges};
+use super::layout::BatchView;
+use crate::llvm::kb::{Kb, R};
+use attnc_ir::Spec;
+use inkwell::values::IntValue;
+use inkwell::IntPredicate;
+
+/// The fixed part of a CTA's tile classification: everything but the key range.
+pub struct KeyTiles<'a, 'ctx> {
+    pub spec: &'a Spec,
+    pub block_n: u32,
+    pub bv: BatchView<'ctx>,
+    pub hkv: IntValue<'ctx>,
+    /// The CTA's query positions and heads (inclusive ranges).
+    pub q: (IntValue<'ctx>, IntValue<'ctx>),
+    pub h: (IntValue<'ctx>, IntValue<'ctx>),
+    pub va: &'a VariantArgs<'ctx>,
+}
+
+impl<'a, 'ctx> KeyTiles<'a, 'ctx> {
+    /// The classification of the key tile starting at key `n0` for the CTA's rows.
+    pub fn classify(&self, kb: &Kb<'ctx>, n0: IntValue<'ctx>) -> R<TileClassVals<'ctx>> {
+        let bn = self.block_n as i64;
+        let k_hi = kb.sub(kb.smin(kb.add(n0, kb.i32c(bn), "")?, self.bv.seqlen_k, "")?, kb.i32c(1), "")?;
+        let tile = TileRanges {
+            b: (self.bv.b, self.bv.b),
+            h: self.h,
+            hkv: (self.hkv, self.hkv),
+            q: self.q,
+            k: (n0, k_hi),
+            seqlen_q: self.bv.seqlen_q,
+            seqlen_k: self.bv.seqlen_k,
+        };
+        classify_tile(kb, self.spec, &tile, self.va)
+    }
+
+    /// Whether tile `t` needs no per-element work: full and inside seqlen_k.
+    pub fn unmasked(&self, kb: &Kb<'ctx>, t: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+        let bn = self.block_n as i64;
+        let n0 = kb.mul(t, kb.i32c(bn), "n0")?;
+        let cls = self.classify(kb, n0)?;
+        let inside = kb.icmp(IntPredicate::SLE, kb.add(n0, kb.i32c(bn), "")?, self.bv.seqlen_k, "")?;
+        kb.and(cls.full, inside, "unmasked")
+    }
+
+    /// First tile index in [from, end) that is not empty, or `end`.
+    pub fn next_nonempty(&self, kb: &mut Kb<'ctx>, from: IntValue<'ctx>, end: IntValue<'ctx>, name: &str) -> R<IntValue<'ctx>> {
+        if self.spec.mask.is_none() {
+            return Ok(from);
+        }
+        let cur = kb.slot_i32(name, from)?;
+        let bn = self.block_n as i64;
+        kb.while_loop(
+            name,
+            |kb| {
+                let t = kb.get_i(cur, "")?;
+                let in_range = kb.icmp(IntPredicate::SLT, t, end, "")?;
+                // An out-of-range probe is harmless; the flag is and-ed with the range.
+                let cls = self.classify(kb, kb.mul(t, kb.i32c(bn), "")?)?;
+                kb.and(in_range, cls.empty, "")
+            },
+            |kb| {
+                let t = kb.get_i(cur, "")?;
+                kb.set(cur, kb.add(t, kb.i32c(1), "")?)
+            },
+        )?;
+        kb.get_i(cur, name)
+    }
+
+    /// One past the last non-empty tile in [lo, end), or `lo` when none.
+    pub fn prev_nonempty(&self, kb: &mut Kb<'ctx>, lo: IntValue<'ctx>, end: IntValue<'ctx>, name: &str) -> R<IntValue<'ctx>> {
+        if self.spec.mask.is_none() {
+            return Ok(end);
+        }
+        let cur = kb.slot_i32(name, end)?;
+        let bn = self.block_n as i64;
+        kb.while_loop(
+            name,
+            |kb| {
+                let t = kb.get_i(cur, "")?;
+                let above = kb.icmp(IntPredicate::SGT, t, lo, "")?;
+                let prev = kb.sub(t, kb.i32c(1), "")?;
+                let cls = self.classify(kb, kb.mul(prev, kb.i32c(bn), "")?)?;
+                kb.and(above, cls.empty, "")
+            },
+            |kb| {
+                let t = kb.get_i(cur, "")?;
+                kb.set(cur, kb.sub(t, kb.i32c(1), "")?)
+            },
+        )?;
+        kb.get_i(cur, name)
+    }
+
+    /// The tiles `[begin, end)` split `split` of `num_splits` owns: the span of non-empty
+    /// tiles cut into equal shares, `begin` moved to the share's first non-empty tile.
+    pub fn split_range(
+        &self,
+        kb: &mut Kb<'ctx>,
+        num_splits: IntValue<'ctx>,
+        split: IntValue<'ctx>,
+    ) -> R<(IntValue<'ctx>, IntValue<'ctx>)> {
+        let n_tiles = kb.ceil_div(self.bv.seqlen_k, kb.i32c(self.block_n as i64), "n_tiles")?;
+        let first = self.next_nonempty(kb, kb.i32c(0), n_tiles, "first_tile")?;
+        let stop = self.prev_nonempty(kb, first, n_tiles, "stop_tile")?;
+        let span = kb.sub(stop, first, "")?;
+        let per_split = kb.ceil_div(span, num_splits, "tiles_per_split")?;
+        let begin = kb.smin(kb.add(first, kb.mul(split, per_split, "")?, "")?, stop, "split_begin")?;
+        let end = kb.smin(kb.add(begin, per_split, "")?, stop, "split_end")?;
+        let begin = self.next_nonempty(kb, begin, end, "begin_tile")?;
+        Ok((begin, end))
+    }
+}
