@@ -61,6 +61,8 @@ pub fn kernel_key(spec: &Spec, arch: &str, family: FamilyChoice, driver_version:
         ("family", family_choice_name(family)),
         ("driver", driver_version.to_string()),
         ("spec", spec.cache_key()),
+        // A tuning override changes the code for the same spec (dev sweeps only).
+        ("hopper_tune", attnc_lower::families::hopper::config::tune_override().unwrap_or_default()),
     ])
 }
 

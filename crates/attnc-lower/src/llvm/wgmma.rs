@@ -50,7 +50,7 @@ impl From<attnc_ir::DType> for WgmmaType {
 }
 
 /// The N values the hopper family uses (PTX allows multiples of 8 in 8..=256).
-pub const WGMMA_NS: [u32; 3] = [64, 128, 256];
+pub const WGMMA_NS: [u32; 6] = [64, 96, 128, 176, 192, 256];
 
 /// `{$first, ..., $first+n-1}`.
 fn reg_list(first: usize, n: usize) -> String {

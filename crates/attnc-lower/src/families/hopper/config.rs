@@ -8,6 +8,12 @@
 
 use attnc_ir::{KvLayout, Spec};
 
+/// The tuning override from `ATTNC_HOPPER_TUNE` (dev sweeps: `stages=3,pingpong=0`).
+/// It is part of the runtime's cache key, so tuned and default builds never mix.
+pub fn tune_override() -> Option<String> {
+    std::env::var("ATTNC_HOPPER_TUNE").ok().filter(|s| !s.trim().is_empty())
+}
+
 /// Rows of Q per consumer warpgroup (the M of `wgmma.m64nNk16`).
 pub const ROWS_PER_CONSUMER: u32 = 64;
 /// Elements of the head dimension per TMA box and per 128-byte swizzle row.
@@ -26,6 +32,9 @@ pub struct Config {
     /// Intra-warpgroup overlap: issue the next tile's `S = Q·Kᵀ` and this tile's
     /// `O += P·V` together and run the softmax while both are in flight.
     pub overlap: bool,
+    /// Inter-warpgroup ping-pong: consumer warpgroups take turns issuing their GEMMs
+    /// (named barriers), so one's softmax runs under the other's GEMMs.
+    pub pingpong: bool,
     /// `setmaxnreg` budgets: the producer warpgroup lowers to `producer_regs`, the
     /// consumers raise to `consumer_regs` (the pool is 64K registers per CTA).
     pub producer_regs: u32,
@@ -64,7 +73,30 @@ impl Config {
     /// The configuration for a spec (the first measured choices; see docs/hopper.md).
     pub fn for_spec(spec: &Spec) -> Config {
         let _ = spec;
-        Config { consumers: 2, block_n: 128, stages: 2, overlap: true, producer_regs: 24, consumer_regs: 240 }
+        let cfg = Config { consumers: 2, block_n: 128, stages: 2, overlap: true, pingpong: true, producer_regs: 24, consumer_regs: 240 };
+        match tune_override() {
+            Some(t) => cfg.tuned(&t),
+            None => cfg,
+        }
+    }
+
+    /// This configuration with `key=value,...` overrides applied (unknown keys and bad
+    /// values are ignored): `block_n`, `stages`, `pingpong`, `producer_regs`,
+    /// `consumer_regs`.
+    pub fn tuned(mut self, text: &str) -> Config {
+        for kv in text.split(',') {
+            let Some((k, v)) = kv.split_once('=') else { continue };
+            let Ok(n) = v.trim().parse::<u32>() else { continue };
+            match k.trim() {
+                "block_n" => self.block_n = n,
+                "stages" => self.stages = n,
+                "pingpong" => self.pingpong = n != 0,
+                "producer_regs" => self.producer_regs = n,
+                "consumer_regs" => self.consumer_regs = n,
+                _ => {}
+            }
+        }
+        self
     }
 
     pub fn block_m(&self) -> u32 {
@@ -121,6 +153,9 @@ impl Config {
                 "head dims {}/{}: this family has tiles for d = 64 and 128 (192/128, 256 and 96 are planned, docs/hopper.md)",
                 spec.head_dim_qk, spec.head_dim_v
             ));
+        }
+        if !crate::llvm::wgmma::WGMMA_NS.contains(&self.block_n) || self.stages == 0 || self.consumers == 0 {
+            return Err(format!("block_n {} / stages {} / consumers {}: not a built shape", self.block_n, self.stages, self.consumers));
         }
         if let KvLayout::Paged { page_size } = spec.kv_layout {
             return Err(format!("paged KV (page size {page_size}): the TMA page walk and the cp.async gather producer are not built yet"));

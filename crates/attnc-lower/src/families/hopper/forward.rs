@@ -34,6 +34,9 @@ use inkwell::values::{FloatValue, IntValue};
 use inkwell::{AddressSpace, FloatPredicate, IntPredicate};
 
 const LOG2E: f64 = std::f64::consts::LOG2_E;
+/// Named barriers: 1 + c guards consumer c's Q load; `PINGPONG_BAR + c` is consumer c's
+/// turn to issue GEMMs (0 is the CTA barrier).
+const PINGPONG_BAR: u32 = 3;
 
 /// The forward kernel's parameters: the K and V tensor maps, then the portable
 /// family's list (so the runtime marshals both families alike).
@@ -385,14 +388,21 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             m: [kb.slot_f32("row_max0", kb.f32c(f64::NEG_INFINITY))?, kb.slot_f32("row_max1", kb.f32c(f64::NEG_INFINITY))?],
             l: [kb.slot_f32("row_sum0", kb.f32c(0.0))?, kb.slot_f32("row_sum1", kb.f32c(0.0))?],
         };
+        if self.pingpong() {
+            // Consumer 0 issues first: consumer 1 hands it the first turn.
+            let second = kb.icmp(IntPredicate::EQ, consumer, kb.i32c(1), "")?;
+            kb.if_then(second, "first_turn", |kb| kb.named_bar_arrive(PINGPONG_BAR, 256))?;
+        }
         let has_any = kb.icmp(IntPredicate::SLT, begin, end, "")?;
         kb.if_then(has_any, "kv", |kb| {
             let (slot0, par0) = self.ring(kb, kb.i32c(0))?;
             kb.section("first tile: S = Q.K^T (wgmma ss)")?;
             kb.mbar_wait(self.ring_bar(kb, cta.smem, RingBar::FullK, slot0)?, par0)?;
+            self.turn_wait(kb, consumer)?;
             kb.wgmma_fence()?;
             let s = self.gemm_s(kb, &cta, q_smem, slot0)?;
             kb.wgmma_commit_group()?;
+            self.turn_pass(kb, consumer)?;
             let s = kb.wgmma_wait_group_acc(0, &s, "s")?;
             self.release(kb, &cta, RingBar::EmptyK, slot0, ltid)?;
             let (p, _, _) = self.softmax(kb, &cta, &tiles, s, begin, &st, ltid, consumer)?;
@@ -419,12 +429,14 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                     let p_in: Vec<IntValue<'ctx>> = st.p.iter().map(|s| kb.get_i(*s, "p")).collect::<R<_>>()?;
                     kb.section("issue S' = Q.K^T (next tile) and O += P.V (this tile)")?;
                     kb.mbar_wait(self.ring_bar(kb, cta.smem, RingBar::FullK, slot1)?, par1)?;
+                    self.turn_wait(kb, consumer)?;
                     kb.wgmma_fence()?;
                     let s = self.gemm_s(kb, &cta, q_smem, slot1)?;
                     kb.wgmma_commit_group()?;
                     kb.mbar_wait(self.ring_bar(kb, cta.smem, RingBar::FullV, slot0)?, par0)?;
                     let o = self.gemm_pv(kb, &cta, slot0, &p_in, &o_in)?;
                     kb.wgmma_commit_group()?;
+                    self.turn_pass(kb, consumer)?;
                     let s = kb.wgmma_wait_group_acc(1, &s, "s")?;
                     self.release(kb, &cta, RingBar::EmptyK, slot1, ltid)?;
                     let (p, alpha, rescale) = self.softmax(kb, &cta, &tiles, s, t, &st, ltid, consumer)?;
@@ -451,9 +463,11 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             let o_in: Vec<FloatValue<'ctx>> = st.o.iter().map(|s| kb.get_f(*s, "o")).collect::<R<_>>()?;
             let p_in: Vec<IntValue<'ctx>> = st.p.iter().map(|s| kb.get_i(*s, "p")).collect::<R<_>>()?;
             kb.mbar_wait(self.ring_bar(kb, cta.smem, RingBar::FullV, slot0)?, par0)?;
+            self.turn_wait(kb, consumer)?;
             kb.wgmma_fence()?;
             let o = self.gemm_pv(kb, &cta, slot0, &p_in, &o_in)?;
             kb.wgmma_commit_group()?;
+            self.turn_pass(kb, consumer)?;
             let o = kb.wgmma_wait_group_acc(0, &o, "o")?;
             self.keep_alive(kb, &p_in)?;
             self.release(kb, &cta, RingBar::EmptyV, slot0, ltid)?;
@@ -462,7 +476,35 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             }
             Ok(())
         })?;
+        if self.pingpong() {
+            // Consumer 1's first hand-over is one more arrival on consumer 0's barrier
+            // than consumer 0 waited for: take it, so no barrier is left half-arrived.
+            let first = kb.icmp(IntPredicate::EQ, consumer, kb.i32c(0), "")?;
+            kb.if_then(first, "last_turn", |kb| kb.named_bar_sync(PINGPONG_BAR, 256))?;
+        }
         self.epilogue(kb, &cta, &mut st, ltid, consumer)
+    }
+
+    fn pingpong(&self) -> bool {
+        self.cfg.pingpong && self.cfg.consumers == 2
+    }
+
+    /// Ping-pong: waits until it is this consumer's turn to issue GEMMs (named barrier
+    /// `PINGPONG_BAR + consumer`, completed by the other consumer's hand-over).
+    fn turn_wait(&self, kb: &Kb<'ctx>, consumer: IntValue<'ctx>) -> R<()> {
+        if !self.pingpong() {
+            return Ok(());
+        }
+        kb.named_bar_sync_r(kb.add(consumer, kb.i32c(PINGPONG_BAR as i64), "turn_bar")?, 256)
+    }
+
+    /// Ping-pong: hands the turn to the other consumer after issuing.
+    fn turn_pass(&self, kb: &Kb<'ctx>, consumer: IntValue<'ctx>) -> R<()> {
+        if !self.pingpong() {
+            return Ok(());
+        }
+        let other = kb.sub(kb.i32c(1 + PINGPONG_BAR as i64), consumer, "other_turn_bar")?;
+        kb.named_bar_arrive_r(other, 256)
     }
 
     /// An empty asm reading `regs`: they stay allocated up to here (after the wait of
@@ -559,30 +601,31 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         let quad_col = kb.and(ltid, kb.i32c(3), "quad_col")?;
         let col_base = kb.add(n0, kb.mul(quad_col, kb.i32c(2), "")?, "col_base")?;
         let scale = spec.scale_value();
-        let rows = if spec.score_mod.is_some() { Some(self.thread_rows(kb, cta, ltid, consumer)?) } else { None };
-        // Element e of 8-column group i: row half e/2, column 8i + 2·(lane%4) + e%2.
-        for (idx, v) in s.iter_mut().enumerate() {
-            let (i, e) = (idx / 4, idx % 4);
-            *v = match (&spec.score_mod, rows) {
-                (Some(m), Some(rows)) => {
-                    let row = rows[e / 2];
-                    let col = kb.add(col_base, kb.i32c((8 * i + e % 2) as i64), "k_pos")?;
-                    let score = kb.fmul(*v, kb.f32c(scale), "score")?;
-                    let vars = ElemVars {
-                        b: cta.bv.b,
-                        h: row.h,
-                        hkv: cta.hkv,
-                        q: row.q,
-                        k: col,
-                        seqlen_q: cta.bv.seqlen_q,
-                        seqlen_k: cta.bv.seqlen_k,
-                        score: Some(score),
-                    };
-                    let modded = vexpr::gen(kb, spec, m, &vars, &cta.va)?.float();
-                    kb.fmul(modded, kb.f32c(LOG2E), "s_log2")?
-                }
-                _ => kb.fmul(*v, kb.f32c(scale * LOG2E), "s_log2")?,
-            };
+        // Without a score modification the scores stay raw: the row max is taken on raw
+        // scores and scaled once, and the exponent is one FFMA, s·(scale·log2 e) − base.
+        let fused = spec.score_mod.is_none();
+        let log2_scale = kb.f32c(scale * LOG2E);
+        if let Some(m) = &spec.score_mod {
+            let rows = self.thread_rows(kb, cta, ltid, consumer)?;
+            // Element e of 8-column group i: row half e/2, column 8i + 2·(lane%4) + e%2.
+            for (idx, v) in s.iter_mut().enumerate() {
+                let (i, e) = (idx / 4, idx % 4);
+                let row = rows[e / 2];
+                let col = kb.add(col_base, kb.i32c((8 * i + e % 2) as i64), "k_pos")?;
+                let score = kb.fmul(*v, kb.f32c(scale), "score")?;
+                let vars = ElemVars {
+                    b: cta.bv.b,
+                    h: row.h,
+                    hkv: cta.hkv,
+                    q: row.q,
+                    k: col,
+                    seqlen_q: cta.bv.seqlen_q,
+                    seqlen_k: cta.bv.seqlen_k,
+                    score: Some(score),
+                };
+                let modded = vexpr::gen(kb, spec, m, &vars, &cta.va)?.float();
+                *v = kb.fmul(modded, kb.f32c(LOG2E), "s_log2")?;
+            }
         }
         // Partial tiles (or the last, past seqlen_k): mask per element, under a branch.
         let unmasked = tiles.unmasked(kb, t)?;
@@ -623,18 +666,22 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             *v = kb.get_f(*slot, "s")?;
         }
 
-        // Row maxima over the quad (4 lanes share a row).
+        // Row maxima over the quad (4 lanes share a row), in log2 units.
         let mut new_max = Vec::new();
         for half in 0..2usize {
-            let mut m = kb.get_f(st.m[half], "m_old")?;
+            let mut m = kb.f32c(f64::NEG_INFINITY);
             for (idx, v) in s.iter().enumerate() {
                 if (idx % 4) / 2 == half {
                     m = kb.fmax(m, *v, "")?;
                 }
             }
             m = kb.fmax(m, kb.shfl_xor_f32(m, 1, "")?, "")?;
-            m = kb.fmax(m, kb.shfl_xor_f32(m, 2, "")?, "m_new")?;
-            new_max.push(m);
+            m = kb.fmax(m, kb.shfl_xor_f32(m, 2, "")?, "tile_max")?;
+            if fused {
+                m = kb.fmul(m, log2_scale, "tile_max_log2")?;
+            }
+            let old = kb.get_f(st.m[half], "m_old")?;
+            new_max.push(kb.fmax(old, m, "m_new")?);
         }
         let opts = spec.softmax;
         let rescale = if opts.rescale_threshold > 0.0 {
@@ -672,7 +719,11 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         let mut seen = [0usize; 2];
         for (idx, v) in s.iter_mut().enumerate() {
             let half = (idx % 4) / 2;
-            let x = kb.fsub(*v, bases[half], "")?;
+            let x = if fused {
+                kb.fma(*v, log2_scale, kb.fneg(bases[half], "")?, "")?
+            } else {
+                kb.fsub(*v, bases[half], "")?
+            };
             let p = if seen[half] < emulated { exp2_emulated(kb, x)? } else { kb.ex2(x, "p")? };
             seen[half] += 1;
             sums[half] = kb.fadd(sums[half], p, "")?;
