@@ -35,6 +35,13 @@ pub struct Config {
     /// Inter-warpgroup ping-pong: consumer warpgroups take turns issuing their GEMMs
     /// (named barriers), so one's softmax runs under the other's GEMMs.
     pub pingpong: bool,
+    /// ptxas scheduling aids (docs/hopper.md, "Keeping the softmax under P·V"); on by
+    /// default, switchable for measurement: a real use of the in-flight P registers
+    /// after the P·V wait, the rescale factor tied to the finished row sum, and a
+    /// masked and an unmasked copy of each step instead of a branch inside it.
+    pub keep_alive: bool,
+    pub late_alpha: bool,
+    pub split_mask: bool,
     /// `setmaxnreg` budgets: the producer warpgroup lowers to `producer_regs`, the
     /// consumers raise to `consumer_regs` (the pool is 64K registers per CTA).
     pub producer_regs: u32,
@@ -73,7 +80,13 @@ impl Config {
     /// The configuration for a spec (the first measured choices; see docs/hopper.md).
     pub fn for_spec(spec: &Spec) -> Config {
         let _ = spec;
-        let cfg = Config { consumers: 2, block_n: 128, stages: 2, overlap: true, pingpong: true, producer_regs: 24, consumer_regs: 240 };
+        let cfg = Config { consumers: 2, block_n: 128, stages: 2, overlap: true, pingpong: true,
+            keep_alive: true,
+            late_alpha: true,
+            split_mask: true,
+            producer_regs: 24,
+            consumer_regs: 240,
+        };
         match tune_override() {
             Some(t) => cfg.tuned(&t),
             None => cfg,
@@ -91,6 +104,9 @@ impl Config {
                 "block_n" => self.block_n = n,
                 "stages" => self.stages = n,
                 "pingpong" => self.pingpong = n != 0,
+                "keep_alive" => self.keep_alive = n != 0,
+                "late_alpha" => self.late_alpha = n != 0,
+                "split_mask" => self.split_mask = n != 0,
                 "producer_regs" => self.producer_regs = n,
                 "consumer_regs" => self.consumer_regs = n,
                 _ => {}

@@ -393,23 +393,25 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             let second = kb.icmp(IntPredicate::EQ, consumer, kb.i32c(1), "")?;
             kb.if_then(second, "first_turn", |kb| kb.named_bar_arrive(PINGPONG_BAR, 256))?;
         }
+        // One steady-state step (tile t; P(t-1) carried packed):
+        //   issue S(t) | issue O += P(t-1)·V(t-1) | wait S(t) | softmax S(t) → P(t), α
+        //   | wait O | O *= α
+        // The softmax runs under P·V. `keep_alive` after the last wait keeps P(t-1)'s
+        // registers allocated until then (see there).
         let has_any = kb.icmp(IntPredicate::SLT, begin, end, "")?;
+        let env = StepEnv { cta: &cta, q_smem, ltid, consumer };
         kb.if_then(has_any, "kv", |kb| {
-            let (slot0, par0) = self.ring(kb, kb.i32c(0))?;
-            kb.section("first tile: S = Q.K^T (wgmma ss)")?;
-            kb.mbar_wait(self.ring_bar(kb, cta.smem, RingBar::FullK, slot0)?, par0)?;
-            self.turn_wait(kb, consumer)?;
-            kb.wgmma_fence()?;
-            let s = self.gemm_s(kb, &cta, q_smem, slot0)?;
-            kb.wgmma_commit_group()?;
-            self.turn_pass(kb, consumer)?;
-            let s = kb.wgmma_wait_group_acc(0, &s, "s")?;
-            self.release(kb, &cta, RingBar::EmptyK, slot0, ltid)?;
-            let (p, _, _) = self.softmax(kb, &cta, &tiles, s, begin, &st, ltid, consumer)?;
-            for (slot, v) in st.p.iter().zip(p) {
-                kb.set(*slot, v)?;
+            // Each step exists twice, unmasked and masked, chosen before its GEMMs are
+            // issued: a branch between the two wgmma waits makes ptxas hoist the second
+            // wait above the softmax.
+            let unmasked = tiles.unmasked(kb, begin)?;
+            if cfg.split_mask {
+                kb.if_else(unmasked, "first_tile", |kb| self.first_step(kb, &env, &st, begin, Masking::None), |kb| {
+                    self.first_step(kb, &env, &st, begin, Masking::Always)
+                })?;
+            } else {
+                self.first_step(kb, &env, &st, begin, Masking::Unless(unmasked))?;
             }
-
             let pos = kb.slot_i32("c_pos", kb.i32c(0))?;
             let next0 = tiles.next_nonempty(kb, kb.add(begin, kb.i32c(1), "")?, end, "c_next")?;
             let next = kb.slot_i32("c_next_tile", next0)?;
@@ -422,37 +424,15 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                 |kb| {
                     let t = kb.get_i(next, "t")?;
                     let p0 = kb.get_i(pos, "pos")?;
-                    let p1 = kb.add(p0, kb.i32c(1), "")?;
-                    let (slot0, par0) = self.ring(kb, p0)?;
-                    let (slot1, par1) = self.ring(kb, p1)?;
-                    let o_in: Vec<FloatValue<'ctx>> = st.o.iter().map(|s| kb.get_f(*s, "o")).collect::<R<_>>()?;
-                    let p_in: Vec<IntValue<'ctx>> = st.p.iter().map(|s| kb.get_i(*s, "p")).collect::<R<_>>()?;
-                    kb.section("issue S' = Q.K^T (next tile) and O += P.V (this tile)")?;
-                    kb.mbar_wait(self.ring_bar(kb, cta.smem, RingBar::FullK, slot1)?, par1)?;
-                    self.turn_wait(kb, consumer)?;
-                    kb.wgmma_fence()?;
-                    let s = self.gemm_s(kb, &cta, q_smem, slot1)?;
-                    kb.wgmma_commit_group()?;
-                    kb.mbar_wait(self.ring_bar(kb, cta.smem, RingBar::FullV, slot0)?, par0)?;
-                    let o = self.gemm_pv(kb, &cta, slot0, &p_in, &o_in)?;
-                    kb.wgmma_commit_group()?;
-                    self.turn_pass(kb, consumer)?;
-                    let s = kb.wgmma_wait_group_acc(1, &s, "s")?;
-                    self.release(kb, &cta, RingBar::EmptyK, slot1, ltid)?;
-                    let (p, alpha, rescale) = self.softmax(kb, &cta, &tiles, s, t, &st, ltid, consumer)?;
-                    // The P·V of this tile still reads the old P registers: the new ones
-                    // are fresh values, and the wait below keeps the old ones alive.
-                    let o = kb.wgmma_wait_group_acc(0, &o, "o")?;
-                    self.keep_alive(kb, &p_in)?;
-                    self.release(kb, &cta, RingBar::EmptyV, slot0, ltid)?;
-                    for (slot, v) in st.o.iter().zip(&o) {
-                        kb.set(*slot, *v)?;
+                    let unmasked = tiles.unmasked(kb, t)?;
+                    if cfg.split_mask {
+                        kb.if_else(unmasked, "tile", |kb| self.step(kb, &env, &st, t, p0, Masking::None), |kb| {
+                            self.step(kb, &env, &st, t, p0, Masking::Always)
+                        })?;
+                    } else {
+                        self.step(kb, &env, &st, t, p0, Masking::Unless(unmasked))?;
                     }
-                    self.rescale_o(kb, &mut st, alpha, rescale)?;
-                    for (slot, v) in st.p.iter().zip(p) {
-                        kb.set(*slot, v)?;
-                    }
-                    kb.set(pos, p1)?;
+                    kb.set(pos, kb.add(p0, kb.i32c(1), "")?)?;
                     let n = tiles.next_nonempty(kb, kb.add(t, kb.i32c(1), "")?, end, "c_next")?;
                     kb.set(next, n)
                 },
@@ -469,7 +449,7 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             kb.wgmma_commit_group()?;
             self.turn_pass(kb, consumer)?;
             let o = kb.wgmma_wait_group_acc(0, &o, "o")?;
-            self.keep_alive(kb, &p_in)?;
+            self.keep_alive(kb, &p_in, q_smem)?;
             self.release(kb, &cta, RingBar::EmptyV, slot0, ltid)?;
             for (slot, v) in st.o.iter().zip(&o) {
                 kb.set(*slot, *v)?;
@@ -507,21 +487,122 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         kb.named_bar_arrive_r(other, 256)
     }
 
-    /// An empty asm reading `regs`: they stay allocated up to here (after the wait of
-    /// the MMA that reads them).
-    fn keep_alive(&self, kb: &Kb<'ctx>, regs: &[IntValue<'ctx>]) -> R<()> {
-        let args: Vec<inkwell::values::BasicMetadataValueEnum<'ctx>> = regs.iter().map(|r| (*r).into()).collect();
-        let cons = vec!["r"; regs.len()].join(",");
-        kb.asm_call(None, "// P registers released", &cons, false, &args, "")?;
+    /// The first tile: S = Q·Kᵀ, its softmax, P packed into the carried slots.
+    fn first_step(&self, kb: &mut Kb<'ctx>, env: &StepEnv<'_, 'ctx>, st: &State<'ctx>, t: IntValue<'ctx>, masked: Masking<'ctx>) -> R<()> {
+        let cta = env.cta;
+        let (slot0, par0) = self.ring(kb, kb.i32c(0))?;
+        kb.section("first tile: S = Q.K^T (wgmma ss)")?;
+        kb.mbar_wait(self.ring_bar(kb, cta.smem, RingBar::FullK, slot0)?, par0)?;
+        self.turn_wait(kb, env.consumer)?;
+        kb.wgmma_fence()?;
+        let s = self.gemm_s(kb, cta, env.q_smem, slot0)?;
+        kb.wgmma_commit_group()?;
+        self.turn_pass(kb, env.consumer)?;
+        let s = kb.wgmma_wait_group_acc(0, &s, "s")?;
+        self.release(kb, cta, RingBar::EmptyK, slot0, env.ltid)?;
+        let (p, _, _) = self.softmax(kb, cta, masked, s, t, st, env.ltid, env.consumer)?;
+        for (slot, v) in st.p.iter().zip(self.pack_p(kb, &p)?) {
+            kb.set(*slot, v)?;
+        }
+        Ok(())
+    }
+
+    /// One steady-state step at ring position `pos` (tile `t`; P of the previous tile
+    /// carried packed): issue S(t), issue O += P(t-1)·V(t-1), wait S, softmax S(t) → P(t)
+    /// under the P·V, wait O, O *= α. `keep_alive` after the last wait keeps P(t-1)'s
+    /// registers allocated until then.
+    fn step(&self, kb: &mut Kb<'ctx>, env: &StepEnv<'_, 'ctx>, st: &State<'ctx>, t: IntValue<'ctx>, pos: IntValue<'ctx>, masked: Masking<'ctx>) -> R<()> {
+        let cta = env.cta;
+        let p1 = kb.add(pos, kb.i32c(1), "")?;
+        let (slot0, par0) = self.ring(kb, pos)?;
+        let (slot1, par1) = self.ring(kb, p1)?;
+        let o_in: Vec<FloatValue<'ctx>> = st.o.iter().map(|s| kb.get_f(*s, "o")).collect::<R<_>>()?;
+        let p_in: Vec<IntValue<'ctx>> = st.p.iter().map(|s| kb.get_i(*s, "p")).collect::<R<_>>()?;
+        kb.section(if !matches!(masked, Masking::None) {
+            "issue S = Q.K^T (this tile, masked) and O += P.V (previous tile)"
+        } else {
+            "issue S = Q.K^T (this tile) and O += P.V (previous tile)"
+        })?;
+        kb.mbar_wait(self.ring_bar(kb, cta.smem, RingBar::FullK, slot1)?, par1)?;
+        self.turn_wait(kb, env.consumer)?;
+        kb.wgmma_fence()?;
+        let s = self.gemm_s(kb, cta, env.q_smem, slot1)?;
+        kb.wgmma_commit_group()?;
+        kb.mbar_wait(self.ring_bar(kb, cta.smem, RingBar::FullV, slot0)?, par0)?;
+        let o = self.gemm_pv(kb, cta, slot0, &p_in, &o_in)?;
+        kb.wgmma_commit_group()?;
+        self.turn_pass(kb, env.consumer)?;
+        let s = kb.wgmma_wait_group_acc(1, &s, "s")?;
+        self.release(kb, cta, RingBar::EmptyK, slot1, env.ltid)?;
+        let (p, alpha, rescale) = self.softmax(kb, cta, masked, s, t, st, env.ltid, env.consumer)?;
+        let packed = self.pack_p(kb, &p)?;
+        let o = kb.wgmma_wait_group_acc(0, &o, "o")?;
+        self.keep_alive(kb, &p_in, env.q_smem)?;
+        self.release(kb, cta, RingBar::EmptyV, slot0, env.ltid)?;
+        for (slot, v) in st.o.iter().zip(&o) {
+            kb.set(*slot, *v)?;
+        }
+        self.rescale_o(kb, st, alpha, rescale)?;
+        for (slot, v) in st.p.iter().zip(packed) {
+            kb.set(*slot, v)?;
+        }
+        Ok(())
+    }
+
+    /// Keeps the P registers of the last P·V allocated up to here (just after its wait).
+    /// ptxas tracks the registers of in-flight wgmma, but an operand with no later use
+    /// counts as dead after the issue: ptxas then hands those registers to temporaries
+    /// of the softmax and must hoist the wait above them, which serializes the softmax
+    /// with P·V. A real use after the wait — stores predicated on a condition that never
+    /// holds (seqlen_q = i32::MIN, which validation rejects) and that ptxas cannot fold —
+    /// keeps them live: 8 issue slots, never executed.
+    fn keep_alive(&self, kb: &Kb<'ctx>, regs: &[IntValue<'ctx>], q_smem: IntValue<'ctx>) -> R<()> {
+        if !self.cfg.keep_alive {
+            return Ok(());
+        }
+        let seqlen_q = self.args.int("seqlen_q")?;
+        let mut text = String::from("{\n\t.reg .pred never;\n\tsetp.eq.s32 never, $0, -2147483648;\n");
+        for (c, chunk) in regs.chunks(4).enumerate() {
+            let ops: Vec<String> = (0..chunk.len()).map(|i| format!("${}", 2 + 4 * c + i)).collect();
+            let ty = match chunk.len() {
+                4 => ".v4.b32",
+                2 => ".v2.b32",
+                _ => ".b32",
+            };
+            if chunk.len() == 4 || chunk.len() == 2 {
+                text.push_str(&format!("\t@never st.shared{ty} [$1], {{{}}};\n", ops.join(", ")));
+            } else {
+                for o in ops {
+                    text.push_str(&format!("\t@never st.shared.b32 [$1], {o};\n"));
+                }
+            }
+        }
+        text.push_str("\t}");
+        let mut args: Vec<inkwell::values::BasicMetadataValueEnum<'ctx>> = vec![seqlen_q.into(), q_smem.into()];
+        args.extend(regs.iter().map(|r| inkwell::values::BasicMetadataValueEnum::from(*r)));
+        let mut cons = vec!["r", "r"];
+        cons.extend(std::iter::repeat_n("r", regs.len()));
+        let cons = format!("{},~{{memory}}", cons.join(","));
+        kb.asm_call(None, &text, &cons, false, &args, "")?;
         Ok(())
     }
 
     /// One arrival per consumer warp on an empty barrier: this warpgroup is done reading
-    /// the slot.
+    /// the slot. Lane 0 arrives through a predicate inside the asm, not a branch: a
+    /// divergent branch between two wgmma waits makes ptxas hoist the second wait above
+    /// it (and so above the softmax).
     fn release(&self, kb: &mut Kb<'ctx>, cta: &Cta<'ctx>, which: RingBar, slot: IntValue<'ctx>, ltid: IntValue<'ctx>) -> R<()> {
-        let lane0 = kb.icmp(IntPredicate::EQ, kb.and(ltid, kb.i32c(31), "")?, kb.i32c(0), "")?;
+        let lane = kb.and(ltid, kb.i32c(31), "lane")?;
         let bar = self.ring_bar(kb, cta.smem, which, slot)?;
-        kb.if_then(lane0, "release", |kb| kb.mbar_arrive(bar))
+        kb.asm_call(
+            None,
+            "{\n\t.reg .pred lane0;\n\tsetp.eq.u32 lane0, $0, 0;\n\t@lane0 mbarrier.arrive.shared::cta.b64 _, [$1];\n\t}",
+            "r,r,~{memory}",
+            false,
+            &[lane.into(), bar.into()],
+            "",
+        )?;
+        Ok(())
     }
 
     /// Issues `S = Q·Kᵀ` for ring slot `slot` (uncommitted): d/16 wgmma ss, N = block_n.
@@ -579,21 +660,23 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
     }
 
     /// The online softmax of one S tile (key tile `t`): scores to log2 units with the
-    /// score modification, the mask on partial tiles, the running max (conditional
-    /// rescaling), P = 2^(s − base) packed for the P·V GEMM, the running sum. Returns
-    /// P, the per-row rescale factor of O and the rescale flag (conditional rescaling).
+    /// score modification, the mask when `masked` (no branch: the caller picks a masked
+    /// or an unmasked copy of the whole step), the running max (conditional
+    /// rescaling), P = 2^(s − base), the running sum. Returns P (f32, in the S
+    /// registers: packing it is the caller's, see [`Kernel::pack_p`]), the per-row rescale
+    /// factor of O and the rescale flag (conditional rescaling).
     #[allow(clippy::too_many_arguments, clippy::type_complexity)]
     fn softmax(
         &self,
         kb: &mut Kb<'ctx>,
         cta: &Cta<'ctx>,
-        tiles: &KeyTiles<'_, 'ctx>,
+        masked: Masking<'ctx>,
         mut s: Vec<FloatValue<'ctx>>,
         t: IntValue<'ctx>,
         st: &State<'ctx>,
         ltid: IntValue<'ctx>,
         consumer: IntValue<'ctx>,
-    ) -> R<(Vec<IntValue<'ctx>>, [FloatValue<'ctx>; 2], Option<IntValue<'ctx>>)> {
+    ) -> R<SoftmaxOut<'ctx>> {
         let spec = self.spec;
         let cfg = self.cfg;
         kb.section("softmax (online, exp2 domain)")?;
@@ -627,18 +710,14 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                 *v = kb.fmul(modded, kb.f32c(LOG2E), "s_log2")?;
             }
         }
-        // Partial tiles (or the last, past seqlen_k): mask per element, under a branch.
-        let unmasked = tiles.unmasked(kb, t)?;
-        let slots: Vec<Slot<'ctx>> = s.iter().map(|v| kb.slot_f32("s", *v)).collect::<R<_>>()?;
-        let partial = kb.not(unmasked, "partial_tile")?;
-        kb.if_then(partial, "mask_tile", |kb| {
+        let apply_mask = |kb: &mut Kb<'ctx>, s: &mut Vec<FloatValue<'ctx>>| -> R<()> {
             kb.section("mask (partial tile)")?;
             let ltid = kb.opaque_i32(ltid, "ltid_mask")?;
             let rows = self.thread_rows(kb, cta, ltid, consumer)?;
             let quad_col = kb.and(ltid, kb.i32c(3), "")?;
             let col_base = kb.add(n0, kb.mul(quad_col, kb.i32c(2), "")?, "")?;
             let predicate = spec.mask.to_predicate();
-            for (idx, slot) in slots.iter().enumerate() {
+            for (idx, v) in s.iter_mut().enumerate() {
                 let (i, e) = (idx / 4, idx % 4);
                 let row = rows[e / 2];
                 let col = kb.add(col_base, kb.i32c((8 * i + e % 2) as i64), "k_pos")?;
@@ -657,13 +736,28 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                     let m = vexpr::gen(kb, spec, p, &vars, &cta.va)?.int();
                     allowed = kb.and(allowed, m, "allowed")?;
                 }
-                let v = kb.get_f(*slot, "")?;
-                kb.set(*slot, kb.select_f(allowed, v, kb.f32c(f64::NEG_INFINITY), "s_masked")?)?;
+                *v = kb.select_f(allowed, *v, kb.f32c(f64::NEG_INFINITY), "s_masked")?;
             }
             Ok(())
-        })?;
-        for (v, slot) in s.iter_mut().zip(&slots) {
-            *v = kb.get_f(*slot, "s")?;
+        };
+        match masked {
+            Masking::None => {}
+            Masking::Always => apply_mask(kb, &mut s)?,
+            Masking::Unless(unmasked) => {
+                let slots: Vec<Slot<'ctx>> = s.iter().map(|v| kb.slot_f32("s", *v)).collect::<R<_>>()?;
+                let partial = kb.not(unmasked, "partial_tile")?;
+                kb.if_then(partial, "mask_tile", |kb| {
+                    let mut vals: Vec<FloatValue<'ctx>> = slots.iter().map(|sl| kb.get_f(*sl, "s")).collect::<R<_>>()?;
+                    apply_mask(kb, &mut vals)?;
+                    for (sl, v) in slots.iter().zip(vals) {
+                        kb.set(*sl, v)?;
+                    }
+                    Ok(())
+                })?;
+                for (v, sl) in s.iter_mut().zip(&slots) {
+                    *v = kb.get_f(*sl, "s")?;
+                }
+            }
         }
 
         // Row maxima over the quad (4 lanes share a row), in log2 units.
@@ -729,16 +823,29 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             sums[half] = kb.fadd(sums[half], p, "")?;
             *v = p;
         }
+        let mut late_alpha = Vec::new();
         for half in 0..2 {
             let l = kb.get_f(st.l[half], "")?;
-            kb.set(st.l[half], kb.fma(l, alphas[half], sums[half], "row_sum")?)?;
+            let l = kb.fma(l, alphas[half], sums[half], "row_sum")?;
+            kb.set(st.l[half], l)?;
+            // α for O's rescale, made to depend on the finished row sum (l·0 + α: not
+            // foldable, l may be inf for all ptxas knows). ptxas otherwise interleaves the
+            // 64 FMULs of the rescale with the exponentials, hoisting the wait for P·V
+            // above them; this keeps the wait below the softmax.
+            late_alpha.push(if self.cfg.late_alpha { kb.fma(l, kb.f32c(0.0), alphas[half], "alpha_late")? } else { alphas[half] });
         }
-        let p = (0..s.len() / 2).map(|k| kb.pack_half2(spec.dtype, s[2 * k], s[2 * k + 1], "p")).collect::<R<Vec<_>>>()?;
-        Ok((p, [alphas[0], alphas[1]], rescale))
+        Ok((s, [late_alpha[0], late_alpha[1]], rescale))
     }
 
-    /// O *= α per row (skipped as a whole when conditional rescaling kept every base).
-    fn rescale_o(&self, kb: &mut Kb<'ctx>, st: &mut State<'ctx>, alpha: [FloatValue<'ctx>; 2], rescale: Option<IntValue<'ctx>>) -> R<()> {
+    /// P (f32, the S fragment) → the bf16x2/f16x2 A fragment of the P·V GEMM (pairs
+    /// of adjacent columns are exactly the wgmma A-fragment order).
+    fn pack_p(&self, kb: &Kb<'ctx>, p: &[FloatValue<'ctx>]) -> R<Vec<IntValue<'ctx>>> {
+        (0..p.len() / 2).map(|k| kb.pack_half2(self.spec.dtype, p[2 * k], p[2 * k + 1], "p_packed")).collect()
+    }
+
+    /// O *= α per row, skipped as a whole when conditional rescaling kept every base.
+    fn rescale_o(&self, kb: &mut Kb<'ctx>, st: &State<'ctx>, alpha: [FloatValue<'ctx>; 2], rescale: Option<IntValue<'ctx>>) -> R<()> {
+        kb.section("rescale O")?;
         let o = st.o.clone();
         let body = |kb: &mut Kb<'ctx>| -> R<()> {
             for (idx, slot) in o.iter().enumerate() {
@@ -865,11 +972,34 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
     }
 }
 
+/// P (f32, the S fragment layout), the per-row rescale factor of O, and whether O
+/// needs it (conditional rescaling; `None`: always).
+type SoftmaxOut<'ctx> = (Vec<FloatValue<'ctx>>, [FloatValue<'ctx>; 2], Option<IntValue<'ctx>>);
+
+/// How a step masks its scores.
+#[derive(Clone, Copy)]
+enum Masking<'ctx> {
+    /// A full tile inside seqlen_k: no per-element work.
+    None,
+    /// Mask and seqlen_k bound on every element, branch-free.
+    Always,
+    /// Under a run-time branch, skipped when the flag (full and inside) is set.
+    Unless(IntValue<'ctx>),
+}
+
+/// What every step of a consumer needs.
+struct StepEnv<'a, 'ctx> {
+    cta: &'a Cta<'ctx>,
+    q_smem: IntValue<'ctx>,
+    ltid: IntValue<'ctx>,
+    consumer: IntValue<'ctx>,
+}
+
 /// A consumer thread's loop-carried state.
 struct State<'ctx> {
     /// O accumulators (d_v/2 per thread, the wgmma D fragment).
     o: Vec<Slot<'ctx>>,
-    /// P of the current tile, packed pairs in the wgmma A-fragment order.
+    /// P of the last softmaxed tile, packed (the A fragment of its P·V).
     p: Vec<Slot<'ctx>>,
     m: [Slot<'ctx>; 2],
     l: [Slot<'ctx>; 2],
