@@ -42,6 +42,9 @@ pub struct Config {
     pub keep_alive: bool,
     pub late_alpha: bool,
     pub split_mask: bool,
+    /// Diagnostics only (wrong results): skip the softmax, P = S, to time the GEMMs and
+    /// the pipeline alone. Never set by `for_spec`; only `ATTNC_HOPPER_TUNE=diag_no_softmax=1`.
+    pub diag_no_softmax: bool,
     /// `setmaxnreg` budgets: the producer warpgroup lowers to `producer_regs`, the
     /// consumers raise to `consumer_regs` (the pool is 64K registers per CTA).
     pub producer_regs: u32,
@@ -84,6 +87,7 @@ impl Config {
             keep_alive: true,
             late_alpha: true,
             split_mask: true,
+            diag_no_softmax: false,
             producer_regs: 24,
             consumer_regs: 240,
         };
@@ -107,6 +111,7 @@ impl Config {
                 "keep_alive" => self.keep_alive = n != 0,
                 "late_alpha" => self.late_alpha = n != 0,
                 "split_mask" => self.split_mask = n != 0,
+                "diag_no_softmax" => self.diag_no_softmax = n != 0,
                 "producer_regs" => self.producer_regs = n,
                 "consumer_regs" => self.consumer_regs = n,
                 _ => {}
