@@ -63,7 +63,28 @@ pub fn kernel_key(spec: &Spec, arch: &str, family: FamilyChoice, driver_version:
         ("spec", spec.cache_key()),
         // A tuning override changes the code for the same spec (dev sweeps only).
         ("hopper_tune", attnc_lower::families::hopper::config::tune_override().unwrap_or_default()),
+        ("compiler", external_ptxas().map(|(_, v)| format!("ptxas {v}")).unwrap_or_else(|| "driver".into())),
     ])
+}
+
+/// The ptxas that compiles PTX to cubins, with its version, or `None` for the driver's
+/// JIT (`ATTNC_JIT=driver` forces that). A ptxas from the toolkit the code was verified
+/// with is preferred: the driver's built-in compiler is as old as the driver, and the
+/// one of the H100's 580 driver (CUDA 13.0) spilled and serialized every wgmma of the
+/// hopper kernel that ptxas 13.5 compiles cleanly (docs/hopper.md). Resolved once per
+/// process.
+pub fn external_ptxas() -> Option<(std::path::PathBuf, String)> {
+    static FOUND: std::sync::OnceLock<Option<(std::path::PathBuf, String)>> = std::sync::OnceLock::new();
+    FOUND
+        .get_or_init(|| {
+            if std::env::var("ATTNC_JIT").is_ok_and(|v| v == "driver") {
+                return None;
+            }
+            let path = attnc_lower::ptxas::find_ptxas().ok()?;
+            let version = attnc_lower::ptxas::version(attnc_lower::ptxas::Tool::Ptxas).ok()?;
+            Some((path, version))
+        })
+        .clone()
 }
 
 /// A kernel's launch facts (a serializable copy of [`KernelInfo`]).
@@ -105,6 +126,9 @@ pub struct ModuleMeta {
     pub arch: String,
     pub fallback_reason: Option<String>,
     pub kernels: Vec<KernelMeta>,
+    /// What turned the PTX into machine code: `ptxas <version>` or `driver JIT`.
+    #[serde(default)]
+    pub compiler: String,
 }
 
 impl ModuleMeta {
@@ -203,15 +227,38 @@ impl Producer for KernelProducer<'_> {
             &CompileOptions { arch: self.gpu.arch, family: FamilyChoice::Exactly(resolved.family) },
         )?;
         let lower_ms = t.elapsed().as_secs_f64() * 1e3;
-        let meta = ModuleMeta {
+        let mut meta = ModuleMeta {
             requested: family_choice_name(self.family),
             family: module.family.name().to_string(),
             arch: module.arch.name().to_string(),
             fallback_reason: resolved.fallback_reason.clone(),
             kernels: module.kernels.iter().map(KernelMeta::from).collect(),
+            compiler: String::new(),
         };
-        let meta_json = serde_json::to_vec(&meta).map_err(|e| RuntimeError::Other(format!("serializing module metadata: {e}")))?;
         let name = meta.forward().map(|k| k.name.clone()).unwrap_or_default();
+        let t = Instant::now();
+        // Route 1: an external ptxas (see `external_ptxas`); any failure falls through to
+        // the driver, with the reason kept for the error message.
+        let mut ptxas_err = None;
+        if let Some((path, version)) = external_ptxas() {
+            match attnc_lower::ptxas::assemble_with(&path, &module.ptx, self.gpu.arch) {
+                Ok(report) => {
+                    meta.compiler = format!("ptxas {version}");
+                    let meta_json = serde_json::to_vec(&meta).map_err(|e| RuntimeError::Other(format!("serializing module metadata: {e}")))?;
+                    let times = BuildTimes { lower_ms, link_ms: t.elapsed().as_secs_f64() * 1e3, load_ms: 0.0 };
+                    match instantiate(self.gpu, meta.clone(), module.ptx.clone(), &report.cubin, Image::Cubin, times) {
+                        Ok(k) => {
+                            let payload = pack_sections(&[("meta", &meta_json), ("ptx", module.ptx.as_bytes()), ("cubin", &report.cubin)]);
+                            return Ok((k, Some(payload)));
+                        }
+                        Err(e) => ptxas_err = Some(format!("the cubin of {} did not load: {e}", path.display())),
+                    }
+                }
+                Err(e) => ptxas_err = Some(e.to_string()),
+            }
+        }
+        meta.compiler = "driver JIT".into();
+        let meta_json = serde_json::to_vec(&meta).map_err(|e| RuntimeError::Other(format!("serializing module metadata: {e}")))?;
         let t = Instant::now();
         match self.gpu.link_ptx(&module.ptx, &name) {
             Ok(cubin) => {
@@ -229,7 +276,11 @@ impl Producer for KernelProducer<'_> {
                 match instantiate(self.gpu, meta, module.ptx, &bytes, Image::Ptx, times) {
                     Ok(k) => Ok((k, Some(payload))),
                     Err(RuntimeError::Jit { what, code, log }) => {
-                        Err(RuntimeError::Jit { what, code, log: format!("{log}\n(the cuLink route failed first: {link_err})") })
+                        let mut log = format!("{log}\n(the cuLink route failed first: {link_err})");
+                        if let Some(p) = &ptxas_err {
+                            log.push_str(&format!("\n(and before it the external ptxas: {p})"));
+                        }
+                        Err(RuntimeError::Jit { what, code, log })
                     }
                     Err(e) => Err(e),
                 }

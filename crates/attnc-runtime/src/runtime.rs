@@ -378,8 +378,8 @@ impl Kernel {
                 ctas_per_sm: self.loaded.forward_ctas_per_sm,
             },
             image: match self.loaded.image {
-                Image::Cubin => "cubin".into(),
-                Image::Ptx => "ptx".into(),
+                Image::Cubin => format!("cubin ({})", meta.compiler),
+                Image::Ptx => "ptx (driver JIT at load)".into(),
             },
             kernel_source: self.source,
             batch: plan.batch,
