@@ -225,6 +225,14 @@ fn assemble_one(c: &Compiled, m: &CompiledModule, ptxas_path: &std::path::Path) 
             return a;
         }
     };
+    // wgmma pipelines that ptxas serializes (C7513: a non-wgmma instruction writes a
+    // wgmma input in flight; C7515/C7517: accumulators touched / a wait injected) cost
+    // the hopper family a third of its speed on the H100: a defect, like a spill.
+    for code in ["C7513", "C7515", "C7517"] {
+        if report.log.contains(code) {
+            a.problems.push(format!("{label}: ptxas serializes wgmma ({code}): {}", report.log.lines().find(|l| l.contains(code)).unwrap_or("").trim()));
+        }
+    }
     for f in report.kernels.iter().chain(&report.functions) {
         if f.spill_bytes() > 0 {
             a.problems.push(format!(

@@ -107,6 +107,12 @@ pub fn run(
                         k.name, k.spill_store_bytes, k.spill_load_bytes
                     ));
                 }
+                // ptxas reports a serialized wgmma pipeline as an info line (C7513/5/7),
+                // not per kernel; it costs the hopper family a third of its speed.
+                if let Some(line) = report.log.lines().find(|l| ["C7513", "C7515", "C7517"].iter().any(|c| l.contains(c)) && l.contains(&k.name)) {
+                    status.push("WGMMA-SERIAL".into());
+                    problems.push(format!("{fname} [{arch}]: kernel {}: {}", k.name, line.trim()));
+                }
                 let smem = k.smem_bytes + dynamic_smem.unwrap_or(0) as u64;
                 if smem > arch.max_smem_per_block() as u64 {
                     status.push("SMEM".into());

@@ -21,7 +21,7 @@ pub const BOX_COLS: u32 = 64;
 /// Bytes of one swizzled row (a `BOX_COLS` slice of a K/V/Q row).
 pub const ROW_BYTES: u32 = 128;
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     /// Consumer warpgroups (block_m = 64 · consumers).
     pub consumers: u32,
@@ -45,6 +45,11 @@ pub struct Config {
     /// Diagnostics only (wrong results): skip the softmax, P = S, to time the GEMMs and
     /// the pipeline alone. Never set by `for_spec`; only `ATTNC_HOPPER_TUNE=diag_no_softmax=1`.
     pub diag_no_softmax: bool,
+    /// Fraction of each row's exponentials computed by the FMA-pipe emulation when the
+    /// spec leaves it to the family (its `exp2_emulation` is 0): FA4's remedy for a
+    /// MUFU-bound softmax. The emulation's error is that of `ex2.approx` or smaller
+    /// (docs/results/2026-11-22-blackwell-exp2-emulation-error.md).
+    pub exp2_emulation: f64,
     /// `setmaxnreg` budgets: the producer warpgroup lowers to `producer_regs`, the
     /// consumers raise to `consumer_regs` (the pool is 64K registers per CTA).
     pub producer_regs: u32,
@@ -82,12 +87,20 @@ pub enum RingBar {
 impl Config {
     /// The configuration for a spec (the first measured choices; see docs/hopper.md).
     pub fn for_spec(spec: &Spec) -> Config {
-        let _ = spec;
-        let cfg = Config { consumers: 2, block_n: 128, stages: 2, overlap: true, pingpong: true,
+        // Measured on the H100 (docs/results/2026-11-22-h100-hopper-ptxas-sweep.md):
+        // ping-pong pays at d = 64 (460 vs 439 TFLOP/s at 8k) and costs at d = 128 (595
+        // vs 661), where one warpgroup's softmax is already shorter than the other's GEMMs.
+        let cfg = Config {
+            consumers: 2,
+            block_n: 128,
+            stages: 2,
+            overlap: true,
+            pingpong: spec.head_dim_qk <= 64,
             keep_alive: true,
             late_alpha: true,
             split_mask: true,
             diag_no_softmax: false,
+            exp2_emulation: 0.0,
             producer_regs: 24,
             consumer_regs: 240,
         };
@@ -106,12 +119,14 @@ impl Config {
             let Ok(n) = v.trim().parse::<u32>() else { continue };
             match k.trim() {
                 "block_n" => self.block_n = n,
+                "consumers" => self.consumers = n,
                 "stages" => self.stages = n,
                 "pingpong" => self.pingpong = n != 0,
                 "keep_alive" => self.keep_alive = n != 0,
                 "late_alpha" => self.late_alpha = n != 0,
                 "split_mask" => self.split_mask = n != 0,
                 "diag_no_softmax" => self.diag_no_softmax = n != 0,
+                "emulate_pct" => self.exp2_emulation = f64::from(n.min(100)) / 100.0,
                 "producer_regs" => self.producer_regs = n,
                 "consumer_regs" => self.consumer_regs = n,
                 _ => {}

@@ -812,7 +812,8 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         }
         // P = 2^(s - base); a fraction of each row through the FMA-pipe emulation.
         let per_row = (cfg.block_n / 4) as usize;
-        let emulated = ((opts.exp2_emulation * per_row as f64).round() as usize).min(per_row);
+        let fraction = if opts.exp2_emulation > 0.0 { opts.exp2_emulation } else { cfg.exp2_emulation };
+        let emulated = ((fraction * per_row as f64).round() as usize).min(per_row);
         let mut sums = [kb.f32c(0.0), kb.f32c(0.0)];
         let mut seen = [0usize; 2];
         for (idx, v) in s.iter_mut().enumerate() {
