@@ -90,8 +90,11 @@ impl Config {
         // Measured on the H100 (docs/results/2026-11-22-h100-hopper-ptxas-sweep.md):
         // ping-pong pays at d = 64 (460 vs 439 TFLOP/s at 8k) and costs at d = 128 (595
         // vs 661), where one warpgroup's softmax is already shorter than the other's GEMMs.
+        // d = 64 with a causal mask: three consumer warpgroups (192 rows, 160 registers
+        // each) measured 473 vs 410 TFLOP/s at 8k; without the mask, no gain.
+        let three = spec.head_dim_qk <= 64 && spec.mask.causal.is_some();
         let cfg = Config {
-            consumers: 2,
+            consumers: if three { 3 } else { 2 },
             block_n: 128,
             stages: 2,
             overlap: true,
@@ -102,7 +105,7 @@ impl Config {
             diag_no_softmax: false,
             exp2_emulation: 0.0,
             producer_regs: 24,
-            consumer_regs: 240,
+            consumer_regs: if three { 160 } else { 240 },
         };
         match tune_override() {
             Some(t) => cfg.tuned(&t),
