@@ -95,7 +95,9 @@ impl Config {
         let three = spec.head_dim_qk <= 64 && spec.mask.causal.is_some();
         let cfg = Config {
             consumers: if three { 3 } else { 2 },
-            block_n: 128,
+            // 64-key tiles where 128 spills (ptxas, 240 registers): d_v > 128 (O alone
+            // is d_v/2 registers per thread) and masks that read aux tensors.
+            block_n: if spec.head_dim_v > 128 || !spec.aux.is_empty() { 64 } else { 128 },
             stages: 2,
             overlap: true,
             pingpong: spec.head_dim_qk <= 64,
@@ -187,23 +189,20 @@ impl Config {
 
     /// Why this configuration cannot run `spec`, or `None`.
     pub fn check(&self, spec: &Spec, max_smem: u32) -> Result<(), String> {
-        if !matches!(spec.head_dim_qk, 64 | 128) || spec.head_dim_v != spec.head_dim_qk {
+        if !matches!((spec.head_dim_qk, spec.head_dim_v), (64, 64) | (96, 96) | (128, 128) | (192, 128) | (192, 192) | (256, 256)) {
             return Err(format!(
-                "head dims {}/{}: this family has tiles for d = 64 and 128 (192/128, 256 and 96 are planned, docs/hopper.md)",
+                "head dims {}/{}: this family has tiles for 64, 96, 128, 192/128, 192 and 256",
                 spec.head_dim_qk, spec.head_dim_v
             ));
+        }
+        if !crate::llvm::wgmma::WGMMA_NS.contains(&spec.head_dim_v) {
+            return Err(format!("head_dim_v {} is not a wgmma N this family emits", spec.head_dim_v));
         }
         if !crate::llvm::wgmma::WGMMA_NS.contains(&self.block_n) || self.stages == 0 || self.consumers == 0 {
             return Err(format!("block_n {} / stages {} / consumers {}: not a built shape", self.block_n, self.stages, self.consumers));
         }
         if let KvLayout::Paged { page_size } = spec.kv_layout {
             return Err(format!("paged KV (page size {page_size}): the TMA page walk and the cp.async gather producer are not built yet"));
-        }
-        if !spec.aux.is_empty() {
-            // Measured: document_mask spills 44-92 bytes at 24/240, 32/240 and 56/224.
-            return Err("masks that read aux tensors spill in the overlapped consumer (ptxas, 240 registers); \
-                        a consumer without intra-warpgroup overlap is not built yet"
-                .into());
         }
         let smem = self.smem(spec).request;
         if smem > max_smem {
@@ -242,14 +241,30 @@ mod tests {
 
     #[test]
     fn refuses_what_it_cannot_run() {
-        let mut s = Spec::new("x", 96, 4);
-        assert!(Config::for_spec(&s).check(&s, 227 * 1024).unwrap_err().contains("d = 64 and 128"));
-        s = Spec::new("x", 128, 4);
+        let mut s = Spec::new("x", 128, 4);
         s.kv_layout = KvLayout::Paged { page_size: 16 };
         assert!(Config::for_spec(&s).check(&s, 227 * 1024).unwrap_err().contains("paged"));
         s = Spec::new("x", 128, 4);
         let mut c = Config::for_spec(&s);
         c.consumer_regs = 256;
         assert!(c.check(&s, 227 * 1024).unwrap_err().contains("registers"));
+        c = Config::for_spec(&s);
+        c.block_n = 100;
+        assert!(c.check(&s, 227 * 1024).unwrap_err().contains("not a built shape"));
+    }
+
+    #[test]
+    fn every_supported_head_dim_has_a_config_that_fits() {
+        for &(dqk, dv) in attnc_ir::spec::SUPPORTED_HEAD_DIMS {
+            let mut s = Spec::new("x", dqk, 4);
+            s.head_dim_v = dv;
+            let c = Config::for_spec(&s);
+            assert_eq!(c.check(&s, 227 * 1024), Ok(()), "d={dqk}/{dv}: {c:?}");
+            // Every operand tile on a 1024-byte swizzle atom.
+            let l = c.smem(&s);
+            for off in [l.q_per_consumer, l.k, l.k_per_stage, l.v, l.v_per_stage] {
+                assert_eq!(off % 1024, 0, "d={dqk}/{dv}");
+            }
+        }
     }
 }

@@ -49,3 +49,42 @@ pub fn compile_with_config(spec: &Spec, arch: Arch, cfg: &Config) -> Result<Comp
     let timings = CompileTimings { build_ms, optimize_ms, codegen_ms };
     Ok(CompiledModule { family: FamilyKind::Hopper, arch, fallback_reason: None, kernels, llvm_ir, ptx, timings })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use attnc_ir::Align;
+
+    /// Every supported head dim, masked and not, compiles; with ptxas present it must
+    /// assemble for sm_90a without spills and without serialized wgmma, with HGMMA and
+    /// UTMALDG in the SASS.
+    #[test]
+    fn every_head_dim_assembles_cleanly() {
+        let ptxas = crate::ptxas::find_ptxas();
+        for &(dqk, dv) in attnc_ir::spec::SUPPORTED_HEAD_DIMS {
+            for causal in [false, true] {
+                let mut s = Spec::new(&format!("d{dqk}_{dv}_{causal}"), dqk, 4);
+                s.head_dim_v = dv;
+                if causal {
+                    s.mask.causal = Some(Align::BottomRight);
+                }
+                let m = compile(&s, Arch::Sm90a).unwrap_or_else(|e| panic!("d={dqk}/{dv}: {e}"));
+                assert!(m.ptx.contains("wgmma.mma_async") && m.ptx.contains("cp.async.bulk.tensor"));
+                let Ok(path) = &ptxas else {
+                    assert!(std::env::var_os("CI").is_none(), "CI must have ptxas");
+                    continue;
+                };
+                let r = crate::ptxas::assemble_with(path, &m.ptx, Arch::Sm90a).expect("assembles");
+                assert!(!r.has_spills(), "d={dqk}/{dv} causal={causal} spills:\n{}", r.log);
+                for code in ["C7513", "C7515", "C7517"] {
+                    assert!(!r.log.contains(code), "d={dqk}/{dv} causal={causal}: wgmma serialized:\n{}", r.log);
+                }
+                if let Ok(sass) = r.disassemble() {
+                    let ops = crate::ptxas::sass_opcode_counts(&sass);
+                    assert!(ops.keys().any(|k| k.starts_with("HGMMA")), "d={dqk}/{dv}: no HGMMA");
+                    assert!(ops.keys().any(|k| k.starts_with("UTMALDG")), "d={dqk}/{dv}: no UTMALDG");
+                }
+            }
+        }
+    }
+}
