@@ -23,17 +23,23 @@ fn examples_dir() -> PathBuf {
 }
 
 fn example_files() -> Vec<PathBuf> {
-    let dir = examples_dir();
-    let rd = match std::fs::read_dir(&dir) {
-        Ok(rd) => rd,
-        Err(e) => panic!("cannot read {}: {e}", dir.display()),
-    };
-    let mut files: Vec<PathBuf> = rd
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "attn"))
-        .collect();
+    // The examples, plus the GPU coverage specs (head dims and paged layouts no example
+    // uses): both must compile cleanly everywhere.
+    let gpu_specs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/gpu-specs");
+    let mut files: Vec<PathBuf> = Vec::new();
+    for dir in [examples_dir(), gpu_specs] {
+        let rd = match std::fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) => panic!("cannot read {}: {e}", dir.display()),
+        };
+        let found: Vec<PathBuf> = rd
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "attn"))
+            .collect();
+        assert!(!found.is_empty(), "no .attn files in {}", dir.display());
+        files.extend(found);
+    }
     files.sort();
-    assert!(!files.is_empty(), "no .attn files in {}", dir.display());
     files
 }
 

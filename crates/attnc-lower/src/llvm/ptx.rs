@@ -97,6 +97,31 @@ impl<'ctx> Kb<'ctx> {
             .into_float_value())
     }
 
+    /// `shfl.sync.idx.b32` over the full warp: `v` of lane `src`.
+    pub fn shfl_idx_i32(&self, v: IntValue<'ctx>, src: IntValue<'ctx>, name: &str) -> R<IntValue<'ctx>> {
+        let i = self.ctx.i32_type();
+        let ty = i.fn_type(&[i.into(), i.into()], false);
+        Ok(self
+            .asm(ty, "shfl.sync.idx.b32 $0, $1, $2, 0x1f, 0xffffffff;", "=r,r,r", true, &[v.into(), src.into()], name)?
+            .into_int_value())
+    }
+
+    /// [`Kb::shfl_idx_i32`] of a 64-bit value (two shuffles).
+    pub fn shfl_idx_i64(&self, v: IntValue<'ctx>, src: IntValue<'ctx>, name: &str) -> R<IntValue<'ctx>> {
+        let lo = self.trunc32(v, "")?;
+        let hi = self.trunc32(self.b.build_right_shift(v, self.i64c(32), false, "")?, "")?;
+        let lo = self.zext64(self.shfl_idx_i32(lo, src, "")?, "")?;
+        let hi = self.zext64(self.shfl_idx_i32(hi, src, "")?, "")?;
+        self.or(self.shl(hi, self.i64c(32), "")?, lo, name)
+    }
+
+    /// `cp.async.mbarrier.arrive.noinc`: the mbarrier receives one arrival when all of
+    /// this thread's prior cp.async copies have landed (the arrival is one of the
+    /// barrier's expected count).
+    pub fn cp_async_mbar_arrive_noinc(&self, mbar: IntValue<'ctx>) -> R<()> {
+        self.asm_void("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [$0];", "r,~{memory}", &[mbar.into()])
+    }
+
     /// `vote.sync.any.pred` over the full warp.
     pub fn vote_any(&self, pred: IntValue<'ctx>, name: &str) -> R<IntValue<'ctx>> {
         let i = self.ctx.i32_type();

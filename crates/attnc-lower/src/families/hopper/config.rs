@@ -54,6 +54,9 @@ pub struct Config {
     /// consumers raise to `consumer_regs` (the pool is 64K registers per CTA).
     pub producer_regs: u32,
     pub consumer_regs: u32,
+    /// K/V arrive by a cp.async gather from a producer warp (paged KV: any page size,
+    /// rows past the sequence zero-filled) instead of TMA.
+    pub gather: bool,
 }
 
 /// Byte offsets in (1024-byte aligned) dynamic shared memory.
@@ -93,6 +96,9 @@ impl Config {
         // d = 64 with a causal mask: three consumer warpgroups (192 rows, 160 registers
         // each) measured 473 vs 410 TFLOP/s at 8k; without the mask, no gain.
         let three = spec.head_dim_qk <= 64 && spec.mask.causal.is_some();
+        // Paged KV: a producer warp gathers rows through the block table with cp.async
+        // (its address arithmetic needs more than 24 registers).
+        let gather = matches!(spec.kv_layout, KvLayout::Paged { .. });
         let cfg = Config {
             consumers: if three { 3 } else { 2 },
             // 64-key tiles where 128 spills (ptxas, 240 registers): d_v > 128 (O alone
@@ -109,8 +115,20 @@ impl Config {
             split_mask: false,
             diag_no_softmax: false,
             exp2_emulation: 0.0,
-            producer_regs: 24,
-            consumer_regs: if three { 160 } else { 240 },
+            // Measured with ptxas 13.5 (0 spills): the gather producer with causal, GQA
+            // packing and split-KV tile walks needs 56; a 256-wide O needs 232 per consumer.
+            producer_regs: match (gather, spec.head_dim_v > 128) {
+                (false, _) => 24,
+                (true, false) => 56,
+                (true, true) => 40,
+            },
+            consumer_regs: match (three, gather, spec.head_dim_v > 128) {
+                (true, _, _) => 160,
+                (false, true, false) => 224,
+                (false, true, true) => 232,
+                (false, false, _) => 240,
+            },
+            gather,
         };
         match tune_override() {
             Some(t) => cfg.tuned(&t),
@@ -128,6 +146,7 @@ impl Config {
             match k.trim() {
                 "block_n" => self.block_n = n,
                 "consumers" => self.consumers = n,
+                "gather" => self.gather = n != 0,
                 "stages" => self.stages = n,
                 "pingpong" => self.pingpong = n != 0,
                 "keep_alive" => self.keep_alive = n != 0,
@@ -185,7 +204,8 @@ impl Config {
     /// barriers, one per consumer warp for empty ones.
     pub fn bar_count(&self, which: RingBar) -> u32 {
         match which {
-            RingBar::FullK | RingBar::FullV => 1,
+            // TMA: the producer's one arrive.expect_tx; gather: one cp.async arrive per lane.
+            RingBar::FullK | RingBar::FullV => if self.gather { 32 } else { 1 },
             RingBar::EmptyK | RingBar::EmptyV => 4 * self.consumers,
         }
     }
@@ -204,8 +224,8 @@ impl Config {
         if !crate::llvm::wgmma::WGMMA_NS.contains(&self.block_n) || self.stages == 0 || self.consumers == 0 {
             return Err(format!("block_n {} / stages {} / consumers {}: not a built shape", self.block_n, self.stages, self.consumers));
         }
-        if let KvLayout::Paged { page_size } = spec.kv_layout {
-            return Err(format!("paged KV (page size {page_size}): the TMA page walk and the cp.async gather producer are not built yet"));
+        if matches!(spec.kv_layout, KvLayout::Paged { .. }) != self.gather {
+            return Err("paged KV needs the gather producer (and only paged KV uses it)".into());
         }
         let smem = self.smem(spec).request;
         if smem > max_smem {
@@ -246,7 +266,10 @@ mod tests {
     fn refuses_what_it_cannot_run() {
         let mut s = Spec::new("x", 128, 4);
         s.kv_layout = KvLayout::Paged { page_size: 16 };
-        assert!(Config::for_spec(&s).check(&s, 227 * 1024).unwrap_err().contains("paged"));
+        let mut c = Config::for_spec(&s);
+        assert!(c.gather && c.check(&s, 227 * 1024).is_ok());
+        c.gather = false;
+        assert!(c.check(&s, 227 * 1024).unwrap_err().contains("paged"));
         s = Spec::new("x", 128, 4);
         let mut c = Config::for_spec(&s);
         c.consumer_regs = 256;

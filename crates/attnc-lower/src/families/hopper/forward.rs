@@ -38,10 +38,15 @@ const LOG2E: f64 = std::f64::consts::LOG2_E;
 /// turn to issue GEMMs (0 is the CTA barrier).
 const PINGPONG_BAR: u32 = 3;
 
-/// The forward kernel's parameters: the K and V tensor maps, then the portable
-/// family's list (so the runtime marshals both families alike).
-pub fn forward_params(spec: &Spec) -> Vec<(String, ParamTy)> {
-    let mut p = vec![("tmap_k".to_string(), ParamTy::TensorMap), ("tmap_v".to_string(), ParamTy::TensorMap)];
+/// The forward kernel's parameters: the K and V tensor maps (not with the gather
+/// producer), then the portable family's list (so the runtime marshals both families
+/// alike).
+pub fn forward_params(spec: &Spec, cfg: &Config) -> Vec<(String, ParamTy)> {
+    let mut p = Vec::new();
+    if !cfg.gather {
+        p.push(("tmap_k".to_string(), ParamTy::TensorMap));
+        p.push(("tmap_v".to_string(), ParamTy::TensorMap));
+    }
     p.extend(pabi::forward_params(spec));
     p
 }
@@ -49,6 +54,9 @@ pub fn forward_params(spec: &Spec) -> Vec<(String, ParamTy)> {
 /// How the runtime encodes the two tensor maps: 64-element (128-byte) by `block_n`-row
 /// boxes with 128-byte swizzle, the layout the wgmma descriptors expect.
 pub fn tma_boxes(cfg: &Config) -> Vec<TmaBox> {
+    if cfg.gather {
+        return Vec::new();
+    }
     ["k", "v"]
         .into_iter()
         .map(|t| TmaBox { param: format!("tmap_{t}"), tensor: t.into(), box_cols: BOX_COLS, box_rows: cfg.block_n, swizzle_bytes: 128 })
@@ -56,10 +64,12 @@ pub fn tma_boxes(cfg: &Config) -> Vec<TmaBox> {
 }
 
 pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, cfg: &Config, name: &str) -> R<KernelInfo> {
-    let params = forward_params(spec);
+    let params = forward_params(spec, cfg);
     let args = Args::begin(kb, name, &params)?;
-    for i in 0..2 {
-        crate::families::blackwell::abi::mark_tensor_map_param(kb, i)?;
+    if !cfg.gather {
+        for i in 0..2 {
+            crate::families::blackwell::abi::mark_tensor_map_param(kb, i)?;
+        }
     }
     crate::families::blackwell::abi::set_launch_bounds(kb, cfg.threads())?;
     kb.section(&format!(
@@ -219,11 +229,17 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             is_producer,
             "role",
             |kb| {
-                kb.section("producer warpgroup: one thread issues the K/V TMA loads")?;
                 kb.setmaxnreg_dec(cfg.producer_regs)?;
                 let tid = kb.opaque_i32(kb.sreg("tid.x", "")?, "tid")?;
-                let t0 = kb.icmp(IntPredicate::EQ, tid, kb.i32c(0), "")?;
-                kb.if_then(t0, "producer", |kb| self.producer(kb))
+                if cfg.gather {
+                    kb.section("producer warpgroup: warp 0 gathers K/V rows (cp.async)")?;
+                    let w0 = kb.icmp(IntPredicate::ULT, tid, kb.i32c(32), "")?;
+                    kb.if_then(w0, "producer", |kb| self.producer_gather(kb))
+                } else {
+                    kb.section("producer warpgroup: one thread issues the K/V TMA loads")?;
+                    let t0 = kb.icmp(IntPredicate::EQ, tid, kb.i32c(0), "")?;
+                    kb.if_then(t0, "producer", |kb| self.producer(kb))
+                }
             },
             |kb| {
                 kb.section("consumer warpgroups: S = Q.K^T, softmax, O += P.V")?;
@@ -285,6 +301,101 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                 kb.set(pos, kb.add(p, kb.i32c(1), "")?)
             },
         )
+    }
+
+    /// The gather producer (paged KV), one warp: per 32 rows of a tile, each lane
+    /// computes the row offset of row `lane` (one block-table read), then the warp copies
+    /// 4 rows × 128 bytes per cp.async round, the offsets exchanged by shuffles; rows past seqlen_k are zero-filled (src-size 0), so no stale page
+    /// content reaches P·V. Each lane's `cp.async.mbarrier.arrive.noinc` completes the
+    /// full barrier (count 32) when its copies land.
+    fn producer_gather(&self, kb: &mut Kb<'ctx>) -> R<()> {
+        let spec = self.spec;
+        let cfg = self.cfg;
+        let cta = self.cta(kb)?;
+        let tiles = self.tiles(&cta);
+        let (begin, end) = tiles.split_range(kb, cta.num_splits, cta.split)?;
+        let layout = cfg.smem(spec);
+        let k_st = self.args.strides("k")?;
+        let v_st = self.args.strides("v")?;
+        let k_base = self.args.int("k")?;
+        let v_base = self.args.int("v")?;
+        let bn = cfg.block_n as i64;
+        let tile = kb.slot_i32("p_tile", begin)?;
+        let pos = kb.slot_i32("p_pos", kb.i32c(0))?;
+        kb.while_loop(
+            "gather",
+            |kb| {
+                let t = kb.get_i(tile, "")?;
+                kb.icmp(IntPredicate::SLT, t, end, "")
+            },
+            |kb| {
+                let t = kb.get_i(tile, "t")?;
+                let p = kb.get_i(pos, "pos")?;
+                let (slot, parity) = self.ring(kb, p)?;
+                let free_parity = kb.xor(parity, kb.i32c(1), "")?;
+                let n0 = kb.mul(t, kb.i32c(bn), "n0")?;
+                let lane = kb.and(kb.opaque_i32(kb.sreg("tid.x", "")?, "")?, kb.i32c(31), "lane")?;
+                let sub_row = kb.udiv(lane, kb.i32c(8), "sub_row")?;
+                let chunk = kb.and(lane, kb.i32c(7), "chunk")?;
+                for (which, full, empty, d, base, per, tbase) in [
+                    ("K", RingBar::FullK, RingBar::EmptyK, spec.head_dim_qk, layout.k, layout.k_per_stage, k_base),
+                    ("V", RingBar::FullV, RingBar::EmptyV, spec.head_dim_v, layout.v, layout.v_per_stage, v_base),
+                ] {
+                    kb.section(&format!("gather {which} tile -> ring slot (cp.async)"))?;
+                    kb.mbar_wait(self.ring_bar(kb, cta.smem, empty, slot)?, free_parity)?;
+                    let dst0 = kb.add(cta.smem, kb.add(kb.i32c(base as i64), kb.mul(slot, kb.i32c(per as i64), "")?, "")?, "")?;
+                    for i in 0..cfg.block_n / 32 {
+                        // This lane's row 32i + lane: its offset, one block-table read (per
+                        // tensor, to keep one 64-bit offset live, not eight).
+                        let key = kb.add(n0, kb.add(lane, kb.i32c(32 * i as i64), "")?, "")?;
+                        let valid = kb.icmp(IntPredicate::SLT, key, cta.bv.seqlen_k, "")?;
+                        let key = kb.select_i(valid, key, kb.i32c(0), "key_clamped")?;
+                        let (ko, vo) = crate::variant::layout::kv_row_offsets(kb, spec, &cta.la, &cta.bv, &k_st, &v_st, key, cta.hkv)?;
+                        let own_off = if which == "K" { ko } else { vo };
+                        // Rows 32i + 4j .. +3, j a run-time loop (an unrolled one keeps every
+                        // address live and spills the producer): this lane copies chunk
+                        // lane%8 of row 32i + 4j + lane/8, whose offset lane 4j + lane/8 holds.
+                        kb.for_range(kb.i32c(0), kb.i32c(8), "gather_rows", |kb, j| {
+                            let src = kb.add(kb.mul(j, kb.i32c(4), "")?, sub_row, "src_lane")?;
+                            let r = kb.add(kb.i32c(32 * i as i64), src, "row")?;
+                            let off = kb.shfl_idx_i64(own_off, src, "row_off")?;
+                            let key = kb.add(n0, r, "")?;
+                            let valid = kb.icmp(IntPredicate::SLT, key, cta.bv.seqlen_k, "")?;
+                            let bytes = kb.select_i(valid, kb.i32c(16), kb.i32c(0), "")?;
+                            let row_gaddr = kb.add(tbase, kb.mul(off, kb.i64c(2), "")?, "")?;
+                            let sw = kb.xor(chunk, kb.and(r, kb.i32c(7), "")?, "")?;
+                            let s_row = kb.add(dst0, kb.add(kb.mul(r, kb.i32c(ROW_BYTES as i64), "")?, kb.mul(sw, kb.i32c(16), "")?, "")?, "")?;
+                            for cb in 0..Config::col_blocks(d) {
+                                let col = kb.add(kb.i32c((cb * BOX_COLS) as i64), kb.mul(chunk, kb.i32c(8), "")?, "")?;
+                                // A head dim that is not a multiple of 64 leaves the last block's
+                                // tail chunks past d: zero them too.
+                                let in_d = kb.icmp(IntPredicate::ULT, col, kb.i32c(d as i64), "")?;
+                                let n = kb.select_i(in_d, bytes, kb.i32c(0), "")?;
+                                let g = kb.add(row_gaddr, kb.mul(kb.zext64(col, "")?, kb.i64c(2), "")?, "")?;
+                                let g = kb.select_i(kb.icmp(IntPredicate::NE, n, kb.i32c(0), "")?, g, tbase, "")?;
+                                let s = kb.add(s_row, kb.i32c((cb * cfg.block_n * ROW_BYTES) as i64), "")?;
+                                kb.cp_async_16(s, g, n)?;
+                            }
+                            Ok(())
+                        })?;
+                    }
+                    kb.cp_async_mbar_arrive_noinc(self.ring_bar(kb, cta.smem, full, slot)?)?;
+                }
+                let next = tiles.next_nonempty(kb, kb.add(t, kb.i32c(1), "")?, end, "p_next")?;
+                kb.set(tile, next)?;
+                kb.set(pos, kb.add(p, kb.i32c(1), "")?)
+            },
+        )
+    }
+
+    /// Waits for a full barrier; after a cp.async gather, orders those (generic-proxy)
+    /// writes before the wgmma's (async-proxy) reads.
+    fn wait_full(&self, kb: &Kb<'ctx>, cta: &Cta<'ctx>, which: RingBar, slot: IntValue<'ctx>, parity: IntValue<'ctx>) -> R<()> {
+        kb.mbar_wait(self.ring_bar(kb, cta.smem, which, slot)?, parity)?;
+        if self.cfg.gather {
+            kb.fence_proxy_async_shared()?;
+        }
+        Ok(())
     }
 
     // ------------------------------------------------------------------ consumers
@@ -442,7 +553,7 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             let (slot0, par0) = self.ring(kb, p0)?;
             let o_in: Vec<FloatValue<'ctx>> = st.o.iter().map(|s| kb.get_f(*s, "o")).collect::<R<_>>()?;
             let p_in: Vec<IntValue<'ctx>> = st.p.iter().map(|s| kb.get_i(*s, "p")).collect::<R<_>>()?;
-            kb.mbar_wait(self.ring_bar(kb, cta.smem, RingBar::FullV, slot0)?, par0)?;
+            self.wait_full(kb, &cta, RingBar::FullV, slot0, par0)?;
             self.turn_wait(kb, consumer)?;
             kb.wgmma_fence()?;
             let o = self.gemm_pv(kb, &cta, slot0, &p_in, &o_in)?;
@@ -492,7 +603,7 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         let cta = env.cta;
         let (slot0, par0) = self.ring(kb, kb.i32c(0))?;
         kb.section("first tile: S = Q.K^T (wgmma ss)")?;
-        kb.mbar_wait(self.ring_bar(kb, cta.smem, RingBar::FullK, slot0)?, par0)?;
+        self.wait_full(kb, cta, RingBar::FullK, slot0, par0)?;
         self.turn_wait(kb, env.consumer)?;
         kb.wgmma_fence()?;
         let s = self.gemm_s(kb, cta, env.q_smem, slot0)?;
@@ -523,12 +634,12 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         } else {
             "issue S = Q.K^T (this tile) and O += P.V (previous tile)"
         })?;
-        kb.mbar_wait(self.ring_bar(kb, cta.smem, RingBar::FullK, slot1)?, par1)?;
+        self.wait_full(kb, cta, RingBar::FullK, slot1, par1)?;
         self.turn_wait(kb, env.consumer)?;
         kb.wgmma_fence()?;
         let s = self.gemm_s(kb, cta, env.q_smem, slot1)?;
         kb.wgmma_commit_group()?;
-        kb.mbar_wait(self.ring_bar(kb, cta.smem, RingBar::FullV, slot0)?, par0)?;
+        self.wait_full(kb, cta, RingBar::FullV, slot0, par0)?;
         let o = self.gemm_pv(kb, cta, slot0, &p_in, &o_in)?;
         kb.wgmma_commit_group()?;
         self.turn_pass(kb, env.consumer)?;
