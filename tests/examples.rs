@@ -196,12 +196,14 @@ fn every_example_compiles_for_every_arch() {
 }
 
 /// SASS opcodes each family's kernels must contain (the instructions it promises).
-fn promised_sass(family: FamilyKind) -> &'static [&'static str] {
-    match family {
+fn promised_sass(m: &CompiledModule) -> &'static [&'static str] {
+    let tma = m.kernels.iter().any(|k| !k.tensor_maps.is_empty());
+    match m.family {
         // mma.sync
         FamilyKind::Portable => &["HMMA"],
-        // wgmma, TMA loads
-        FamilyKind::Hopper => &["HGMMA", "UTMALDG"],
+        // wgmma; TMA loads, or the cp.async gather of paged KV
+        FamilyKind::Hopper if tma => &["HGMMA", "UTMALDG"],
+        FamilyKind::Hopper => &["HGMMA", "LDGSTS"],
         // tcgen05.mma, TMA loads
         FamilyKind::Blackwell => &["UTCHMMA", "UTMALDG"],
     }
@@ -277,7 +279,7 @@ fn assemble_one(c: &Compiled, m: &CompiledModule, ptxas_path: &std::path::Path) 
     match report.disassemble() {
         Ok(sass) => {
             let ops = ptxas::sass_opcode_counts(&sass);
-            for op in promised_sass(m.family) {
+            for op in promised_sass(m) {
                 if !ops.contains_key(*op) {
                     a.problems.push(format!(
                         "{label}: the {} family promises {op}, the SASS has none",

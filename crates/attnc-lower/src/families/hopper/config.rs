@@ -116,10 +116,10 @@ impl Config {
             diag_no_softmax: false,
             exp2_emulation: 0.0,
             // Measured with ptxas 13.5 (0 spills): the gather producer with causal, GQA
-            // packing and split-KV tile walks needs 56; a 256-wide O needs 232 per consumer.
+            // packing and split-KV tile walks needs 64; a 256-wide O needs 232 per consumer.
             producer_regs: match (gather, spec.head_dim_v > 128) {
                 (false, _) => 24,
-                (true, false) => 56,
+                (true, false) => 64,
                 (true, true) => 40,
             },
             consumer_regs: match (three, gather, spec.head_dim_v > 128) {
