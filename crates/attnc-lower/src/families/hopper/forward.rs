@@ -883,12 +883,8 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         // Row maxima over the quad (4 lanes share a row), in log2 units.
         let mut new_max = Vec::new();
         for half in 0..2usize {
-            let mut m = kb.f32c(f64::NEG_INFINITY);
-            for (idx, v) in s.iter().enumerate() {
-                if (idx % 4) / 2 == half {
-                    m = kb.fmax(m, *v, "")?;
-                }
-            }
+            let row: Vec<FloatValue<'ctx>> = s.iter().enumerate().filter(|(idx, _)| (idx % 4) / 2 == half).map(|(_, v)| *v).collect();
+            let mut m = pairwise(kb, row, |kb, a, b| kb.fmax(a, b, ""))?;
             m = kb.fmax(m, kb.shfl_xor_f32(m, 1, "")?, "")?;
             m = kb.fmax(m, kb.shfl_xor_f32(m, 2, "")?, "tile_max")?;
             if fused {
@@ -930,7 +926,7 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         let per_row = (cfg.block_n / 4) as usize;
         let fraction = if opts.exp2_emulation > 0.0 { opts.exp2_emulation } else { cfg.exp2_emulation };
         let emulated = ((fraction * per_row as f64).round() as usize).min(per_row);
-        let mut sums = [kb.f32c(0.0), kb.f32c(0.0)];
+        let mut row_p: [Vec<FloatValue<'ctx>>; 2] = [Vec::new(), Vec::new()];
         let mut seen = [0usize; 2];
         for (idx, v) in s.iter_mut().enumerate() {
             let half = (idx % 4) / 2;
@@ -941,9 +937,11 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             };
             let p = if seen[half] < emulated { exp2_emulated(kb, x)? } else { kb.ex2(x, "p")? };
             seen[half] += 1;
-            sums[half] = kb.fadd(sums[half], p, "")?;
+            row_p[half].push(p);
             *v = p;
         }
+        let [p0, p1] = row_p;
+        let sums = [pairwise(kb, p0, |kb, a, b| kb.fadd(a, b, ""))?, pairwise(kb, p1, |kb, a, b| kb.fadd(a, b, ""))?];
         let mut late_alpha = Vec::new();
         for half in 0..2 {
             let l = kb.get_f(st.l[half], "")?;
@@ -1096,6 +1094,24 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
 /// P (f32, the S fragment layout), the per-row rescale factor of O, and whether O
 /// needs it (conditional rescaling; `None`: always).
 type SoftmaxOut<'ctx> = (Vec<FloatValue<'ctx>>, [FloatValue<'ctx>; 2], Option<IntValue<'ctx>>);
+
+/// Reduces `vals` with `op` as a balanced tree: log2(n) dependent steps instead of n,
+/// which matters with two warps per scheduler to hide latency (the row max and row sum
+/// of 32 values each per thread and tile).
+fn pairwise<'ctx>(
+    kb: &Kb<'ctx>,
+    mut vals: Vec<FloatValue<'ctx>>,
+    op: impl Fn(&Kb<'ctx>, FloatValue<'ctx>, FloatValue<'ctx>) -> R<FloatValue<'ctx>>,
+) -> R<FloatValue<'ctx>> {
+    while vals.len() > 1 {
+        let mut next = Vec::with_capacity(vals.len().div_ceil(2));
+        for pair in vals.chunks(2) {
+            next.push(if pair.len() == 2 { op(kb, pair[0], pair[1])? } else { pair[0] });
+        }
+        vals = next;
+    }
+    vals.pop().ok_or_else(|| crate::families::LowerError::Llvm("empty reduction".into()))
+}
 
 /// How a step masks its scores.
 #[derive(Clone, Copy)]
