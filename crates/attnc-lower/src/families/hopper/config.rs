@@ -116,10 +116,10 @@ impl Config {
             diag_no_softmax: false,
             exp2_emulation: 0.0,
             // Measured with ptxas 13.5 (0 spills): the gather producer with causal, GQA
-            // packing and split-KV tile walks needs 64; a 256-wide O needs 232 per consumer.
+            // packing and split-KV tile walks needs 56; a 256-wide O needs 232 per consumer.
             producer_regs: match (gather, spec.head_dim_v > 128) {
                 (false, _) => 24,
-                (true, false) => 64,
+                (true, false) => 56,
                 (true, true) => 40,
             },
             consumer_regs: match (three, gather, spec.head_dim_v > 128) {
@@ -231,11 +231,24 @@ impl Config {
         if smem > max_smem {
             return Err(format!("needs {smem} bytes of shared memory, the limit is {max_smem}"));
         }
+        // setmaxnreg only moves registers within what the CTA was launched with:
+        // `launch_registers` per thread (ptxas's budget for `.maxntid`), not the SM's 64K.
+        // A budget above it makes `setmaxnreg.inc` wait forever (the H100 hung at 64/224).
         let pool = 128 * self.producer_regs + 128 * self.consumers * self.consumer_regs;
-        if pool > 65536 {
-            return Err(format!("register budgets need {pool} registers, a CTA has 65536"));
+        let launched = self.launch_registers() * self.threads();
+        if pool > launched {
+            return Err(format!(
+                "register budgets need {pool} registers, the CTA is launched with {launched} ({} per thread)",
+                self.launch_registers()
+            ));
         }
         Ok(())
+    }
+
+    /// Registers per thread at launch: 64K over the CTA's threads, rounded down to the
+    /// allocation granule of 8 (168 for 384 threads, 128 for 512).
+    pub fn launch_registers(&self) -> u32 {
+        (65536 / self.threads()) / 8 * 8
     }
 }
 
@@ -274,6 +287,11 @@ mod tests {
         let mut c = Config::for_spec(&s);
         c.consumer_regs = 256;
         assert!(c.check(&s, 227 * 1024).unwrap_err().contains("registers"));
+        // 64 + 2 x 224 registers fit the SM but not the 168 x 384 the CTA is launched with.
+        c = Config::for_spec(&s);
+        c.producer_regs = 64;
+        c.consumer_regs = 224;
+        assert!(c.check(&s, 227 * 1024).unwrap_err().contains("launched with 64512"));
         c = Config::for_spec(&s);
         c.block_n = 100;
         assert!(c.check(&s, 227 * 1024).unwrap_err().contains("not a built shape"));

@@ -342,21 +342,18 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                     ("V", RingBar::FullV, RingBar::EmptyV, spec.head_dim_v, layout.v, layout.v_per_stage, v_base),
                 ] {
                     kb.section(&format!("gather {which} tile -> ring slot (cp.async)"))?;
-                    // This lane's rows 32i + lane: their offsets, one block-table read each,
-                    // all issued before the slot wait so the reads' latency overlaps it
-                    // (per tensor: four 64-bit offsets live, not eight).
-                    let mut own = Vec::new();
+                    kb.mbar_wait(self.ring_bar(kb, cta.smem, empty, slot)?, free_parity)?;
+                    let dst0 = kb.add(cta.smem, kb.add(kb.i32c(base as i64), kb.mul(slot, kb.i32c(per as i64), "")?, "")?, "")?;
                     for i in 0..cfg.block_n / 32 {
+                        // This lane's row 32i + lane: its offset, one block-table read (per
+                        // tensor and 32 rows, to keep one 64-bit offset live: reading all
+                        // four up front needs 64 producer registers, which the launch
+                        // budget cannot give, see `Config::check`).
                         let key = kb.add(n0, kb.add(lane, kb.i32c(32 * i as i64), "")?, "")?;
                         let valid = kb.icmp(IntPredicate::SLT, key, cta.bv.seqlen_k, "")?;
                         let key = kb.select_i(valid, key, kb.i32c(0), "key_clamped")?;
                         let (ko, vo) = crate::variant::layout::kv_row_offsets(kb, spec, &cta.la, &cta.bv, &k_st, &v_st, key, cta.hkv)?;
-                        own.push(if which == "K" { ko } else { vo });
-                    }
-                    kb.mbar_wait(self.ring_bar(kb, cta.smem, empty, slot)?, free_parity)?;
-                    let dst0 = kb.add(cta.smem, kb.add(kb.i32c(base as i64), kb.mul(slot, kb.i32c(per as i64), "")?, "")?, "")?;
-                    for (i, &own_off) in own.iter().enumerate() {
-                        let i = i as u32;
+                        let own_off = if which == "K" { ko } else { vo };
                         // Rows 32i + 4j .. +3, j a run-time loop (an unrolled one keeps every
                         // address live and spills the producer): this lane copies chunk
                         // lane%8 of row 32i + 4j + lane/8, whose offset lane 4j + lane/8 holds.
