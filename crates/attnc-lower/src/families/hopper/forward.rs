@@ -232,9 +232,11 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                 kb.setmaxnreg_dec(cfg.producer_regs)?;
                 let tid = kb.opaque_i32(kb.sreg("tid.x", "")?, "tid")?;
                 if cfg.gather {
-                    kb.section("producer warpgroup: warp 0 gathers K/V rows (cp.async)")?;
+                    kb.section("producer warpgroup: warp 0 gathers K rows, warp 1 V rows (cp.async)")?;
                     let w0 = kb.icmp(IntPredicate::ULT, tid, kb.i32c(32), "")?;
-                    kb.if_then(w0, "producer", |kb| self.producer_gather(kb))
+                    let w1 = kb.and(kb.icmp(IntPredicate::UGE, tid, kb.i32c(32), "")?, kb.icmp(IntPredicate::ULT, tid, kb.i32c(64), "")?, "")?;
+                    kb.if_then(w0, "producer_k", |kb| self.producer_gather(kb, KvTensor::K))?;
+                    kb.if_then(w1, "producer_v", |kb| self.producer_gather(kb, KvTensor::V))
                 } else {
                     kb.section("producer warpgroup: one thread issues the K/V TMA loads")?;
                     let t0 = kb.icmp(IntPredicate::EQ, tid, kb.i32c(0), "")?;
@@ -303,12 +305,14 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         )
     }
 
-    /// The gather producer (paged KV), one warp: per 32 rows of a tile, each lane
-    /// computes the row offset of row `lane` (one block-table read), then the warp copies
-    /// 4 rows × 128 bytes per cp.async round, the offsets exchanged by shuffles; rows past seqlen_k are zero-filled (src-size 0), so no stale page
+    /// The gather producer (paged KV), one warp per tensor (warp 0 K, warp 1 V: each
+    /// has half the block-table reads and copies on its path): per tile, each lane
+    /// reads the row offsets of rows `lane + 32 i` (one block-table read each, issued
+    /// together before the slot wait), then the warp copies 4 rows × 128 bytes per
+    /// cp.async round, the offsets exchanged by shuffles; rows past seqlen_k are zero-filled (src-size 0), so no stale page
     /// content reaches P·V. Each lane's `cp.async.mbarrier.arrive.noinc` completes the
     /// full barrier (count 32) when its copies land.
-    fn producer_gather(&self, kb: &mut Kb<'ctx>) -> R<()> {
+    fn producer_gather(&self, kb: &mut Kb<'ctx>, tensor: KvTensor) -> R<()> {
         let spec = self.spec;
         let cfg = self.cfg;
         let cta = self.cta(kb)?;
@@ -337,23 +341,26 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                 let lane = kb.and(kb.opaque_i32(kb.sreg("tid.x", "")?, "")?, kb.i32c(31), "lane")?;
                 let sub_row = kb.udiv(lane, kb.i32c(8), "sub_row")?;
                 let chunk = kb.and(lane, kb.i32c(7), "chunk")?;
-                for (which, full, empty, d, base, per, tbase) in [
-                    ("K", RingBar::FullK, RingBar::EmptyK, spec.head_dim_qk, layout.k, layout.k_per_stage, k_base),
-                    ("V", RingBar::FullV, RingBar::EmptyV, spec.head_dim_v, layout.v, layout.v_per_stage, v_base),
-                ] {
+                let (which, full, empty, d, base, per, tbase) = match tensor {
+                    KvTensor::K => ("K", RingBar::FullK, RingBar::EmptyK, spec.head_dim_qk, layout.k, layout.k_per_stage, k_base),
+                    KvTensor::V => ("V", RingBar::FullV, RingBar::EmptyV, spec.head_dim_v, layout.v, layout.v_per_stage, v_base),
+                };
+                {
                     kb.section(&format!("gather {which} tile -> ring slot (cp.async)"))?;
-                    kb.mbar_wait(self.ring_bar(kb, cta.smem, empty, slot)?, free_parity)?;
-                    let dst0 = kb.add(cta.smem, kb.add(kb.i32c(base as i64), kb.mul(slot, kb.i32c(per as i64), "")?, "")?, "")?;
+                    // This lane's rows 32i + lane: their offsets, one block-table read each,
+                    // all issued before the slot wait so their latency overlaps it.
+                    let mut own = Vec::new();
                     for i in 0..cfg.block_n / 32 {
-                        // This lane's row 32i + lane: its offset, one block-table read (per
-                        // tensor and 32 rows, to keep one 64-bit offset live: reading all
-                        // four up front needs 64 producer registers, which the launch
-                        // budget cannot give, see `Config::check`).
                         let key = kb.add(n0, kb.add(lane, kb.i32c(32 * i as i64), "")?, "")?;
                         let valid = kb.icmp(IntPredicate::SLT, key, cta.bv.seqlen_k, "")?;
                         let key = kb.select_i(valid, key, kb.i32c(0), "key_clamped")?;
                         let (ko, vo) = crate::variant::layout::kv_row_offsets(kb, spec, &cta.la, &cta.bv, &k_st, &v_st, key, cta.hkv)?;
-                        let own_off = if which == "K" { ko } else { vo };
+                        own.push(if which == "K" { ko } else { vo });
+                    }
+                    kb.mbar_wait(self.ring_bar(kb, cta.smem, empty, slot)?, free_parity)?;
+                    let dst0 = kb.add(cta.smem, kb.add(kb.i32c(base as i64), kb.mul(slot, kb.i32c(per as i64), "")?, "")?, "")?;
+                    for (i, &own_off) in own.iter().enumerate() {
+                        let i = i as u32;
                         // Rows 32i + 4j .. +3, j a run-time loop (an unrolled one keeps every
                         // address live and spills the producer): this lane copies chunk
                         // lane%8 of row 32i + 4j + lane/8, whose offset lane 4j + lane/8 holds.
@@ -1108,6 +1115,13 @@ fn pairwise<'ctx>(
         vals = next;
     }
     vals.pop().ok_or_else(|| crate::families::LowerError::Llvm("empty reduction".into()))
+}
+
+/// Which of K and V a gather producer warp copies.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum KvTensor {
+    K,
+    V,
 }
 
 /// How a step masks its scores.
