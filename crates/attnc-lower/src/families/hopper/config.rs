@@ -204,8 +204,9 @@ impl Config {
     /// barriers, one per consumer warp for empty ones.
     pub fn bar_count(&self, which: RingBar) -> u32 {
         match which {
-            // TMA: the producer's one arrive.expect_tx; gather: one cp.async arrive per lane.
-            RingBar::FullK | RingBar::FullV => if self.gather { 32 } else { 1 },
+            // TMA: the producer's one arrive.expect_tx; gather: one cp.async arrive per
+            // lane of the two warps that copy the tensor.
+            RingBar::FullK | RingBar::FullV => if self.gather { 64 } else { 1 },
             RingBar::EmptyK | RingBar::EmptyV => 4 * self.consumers,
         }
     }

@@ -232,11 +232,13 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                 kb.setmaxnreg_dec(cfg.producer_regs)?;
                 let tid = kb.opaque_i32(kb.sreg("tid.x", "")?, "tid")?;
                 if cfg.gather {
-                    kb.section("producer warpgroup: warp 0 gathers K rows, warp 1 V rows (cp.async)")?;
-                    let w0 = kb.icmp(IntPredicate::ULT, tid, kb.i32c(32), "")?;
-                    let w1 = kb.and(kb.icmp(IntPredicate::UGE, tid, kb.i32c(32), "")?, kb.icmp(IntPredicate::ULT, tid, kb.i32c(64), "")?, "")?;
-                    kb.if_then(w0, "producer_k", |kb| self.producer_gather(kb, KvTensor::K))?;
-                    kb.if_then(w1, "producer_v", |kb| self.producer_gather(kb, KvTensor::V))
+                    kb.section("producer warpgroup: warps 0/2 gather K rows, 1/3 V rows (cp.async), half a tile each")?;
+                    let warp = kb.udiv(tid, kb.i32c(32), "producer_warp")?;
+                    for (w, tensor, half) in [(0, KvTensor::K, 0), (1, KvTensor::V, 0), (2, KvTensor::K, 1), (3, KvTensor::V, 1)] {
+                        let mine = kb.icmp(IntPredicate::EQ, warp, kb.i32c(w), "")?;
+                        kb.if_then(mine, &format!("producer_w{w}"), |kb| self.producer_gather(kb, tensor, half))?;
+                    }
+                    Ok(())
                 } else {
                     kb.section("producer warpgroup: one thread issues the K/V TMA loads")?;
                     let t0 = kb.icmp(IntPredicate::EQ, tid, kb.i32c(0), "")?;
@@ -305,14 +307,15 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         )
     }
 
-    /// The gather producer (paged KV), one warp per tensor (warp 0 K, warp 1 V: each
-    /// has half the block-table reads and copies on its path): per tile, each lane
+    /// The gather producer (paged KV), four warps: K (warps 0, 2) and V (1, 3), each
+    /// warp half of the tile's rows, so each has a quarter of the block-table reads and
+    /// copies on its path (the gather is latency- and issue-bound): per tile, each lane
     /// reads the row offsets of rows `lane + 32 i` (one block-table read each, issued
     /// together before the slot wait), then the warp copies 4 rows × 128 bytes per
     /// cp.async round, the offsets exchanged by shuffles; rows past seqlen_k are zero-filled (src-size 0), so no stale page
     /// content reaches P·V. Each lane's `cp.async.mbarrier.arrive.noinc` completes the
     /// full barrier (count 32) when its copies land.
-    fn producer_gather(&self, kb: &mut Kb<'ctx>, tensor: KvTensor) -> R<()> {
+    fn producer_gather(&self, kb: &mut Kb<'ctx>, tensor: KvTensor, half: u32) -> R<()> {
         let spec = self.spec;
         let cfg = self.cfg;
         let cta = self.cta(kb)?;
@@ -350,17 +353,17 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                     // This lane's rows 32i + lane: their offsets, one block-table read each,
                     // all issued before the slot wait so their latency overlaps it.
                     let mut own = Vec::new();
-                    for i in 0..cfg.block_n / 32 {
+                    let groups = cfg.block_n / 32;
+                    for i in (half * groups / 2)..((half + 1) * groups / 2) {
                         let key = kb.add(n0, kb.add(lane, kb.i32c(32 * i as i64), "")?, "")?;
                         let valid = kb.icmp(IntPredicate::SLT, key, cta.bv.seqlen_k, "")?;
                         let key = kb.select_i(valid, key, kb.i32c(0), "key_clamped")?;
                         let (ko, vo) = crate::variant::layout::kv_row_offsets(kb, spec, &cta.la, &cta.bv, &k_st, &v_st, key, cta.hkv)?;
-                        own.push(if which == "K" { ko } else { vo });
+                        own.push((i, if which == "K" { ko } else { vo }));
                     }
                     kb.mbar_wait(self.ring_bar(kb, cta.smem, empty, slot)?, free_parity)?;
                     let dst0 = kb.add(cta.smem, kb.add(kb.i32c(base as i64), kb.mul(slot, kb.i32c(per as i64), "")?, "")?, "")?;
-                    for (i, &own_off) in own.iter().enumerate() {
-                        let i = i as u32;
+                    for &(i, own_off) in &own {
                         // Rows 32i + 4j .. +3, j a run-time loop (an unrolled one keeps every
                         // address live and spills the producer): this lane copies chunk
                         // lane%8 of row 32i + 4j + lane/8, whose offset lane 4j + lane/8 holds.
