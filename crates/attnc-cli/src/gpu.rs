@@ -16,6 +16,9 @@ pub struct SelftestArgs {
     /// Only variants whose name contains this.
     #[arg(long)]
     filter: Option<String>,
+    /// Kernel family: auto (what the dispatcher picks), portable, hopper or blackwell.
+    #[arg(long, default_value = "auto")]
+    family: String,
     /// Also write the report as JSON here.
     #[arg(long, value_name = "PATH")]
     json: Option<PathBuf>,
@@ -94,7 +97,7 @@ pub fn selftest(args: &SelftestArgs) -> Result<(), Reported> {
         .map(|f| crate::load(f))
         .collect::<Result<Vec<_>, _>>()?;
     let rt = runtime(args.device)?;
-    let opts = selftest::SelftestOptions { quick: args.quick, filter: args.filter.clone(), ..Default::default() };
+    let opts = selftest::SelftestOptions { quick: args.quick, filter: args.filter.clone(), family: args.family.clone(), ..Default::default() };
     let report = selftest::run(&rt, &specs, &opts);
     print!("{}", report.table());
     write_json(args.json.as_deref(), &report.to_json())?;

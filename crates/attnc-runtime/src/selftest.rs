@@ -45,6 +45,9 @@ pub struct SelftestOptions {
     pub filter: Option<String>,
     /// Print one line per case to stderr.
     pub progress: bool,
+    /// The family to run (`auto`, `portable`, `hopper`, `blackwell`): a fallback
+    /// family can be tested on a GPU where auto picks a faster one.
+    pub family: String,
 }
 
 impl Default for SelftestOptions {
@@ -58,6 +61,7 @@ impl Default for SelftestOptions {
             tol_lse: 1e-3,
             filter: None,
             progress: true,
+            family: "auto".into(),
         }
     }
 }
@@ -592,7 +596,8 @@ pub fn compare(
 
 fn run_case_inner(rt: &Runtime, plan: &CasePlan, seed: u64, opts: &SelftestOptions, r: &mut CaseResult) -> Result<(), RuntimeError> {
     let s = &plan.spec;
-    let kernel = rt.kernel(s)?;
+    let family: attnc_lower::FamilyChoice = opts.family.parse().map_err(RuntimeError::Other)?;
+    let kernel = rt.kernel_with(s, family)?;
     let inputs = random_inputs(s, &plan.seqlens, seed);
     let t = Instant::now();
     let expected = reference_forward(s, &inputs).map_err(|e| RuntimeError::Other(format!("reference: {e}")))?;

@@ -149,3 +149,42 @@ pub fn kv_row_offsets<'ctx>(
 pub fn in_bounds<'ctx>(kb: &Kb<'ctx>, i: IntValue<'ctx>, n: IntValue<'ctx>) -> R<IntValue<'ctx>> {
     kb.icmp(IntPredicate::SLT, i, n, "in_bounds")
 }
+
+/// Element offset of the LSE of query `q`, head `h` in an LSE tensor `[batch, heads,
+/// seqlen_q]` (strides `sb`, `sh`, unit row stride), or `[heads, total_q]` with varlen.
+pub fn lse_offset<'ctx>(
+    kb: &Kb<'ctx>,
+    bv: &BatchView<'ctx>,
+    sb: IntValue<'ctx>,
+    sh: IntValue<'ctx>,
+    h: IntValue<'ctx>,
+    q: IntValue<'ctx>,
+) -> R<IntValue<'ctx>> {
+    let h = kb.mul(kb.sext64(h, "")?, sh, "")?;
+    match bv.q_start {
+        Some(start) => kb.add(h, kb.sext64(kb.add(start, q, "")?, "")?, "lse_off"),
+        None => {
+            let b = kb.mul(kb.sext64(bv.b, "")?, sb, "")?;
+            kb.add(kb.add(b, h, "")?, kb.sext64(q, "")?, "lse_off")
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+/// Row index of (split, batch entry, head, query) in the split-KV workspace
+/// `[split, batch, q_heads, max_seqlen_q]` (O partials add a d_v axis): what the
+/// combine kernel reads, so every family writing partials must agree on it.
+pub fn partial_row<'ctx>(
+    kb: &Kb<'ctx>,
+    split: IntValue<'ctx>,
+    batch: IntValue<'ctx>,
+    b: IntValue<'ctx>,
+    q_heads: u32,
+    h: IntValue<'ctx>,
+    max_seqlen_q: IntValue<'ctx>,
+    q: IntValue<'ctx>,
+) -> R<IntValue<'ctx>> {
+    let idx = kb.add(kb.mul(kb.sext64(split, "")?, kb.sext64(batch, "")?, "")?, kb.sext64(b, "")?, "")?;
+    let idx = kb.add(kb.mul(idx, kb.i64c(q_heads as i64), "")?, kb.sext64(h, "")?, "")?;
+    kb.add(kb.mul(idx, kb.sext64(max_seqlen_q, "")?, "")?, kb.sext64(q, "")?, "partial_row")
+}

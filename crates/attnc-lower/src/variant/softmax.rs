@@ -4,7 +4,7 @@
 //! can be measured without a GPU.
 
 use crate::llvm::kb::{Kb, R};
-use inkwell::values::FloatValue;
+use inkwell::values::{FloatValue, IntValue};
 use inkwell::{FloatPredicate, IntPredicate};
 
 /// Coefficients of p(f) = 1 + f·(C1 + f·(C2 + f·C3)) ≈ 2^f on [0, 1): a relative-error
@@ -31,6 +31,58 @@ pub fn exp2_emulated<'ctx>(kb: &Kb<'ctx>, x: FloatValue<'ctx>) -> R<FloatValue<'
     let r = kb.bits_f(bits, "")?;
     let underflow = kb.icmp(IntPredicate::SLT, ji, kb.i32c(-126), "")?;
     kb.select_f(underflow, kb.f32c(0.0), r, "exp2e")
+}
+
+/// The new exponent bases of a thread's rows for one tile of the online softmax.
+pub struct MaxUpdate<'ctx> {
+    /// Per row: the base to subtract before exp2 (the chosen max, 0 when it is −∞).
+    pub bases: Vec<FloatValue<'ctx>>,
+    /// Per row: 2^(old max − base), the factor for O and the running sum.
+    pub alphas: Vec<FloatValue<'ctx>>,
+    /// The new running max per row (what the caller stores).
+    pub maxes: Vec<FloatValue<'ctx>>,
+    /// With conditional rescaling: whether the warp moved its bases (and O must be
+    /// rescaled); `None` when it always does.
+    pub rescale: Option<IntValue<'ctx>>,
+}
+
+/// One tile's max update, given each row's old running max and the max including the
+/// tile (log2 units). With `threshold > 0` (FA4's conditional rescaling) the warp keeps
+/// its old bases unless some row grew by more than the threshold or left −∞, decided
+/// uniformly per warp (`vote.any`); otherwise every row takes its new max.
+pub fn max_update<'ctx>(
+    kb: &Kb<'ctx>,
+    old: &[FloatValue<'ctx>],
+    new: &[FloatValue<'ctx>],
+    threshold: f64,
+) -> R<MaxUpdate<'ctx>> {
+    let ninf = kb.f32c(f64::NEG_INFINITY);
+    let rescale = if threshold > 0.0 {
+        let mut any = kb.boolc(false);
+        for (o, m) in old.iter().zip(new) {
+            let grew = kb.fcmp(FloatPredicate::OGT, *m, kb.fadd(*o, kb.f32c(threshold), "")?, "")?;
+            let was_empty = kb.fcmp(FloatPredicate::OEQ, *o, ninf, "")?;
+            let now_finite = kb.fcmp(FloatPredicate::ONE, *m, ninf, "")?;
+            let grew = kb.or(grew, kb.and(was_empty, now_finite, "")?, "")?;
+            any = kb.or(any, grew, "")?;
+        }
+        Some(kb.vote_any(any, "rescale_warp")?)
+    } else {
+        None
+    };
+    let mut out = MaxUpdate { bases: Vec::new(), alphas: Vec::new(), maxes: Vec::new(), rescale };
+    for (o, m) in old.iter().zip(new) {
+        let chosen = match rescale {
+            Some(c) => kb.select_f(c, *m, *o, "m_base")?,
+            None => *m,
+        };
+        let is_inf = kb.fcmp(FloatPredicate::OEQ, chosen, ninf, "")?;
+        let base = kb.select_f(is_inf, kb.f32c(0.0), chosen, "m_safe")?;
+        out.alphas.push(kb.ex2(kb.fsub(*o, base, "")?, "alpha")?);
+        out.bases.push(base);
+        out.maxes.push(chosen);
+    }
+    Ok(out)
 }
 
 /// The end of a row's online softmax: from the row sum `l` (relative to the base `m`,

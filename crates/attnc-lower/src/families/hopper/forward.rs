@@ -26,12 +26,12 @@ use crate::llvm::kb::{Kb, Slot, R};
 use crate::llvm::tcgen05::Acc;
 use crate::llvm::wgmma::WgmmaType;
 use crate::variant::expr::{self as vexpr, ElemVars, VariantArgs};
-use crate::variant::layout::{batch_view, q_row_offset, BatchView, LayoutArgs};
-use crate::variant::softmax::{exp2_emulated, finalize_row};
+use crate::variant::layout::{batch_view, lse_offset, partial_row, q_row_offset, BatchView, LayoutArgs};
+use crate::variant::softmax::{exp2_emulated, finalize_row, max_update};
 use crate::variant::tiles::KeyTiles;
 use attnc_ir::{KvLayout, Spec};
 use inkwell::values::{FloatValue, IntValue};
-use inkwell::{AddressSpace, FloatPredicate, IntPredicate};
+use inkwell::{AddressSpace, IntPredicate};
 
 const LOG2E: f64 = std::f64::consts::LOG2_E;
 /// Named barriers: 1 + c guards consumer c's Q load; `PINGPONG_BAR + c` is consumer c's
@@ -901,34 +901,12 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             new_max.push(kb.fmax(old, m, "m_new")?);
         }
         let opts = spec.softmax;
-        let rescale = if opts.rescale_threshold > 0.0 {
-            let mut any = kb.boolc(false);
-            for (half, m) in new_max.iter().enumerate() {
-                let old = kb.get_f(st.m[half], "")?;
-                let grew = kb.fcmp(FloatPredicate::OGT, *m, kb.fadd(old, kb.f32c(opts.rescale_threshold), "")?, "")?;
-                let was_empty = kb.fcmp(FloatPredicate::OEQ, old, kb.f32c(f64::NEG_INFINITY), "")?;
-                let now_finite = kb.fcmp(FloatPredicate::ONE, *m, kb.f32c(f64::NEG_INFINITY), "")?;
-                let grew = kb.or(grew, kb.and(was_empty, now_finite, "")?, "")?;
-                any = kb.or(any, grew, "")?;
-            }
-            Some(kb.vote_any(any, "rescale_warp")?)
-        } else {
-            None
-        };
-        let mut alphas = Vec::new();
-        let mut bases = Vec::new();
-        for (half, m_new) in new_max.iter().enumerate() {
-            let old = kb.get_f(st.m[half], "")?;
-            let chosen = match rescale {
-                Some(c) => kb.select_f(c, *m_new, old, "m_base")?,
-                None => *m_new,
-            };
-            let is_inf = kb.fcmp(FloatPredicate::OEQ, chosen, kb.f32c(f64::NEG_INFINITY), "")?;
-            let base = kb.select_f(is_inf, kb.f32c(0.0), chosen, "m_safe")?;
-            alphas.push(kb.ex2(kb.fsub(old, base, "")?, "alpha")?);
-            kb.set(st.m[half], chosen)?;
-            bases.push(base);
+        let old: Vec<FloatValue<'ctx>> = st.m.iter().map(|m| kb.get_f(*m, "m_old")).collect::<R<_>>()?;
+        let upd = max_update(kb, &old, &new_max, opts.rescale_threshold)?;
+        for (slot, m) in st.m.iter().zip(&upd.maxes) {
+            kb.set(*slot, *m)?;
         }
+        let (alphas, bases, rescale) = (upd.alphas, upd.bases, upd.rescale);
         // P = 2^(s - base); a fraction of each row through the FMA-pipe emulation.
         let per_row = (cfg.block_n / 4) as usize;
         let fraction = if opts.exp2_emulation > 0.0 { opts.exp2_emulation } else { cfg.exp2_emulation };
@@ -1037,7 +1015,7 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                         if spec.lse {
                             let first_lane = kb.icmp(IntPredicate::EQ, quad_col, kb.i32c(0), "")?;
                             kb.if_then(first_lane, "store_lse", |kb| {
-                                let off = self.lse_offset(kb, cta, row)?;
+                                let off = lse_offset(kb, &cta.bv, self.args.int("lse_stride_batch")?, self.args.int("lse_stride_head")?, row.h, row.q)?;
                                 let addr = kb.add(self.args.int("lse")?, kb.mul(off, kb.i64c(4), "")?, "")?;
                                 kb.st_global_f32(addr, lse)
                             })?;
@@ -1048,19 +1026,6 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             })?;
         }
         Ok(())
-    }
-
-    fn lse_offset(&self, kb: &Kb<'ctx>, cta: &Cta<'ctx>, row: RowInfo<'ctx>) -> R<IntValue<'ctx>> {
-        let sb = self.args.int("lse_stride_batch")?;
-        let sh = self.args.int("lse_stride_head")?;
-        let h = kb.mul(kb.sext64(row.h, "")?, sh, "")?;
-        match cta.bv.q_start {
-            Some(start) => kb.add(h, kb.sext64(kb.add(start, row.q, "")?, "")?, "lse_off"),
-            None => {
-                let b = kb.mul(kb.sext64(cta.bv.b, "")?, sb, "")?;
-                kb.add(kb.add(b, h, "")?, kb.sext64(row.q, "")?, "lse_off")
-            }
-        }
     }
 
     /// Split-KV partials in the combine kernel's workspace layout (see the portable
@@ -1077,11 +1042,7 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         let spec = self.spec;
         let nz = kb.sreg("nctaid.z", "")?;
         let batch = kb.udiv(nz, cta.num_splits, "batch")?;
-        let max_sq = kb.sext64(cta.la.seqlen_q, "")?;
-        let heads = kb.i64c(spec.q_heads as i64);
-        let idx = kb.add(kb.mul(kb.sext64(cta.split, "")?, kb.sext64(batch, "")?, "")?, kb.sext64(cta.bv.b, "")?, "")?;
-        let idx = kb.add(kb.mul(idx, heads, "")?, kb.sext64(row.h, "")?, "")?;
-        let idx = kb.add(kb.mul(idx, max_sq, "")?, kb.sext64(row.q, "")?, "partial_row")?;
+        let idx = partial_row(kb, cta.split, batch, cta.bv.b, spec.q_heads, row.h, cta.la.seqlen_q, row.q)?;
         let o_part = self.args.int("o_partial")?;
         let row_addr = kb.add(o_part, kb.mul(idx, kb.i64c(4 * spec.head_dim_v as i64), "")?, "")?;
         for &(i, x0, x1) in o_vals {

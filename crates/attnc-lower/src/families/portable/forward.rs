@@ -24,11 +24,11 @@ use crate::families::KernelInfo;
 use crate::llvm::kb::{Kb, Slot, R};
 use crate::variant::expr::{self as vexpr, ElemVars, VariantArgs};
 use crate::variant::tiles::KeyTiles;
-use crate::variant::layout::{batch_view, kv_row_offsets, q_row_offset, BatchView, LayoutArgs, Strides};
-use crate::variant::softmax::{exp2_emulated, finalize_row};
+use crate::variant::layout::{batch_view, kv_row_offsets, lse_offset, partial_row, q_row_offset, BatchView, LayoutArgs, Strides};
+use crate::variant::softmax::{exp2_emulated, finalize_row, max_update};
 use attnc_ir::Spec;
 use inkwell::values::{FloatValue, IntValue};
-use inkwell::{AddressSpace, FloatPredicate, IntPredicate};
+use inkwell::{AddressSpace, IntPredicate};
 
 const LOG2E: f64 = std::f64::consts::LOG2_E;
 
@@ -542,36 +542,12 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         }
         // The exponent base per row: the new max, or with conditional rescaling the old
         // one unless some row of the warp grew by more than the threshold.
-        let rescale_all = if opts.rescale_threshold > 0.0 {
-            let mut any = kb.boolc(false);
-            for (ri, m) in new_max.iter().enumerate() {
-                let old = kb.get_f(self.row_max[ri], "")?;
-                let grew = kb.fcmp(FloatPredicate::OGT, *m, kb.fadd(old, kb.f32c(opts.rescale_threshold), "")?, "")?;
-                // Also rescale when the old max is -inf and the new one is finite.
-                let was_empty = kb.fcmp(FloatPredicate::OEQ, old, kb.f32c(f64::NEG_INFINITY), "")?;
-                let now_finite = kb.fcmp(FloatPredicate::ONE, *m, kb.f32c(f64::NEG_INFINITY), "")?;
-                let grew = kb.or(grew, kb.and(was_empty, now_finite, "")?, "")?;
-                any = kb.or(any, grew, "")?;
-            }
-            Some(kb.vote_any(any, "rescale_warp")?)
-        } else {
-            None
-        };
-        let mut alphas = Vec::new();
-        let mut bases = Vec::new();
-        for (ri, m_new) in new_max.iter().enumerate() {
-            let old = kb.get_f(self.row_max[ri], "")?;
-            let chosen = match rescale_all {
-                Some(c) => kb.select_f(c, *m_new, old, "m_base")?,
-                None => *m_new,
-            };
-            let is_inf = kb.fcmp(FloatPredicate::OEQ, chosen, kb.f32c(f64::NEG_INFINITY), "")?;
-            let base = kb.select_f(is_inf, kb.f32c(0.0), chosen, "m_safe")?;
-            let alpha = kb.ex2(kb.fsub(old, base, "")?, "alpha")?;
-            kb.set(self.row_max[ri], chosen)?;
-            alphas.push(alpha);
-            bases.push(base);
+        let old: Vec<FloatValue<'ctx>> = self.row_max.iter().map(|m| kb.get_f(*m, "m_old")).collect::<R<_>>()?;
+        let upd = max_update(kb, &old, &new_max, opts.rescale_threshold)?;
+        for (slot, m) in self.row_max.iter().zip(&upd.maxes) {
+            kb.set(*slot, *m)?;
         }
+        let (alphas, bases, rescale_all) = (upd.alphas, upd.bases, upd.rescale);
         // P = 2^(s − base); a fraction of each row through the FMA-pipe emulation.
         let per_row = (n_tiles8 * 2) as usize;
         let emulated = ((opts.exp2_emulation * per_row as f64).round() as usize).min(per_row);
@@ -718,7 +694,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                             if spec.lse {
                                 let first_lane = kb.icmp(IntPredicate::EQ, quad_col, kb.i32c(0), "")?;
                                 kb.if_then(first_lane, "store_lse", |kb| {
-                                    let off = self.lse_offset(kb, lse_sb, lse_sh, row)?;
+                                    let off = lse_offset(kb, &self.bv, lse_sb, lse_sh, row.h, row.q)?;
                                     let addr = kb.add(lse_base, kb.mul(off, kb.i64c(4), "")?, "")?;
                                     kb.st_global_f32(addr, lse)
                                 })?;
@@ -731,17 +707,6 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             }
         }
         Ok(())
-    }
-
-    fn lse_offset(&self, kb: &Kb<'ctx>, sb: IntValue<'ctx>, sh: IntValue<'ctx>, row: RowInfo<'ctx>) -> R<IntValue<'ctx>> {
-        let h = kb.mul(kb.sext64(row.h, "")?, sh, "")?;
-        match self.bv.q_start {
-            Some(start) => kb.add(h, kb.sext64(kb.add(start, row.q, "")?, "")?, "lse_off"),
-            None => {
-                let b = kb.mul(kb.sext64(self.bv.b, "")?, sb, "")?;
-                kb.add(kb.add(b, h, "")?, kb.sext64(row.q, "")?, "lse_off")
-            }
-        }
     }
 
     /// Split-KV partials: O normalized by this split's sum (f32) and its LSE, in the
@@ -763,12 +728,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         let num_splits = self.args.int("num_splits")?;
         let batch = kb.udiv(nz, num_splits, "batch")?;
         let split = kb.urem(z, num_splits, "")?;
-        let max_sq = kb.sext64(self.la.seqlen_q, "")?;
-        let heads = kb.i64c(spec.q_heads as i64);
-        // ((split · batch + b) · q_heads + h) · max_sq + q
-        let idx = kb.add(kb.mul(kb.sext64(split, "")?, kb.sext64(batch, "")?, "")?, kb.sext64(self.bv.b, "")?, "")?;
-        let idx = kb.add(kb.mul(idx, heads, "")?, kb.sext64(row.h, "")?, "")?;
-        let idx = kb.add(kb.mul(idx, max_sq, "")?, kb.sext64(row.q, "")?, "partial_row")?;
+        let idx = partial_row(kb, split, batch, self.bv.b, spec.q_heads, row.h, self.la.seqlen_q, row.q)?;
         let o_part = self.args.int("o_partial")?;
         let row_addr = kb.add(o_part, kb.mul(idx, kb.i64c(4 * spec.head_dim_v as i64), "")?, "")?;
         for dt in 0..spec.head_dim_v / 8 {
