@@ -9,16 +9,23 @@ use attnc_ir::Spec;
 use attnc_lower::families::{candidates, unsupported_reason};
 use attnc_lower::{Arch, FamilyChoice, FamilyKind, LowerError};
 
-/// Families whose launch ABI the runtime implements. Portable and hopper launch the
-/// same grid (`ceil(rows / block_m), heads, batch x splits`), hopper with rank-4 TMA
-/// tensor maps ([`crate::tma`]). Blackwell also needs a persistent grid
-/// (`grid.x = min(SMs, work tiles)`) and, with pack_gqa, a rank-5 Q map; neither is wired.
-pub fn runtime_unsupported_reason(family: FamilyKind) -> Option<&'static str> {
+/// Why the runtime will not launch `family` for `spec`, or `None`. Portable and hopper
+/// launch a tile grid (`ceil(rows / block_m), heads, batch x splits`), hopper with rank-4
+/// TMA tensor maps ([`crate::tma`]). Blackwell's persistent grid is wired
+/// (`KernelInfo::persistent`), but its kernel has never run on a B200: `Auto` passes it
+/// over (fail closed), an explicit request runs it (how a B200 owner tests it:
+/// `attnc selftest --family blackwell`), except with pack_gqa, whose rank-5 Q tensor map
+/// the runtime does not encode yet.
+pub fn runtime_unsupported_reason(family: FamilyKind, spec: &Spec, explicit: bool) -> Option<&'static str> {
     match family {
         FamilyKind::Portable | FamilyKind::Hopper => None,
-        FamilyKind::Blackwell => Some(
-            "the runtime cannot launch the blackwell family yet (its persistent grid and the rank-5 pack-GQA Q tensor map are not wired)",
+        FamilyKind::Blackwell if spec.pack_gqa => {
+            Some("the runtime does not encode the blackwell family's rank-5 pack-GQA Q tensor map yet")
+        }
+        FamilyKind::Blackwell if !explicit => Some(
+            "never run on a B200 yet, so not chosen automatically (request it with `--family blackwell` to test it)",
         ),
+        FamilyKind::Blackwell => None,
     }
 }
 
@@ -31,8 +38,9 @@ pub struct Resolved {
 
 /// Resolves a family choice for `spec` on `arch`.
 pub fn resolve(spec: &Spec, arch: Arch, choice: FamilyChoice) -> Result<Resolved, RuntimeError> {
+    let explicit = matches!(choice, FamilyChoice::Exactly(_));
     let why_not = |f: FamilyKind| -> Option<String> {
-        unsupported_reason(f, spec, arch).or_else(|| runtime_unsupported_reason(f).map(str::to_string))
+        unsupported_reason(f, spec, arch).or_else(|| runtime_unsupported_reason(f, spec, explicit).map(str::to_string))
     };
     match choice {
         FamilyChoice::Exactly(f) => match why_not(f) {
@@ -74,20 +82,29 @@ mod tests {
     }
 
     #[test]
-    fn an_explicit_family_the_runtime_cannot_launch_is_an_error() {
+    fn blackwell_runs_only_when_asked_for_and_not_with_pack_gqa() {
         let spec = Spec::new("t", 128, 8);
-        let e = resolve(&spec, Arch::Sm100a, FamilyChoice::Exactly(FamilyKind::Blackwell)).expect_err("refused");
-        assert!(e.to_string().contains("blackwell"), "{e}");
+        let r = resolve(&spec, Arch::Sm100a, FamilyChoice::Exactly(FamilyKind::Blackwell)).expect("explicit request runs");
+        assert_eq!(r, Resolved { family: FamilyKind::Blackwell, fallback_reason: None });
+        let auto = resolve(&spec, Arch::Sm100a, FamilyChoice::Auto).expect("resolves");
+        assert_eq!(auto.family, FamilyKind::Portable);
+        assert!(auto.fallback_reason.expect("a reason").contains("never run on a B200"));
+        let mut packed = Spec::new("p", 128, 8);
+        packed.kv_heads = 2;
+        packed.pack_gqa = true;
+        let e = resolve(&packed, Arch::Sm100a, FamilyChoice::Exactly(FamilyKind::Blackwell)).expect_err("refused");
+        assert!(e.to_string().contains("rank-5"), "{e}");
         let ok = resolve(&spec, Arch::Sm90a, FamilyChoice::Exactly(FamilyKind::Portable)).expect("portable");
         assert_eq!(ok, Resolved { family: FamilyKind::Portable, fallback_reason: None });
     }
 
     #[test]
-    fn the_runtime_launches_portable_and_hopper_not_blackwell() {
-        assert_eq!(runtime_unsupported_reason(FamilyKind::Portable), None);
-        assert_eq!(runtime_unsupported_reason(FamilyKind::Hopper), None);
-        let why = runtime_unsupported_reason(FamilyKind::Blackwell).expect("refused");
-        assert!(why.contains("persistent grid") && why.contains("rank-5"), "{why}");
+    fn the_runtime_launches_portable_and_hopper() {
+        let spec = Spec::new("t", 128, 8);
+        for explicit in [false, true] {
+            assert_eq!(runtime_unsupported_reason(FamilyKind::Portable, &spec, explicit), None);
+            assert_eq!(runtime_unsupported_reason(FamilyKind::Hopper, &spec, explicit), None);
+        }
     }
 
     #[test]

@@ -101,6 +101,9 @@ pub struct KernelMeta {
     /// [`crate::tma`]); empty for kernels without TMA.
     #[serde(default)]
     pub tensor_maps: Vec<TmaBox>,
+    /// Launched as a persistent grid (see `KernelInfo::persistent`).
+    #[serde(default)]
+    pub persistent: bool,
 }
 
 impl From<&KernelInfo> for KernelMeta {
@@ -114,6 +117,7 @@ impl From<&KernelInfo> for KernelMeta {
             block_n: k.block_n,
             params: k.params.clone(),
             tensor_maps: k.tensor_maps.clone(),
+            persistent: k.persistent,
         }
     }
 }

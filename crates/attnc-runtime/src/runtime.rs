@@ -90,6 +90,7 @@ impl Runtime {
             block_n: fwd.block_n,
             combine_block_m: loaded.meta.combine().map(|c| c.block_m),
             ctas_per_sm: loaded.forward_ctas_per_sm,
+            persistent: fwd.persistent,
         };
         Ok(Kernel { rt: self.clone(), spec: spec.clone(), loaded, source, shape, key: key.hex() })
     }

@@ -7,7 +7,7 @@ use crate::validate::{marshal, plan, ArgValue, KernelShape, LaunchDescs, LaunchP
 use attnc_ir::{Align, AuxDecl, AuxDim, KvLayout, ParamDecl, Spec, SplitKv, Ty};
 
 const SMS: u32 = 132;
-const KS: KernelShape = KernelShape { block_m: 64, block_n: 64, combine_block_m: Some(4), ctas_per_sm: 1 };
+const KS: KernelShape = KernelShape { block_m: 64, block_n: 64, combine_block_m: Some(4), ctas_per_sm: 1, persistent: false };
 
 /// Hands out non-overlapping, 256-byte aligned fake device addresses.
 struct Alloc(u64);
@@ -606,4 +606,19 @@ fn the_sm90a_auto_family_marshals_with_its_tensor_maps() {
     for (param, arg) in fwd.params.iter().zip(&args) {
         assert_eq!(param.ends_with(":tensormap"), matches!(arg, ArgValue::TensorMap(_)), "{param}");
     }
+}
+
+#[test]
+fn a_persistent_kernel_gets_one_cta_per_slot_at_most() {
+    let s = spec(KvLayout::Contiguous);
+    let mut a = Alloc::new();
+    let d = contiguous(&mut a, &s);
+    let tile_grid = plan(&s, &KS, 132, 0, &d).expect("valid").fwd_grid;
+    let tiles = tile_grid.iter().map(|&x| u64::from(x)).product::<u64>();
+    let ks = KernelShape { persistent: true, ..KS };
+    let p = plan(&s, &ks, 132, 0, &d).expect("valid");
+    assert_eq!(p.fwd_grid, [tiles.min(132) as u32, 1, 1]);
+    // More slots than tiles: one CTA per tile.
+    let p = plan(&s, &KernelShape { ctas_per_sm: 1000, ..ks }, 132, 0, &d).expect("valid");
+    assert_eq!(p.fwd_grid, [tiles as u32, 1, 1]);
 }

@@ -67,6 +67,8 @@ pub struct KernelShape {
     /// Forward CTAs resident per SM (occupancy; 1 when unknown). The split heuristic fills
     /// `SMs x ctas_per_sm` slots: decode is memory-bound and gains from every resident CTA.
     pub ctas_per_sm: u32,
+    /// A persistent forward: grid `[min(work tiles, SMs x ctas_per_sm), 1, 1]`.
+    pub persistent: bool,
 }
 
 /// Every argument of one launch, as descriptors.
@@ -510,7 +512,14 @@ pub fn plan(spec: &Spec, ks: &KernelShape, sm_count: u32, device: usize, d: &Lau
     }
     too_large("batch x num_splits (grid z)", batch as u64 * u64::from(ns), GRID_YZ_LIMIT)?;
     let empty = batch == 0 || max_sq == 0;
-    let fwd_grid = [grid_x as u32, grid_y as u32, (batch as u64 * u64::from(ns)) as u32];
+    let fwd_grid = if ks.persistent {
+        // One CTA per resident slot at most; each walks tiles ctaid.x, +nctaid.x, ...
+        let tiles = grid_x * grid_y * batch as u64 * u64::from(ns);
+        let slots = u64::from(sm_count.max(1)) * u64::from(ks.ctas_per_sm.max(1));
+        [tiles.min(slots).max(1) as u32, 1, 1]
+    } else {
+        [grid_x as u32, grid_y as u32, (batch as u64 * u64::from(ns)) as u32]
+    };
     let combine_grid = match (ns > 1, ks.combine_block_m) {
         (true, Some(bm)) => Some([(max_sq as u64).div_ceil(u64::from(bm.max(1))) as u32, qh as u32, batch as u32]),
         _ => None,

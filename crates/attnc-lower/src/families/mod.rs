@@ -87,6 +87,9 @@ pub struct KernelInfo {
     pub params: Vec<String>,
     /// How to encode each `tensormap` parameter (empty for kernels without TMA).
     pub tensor_maps: Vec<abi::TmaBox>,
+    /// A persistent kernel walks the work tiles (`ceil(rows / block_m) x heads x batch`)
+    /// itself: its grid is `[min(tiles, SMs x CTAs per SM), 1, 1]`, not one CTA a tile.
+    pub persistent: bool,
 }
 
 /// The result of lowering one spec for one arch.

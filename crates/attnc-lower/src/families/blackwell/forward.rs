@@ -103,6 +103,7 @@ pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, cfg: &Config, name: &str) -> 
         block_n: BLOCK_N,
         params: abi::describe(&params),
         tensor_maps: abi::tma_boxes(spec),
+        persistent: true,
     })
 }
 

@@ -88,6 +88,7 @@ pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, cfg: &Config, name: &str) -> 
         block_n: cfg.block_n,
         params: pabi::describe(&params),
         tensor_maps: tma_boxes(cfg),
+        persistent: false,
     })
 }
 

@@ -156,5 +156,6 @@ pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str) -> R<KernelInfo> 
         block_n: 0,
         params: abi::describe(&params),
         tensor_maps: Vec::new(),
+        persistent: false,
     })
 }

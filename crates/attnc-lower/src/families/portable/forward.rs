@@ -83,6 +83,7 @@ pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, cfg: &Config, name: &str) -> 
         block_n: cfg.block_n,
         params: abi::describe(&params),
         tensor_maps: Vec::new(),
+        persistent: false,
     })
 }
 
