@@ -622,3 +622,30 @@ fn a_persistent_kernel_gets_one_cta_per_slot_at_most() {
     let p = plan(&s, &KernelShape { ctas_per_sm: 1000, ..ks }, 132, 0, &d).expect("valid");
     assert_eq!(p.fwd_grid, [tiles as u32, 1, 1]);
 }
+
+#[test]
+fn the_blackwell_forward_marshals_and_plans_a_persistent_grid() {
+    // The launch path of an explicit `--family blackwell` on a B200, without one: its
+    // forward kernel marshals completely (three rank-4 maps, `batch`) and plans a
+    // persistent grid.
+    use crate::tma::{plan_tensor_maps, TensorMapArg};
+    use attnc_lower::{Arch, CompileOptions, FamilyChoice, FamilyKind};
+    let s = spec(KvLayout::Contiguous);
+    let opts = CompileOptions { arch: Arch::Sm100a, family: FamilyChoice::Exactly(FamilyKind::Blackwell) };
+    let m = attnc_lower::compile(&s, &opts).expect("blackwell compiles the test spec");
+    let fwd = m.kernels.iter().find(|k| k.role.starts_with("forward")).expect("fwd");
+    assert!(fwd.persistent && fwd.tensor_maps.len() == 3);
+    let mut a = Alloc::new();
+    let d = contiguous(&mut a, &s);
+    let ks = KernelShape { block_m: fwd.block_m, block_n: fwd.block_n, combine_block_m: None, ctas_per_sm: 1, persistent: true };
+    let mut p = plan(&s, &ks, 148, 0, &d).expect("valid");
+    assert_eq!((p.fwd_grid[1], p.fwd_grid[2]), (1, 1));
+    assert!(p.fwd_grid[0] >= 1 && p.fwd_grid[0] <= 148);
+    p.tensor_maps = plan_tensor_maps(&fwd.tensor_maps, &d).expect("encodable");
+    let mut extra = Vec::new();
+    for (i, e) in p.tensor_maps.iter().enumerate() {
+        extra.push((e.param.as_str(), ArgValue::TensorMap(TensorMapArg([i as u64 + 1; 16]))));
+    }
+    let args = marshal(&fwd.params, &p, &extra).expect("marshal");
+    assert_eq!(args.len(), fwd.params.len());
+}
