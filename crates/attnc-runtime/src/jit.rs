@@ -136,11 +136,13 @@ pub struct ModuleMeta {
 }
 
 impl ModuleMeta {
+    /// The forward kernel (role "forward", with a parenthesized note for some families,
+    /// e.g. blackwell's "forward (persistent: ...)").
     pub fn forward(&self) -> Option<&KernelMeta> {
-        self.kernels.iter().find(|k| k.role == "forward")
+        self.kernels.iter().find(|k| k.role.starts_with("forward"))
     }
     pub fn combine(&self) -> Option<&KernelMeta> {
-        self.kernels.iter().find(|k| k.role != "forward")
+        self.kernels.iter().find(|k| !k.role.starts_with("forward"))
     }
 }
 

@@ -635,6 +635,17 @@ fn the_blackwell_forward_marshals_and_plans_a_persistent_grid() {
     let m = attnc_lower::compile(&s, &opts).expect("blackwell compiles the test spec");
     let fwd = m.kernels.iter().find(|k| k.role.starts_with("forward")).expect("fwd");
     assert!(fwd.persistent && fwd.tensor_maps.len() == 3);
+    // The runtime finds it as the forward kernel, and no combine kernel.
+    let meta = crate::jit::ModuleMeta {
+        requested: "blackwell".into(),
+        family: "blackwell".into(),
+        arch: "sm_100a".into(),
+        fallback_reason: None,
+        kernels: m.kernels.iter().map(crate::jit::KernelMeta::from).collect(),
+        compiler: String::new(),
+    };
+    assert_eq!(meta.forward().map(|k| k.name.as_str()), Some(fwd.name.as_str()));
+    assert!(meta.combine().is_none());
     let mut a = Alloc::new();
     let d = contiguous(&mut a, &s);
     let ks = KernelShape { block_m: fwd.block_m, block_n: fwd.block_n, combine_block_m: None, ctas_per_sm: 1, persistent: true };
