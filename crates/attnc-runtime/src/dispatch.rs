@@ -14,14 +14,11 @@ use attnc_lower::{Arch, FamilyChoice, FamilyKind, LowerError};
 /// TMA tensor maps ([`crate::tma`]). Blackwell's persistent grid is wired
 /// (`KernelInfo::persistent`), but its kernel has never run on a B200: `Auto` passes it
 /// over (fail closed), an explicit request runs it (how a B200 owner tests it:
-/// `attnc selftest --family blackwell`), except with pack_gqa, whose rank-5 Q tensor map
-/// the runtime does not encode yet.
+/// `attnc selftest --family blackwell`), pack-GQA Q through a rank-5 tensor map.
 pub fn runtime_unsupported_reason(family: FamilyKind, spec: &Spec, explicit: bool) -> Option<&'static str> {
+    let _ = spec;
     match family {
         FamilyKind::Portable | FamilyKind::Hopper => None,
-        FamilyKind::Blackwell if spec.pack_gqa => {
-            Some("the runtime does not encode the blackwell family's rank-5 pack-GQA Q tensor map yet")
-        }
         FamilyKind::Blackwell if !explicit => Some(
             "never run on a B200 yet, so not chosen automatically (request it with `--family blackwell` to test it)",
         ),
@@ -82,7 +79,7 @@ mod tests {
     }
 
     #[test]
-    fn blackwell_runs_only_when_asked_for_and_not_with_pack_gqa() {
+    fn blackwell_runs_only_when_asked_for() {
         let spec = Spec::new("t", 128, 8);
         let r = resolve(&spec, Arch::Sm100a, FamilyChoice::Exactly(FamilyKind::Blackwell)).expect("explicit request runs");
         assert_eq!(r, Resolved { family: FamilyKind::Blackwell, fallback_reason: None });
@@ -92,8 +89,8 @@ mod tests {
         let mut packed = Spec::new("p", 128, 8);
         packed.kv_heads = 2;
         packed.pack_gqa = true;
-        let e = resolve(&packed, Arch::Sm100a, FamilyChoice::Exactly(FamilyKind::Blackwell)).expect_err("refused");
-        assert!(e.to_string().contains("rank-5"), "{e}");
+        let r = resolve(&packed, Arch::Sm100a, FamilyChoice::Exactly(FamilyKind::Blackwell)).expect("pack-GQA too");
+        assert_eq!(r.family, FamilyKind::Blackwell);
         let ok = resolve(&spec, Arch::Sm90a, FamilyChoice::Exactly(FamilyKind::Portable)).expect("portable");
         assert_eq!(ok, Resolved { family: FamilyKind::Portable, fallback_reason: None });
     }

@@ -535,11 +535,11 @@ fn tensor_maps_marshal_in_abi_position() {
     assert_eq!(p.arg("batch"), Some(ArgValue::I32(2)));
     let boxes: Vec<TmaBox> = ["q", "k", "v"]
         .iter()
-        .map(|t| TmaBox { param: format!("tmap_{t}"), tensor: (*t).into(), box_cols: 64, box_rows: 128, swizzle_bytes: 128 })
+        .map(|t| TmaBox { param: format!("tmap_{t}"), tensor: (*t).into(), box_cols: 64, box_rows: 128, swizzle_bytes: 128, pack_group: 1 })
         .collect();
     p.tensor_maps = plan_tensor_maps(&boxes, &d).expect("encodable");
     assert_eq!(p.tensor_maps.iter().map(|e| e.param.as_str()).collect::<Vec<_>>(), ["tmap_q", "tmap_k", "tmap_v"]);
-    assert_eq!(p.tensor_maps[1].global_dims, [128, 100, 2, 2]);
+    assert_eq!(p.tensor_maps[1].dims().0, [128, 100, 2, 2]);
     assert_eq!(p.tensor_maps[1].global_address, d.k.addr);
 
     // What `run` does after the driver encoded each map: pass them as extra args.
@@ -561,7 +561,7 @@ fn tensor_maps_marshal_in_abi_position() {
 #[test]
 fn tensor_maps_over_varlen_and_their_rejections() {
     use crate::tma::{plan_tensor_maps, TmaBox, TmaRule};
-    let bx = |t: &str, rows: u32| TmaBox { param: format!("tmap_{t}"), tensor: t.into(), box_cols: 64, box_rows: rows, swizzle_bytes: 128 };
+    let bx = |t: &str, rows: u32| TmaBox { param: format!("tmap_{t}"), tensor: t.into(), box_cols: 64, box_rows: rows, swizzle_bytes: 128, pack_group: 1 };
     let mut s = spec(KvLayout::Varlen);
     s.lse = true;
     let mut a = Alloc::new();
@@ -569,8 +569,8 @@ fn tensor_maps_over_varlen_and_their_rejections() {
     let d = varlen_descs(&mut a, &cq, &ck, 12, 90);
     check(&s, &d).expect("valid");
     let m = plan_tensor_maps(&[bx("q", 128), bx("k", 128), bx("o", 128)], &d).expect("encodable");
-    assert_eq!(m[0].global_dims, [128, 12, 8, 1]);
-    assert_eq!(m[1].global_dims, [128, 90, 2, 1]);
+    assert_eq!(m[0].dims().0, [128, 12, 8, 1]);
+    assert_eq!(m[1].dims().0, [128, 90, 2, 1]);
     assert_eq!(m[2].global_address, d.o.addr);
     // Box rows over 256: a typed error naming the tensor and the map.
     match plan_tensor_maps(&[bx("k", 512)], &d) {
@@ -659,4 +659,23 @@ fn the_blackwell_forward_marshals_and_plans_a_persistent_grid() {
     }
     let args = marshal(&fwd.params, &p, &extra).expect("marshal");
     assert_eq!(args.len(), fwd.params.len());
+}
+
+#[test]
+fn the_blackwell_pack_gqa_q_map_is_rank_5() {
+    use crate::tma::plan_tensor_maps;
+    use attnc_lower::{Arch, CompileOptions, FamilyChoice, FamilyKind};
+    let mut s = spec(KvLayout::Contiguous);
+    s.pack_gqa = true;
+    let opts = CompileOptions { arch: Arch::Sm100a, family: FamilyChoice::Exactly(FamilyKind::Blackwell) };
+    let m = attnc_lower::compile(&s, &opts).expect("blackwell compiles pack-GQA");
+    let fwd = m.kernels.iter().find(|k| k.role.starts_with("forward")).expect("fwd");
+    let mut a = Alloc::new();
+    let d = contiguous(&mut a, &s);
+    let maps = plan_tensor_maps(&fwd.tensor_maps, &d).expect("encodable");
+    let q = maps.iter().find(|e| e.tensor == "q").expect("q map");
+    let g = s.group_size() as u64;
+    assert_eq!(q.rank, 5);
+    assert_eq!(q.dims().0[1], g, "the second dim is the pack group");
+    assert!(maps.iter().filter(|e| e.tensor != "q").all(|e| e.rank == 4));
 }

@@ -155,14 +155,25 @@ pub struct TmaEncode {
     pub tensor: String,
     pub data_type: TmaDataType,
     pub global_address: u64,
-    /// `{d, seqlen, heads, batch}`.
-    pub global_dims: [u64; 4],
-    /// Bytes: `{row, head, batch}`.
-    pub global_strides: [u64; 3],
-    /// `{box_cols, box_rows, 1, 1}`.
-    pub box_dims: [u32; 4],
-    pub element_strides: [u32; 4],
+    /// 4, or 5 for a pack-GQA Q map. The arrays below hold `rank` (strides: `rank - 1`)
+    /// entries; the rest are unused.
+    pub rank: u32,
+    /// `{d, seqlen, heads, batch}`; rank 5: `{d, G, seqlen, kv_heads, batch}`.
+    pub global_dims: [u64; 5],
+    /// Bytes: `{row, head, batch}`; rank 5: `{head, row, G x head, batch}`.
+    pub global_strides: [u64; 4],
+    /// `{box_cols, box_rows, 1, 1}`; rank 5: `{box_cols, G, box_rows / G, 1, 1}`.
+    pub box_dims: [u32; 5],
+    pub element_strides: [u32; 5],
     pub swizzle: TmaSwizzle,
+}
+
+impl TmaEncode {
+    /// The used part of each array (for display and tests).
+    pub fn dims(&self) -> (&[u64], &[u64], &[u32]) {
+        let r = self.rank as usize;
+        (&self.global_dims[..r], &self.global_strides[..r - 1], &self.box_dims[..r])
+    }
 }
 
 impl fmt::Display for TmaEncode {
@@ -177,11 +188,17 @@ impl fmt::Display for TmaEncode {
             TmaSwizzle::B64 => "64B",
             TmaSwizzle::B128 => "128B",
         };
+        let (dims, strides, boxes) = self.dims();
         write!(
             f,
-            "tensorDataType={dt} tensorRank=4 globalAddress={:#x} globalDim={:?} globalStrides={:?} boxDim={:?} \
+            "tensorDataType={dt} tensorRank={} globalAddress={:#x} globalDim={:?} globalStrides={:?} boxDim={:?} \
              elementStrides={:?} interleave=NONE swizzle={sw} l2Promotion=L2_256B oobFill=NONE",
-            self.global_address, self.global_dims, self.global_strides, self.box_dims, self.element_strides
+            self.rank,
+            self.global_address,
+            dims,
+            strides,
+            boxes,
+            &self.element_strides[..self.rank as usize]
         )
     }
 }
@@ -248,15 +265,46 @@ pub fn encode_args(b: &TmaBox, desc: &TensorDesc) -> Result<TmaEncode, Validatio
     if swizzle != TmaSwizzle::None && inner > u64::from(swizzle.bytes()) {
         return Err(broken(b, TmaRule::SwizzleSpan, format!("box_cols x element bytes (swizzle {} B)", swizzle.bytes()), inner));
     }
+    let g = b.pack_group.max(1);
+    if g == 1 {
+        return Ok(TmaEncode {
+            param: b.param.clone(),
+            tensor: b.tensor.clone(),
+            data_type,
+            global_address: desc.addr,
+            rank: 4,
+            global_dims: [global_dims[0], global_dims[1], global_dims[2], global_dims[3], 1],
+            global_strides: [global_strides[0], global_strides[1], global_strides[2], 0],
+            box_dims: [b.box_cols, b.box_rows, 1, 1, 1],
+            element_strides: [1; 5],
+            swizzle,
+        });
+    }
+    // Pack-GQA Q, rank 5: heads split into (kv_heads, G); a box covers G heads x
+    // box_rows / G positions. Its strides are the rank-4 ones rearranged: {head, row,
+    // G x head, batch}.
+    let heads = global_dims[2];
+    if heads % u64::from(g) != 0 {
+        return Err(broken(b, TmaRule::DimRange, format!("heads (not a multiple of the pack group {g})"), heads));
+    }
+    if b.box_rows % g != 0 {
+        return Err(broken(b, TmaRule::BoxDim, format!("box_rows (not a multiple of the pack group {g})"), u64::from(b.box_rows)));
+    }
+    let [row_stride, head_stride, batch_stride] = global_strides;
+    let group_stride = head_stride.saturating_mul(u64::from(g));
+    if group_stride >= MAX_GLOBAL_STRIDE {
+        return Err(broken(b, TmaRule::StrideRange, "globalStrides[2] (G x head stride, bytes)", group_stride));
+    }
     Ok(TmaEncode {
         param: b.param.clone(),
         tensor: b.tensor.clone(),
         data_type,
         global_address: desc.addr,
-        global_dims,
-        global_strides,
-        box_dims: [b.box_cols, b.box_rows, 1, 1],
-        element_strides: [1; 4],
+        rank: 5,
+        global_dims: [global_dims[0], u64::from(g), global_dims[1], heads / u64::from(g), global_dims[3]],
+        global_strides: [head_stride, row_stride, group_stride, batch_stride],
+        box_dims: [b.box_cols, g, b.box_rows / g, 1, 1],
+        element_strides: [1; 5],
         swizzle,
     })
 }
@@ -298,14 +346,14 @@ pub fn encode(gpu: &Gpu, a: &TmaEncode) -> Result<TensorMapArg, RuntimeError> {
             TmaSwizzle::B64 => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_64B,
             TmaSwizzle::B128 => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
         };
-        // SAFETY: `map` is a writable, suitably aligned CUtensorMap; the arrays hold
-        // rank (4) and rank - 1 (3) entries as the call reads; the driver only records
+        // SAFETY: `map` is a writable, suitably aligned CUtensorMap; the arrays hold at
+        // least rank (≤ 5) and rank - 1 entries as the call reads; the driver only records
         // the global address (nothing is dereferenced at encode time).
         let r = unsafe {
             sys::cuTensorMapEncodeTiled(
                 &mut map,
                 data_type,
-                4,
+                a.rank,
                 a.global_address as *mut std::ffi::c_void,
                 a.global_dims.as_ptr(),
                 a.global_strides.as_ptr(),
@@ -330,7 +378,7 @@ mod tests {
     use super::*;
 
     fn bx(tensor: &str, cols: u32, rows: u32, swizzle: u32) -> TmaBox {
-        TmaBox { param: format!("tmap_{tensor}"), tensor: tensor.into(), box_cols: cols, box_rows: rows, swizzle_bytes: swizzle }
+        TmaBox { param: format!("tmap_{tensor}"), tensor: tensor.into(), box_cols: cols, box_rows: rows, swizzle_bytes: swizzle, pack_group: 1 }
     }
 
     fn rule(r: Result<TmaEncode, ValidationError>) -> TmaRule {
@@ -349,10 +397,10 @@ mod tests {
         assert_eq!(e.param, "tmap_q");
         assert_eq!(e.data_type, TmaDataType::Bfloat16);
         assert_eq!(e.global_address, BASE);
-        assert_eq!(e.global_dims, [128, 1000, 8, 2]);
-        assert_eq!(e.global_strides, [8 * 128 * 2, 128 * 2, 1000 * 8 * 128 * 2]);
-        assert_eq!(e.box_dims, [64, 128, 1, 1]);
-        assert_eq!(e.element_strides, [1, 1, 1, 1]);
+        assert_eq!(e.dims().0, [128, 1000, 8, 2]);
+        assert_eq!(e.dims().1, [8 * 128 * 2, 128 * 2, 1000 * 8 * 128 * 2]);
+        assert_eq!(e.dims().2, [64, 128, 1, 1]);
+        assert_eq!(e.element_strides[..4], [1, 1, 1, 1]);
         assert_eq!(e.swizzle, TmaSwizzle::B128);
         let text = e.to_string();
         assert!(text.contains("globalDim=[128, 1000, 8, 2]") && text.contains("swizzle=128B"), "{text}");
@@ -364,9 +412,9 @@ mod tests {
         let d = TensorDesc::contiguous(ElemType::F16, &[3, 333, 2, 64], BASE + 256, 0);
         let e = encode_args(&bx("k", 32, 176, 64), &d).expect("encodes");
         assert_eq!(e.data_type, TmaDataType::Float16);
-        assert_eq!(e.global_dims, [64, 333, 2, 3]);
-        assert_eq!(e.global_strides, [2 * 64 * 2, 64 * 2, 333 * 2 * 64 * 2]);
-        assert_eq!(e.box_dims, [32, 176, 1, 1]);
+        assert_eq!(e.dims().0, [64, 333, 2, 3]);
+        assert_eq!(e.dims().1, [2 * 64 * 2, 64 * 2, 333 * 2 * 64 * 2]);
+        assert_eq!(e.dims().2, [32, 176, 1, 1]);
         assert_eq!(e.swizzle, TmaSwizzle::B64);
     }
 
@@ -383,14 +431,14 @@ mod tests {
             device: 0,
         };
         let e = encode_args(&bx("k", 64, 128, 128), &d).expect("encodes");
-        assert_eq!(e.global_strides, [(3 * h * dd * 2) as u64, (dd * 2) as u64, (s * 3 * h * dd * 2) as u64]);
+        assert_eq!(e.dims().1, [(3 * h * dd * 2) as u64, (dd * 2) as u64, (s * 3 * h * dd * 2) as u64]);
     }
 
     #[test]
     fn varlen_is_batch_one() {
         let d = TensorDesc::contiguous(ElemType::Bf16, &[777, 8, 128], BASE, 0);
         let e = encode_args(&bx("q", 64, 128, 128), &d).expect("encodes");
-        assert_eq!(e.global_dims, [128, 777, 8, 1]);
+        assert_eq!(e.dims().0, [128, 777, 8, 1]);
         let batch = e.global_strides[2];
         assert_eq!(e.global_strides[..2], [8 * 128 * 2, 128 * 2]);
         assert!(batch % 16 == 0 && (777 * 8 * 128 * 2..MAX_GLOBAL_STRIDE).contains(&batch), "{batch}");
@@ -437,7 +485,7 @@ mod tests {
 
         // seqlen 0: no tile is ever loaded; encoded over one row.
         let empty_seq = TensorDesc::contiguous(ElemType::Bf16, &[2, 0, 8, 128], BASE, 0);
-        assert_eq!(encode_args(&b, &empty_seq).map(|e| e.global_dims), Ok([128, 1, 8, 2]));
+        assert_eq!(encode_args(&b, &empty_seq).map(|e| e.dims().0.to_vec()), Ok(vec![128, 1, 8, 2]));
         let zero_heads = TensorDesc::contiguous(ElemType::Bf16, &[2, 10, 0, 128], BASE, 0);
         assert_eq!(rule(encode_args(&b, &zero_heads)), TmaRule::DimRange);
         let f32 = TensorDesc::contiguous(ElemType::F32, &[2, 100, 8, 128], BASE, 0);
@@ -469,5 +517,25 @@ mod tests {
         let b = TensorMapArg(words).to_bytes();
         assert_eq!(b[..8], 0x0102_0304_0506_0708u64.to_ne_bytes());
         assert_eq!(b[120..], [0xff; 8]);
+    }
+
+    #[test]
+    fn pack_gqa_q_is_rank_5() {
+        // Q [2, 1000, 8 heads = 2 kv x G 4, 128] bf16, box 64 cols x 128 rows = 4 heads x 32.
+        let q = TensorDesc::contiguous(ElemType::Bf16, &[2, 1000, 8, 128], BASE, 0);
+        let b = TmaBox { pack_group: 4, ..bx("q", 64, 128, 128) };
+        let e = encode_args(&b, &q).expect("encodes");
+        assert_eq!(e.rank, 5);
+        assert_eq!(e.dims().0, [128, 4, 1000, 2, 2]);
+        let (row, head, batch) = (8 * 128 * 2, 128 * 2, 1000 * 8 * 128 * 2);
+        assert_eq!(e.dims().1, [head, row, 4 * head, batch]);
+        assert_eq!(e.dims().2, [64, 4, 32, 1, 1]);
+        assert!(e.to_string().contains("tensorRank=5"));
+        // Heads that are not whole groups, and boxes that are not whole groups, are refused.
+        let odd = TensorDesc::contiguous(ElemType::Bf16, &[2, 1000, 6, 128], BASE, 0);
+        assert_eq!(rule(encode_args(&b, &odd)), TmaRule::DimRange);
+        let b3 = TmaBox { pack_group: 3, ..bx("q", 64, 128, 128) };
+        let q9 = TensorDesc::contiguous(ElemType::Bf16, &[2, 1000, 9, 128], BASE, 0);
+        assert_eq!(rule(encode_args(&b3, &q9)), TmaRule::BoxDim);
     }
 }

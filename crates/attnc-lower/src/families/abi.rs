@@ -32,7 +32,8 @@ pub fn describe(params: &[(String, ParamTy)]) -> Vec<String> {
 }
 
 /// One TMA tensor map a kernel takes by value (`ParamTy::TensorMap`), as the runtime
-/// must encode it with `cuTensorMapEncodeTiled` from the launch's tensor: rank 4 over
+/// must encode it with `cuTensorMapEncodeTiled` from the launch's tensor: rank 4 (or 5,
+/// see `pack_group`) over
 /// `[batch, seqlen, heads, d]`, innermost first (`{d, seqlen, heads, batch}`; with varlen
 /// the packed `[total, heads, d]` tensor as batch 1), strides in bytes, elementStrides 1,
 /// no interleave, out-of-bounds elements read as zero.
@@ -48,4 +49,13 @@ pub struct TmaBox {
     pub box_rows: u32,
     /// `CU_TENSOR_MAP_SWIZZLE_*` span in bytes: 0 (none), 32, 64 or 128.
     pub swizzle_bytes: u32,
+    /// 1: the rank-4 map above. G > 1 (pack-GQA Q): rank 5 over
+    /// `{d, G, seqlen, kv_heads, batch}` with the box `{box_cols, G, box_rows / G, 1, 1}`,
+    /// so one box holds `box_rows / G` positions of all G heads of a KV group.
+    #[serde(default = "one")]
+    pub pack_group: u32,
+}
+
+fn one() -> u32 {
+    1
 }

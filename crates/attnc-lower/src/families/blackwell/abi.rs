@@ -147,17 +147,21 @@ pub fn tensor_maps(spec: &attnc_ir::Spec) -> Vec<TensorMapSpec> {
         .collect()
 }
 
-/// The tensor maps in the runtime's encoding terms. Pack-GQA Q (rank 5) has no
-/// `TmaBox` form yet; the runtime refuses to launch this family anyway (dispatch.rs).
+/// The tensor maps in the runtime's encoding terms: rank 4, or for pack-GQA Q rank 5
+/// with `pack_group` G (box `{64, G, rows / G, 1, 1}` = `box_rows` G x rows / G).
 pub fn tma_boxes(spec: &attnc_ir::Spec) -> Vec<crate::families::abi::TmaBox> {
     tensor_maps(spec)
         .into_iter()
-        .map(|t| crate::families::abi::TmaBox {
-            param: t.param,
-            tensor: t.tensor,
-            box_cols: t.box_dims[0],
-            box_rows: t.box_dims[1],
-            swizzle_bytes: 128,
+        .map(|t| {
+            let packed = t.box_dims.len() == 5;
+            crate::families::abi::TmaBox {
+                param: t.param,
+                tensor: t.tensor,
+                box_cols: t.box_dims[0],
+                box_rows: if packed { t.box_dims[1] * t.box_dims[2] } else { t.box_dims[1] },
+                swizzle_bytes: 128,
+                pack_group: if packed { t.box_dims[1] } else { 1 },
+            }
         })
         .collect()
 }

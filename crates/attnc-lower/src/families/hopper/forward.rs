@@ -59,7 +59,7 @@ pub fn tma_boxes(cfg: &Config) -> Vec<TmaBox> {
     }
     ["k", "v"]
         .into_iter()
-        .map(|t| TmaBox { param: format!("tmap_{t}"), tensor: t.into(), box_cols: BOX_COLS, box_rows: cfg.block_n, swizzle_bytes: 128 })
+        .map(|t| TmaBox { param: format!("tmap_{t}"), tensor: t.into(), box_cols: BOX_COLS, box_rows: cfg.block_n, swizzle_bytes: 128, pack_group: 1 })
         .collect()
 }
 
@@ -976,8 +976,7 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         let ltid = kb.opaque_i32(ltid, "ltid_epilogue")?;
         let rows = self.thread_rows(kb, cta, ltid, consumer)?;
         let quad_col = kb.and(ltid, kb.i32c(3), "quad_col")?;
-        for half in 0..2usize {
-            let row = rows[half];
+        for (half, &row) in rows.iter().enumerate() {
             let l = kb.get_f(st.l[half], "")?;
             let l = kb.fadd(l, kb.shfl_xor_f32(l, 1, "")?, "")?;
             let l = kb.fadd(l, kb.shfl_xor_f32(l, 2, "")?, "l_total")?;

@@ -6,6 +6,7 @@
 //!
 //! - [`forward`]: the kernel; [`config`]: tiles, roles, shared-memory layout;
 //! - [`desc`]: the wgmma shared-memory matrix descriptor.
+//!
 //! Split-KV reuses the portable family's combine kernel.
 
 pub mod config;
