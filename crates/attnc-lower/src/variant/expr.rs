@@ -71,6 +71,32 @@ pub struct ElemVars<'ctx> {
 const LOG2E: f64 = std::f64::consts::LOG2_E;
 const LN2: f64 = std::f64::consts::LN_2;
 
+/// Whether one element of a partial tile is allowed: its key inside seqlen_k and the
+/// spec's mask predicate (if any) true. What every family computes per element of a
+/// tile the analysis could not classify as full.
+pub fn allowed<'ctx>(kb: &Kb<'ctx>, spec: &Spec, predicate: Option<&Expr>, vars: &ElemVars<'ctx>, args: &VariantArgs<'ctx>) -> R<IntValue<'ctx>> {
+    let inside = kb.icmp(inkwell::IntPredicate::SLT, vars.k, vars.seqlen_k, "k_in_bounds")?;
+    match predicate {
+        Some(p) => kb.and(inside, gen(kb, spec, p, vars, args)?.int(), "allowed"),
+        None => Ok(inside),
+    }
+}
+
+/// A raw score after the spec's score modification `m`, in log2 units:
+/// `m(raw · scale) · log2 e`.
+pub fn modded_score_log2<'ctx>(
+    kb: &Kb<'ctx>,
+    spec: &Spec,
+    m: &Expr,
+    raw: FloatValue<'ctx>,
+    vars: ElemVars<'ctx>,
+    args: &VariantArgs<'ctx>,
+) -> R<FloatValue<'ctx>> {
+    let score = kb.fmul(raw, kb.f32c(spec.scale_value()), "score")?;
+    let modded = gen(kb, spec, m, &ElemVars { score: Some(score), ..vars }, args)?.float();
+    kb.fmul(modded, kb.f32c(LOG2E), "s_log2")
+}
+
 /// Emits `e` for one element.
 pub fn gen<'ctx>(kb: &Kb<'ctx>, spec: &Spec, e: &Expr, vars: &ElemVars<'ctx>, args: &VariantArgs<'ctx>) -> R<Val<'ctx>> {
     Ok(match &e.kind {

@@ -2,6 +2,7 @@
 //! per-batch sequence lengths. All offsets are in elements, i64; strides come from the
 //! launch so any row-major view with unit stride in the head dimension works.
 
+use super::expr::ElemVars;
 use crate::llvm::kb::{Kb, R};
 use attnc_ir::{KvLayout, Spec};
 use inkwell::values::IntValue;
@@ -45,6 +46,14 @@ pub struct BatchView<'ctx> {
 fn load_i32_at<'ctx>(kb: &Kb<'ctx>, base: IntValue<'ctx>, idx: IntValue<'ctx>, name: &str) -> R<IntValue<'ctx>> {
     let off = kb.mul(kb.sext64(idx, "")?, kb.i64c(4), "")?;
     kb.ld_global_i32(kb.add(base, off, "")?, name)
+}
+
+impl<'ctx> BatchView<'ctx> {
+    /// The per-element variables of query `q` (head `h`, KV head `hkv`) against key `k`
+    /// of this batch entry, without a score.
+    pub fn elem_vars(&self, hkv: IntValue<'ctx>, q: IntValue<'ctx>, h: IntValue<'ctx>, k: IntValue<'ctx>) -> ElemVars<'ctx> {
+        ElemVars { b: self.b, h, hkv, q, k, seqlen_q: self.seqlen_q, seqlen_k: self.seqlen_k, score: None }
+    }
 }
 
 /// Reads the lengths of batch entry `b`.

@@ -25,7 +25,7 @@ use crate::families::KernelInfo;
 use crate::llvm::kb::{Kb, Slot, R};
 use crate::llvm::tcgen05::Acc;
 use crate::llvm::wgmma::WgmmaType;
-use crate::variant::expr::{self as vexpr, ElemVars, VariantArgs};
+use crate::variant::expr::{self as vexpr, VariantArgs};
 use crate::variant::layout::{batch_view, lse_offset, partial_row, q_row_offset, BatchView, LayoutArgs};
 use crate::variant::softmax::{exp2_emulated, finalize_row, max_update};
 use crate::variant::tiles::KeyTiles;
@@ -272,19 +272,7 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             KvLayout::Varlen => (cta.bv.k_start.unwrap_or_else(|| kb.i32c(0)), kb.i32c(0)),
             _ => (kb.i32c(0), cta.bv.b),
         };
-        let tile = kb.slot_i32("p_tile", begin)?;
-        let pos = kb.slot_i32("p_pos", kb.i32c(0))?;
-        kb.while_loop(
-            "produce",
-            |kb| {
-                let t = kb.get_i(tile, "")?;
-                kb.icmp(IntPredicate::SLT, t, end, "")
-            },
-            |kb| {
-                let t = kb.get_i(tile, "t")?;
-                let p = kb.get_i(pos, "pos")?;
-                let (slot, parity) = self.ring(kb, p)?;
-                let free_parity = kb.xor(parity, kb.i32c(1), "")?;
+        self.produce_tiles(kb, &tiles, begin, end, "produce", |kb, t, slot, free_parity| {
                 let row = kb.add(row_base, kb.mul(t, kb.i32c(cfg.block_n as i64), "")?, "key_row")?;
                 for (which, tmap, full, empty, d, base, per) in [
                     ("K", tmap_k, RingBar::FullK, RingBar::EmptyK, spec.head_dim_qk, layout.k, layout.k_per_stage),
@@ -301,6 +289,35 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                         kb.tma_load_4d(dst, tmap, [kb.i32c((cb * BOX_COLS) as i64), row, cta.hkv, batch_coord], f)?;
                     }
                 }
+                Ok(())
+        })
+    }
+
+    /// The producer's walk: for each non-empty key tile in `[begin, end)` (the
+    /// consumers' sequence), `body(tile, ring slot, parity that means the slot is free)`.
+    fn produce_tiles(
+        &self,
+        kb: &mut Kb<'ctx>,
+        tiles: &KeyTiles<'_, 'ctx>,
+        begin: IntValue<'ctx>,
+        end: IntValue<'ctx>,
+        name: &str,
+        body: impl FnOnce(&mut Kb<'ctx>, IntValue<'ctx>, IntValue<'ctx>, IntValue<'ctx>) -> R<()>,
+    ) -> R<()> {
+        let tile = kb.slot_i32("p_tile", begin)?;
+        let pos = kb.slot_i32("p_pos", kb.i32c(0))?;
+        kb.while_loop(
+            name,
+            |kb| {
+                let t = kb.get_i(tile, "")?;
+                kb.icmp(IntPredicate::SLT, t, end, "")
+            },
+            |kb| {
+                let t = kb.get_i(tile, "t")?;
+                let p = kb.get_i(pos, "pos")?;
+                let (slot, parity) = self.ring(kb, p)?;
+                let free_parity = kb.xor(parity, kb.i32c(1), "free_parity")?;
+                body(kb, t, slot, free_parity)?;
                 let next = tiles.next_nonempty(kb, kb.add(t, kb.i32c(1), "")?, end, "p_next")?;
                 kb.set(tile, next)?;
                 kb.set(pos, kb.add(p, kb.i32c(1), "")?)
@@ -315,7 +332,7 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
     /// together before the slot wait), then the warp copies 4 rows × 128 bytes per
     /// cp.async round, the offsets exchanged by shuffles; rows past seqlen_k are zero-filled (src-size 0), so no stale page
     /// content reaches P·V. Each lane's `cp.async.mbarrier.arrive.noinc` completes the
-    /// full barrier (count 32) when its copies land.
+    /// full barrier (count 64: the two warps of its tensor) when its copies land.
     fn producer_gather(&self, kb: &mut Kb<'ctx>, tensor: KvTensor, half: u32) -> R<()> {
         let spec = self.spec;
         let cfg = self.cfg;
@@ -328,19 +345,7 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         let k_base = self.args.int("k")?;
         let v_base = self.args.int("v")?;
         let bn = cfg.block_n as i64;
-        let tile = kb.slot_i32("p_tile", begin)?;
-        let pos = kb.slot_i32("p_pos", kb.i32c(0))?;
-        kb.while_loop(
-            "gather",
-            |kb| {
-                let t = kb.get_i(tile, "")?;
-                kb.icmp(IntPredicate::SLT, t, end, "")
-            },
-            |kb| {
-                let t = kb.get_i(tile, "t")?;
-                let p = kb.get_i(pos, "pos")?;
-                let (slot, parity) = self.ring(kb, p)?;
-                let free_parity = kb.xor(parity, kb.i32c(1), "")?;
+        self.produce_tiles(kb, &tiles, begin, end, "gather", |kb, t, slot, free_parity| {
                 let n0 = kb.mul(t, kb.i32c(bn), "n0")?;
                 let lane = kb.and(kb.opaque_i32(kb.sreg("tid.x", "")?, "")?, kb.i32c(31), "lane")?;
                 let sub_row = kb.udiv(lane, kb.i32c(8), "sub_row")?;
@@ -394,11 +399,8 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                     }
                     kb.cp_async_mbar_arrive_noinc(self.ring_bar(kb, cta.smem, full, slot)?)?;
                 }
-                let next = tiles.next_nonempty(kb, kb.add(t, kb.i32c(1), "")?, end, "p_next")?;
-                kb.set(tile, next)?;
-                kb.set(pos, kb.add(p, kb.i32c(1), "")?)
-            },
-        )
+                Ok(())
+        })
     }
 
     /// Waits for a full barrier; after a cp.async gather, orders those (generic-proxy)
@@ -823,19 +825,7 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                 let (i, e) = (idx / 4, idx % 4);
                 let row = rows[e / 2];
                 let col = kb.add(col_base, kb.i32c((8 * i + e % 2) as i64), "k_pos")?;
-                let score = kb.fmul(*v, kb.f32c(scale), "score")?;
-                let vars = ElemVars {
-                    b: cta.bv.b,
-                    h: row.h,
-                    hkv: cta.hkv,
-                    q: row.q,
-                    k: col,
-                    seqlen_q: cta.bv.seqlen_q,
-                    seqlen_k: cta.bv.seqlen_k,
-                    score: Some(score),
-                };
-                let modded = vexpr::gen(kb, spec, m, &vars, &cta.va)?.float();
-                *v = kb.fmul(modded, kb.f32c(LOG2E), "s_log2")?;
+                *v = vexpr::modded_score_log2(kb, spec, m, *v, cta.bv.elem_vars(cta.hkv, row.q, row.h, col), &cta.va)?;
             }
         }
         let apply_mask = |kb: &mut Kb<'ctx>, s: &mut Vec<FloatValue<'ctx>>| -> R<()> {
@@ -849,21 +839,8 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                 let (i, e) = (idx / 4, idx % 4);
                 let row = rows[e / 2];
                 let col = kb.add(col_base, kb.i32c((8 * i + e % 2) as i64), "k_pos")?;
-                let mut allowed = kb.icmp(IntPredicate::SLT, col, cta.bv.seqlen_k, "k_in_bounds")?;
-                if let Some(p) = &predicate {
-                    let vars = ElemVars {
-                        b: cta.bv.b,
-                        h: row.h,
-                        hkv: cta.hkv,
-                        q: row.q,
-                        k: col,
-                        seqlen_q: cta.bv.seqlen_q,
-                        seqlen_k: cta.bv.seqlen_k,
-                        score: None,
-                    };
-                    let m = vexpr::gen(kb, spec, p, &vars, &cta.va)?.int();
-                    allowed = kb.and(allowed, m, "allowed")?;
-                }
+                let vars = cta.bv.elem_vars(cta.hkv, row.q, row.h, col);
+                let allowed = vexpr::allowed(kb, spec, predicate.as_ref(), &vars, &cta.va)?;
                 *v = kb.select_f(allowed, *v, kb.f32c(f64::NEG_INFINITY), "s_masked")?;
             }
             Ok(())

@@ -22,7 +22,7 @@ use super::abi::{self, Args};
 use super::config::Config;
 use crate::families::KernelInfo;
 use crate::llvm::kb::{Kb, Slot, R};
-use crate::variant::expr::{self as vexpr, ElemVars, VariantArgs};
+use crate::variant::expr::{self as vexpr, VariantArgs};
 use crate::variant::tiles::KeyTiles;
 use crate::variant::layout::{batch_view, kv_row_offsets, lse_offset, partial_row, q_row_offset, BatchView, LayoutArgs, Strides};
 use crate::variant::softmax::{exp2_emulated, finalize_row, max_update};
@@ -443,25 +443,11 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                         let idx = half * 2 + e;
                         let raw = s[mt][nt][idx];
                         let col = kb.add(col_base, kb.i32c((nt * 8 + e) as i64), "k_pos")?;
-                        let (rq, rh) = row.map(|r| (r.q, r.h)).unwrap_or((col, col));
-                        let vars = ElemVars {
-                            b: self.bv.b,
-                            h: rh,
-                            hkv: self.hkv,
-                            q: rq,
-                            k: col,
-                            seqlen_q: self.bv.seqlen_q,
-                            seqlen_k: self.bv.seqlen_k,
-                            score: None,
-                        };
-                        let v = match &spec.score_mod {
-                            None => kb.fmul(raw, kb.f32c(scale * LOG2E), "s_log2")?,
-                            Some(m) => {
-                                let score = kb.fmul(raw, kb.f32c(scale), "score")?;
-                                let vars = ElemVars { score: Some(score), ..vars };
-                                let modded = vexpr::gen(kb, spec, m, &vars, &self.va)?.float();
-                                kb.fmul(modded, kb.f32c(LOG2E), "s_log2")?
+                        let v = match (&spec.score_mod, row) {
+                            (Some(m), Some(r)) => {
+                                vexpr::modded_score_log2(kb, spec, m, raw, self.bv.elem_vars(self.hkv, r.q, r.h, col), &self.va)?
                             }
+                            _ => kb.fmul(raw, kb.f32c(scale * LOG2E), "s_log2")?,
                         };
                         s[mt][nt][idx] = v;
                     }
@@ -501,21 +487,8 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                 for &((mt, nt, e), slot) in &s_slots {
                     let row = rows[mt * 2 + e / 2];
                     let col = kb.add(col_base, kb.i32c((nt * 8 + e % 2) as i64), "k_pos")?;
-                    let mut allowed = kb.icmp(IntPredicate::SLT, col, self.bv.seqlen_k, "k_in_bounds")?;
-                    if let Some(p) = &predicate {
-                        let vars = ElemVars {
-                            b: self.bv.b,
-                            h: row.h,
-                            hkv: self.hkv,
-                            q: row.q,
-                            k: col,
-                            seqlen_q: self.bv.seqlen_q,
-                            seqlen_k: self.bv.seqlen_k,
-                            score: None,
-                        };
-                        let m = vexpr::gen(kb, spec, p, &vars, &self.va)?.int();
-                        allowed = kb.and(allowed, m, "allowed")?;
-                    }
+                    let vars = self.bv.elem_vars(self.hkv, row.q, row.h, col);
+                    let allowed = vexpr::allowed(kb, spec, predicate.as_ref(), &vars, &self.va)?;
                     let v = kb.get_f(slot, "")?;
                     kb.set(slot, kb.select_f(allowed, v, kb.f32c(f64::NEG_INFINITY), "s_masked")?)?;
                 }
