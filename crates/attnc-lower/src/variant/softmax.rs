@@ -5,7 +5,7 @@
 
 use crate::llvm::kb::{Kb, R};
 use inkwell::values::{FloatValue, IntValue};
-use inkwell::{FloatPredicate, IntPredicate};
+use inkwell::FloatPredicate;
 
 /// Coefficients of p(f) = 1 + f·(C1 + f·(C2 + f·C3)) ≈ 2^f on [0, 1): a relative-error
 /// minimax fit with p(0) = 1 (Lawson iteration, rounded to f32); max relative error
@@ -16,20 +16,31 @@ pub const EXP2_POLY: [f32; 3] = [0.695_116_8, 0.227_644_85, 0.077_067_18];
 /// denormals to zero.
 pub const EXP2_MIN_EXPONENT: f32 = -127.0;
 
+/// 1.5·2^23: adding it to |x| < 2^22 leaves the integer part of x in the low mantissa
+/// bits (the ulp at this magnitude is 1), so the rounding mode of the add picks floor.
+pub const EXP2_ROUND_MAGIC: f32 = 12_582_912.0;
+
 /// Emits the emulated 2^x: Cody-Waite split x = j + f (j = floor x), a degree-3
 /// polynomial for 2^f in FMAs, and j added to the exponent field.
+///
+/// Every step stays off the conversion/MUFU pipe, which is the point of emulating: floor
+/// comes from `add.rm` of 1.5·2^23 (FADD), the integer j is the low bits of that sum
+/// (its `<< 23` drops the magic's own bits), and the underflow test is a float compare.
+/// `cvt.rmi`/`cvt.rzi` would issue as FRND/F2I on the same quarter-rate pipe as MUFU.EX2
+/// and cost two slow ops to save one.
 pub fn exp2_emulated<'ctx>(kb: &Kb<'ctx>, x: FloatValue<'ctx>) -> R<FloatValue<'ctx>> {
     let xc = kb.fmax(x, kb.f32c(EXP2_MIN_EXPONENT as f64), "exp2e.x")?;
-    let j = kb.asm_f32_1("cvt.rmi.f32.f32 $0, $1;", xc, "exp2e.j")?;
+    let t = kb.asm_f32_1("add.rm.f32 $0, $1, 0f4B400000;", xc, "exp2e.t")?;
+    let j = kb.fsub(t, kb.f32c(EXP2_ROUND_MAGIC as f64), "exp2e.j")?;
     let f = kb.fsub(xc, j, "exp2e.f")?;
     let [c1, c2, c3] = EXP2_POLY;
     let p = kb.fma(kb.f32c(c3 as f64), f, kb.f32c(c2 as f64), "")?;
     let p = kb.fma(p, f, kb.f32c(c1 as f64), "")?;
     let p = kb.fma(p, f, kb.f32c(1.0), "exp2e.p")?;
-    let ji = kb.f_to_si(j, "")?;
-    let bits = kb.add(kb.f_bits(p, "")?, kb.shl(ji, kb.i32c(23), "")?, "")?;
+    let exponent = kb.shl(kb.f_bits(t, "")?, kb.i32c(23), "exp2e.jexp")?;
+    let bits = kb.add(kb.f_bits(p, "")?, exponent, "")?;
     let r = kb.bits_f(bits, "")?;
-    let underflow = kb.icmp(IntPredicate::SLT, ji, kb.i32c(-126), "")?;
+    let underflow = kb.fcmp(FloatPredicate::OLT, xc, kb.f32c(EXP2_MIN_EXPONENT as f64 + 1.0), "")?;
     kb.select_f(underflow, kb.f32c(0.0), r, "exp2e")
 }
 
@@ -125,16 +136,17 @@ pub fn finalize_row<'ctx>(
 pub fn exp2_emulated_model(x: f32) -> f32 {
     // max.f32 ignores NaN like f32::max.
     let xc = x.max(EXP2_MIN_EXPONENT);
-    let j = xc.floor();
+    // add.rm: the exact sum rounded toward -inf; for xc in [-127, 2^22) that is the
+    // integer 1.5·2^23 + floor(xc), which f32 represents exactly.
+    let t = EXP2_ROUND_MAGIC + xc.floor();
+    let j = t - EXP2_ROUND_MAGIC;
     let f = xc - j;
     let [c1, c2, c3] = EXP2_POLY;
     let p = c3.mul_add(f, c2);
     let p = p.mul_add(f, c1);
     let p = p.mul_add(f, 1.0);
-    // cvt.rzi.s32.f32 saturates; j is integral here.
-    let ji = j as i32;
-    let r = f32::from_bits(p.to_bits().wrapping_add((ji as u32).wrapping_shl(23)));
-    if ji < -126 {
+    let r = f32::from_bits(p.to_bits().wrapping_add(t.to_bits().wrapping_shl(23)));
+    if xc < EXP2_MIN_EXPONENT + 1.0 {
         0.0
     } else {
         r
@@ -156,6 +168,33 @@ mod tests {
             max_rel = max_rel.max((got - want).abs() / want);
         }
         assert!(max_rel < 1.0e-4, "max relative error {max_rel}");
+    }
+
+    /// The magic-number floor gives exactly what floor + float-to-int conversion gives
+    /// (the sequence before, whose error table is in docs/results), on every input the
+    /// softmax produces, including the conditional-rescaling headroom above 0.
+    #[test]
+    fn magic_floor_matches_conversion_floor() {
+        let by_conversion = |x: f32| -> f32 {
+            let xc = x.max(EXP2_MIN_EXPONENT);
+            let j = xc.floor();
+            let f = xc - j;
+            let [c1, c2, c3] = EXP2_POLY;
+            let p = c3.mul_add(f, c2).mul_add(f, c1).mul_add(f, 1.0);
+            let ji = j as i32;
+            if ji < -126 {
+                0.0
+            } else {
+                f32::from_bits(p.to_bits().wrapping_add((ji as u32).wrapping_shl(23)))
+            }
+        };
+        for i in 0..=1_000_000 {
+            let x = -130.0 + 146.0 * i as f32 / 1.0e6;
+            assert_eq!(exp2_emulated_model(x).to_bits(), by_conversion(x).to_bits(), "x = {x}");
+        }
+        for x in [-127.0f32, -126.0, -126.5, -0.0, 0.0, 8.0, f32::NAN, f32::NEG_INFINITY, -1e30] {
+            assert_eq!(exp2_emulated_model(x).to_bits(), by_conversion(x).to_bits(), "x = {x}");
+        }
     }
 
     #[test]

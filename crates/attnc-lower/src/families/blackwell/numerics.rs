@@ -160,14 +160,14 @@ mod tests {
         assert!((t.emulated_bf16.mean - t.rounded_bf16.mean).abs() < 0.05 * t.rounded_bf16.mean, "{t}");
         assert_eq!(t.flushed, t.flush_band_inputs);
         if std::env::var_os("ATTNC_WRITE_RESULTS").is_some() {
-            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/results/2026-11-22-blackwell-exp2-emulation-error.md");
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/results/2026-11-23-blackwell-exp2-emulation-error.md");
             let doc = format!(
                 "# Blackwell family: exp2 emulation accuracy (FA4 Table 2)\n\n\
-                 Date: 2026-11-22. Device: none (CPU model). Command: \
+                 Date: 2026-11-23. Device: none (CPU model). Command: \
                  `ATTNC_WRITE_RESULTS=1 cargo test -p attnc-lower exp2_emulation_error_on_4m_inputs`.\n\n\
                  The model is `variant::softmax::exp2_emulated_model`, operation for operation the f32 \
-                 sequence the kernels emit (max, cvt.rmi, sub, 3 fma, cvt.rzi, shift, integer add, select), \
-                 so these are the GPU's numbers for the emulated fraction of each row. MUFU.EX2 cannot be \
+                 sequence the kernels emit (max; add.rm of 1.5*2^23 for the floor; 2 sub; 3 fma; shift of \
+                 the sum's bits; integer add; compare and select: no conversion-pipe op), so these are the GPU's numbers for the emulated fraction of each row. MUFU.EX2 cannot be \
                  modelled on a CPU; the correctly rounded f32 exp2 rows are a lower bound for it (NVIDIA \
                  documents ex2.approx.f32 at max 2 ulp).\n\n{t}\n\
                  Reading: at f32 the degree-3 polynomial is ~1000x less accurate than a correctly rounded \
@@ -175,7 +175,10 @@ mod tests {
                  are within bf16's relative half-ulp (2^-8 = 3.9e-3) with the same mean: the emulation costs no \
                  accuracy in what the tensor core consumes, as the FA4 paper reports. fp16 keeps 11 \
                  significant bits, so there the polynomial's error shows: its max after fp16 rounding is \
-                 somewhat above the correctly rounded one (see the table), still far below bf16's.\n"
+                 somewhat above the correctly rounded one (see the table), still far below bf16's.\n\n\
+                 The 2026-11-22 file measured the earlier sequence (cvt.rmi floor, cvt.rzi exponent); \
+                 `variant::softmax::tests::magic_floor_matches_conversion_floor` shows the two give \
+                 bit-identical results, and the numbers here are the same.\n"
             );
             std::fs::write(&path, doc).expect("write results");
         }

@@ -171,13 +171,14 @@ fn every_accepted_example_assembles_within_the_model() {
             Err(e) => panic!("{}: {e}", spec.name),
         };
         table.push_str(&format!(
-            "{:<22} regs {:>3} spill {:>3} regions {:?} MUFU.EX2 {:>3} FRND {:>3}\n",
+            "{:<22} regs {:>3} spill {:>3} regions {:?} MUFU.EX2 {:>3} FADD.RM {:>3} FRND/F2I {:>3}\n",
             spec.name,
             v.registers,
             v.spill_bytes,
             v.regions.iter().map(|r| (r.budget, r.max_reg)).collect::<Vec<_>>(),
             v.mufu_ex2,
-            v.frnd_floor
+            v.emulated_floor,
+            v.conversions
         ));
         for p in verify::problems(spec, &cfg, &v) {
             failures.push(format!("{}: {p}", spec.name));
@@ -186,6 +187,33 @@ fn every_accepted_example_assembles_within_the_model() {
     eprintln!("{table}");
     assert!(!specs.is_empty());
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The emulated exp2 runs on the FMA/ALU pipes only: emulating a quarter of each row adds
+/// `FADD.RM`s but not one conversion-pipe op (`FRND`, `F2I` share the quarter-rate pipe
+/// with `MUFU.EX2`, so using them would cost more than the MUFU op it replaces).
+#[test]
+fn emulated_exp2_adds_no_conversion_pipe_ops() {
+    let mut with = Spec::new("emulated", 128, 4);
+    with.softmax.exp2_emulation = 0.25;
+    let mut without = with.clone();
+    without.softmax.exp2_emulation = 0.0;
+    let mut seen = Vec::new();
+    for spec in [&with, &without] {
+        let m = compile(spec, Arch::Sm100a).expect("compile");
+        match verify::verify(&m.ptx) {
+            Ok(Some(v)) => seen.push(v),
+            Ok(None) => {
+                assert!(std::env::var_os("CI").is_none(), "CI must have ptxas and nvdisasm");
+                return;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(seen[0].emulated_floor, verify::expected_exp_counts(&with).0);
+    assert!(seen[0].emulated_floor > 0);
+    assert_eq!(seen[1].emulated_floor, 0);
+    assert_eq!(seen[0].conversions, seen[1].conversions, "the emulation added FRND/F2I");
 }
 
 /// The schedule summary (cycle model, TMEM map, roles, shared memory, mbarriers) of every

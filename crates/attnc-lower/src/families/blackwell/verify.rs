@@ -6,8 +6,8 @@
 //! (`llvm::tcgen05` tests): `tcgen05.mma` → `UTCHMMA`, `tcgen05.commit` → `UTCBAR`,
 //! `tcgen05.ld` → `LDTM`, `tcgen05.st` → `STTM`, `tcgen05.alloc` → `UTCATOMSWS`,
 //! `cp.async.bulk.tensor` → `UTMALDG`, `setmaxnreg` → `USETMAXREG`, mbarrier waits →
-//! `SYNCS.PHASECHK`, `ex2.approx` → `MUFU.EX2`, and the emulation's `cvt.rmi.f32.f32` →
-//! `FRND.FLOOR` (one per emulated exponential, nothing else in the kernel emits it).
+//! `SYNCS.PHASECHK`, `ex2.approx` → `MUFU.EX2`, and the emulation's `add.rm.f32` (its
+//! floor) → `FADD.RM` (one per emulated exponential, nothing else in the kernel emits it).
 
 use super::config::{Config, BLOCK_N};
 use super::forward::emulated_per_row;
@@ -147,7 +147,7 @@ pub fn softmax_copies(spec: &Spec) -> usize {
     }
 }
 
-/// Expected SASS counts of the exponential units: `FRND.FLOOR` = one per emulated
+/// Expected SASS counts of the exponential units: `FADD.RM` = one per emulated
 /// exponential, `MUFU.EX2` at least one per hardware exponential plus one rescale factor
 /// per copy (score mods, sinks and the epilogue may add a few).
 pub fn expected_exp_counts(spec: &Spec) -> (usize, usize) {
@@ -173,7 +173,10 @@ pub struct Verified {
     pub tmem_alloc: Vec<u32>,
     pub regions: Vec<RegionRegs>,
     pub mufu_ex2: usize,
-    pub frnd_floor: usize,
+    /// `FADD.RM`: the emulated exponentials' floors.
+    pub emulated_floor: usize,
+    /// `FRND` and `F2I`: conversion-pipe ops (none may come from the emulation).
+    pub conversions: usize,
     pub opcodes: BTreeMap<String, usize>,
 }
 
@@ -213,9 +216,9 @@ pub fn problems(spec: &Spec, cfg: &Config, v: &Verified) -> Vec<String> {
             p.push(format!("no {op} in the SASS"));
         }
     }
-    let (frnd, mufu_min) = expected_exp_counts(spec);
-    if v.frnd_floor != frnd {
-        p.push(format!("{} FRND.FLOOR (emulated exp2), expected {frnd}", v.frnd_floor));
+    let (emulated, mufu_min) = expected_exp_counts(spec);
+    if v.emulated_floor != emulated {
+        p.push(format!("{} FADD.RM (emulated exp2), expected {emulated}", v.emulated_floor));
     }
     // Extra MUFU.EX2: expression exps, sinks (2 per Q tile), at most a handful.
     if v.mufu_ex2 < mufu_min || v.mufu_ex2 > mufu_min + 8 {
@@ -246,7 +249,8 @@ pub fn verify(ptx: &str) -> Result<Option<Verified>, crate::ptxas::PtxasError> {
         tmem_alloc: ptx_tmem_allocs(ptx),
         regions: register_regions(&sass),
         mufu_ex2: count("MUFU.EX2"),
-        frnd_floor: count("FRND.FLOOR"),
+        emulated_floor: count("FADD.RM"),
+        conversions: count("FRND") + count("F2I"),
         opcodes: crate::ptxas::sass_opcode_counts(&sass),
     }))
 }
