@@ -613,6 +613,16 @@ pub fn disassemble(cubin: &[u8]) -> Result<String, PtxasError> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// The part of disassembly text that belongs to function `name` (from its
+/// `.section .text.<name>` to the next section), or `None` when it is not there.
+pub fn sass_function<'s>(sass: &'s str, name: &str) -> Option<&'s str> {
+    let header = format!(".text.{name},");
+    let start = sass.find(&header)?;
+    let rest = &sass[start + header.len()..];
+    let end = rest.find("\t.section").or_else(|| rest.find(" .section")).unwrap_or(rest.len());
+    Some(&rest[..end])
+}
+
 /// SASS opcodes (the mnemonic before the first `.`, e.g. `HMMA`, `LDGSTS`, `UTMALDG`) in
 /// disassembly text, with how often each occurs.
 pub fn sass_opcode_counts(sass: &str) -> std::collections::BTreeMap<String, usize> {

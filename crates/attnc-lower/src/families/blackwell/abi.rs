@@ -61,6 +61,12 @@ pub fn forward_params(spec: &attnc_ir::Spec) -> Vec<(String, ParamTy)> {
         add("cu_seqlens_q", Ptr);
         add("cu_seqlens_k", Ptr);
     }
+    if spec.split_kv != attnc_ir::SplitKv::None {
+        // The combine kernel's workspace (`variant::layout::partial_row`).
+        add("num_splits", I32);
+        add("o_partial", Ptr);
+        add("lse_partial", Ptr);
+    }
     if spec.sinks {
         add("sinks", Ptr);
     }

@@ -210,6 +210,10 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         let rows = kb.mul(self.seqlen_q, kb.i32c(self.packed_group()), "")?;
         let num_m = kb.ceil_div(rows, kb.i32c(TILE_ROWS as i64), "num_m_blocks")?;
         let total = kb.mul(kb.mul(num_m, kb.i32c(self.tile_heads() as i64), "")?, self.batch, "work_tiles")?;
+        let total = match self.num_splits()? {
+            Some(ns) => kb.mul(total, ns, "work_tiles_split")?,
+            None => total,
+        };
         Ok(Fwd {
             spec,
             cfg: self.cfg,
@@ -359,7 +363,12 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                 } else {
                     kb.i32c(1)
                 };
-                let mut wt = emit_tile_coords(kb, tt, num_m, heads, self.cfg.lpt, section, seqlen_q, seqlen_k)?;
+                let (inner, split) = match self.num_splits()? {
+                    Some(ns) => (kb.udiv(tt, ns, "tile_inner")?, kb.urem(tt, ns, "tile_split")?),
+                    None => (tt, kb.i32c(0)),
+                };
+                let mut wt = emit_tile_coords(kb, inner, num_m, heads, self.cfg.lpt, section, seqlen_q, seqlen_k)?;
+                wt.split = split;
                 if self.spec.kv_layout == KvLayout::Varlen {
                     // Packed sequences: this entry's lengths and first rows; the tensor
                     // maps span all rows (batch coordinate 0).
@@ -384,6 +393,14 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                 kb.set(t, kb.add(tt, step, "")?)
             },
         )
+    }
+
+    /// The runtime split count, when the spec has split-KV (1 means: write O itself).
+    fn num_splits(&self) -> R<Option<IntValue<'ctx>>> {
+        if self.spec.split_kv == attnc_ir::SplitKv::None {
+            return Ok(None);
+        }
+        Ok(Some(self.arg("num_splits")?))
     }
 
     fn hkv(&self, kb: &Kb<'ctx>, wt: &WorkTile<'ctx>) -> R<IntValue<'ctx>> {
@@ -454,25 +471,24 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
     }
 
     /// Walks the key tiles of `wt` that the mask does not rule out for its 256 rows,
-    /// last to first; `body(j, idx)` gets the tile index and its position among the
-    /// non-empty ones. Returns how many there were. Every role runs the same walk.
+    /// last to first, within the work tile's split share; `body(j, idx)` gets the tile
+    /// index and its position among the non-empty ones. Returns how many there were.
+    /// Every role runs the same walk.
     fn for_each_kv_tile(
         &self,
         kb: &mut Kb<'ctx>,
         wt: &WorkTile<'ctx>,
         body: impl FnOnce(&mut Kb<'ctx>, IntValue<'ctx>, IntValue<'ctx>) -> R<()>,
     ) -> R<IntValue<'ctx>> {
-        let n_tiles = self.kv_tiles(kb, wt)?;
-        let j = kb.slot_i32("kv_tile", kb.sub(n_tiles, kb.i32c(1), "")?)?;
+        let (lo, hi) = self.kv_range(kb, wt)?;
+        let j = kb.slot_i32("kv_tile", kb.sub(hi, kb.i32c(1), "")?)?;
         let idx = kb.slot_i32("kv_idx", kb.i32c(0))?;
-        let row0 = kb.mul(wt.m, kb.i32c(TILE_ROWS as i64), "row0")?;
-        let q_hi = kb.sub(kb.smin(kb.add(row0, kb.i32c(TILE_ROWS as i64), "")?, wt.rows, "")?, kb.i32c(1), "")?;
         let masked = self.spec.mask.to_predicate().is_some();
         kb.while_loop(
             "kv_tiles",
             |kb| {
                 let jj = kb.get_i(j, "")?;
-                kb.icmp(IntPredicate::SGE, jj, kb.i32c(0), "")
+                kb.icmp(IntPredicate::SGE, jj, lo, "")
             },
             |kb| {
                 let jj = kb.get_i(j, "j")?;
@@ -483,8 +499,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                     kb.set(idx, kb.add(i, kb.i32c(1), "")?)
                 };
                 if masked {
-                    let cls = self.classify(kb, wt, row0, q_hi, jj)?;
-                    let live = kb.not(cls.empty, "tile_live")?;
+                    let live = kb.not(self.tile_empty(kb, wt, jj)?, "tile_live")?;
                     kb.if_then(live, "kv_tile_live", run)?;
                 } else {
                     run(kb)?;
@@ -496,12 +511,67 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         kb.get_i(idx, "kv_count")
     }
 
+    /// Whether the mask rules out key tile `j` for all 256 rows of `wt`.
+    fn tile_empty(&self, kb: &Kb<'ctx>, wt: &WorkTile<'ctx>, j: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+        let row0 = kb.mul(wt.m, kb.i32c(TILE_ROWS as i64), "row0")?;
+        let q_hi = kb.sub(kb.smin(kb.add(row0, kb.i32c(TILE_ROWS as i64), "")?, wt.rows, "")?, kb.i32c(1), "")?;
+        Ok(self.classify(kb, wt, row0, q_hi, j)?.empty)
+    }
+
+    /// The key tiles `[lo, hi)` this work tile walks: all of them, or with split-KV the
+    /// split's share of the span from the first to the last tile the mask leaves
+    /// (equal shares of that span, as the other families cut it; a share may be empty,
+    /// and its partial then has LSE = −∞, which the combine ignores).
+    fn kv_range(&self, kb: &mut Kb<'ctx>, wt: &WorkTile<'ctx>) -> R<(IntValue<'ctx>, IntValue<'ctx>)> {
+        let n = self.kv_tiles(kb, wt)?;
+        let Some(ns) = self.num_splits()? else {
+            return Ok((kb.i32c(0), n));
+        };
+        let (first, stop) = if self.spec.mask.to_predicate().is_some() {
+            let first = kb.slot_i32("split_first", kb.i32c(0))?;
+            kb.while_loop(
+                "split_first",
+                |kb| {
+                    let f = kb.get_i(first, "")?;
+                    let inside = kb.icmp(IntPredicate::SLT, f, n, "")?;
+                    kb.and(inside, self.tile_empty(kb, wt, f)?, "")
+                },
+                |kb| {
+                    let f = kb.get_i(first, "")?;
+                    kb.set(first, kb.add(f, kb.i32c(1), "")?)
+                },
+            )?;
+            let first = kb.get_i(first, "first_live")?;
+            let stop = kb.slot_i32("split_stop", n)?;
+            kb.while_loop(
+                "split_stop",
+                |kb| {
+                    let t = kb.get_i(stop, "")?;
+                    let above = kb.icmp(IntPredicate::SGT, t, first, "")?;
+                    kb.and(above, self.tile_empty(kb, wt, kb.sub(t, kb.i32c(1), "")?)?, "")
+                },
+                |kb| {
+                    let t = kb.get_i(stop, "")?;
+                    kb.set(stop, kb.sub(t, kb.i32c(1), "")?)
+                },
+            )?;
+            (first, kb.get_i(stop, "stop_live")?)
+        } else {
+            (kb.i32c(0), n)
+        };
+        let per = kb.ceil_div(kb.sub(stop, first, "")?, ns, "tiles_per_split")?;
+        let lo = kb.smin(kb.add(first, kb.mul(wt.split, per, "")?, "")?, stop, "split_lo")?;
+        let hi = kb.smin(kb.add(lo, per, "")?, stop, "split_hi")?;
+        Ok((lo, hi))
+    }
+
     /// How many key tiles [`Fwd::for_each_kv_tile`] visits for `wt` (a separate loop, so
     /// roles that only need the count keep the classification's registers out of their
     /// main loop).
     fn count_kv_tiles(&self, kb: &mut Kb<'ctx>, wt: &WorkTile<'ctx>) -> R<IntValue<'ctx>> {
         if self.spec.mask.to_predicate().is_none() {
-            return self.kv_tiles(kb, wt);
+            let (lo, hi) = self.kv_range(kb, wt)?;
+            return kb.sub(hi, lo, "kv_count");
         }
         self.for_each_kv_tile(kb, wt, |_, _, _| Ok(()))
     }

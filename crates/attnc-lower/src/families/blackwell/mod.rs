@@ -74,9 +74,6 @@ pub fn kernel_unsupported_reason(spec: &Spec, arch: Arch) -> Option<String> {
             return Some("paged KV: not yet (plan: TMA when whole tiles sit in one page, cp.async row gather otherwise)".into())
         }
     }
-    if spec.split_kv != SplitKv::None {
-        return Some("split-KV: not yet (plan: per-split partials into the portable combine kernel)".into());
-    }
     None
 }
 
@@ -105,7 +102,13 @@ pub(crate) fn build_module(spec: &Spec, arch: Arch, cfg: &Config) -> Result<Comp
     let t0 = std::time::Instant::now();
     let ctx = Context::create();
     let mut kb = Kb::new(&ctx, &format!("attnc_{}", spec.name));
-    let kernels = vec![forward::build(&mut kb, spec, cfg, &kernel_name(spec, "fwd"))?];
+    let mut kernels = vec![forward::build(&mut kb, spec, cfg, &kernel_name(spec, "fwd"))?];
+    if spec.split_kv != SplitKv::None {
+        // Split partials go through the portable family's combine kernel (same workspace
+        // layout, `variant::layout::partial_row`).
+        let name = crate::families::portable::kernel_name(spec, "combine");
+        kernels.push(crate::families::portable::combine::build(&mut kb, spec, &name)?);
+    }
     let build_ms = t0.elapsed().as_secs_f64() * 1e3;
     let (llvm_ir, ptx, optimize_ms, codegen_ms) = emit_ptx(&kb.module, arch)?;
     let timings = CompileTimings { build_ms, optimize_ms, codegen_ms };

@@ -3,6 +3,8 @@
 //! batch entry). Every role of the CTA evaluates the same mapping, so they agree on the
 //! tile without communicating.
 //!
+//! - Split-KV multiplies the work tiles by the number of splits; the split is the
+//!   fastest coordinate (`t % num_splits`), so one m block's splits run side by side.
 //! - Plain order (no causal mask): m fastest, then head, then batch — CTAs running at the
 //!   same time share a head's K/V in L2.
 //! - LPT order (causal): longest-processing-time first. Heads are cut into sections
@@ -60,6 +62,8 @@ pub struct WorkTile<'ctx> {
     pub k_start: IntValue<'ctx>,
     /// The batch coordinate of the tensor maps (`b`, or 0 with varlen's packed rows).
     pub tma_b: IntValue<'ctx>,
+    /// Split-KV: which share of the key tiles this work tile owns (0 without splits).
+    pub split: IntValue<'ctx>,
 }
 
 /// Emits [`tile_coords`]; `section` is the runtime section size in heads (LPT only).
@@ -87,11 +91,11 @@ pub fn emit_tile_coords<'ctx>(
         let m_rev = kb.udiv(within, nh, "")?;
         let h = kb.add(h0, kb.urem(within, nh, "")?, "tile_h")?;
         let m = kb.sub(kb.sub(num_m, kb.i32c(1), "")?, m_rev, "tile_m")?;
-        Ok(WorkTile { m, h, b, rows: seqlen_q, seqlen_q, seqlen_k, q_start: kb.i32c(0), k_start: kb.i32c(0), tma_b: b })
+        Ok(WorkTile { m, h, b, rows: seqlen_q, seqlen_q, seqlen_k, q_start: kb.i32c(0), k_start: kb.i32c(0), tma_b: b, split: kb.i32c(0) })
     } else {
         let m = kb.urem(r, num_m, "tile_m")?;
         let h = kb.udiv(r, num_m, "tile_h")?;
-        Ok(WorkTile { m, h, b, rows: seqlen_q, seqlen_q, seqlen_k, q_start: kb.i32c(0), k_start: kb.i32c(0), tma_b: b })
+        Ok(WorkTile { m, h, b, rows: seqlen_q, seqlen_q, seqlen_k, q_start: kb.i32c(0), k_start: kb.i32c(0), tma_b: b, split: kb.i32c(0) })
     }
 }
 

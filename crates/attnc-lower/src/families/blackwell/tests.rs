@@ -24,6 +24,19 @@ fn variants() -> Vec<Spec> {
     f.dtype = attnc_ir::DType::Fp16;
     f.sinks = true;
     v.push(f);
+    // Split-KV: partials into the combine kernel; masked (the span of live tiles is cut)
+    // and unmasked with sinks (the combine adds them).
+    let mut sd = Spec::new("split_decode", 128, 32);
+    sd.kv_heads = 8;
+    sd.pack_gqa = true;
+    sd.mask.causal = Some(Align::BottomRight);
+    sd.split_kv = attnc_ir::SplitKv::Auto;
+    sd.lse = true;
+    v.push(sd);
+    let mut ss = Spec::new("split_sinks", 64, 8);
+    ss.split_kv = attnc_ir::SplitKv::Fixed(3);
+    ss.sinks = true;
+    v.push(ss);
     v
 }
 
@@ -56,6 +69,23 @@ fn ptx_has_the_pipeline_instructions() {
     }
 }
 
+/// A split-KV module holds the forward kernel (writing partials when num_splits > 1)
+/// and the portable combine kernel.
+#[test]
+fn split_kv_writes_partials_and_brings_the_combine_kernel() {
+    let spec = variants().into_iter().find(|s| s.name == "split_decode").expect("variant");
+    let m = compile(&spec, Arch::Sm100a).expect("compiles");
+    let names: Vec<&str> = m.kernels.iter().map(|k| k.name.as_str()).collect();
+    assert_eq!(names, ["attnc_split_decode_fwd", "attnc_split_decode_combine"]);
+    let params: Vec<String> = m.kernels[0].params.iter().map(|p| p.split(':').next().unwrap_or("").to_string()).collect();
+    for p in ["num_splits", "o_partial", "lse_partial"] {
+        assert!(params.iter().any(|x| x == p), "forward has no {p}: {params:?}");
+    }
+    for needle in ["store_partial", "split_lo", "split_hi"] {
+        assert!(m.llvm_ir.contains(needle), "no `{needle}` in the LLVM IR");
+    }
+}
+
 #[test]
 fn packed_gqa_loads_q_with_a_5d_box() {
     let spec = variants().into_iter().find(|s| s.pack_gqa).expect("a packed variant");
@@ -78,7 +108,7 @@ fn unsupported_variants_say_why() {
     assert_eq!(kernel_unsupported_reason(&s, Arch::Sm100a), None);
     assert!(unsupported_reason(&s, Arch::Sm90a).is_some());
     s.split_kv = SplitKv::Fixed(2);
-    assert!(unsupported_reason(&s, Arch::Sm100a).unwrap().contains("split"));
+    assert_eq!(kernel_unsupported_reason(&s, Arch::Sm100a), None);
     let mut p = Spec::new("x", 128, 8);
     p.kv_layout = KvLayout::Paged { page_size: 16 };
     assert!(unsupported_reason(&p, Arch::Sm100a).unwrap().contains("paged"));

@@ -240,18 +240,26 @@ pub fn verify(ptx: &str) -> Result<Option<Verified>, crate::ptxas::PtxasError> {
         Err(e) if e.is_not_found() => return Ok(None),
         Err(e) => return Err(e),
     };
-    let k = report.kernels.first().cloned().unwrap_or_default();
+    // The forward kernel (a split-KV module also holds the portable combine kernel).
+    let k = report
+        .kernels
+        .iter()
+        .find(|k| k.name.ends_with("_fwd"))
+        .or(report.kernels.first())
+        .cloned()
+        .unwrap_or_default();
+    let sass = crate::ptxas::sass_function(&sass, &k.name).unwrap_or(&sass);
     let count = |needle: &str| sass.lines().filter(|l| l.contains(needle)).count();
     Ok(Some(Verified {
         registers: k.registers,
         spill_bytes: report.total_spill_bytes(),
         smem_bytes: k.smem_bytes,
         tmem_alloc: ptx_tmem_allocs(ptx),
-        regions: register_regions(&sass),
+        regions: register_regions(sass),
         mufu_ex2: count("MUFU.EX2"),
         emulated_floor: count("FADD.RM"),
         conversions: count("FRND") + count("F2I"),
-        opcodes: crate::ptxas::sass_opcode_counts(&sass),
+        opcodes: crate::ptxas::sass_opcode_counts(sass),
     }))
 }
 

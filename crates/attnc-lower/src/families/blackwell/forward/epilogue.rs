@@ -83,60 +83,76 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             let pr = kb.add(kb.add(row0, kb.i32c((i * BLOCK_M) as i64), "")?, row, "")?;
             let valid = kb.icmp(IntPredicate::SLT, pr, wt.rows, "row_valid")?;
             let (q, h) = self.row_qh(kb, wt, pr)?;
-            let (o_scale, lse) = self.final_scale(kb, h, l, m)?;
-            // Varlen: packed rows (q_start + q, no batch stride); padded: b·sb + q·sr.
-            let (brow, row_in) = if self.spec.kv_layout == KvLayout::Varlen {
-                (kb.i64c(0), kb.add(wt.q_start, q, "")?)
-            } else {
-                (kb.mul(kb.sext64(wt.b, "")?, sb, "")?, q)
+            let is_split = match self.num_splits()? {
+                Some(ns) => Some(kb.icmp(IntPredicate::SGT, ns, kb.i32c(1), "is_split")?),
+                None => None,
             };
-            let off = kb.add(kb.add(brow, kb.mul(kb.sext64(row_in, "")?, sr, "")?, "")?, kb.mul(kb.sext64(h, "")?, sh, "")?, "")?;
-            let row_addr = kb.add(o_base, kb.mul(off, kb.i64c(2), "")?, "o_row")?;
-            kb.if_else(
-                any,
-                "o_final",
-                |kb| {
-                    kb.mbar_wait(self.bar(kb, Bar::OFull(i))?, opar)?;
-                    kb.tcgen05_fence_after()?;
-                    for c in (0..dv).step_by(CORR_CHUNK as usize) {
-                        let o = kb.tmem_load(lane_addr, t.o[i as usize] + c, CORR_CHUNK, CORR_CHUNK, "o")?;
-                        kb.if_then(valid, "store_o", |kb| {
-                            let x: Vec<FloatValue<'ctx>> =
-                                o.iter().map(|v| kb.fmul(kb.bits_f(*v, "")?, o_scale, "")).collect::<R<_>>()?;
-                            let packed: Vec<IntValue<'ctx>> =
-                                x.chunks(2).map(|p| kb.pack_half2(spec.dtype, p[0], p[1], "o2")).collect::<R<_>>()?;
-                            for (k, quad) in packed.chunks(4).enumerate() {
-                                let a = kb.add(row_addr, kb.i64c((c as i64 + 8 * k as i64) * 2), "")?;
-                                kb.st_global_v4_b32(a, [quad[0], quad[1], quad[2], quad[3]])?;
-                            }
-                            Ok(())
-                        })?;
-                    }
-                    Ok(())
-                },
-                |kb| {
-                    kb.if_then(valid, "store_zero", |kb| {
-                        let z = kb.i32c(0);
-                        for k in 0..dv / 8 {
-                            let a = kb.add(row_addr, kb.i64c(16 * k as i64), "")?;
-                            kb.st_global_v4_b32(a, [z, z, z, z])?;
+            let (o_scale, lse) = self.final_scale(kb, h, l, m, is_split)?;
+            let write_o = |kb: &mut Kb<'ctx>| -> R<()> {
+                // Varlen: packed rows (q_start + q, no batch stride); padded: b·sb + q·sr.
+                let (brow, row_in) = if self.spec.kv_layout == KvLayout::Varlen {
+                    (kb.i64c(0), kb.add(wt.q_start, q, "")?)
+                } else {
+                    (kb.mul(kb.sext64(wt.b, "")?, sb, "")?, q)
+                };
+                let off = kb.add(kb.add(brow, kb.mul(kb.sext64(row_in, "")?, sr, "")?, "")?, kb.mul(kb.sext64(h, "")?, sh, "")?, "")?;
+                let row_addr = kb.add(o_base, kb.mul(off, kb.i64c(2), "")?, "o_row")?;
+                kb.if_else(
+                    any,
+                    "o_final",
+                    |kb| {
+                        kb.mbar_wait(self.bar(kb, Bar::OFull(i))?, opar)?;
+                        kb.tcgen05_fence_after()?;
+                        for c in (0..dv).step_by(CORR_CHUNK as usize) {
+                            let o = kb.tmem_load(lane_addr, t.o[i as usize] + c, CORR_CHUNK, CORR_CHUNK, "o")?;
+                            kb.if_then(valid, "store_o", |kb| {
+                                let x: Vec<FloatValue<'ctx>> =
+                                    o.iter().map(|v| kb.fmul(kb.bits_f(*v, "")?, o_scale, "")).collect::<R<_>>()?;
+                                let packed: Vec<IntValue<'ctx>> =
+                                    x.chunks(2).map(|p| kb.pack_half2(spec.dtype, p[0], p[1], "o2")).collect::<R<_>>()?;
+                                for (k, quad) in packed.chunks(4).enumerate() {
+                                    let a = kb.add(row_addr, kb.i64c((c as i64 + 8 * k as i64) * 2), "")?;
+                                    kb.st_global_v4_b32(a, [quad[0], quad[1], quad[2], quad[3]])?;
+                                }
+                                Ok(())
+                            })?;
                         }
                         Ok(())
-                    })
-                },
-            )?;
-            if spec.lse {
-                kb.if_then(valid, "store_lse", |kb| {
-                    let lse_base = self.arg("lse")?;
-                    let hoff = kb.mul(kb.sext64(h, "")?, self.arg("lse_stride_head")?, "")?;
-                    let off = if self.spec.kv_layout == KvLayout::Varlen {
-                        kb.add(hoff, kb.sext64(kb.add(wt.q_start, q, "")?, "")?, "lse_off")?
-                    } else {
-                        let boff = kb.mul(kb.sext64(wt.b, "")?, self.arg("lse_stride_batch")?, "")?;
-                        kb.add(kb.add(boff, hoff, "")?, kb.sext64(q, "")?, "lse_off")?
-                    };
-                    kb.st_global_f32(kb.add(lse_base, kb.mul(off, kb.i64c(4), "")?, "")?, lse)
-                })?;
+                    },
+                    |kb| {
+                        kb.if_then(valid, "store_zero", |kb| {
+                            let z = kb.i32c(0);
+                            for k in 0..dv / 8 {
+                                let a = kb.add(row_addr, kb.i64c(16 * k as i64), "")?;
+                                kb.st_global_v4_b32(a, [z, z, z, z])?;
+                            }
+                            Ok(())
+                        })
+                    },
+                )?;
+                if spec.lse {
+                    kb.if_then(valid, "store_lse", |kb| {
+                        let lse_base = self.arg("lse")?;
+                        let hoff = kb.mul(kb.sext64(h, "")?, self.arg("lse_stride_head")?, "")?;
+                        let off = if self.spec.kv_layout == KvLayout::Varlen {
+                            kb.add(hoff, kb.sext64(kb.add(wt.q_start, q, "")?, "")?, "lse_off")?
+                        } else {
+                            let boff = kb.mul(kb.sext64(wt.b, "")?, self.arg("lse_stride_batch")?, "")?;
+                            kb.add(kb.add(boff, hoff, "")?, kb.sext64(q, "")?, "lse_off")?
+                        };
+                        kb.st_global_f32(kb.add(lse_base, kb.mul(off, kb.i64c(4), "")?, "")?, lse)
+                    })?;
+                }
+                Ok(())
+            };
+            match is_split {
+                Some(split) => kb.if_else(
+                    split,
+                    "store_partial",
+                    |kb| self.store_partial(kb, wt, i, any, opar, valid, pr, lane_addr, o_scale, lse),
+                    write_o,
+                )?,
+                None => write_o(kb)?,
             }
         }
         kb.set(f_cnt, kb.add(fc, kb.i32c(1), "")?)?;
@@ -145,20 +161,93 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         kb.tcgen05_fence_before()
     }
 
+    /// Split-KV: this split's O (normalized by its own sum, f32) and LSE into the combine
+    /// kernel's workspace (`variant::layout::partial_row`); a split without key tiles
+    /// writes O = 0 and LSE = −∞.
+    #[allow(clippy::too_many_arguments)]
+    fn store_partial(
+        &self,
+        kb: &mut Kb<'ctx>,
+        wt: &WorkTile<'ctx>,
+        i: u32,
+        any: IntValue<'ctx>,
+        opar: IntValue<'ctx>,
+        valid: IntValue<'ctx>,
+        pr: IntValue<'ctx>,
+        lane_addr: IntValue<'ctx>,
+        o_scale: FloatValue<'ctx>,
+        lse: FloatValue<'ctx>,
+    ) -> R<()> {
+        let dv = self.spec.head_dim_v;
+        let t = self.cfg.tmem();
+        let (q, h) = self.row_qh(kb, wt, pr)?;
+        let idx = crate::variant::layout::partial_row(
+            kb,
+            wt.split,
+            self.arg("batch")?,
+            wt.b,
+            self.spec.q_heads,
+            h,
+            self.arg("seqlen_q")?,
+            q,
+        )?;
+        let row_addr = kb.add(self.arg("o_partial")?, kb.mul(idx, kb.i64c(4 * dv as i64), "")?, "o_partial_row")?;
+        kb.if_else(
+            any,
+            "partial_o",
+            |kb| {
+                kb.mbar_wait(self.bar(kb, Bar::OFull(i))?, opar)?;
+                kb.tcgen05_fence_after()?;
+                for c in (0..dv).step_by(CORR_CHUNK as usize) {
+                    let o = kb.tmem_load(lane_addr, t.o[i as usize] + c, CORR_CHUNK, CORR_CHUNK, "o")?;
+                    kb.if_then(valid, "store_o_partial", |kb| {
+                        let x: Vec<IntValue<'ctx>> =
+                            o.iter().map(|v| kb.f_bits(kb.fmul(kb.bits_f(*v, "")?, o_scale, "")?, "")).collect::<R<_>>()?;
+                        for (k, quad) in x.chunks(4).enumerate() {
+                            let a = kb.add(row_addr, kb.i64c((c as i64 + 4 * k as i64) * 4), "")?;
+                            kb.st_global_v4_b32(a, [quad[0], quad[1], quad[2], quad[3]])?;
+                        }
+                        Ok(())
+                    })?;
+                }
+                Ok(())
+            },
+            |kb| {
+                kb.if_then(valid, "store_zero_partial", |kb| {
+                    let z = kb.i32c(0);
+                    for k in 0..dv / 4 {
+                        kb.st_global_v4_b32(kb.add(row_addr, kb.i64c(16 * k as i64), "")?, [z, z, z, z])?;
+                    }
+                    Ok(())
+                })
+            },
+        )?;
+        kb.if_then(valid, "store_lse_partial", |kb| {
+            let a = kb.add(self.arg("lse_partial")?, kb.mul(idx, kb.i64c(4), "")?, "")?;
+            kb.st_global_f32(a, lse)
+        })
+    }
+
     /// (O scale, LSE) of row `h`'s final statistics, with its sink when the spec has
-    /// sinks.
+    /// sinks, except in a split's partial (`is_split` true at run time): the combine
+    /// kernel adds the sink once.
     pub(super) fn final_scale(
         &self,
         kb: &mut Kb<'ctx>,
         h: IntValue<'ctx>,
         l: FloatValue<'ctx>,
         m: FloatValue<'ctx>,
+        is_split: Option<IntValue<'ctx>>,
     ) -> R<(FloatValue<'ctx>, FloatValue<'ctx>)> {
         let sink_log2 = if self.spec.sinks {
             let sinks = self.arg("sinks")?;
             let addr = kb.add(sinks, kb.mul(kb.sext64(h, "")?, kb.i64c(4), "")?, "")?;
             let sink = kb.ld_global_f32(addr, "sink")?;
-            Some(kb.fmul(sink, kb.f32c(LOG2E), "sink_log2")?)
+            let sink2 = kb.fmul(sink, kb.f32c(LOG2E), "sink_log2")?;
+            Some(match is_split {
+                Some(split) => kb.select_f(split, kb.f32c(f64::NEG_INFINITY), sink2, "sink_log2")?,
+                None => sink2,
+            })
         } else {
             None
         };
