@@ -679,3 +679,49 @@ fn the_blackwell_pack_gqa_q_map_is_rank_5() {
     assert_eq!(q.dims().0[1], g, "the second dim is the pack group");
     assert!(maps.iter().filter(|e| e.tensor != "q").all(|e| e.rank == 4));
 }
+
+#[test]
+fn the_blackwell_paged_split_forward_marshals_with_page_boxes() {
+    // Paged KV (16-key pages) with split-KV on blackwell: K/V maps over the cache
+    // `{d, page_size, kv_heads, num_pages}` with one 16-row box per page, and every
+    // parameter (block table, seqused_k, split workspace) marshals; the module brings
+    // the combine kernel.
+    use crate::tma::{plan_tensor_maps, TensorMapArg};
+    use attnc_lower::{Arch, CompileOptions, FamilyChoice, FamilyKind};
+    let mut s = spec(KvLayout::Paged { page_size: 16 });
+    s.split_kv = SplitKv::Fixed(2);
+    let opts = CompileOptions { arch: Arch::Sm100a, family: FamilyChoice::Exactly(FamilyKind::Blackwell) };
+    let m = attnc_lower::compile(&s, &opts).expect("blackwell compiles paged + split");
+    let fwd = m.kernels.iter().find(|k| k.role.starts_with("forward")).expect("fwd");
+    let meta = crate::jit::ModuleMeta {
+        requested: "blackwell".into(),
+        family: "blackwell".into(),
+        arch: "sm_100a".into(),
+        fallback_reason: None,
+        kernels: m.kernels.iter().map(crate::jit::KernelMeta::from).collect(),
+        compiler: String::new(),
+    };
+    let combine_bm = meta.combine().map(|c| c.block_m).expect("a combine kernel");
+    let mut a = Alloc::new();
+    let bt = [4, 0, 2, 1, -1, -1];
+    let su = [40, 16];
+    let d = paged_descs(&mut a, &bt, &su, 2, 5, 16);
+    let ks = KernelShape { block_m: fwd.block_m, block_n: fwd.block_n, combine_block_m: Some(combine_bm), ctas_per_sm: 1, persistent: true };
+    let mut p = plan(&s, &ks, 148, 0, &d).expect("valid");
+    assert_eq!(p.num_splits, 2);
+    assert!(p.combine_grid.is_some());
+    p.tensor_maps = plan_tensor_maps(&fwd.tensor_maps, &d).expect("encodable");
+    for t in ["k", "v"] {
+        let e = p.tensor_maps.iter().find(|e| e.tensor == t).expect("map");
+        let (dims, strides, boxes) = e.dims();
+        assert_eq!(dims, [128, 16, 2, 5], "{t}: d, page_size, kv_heads, num_pages");
+        assert_eq!(strides, [2 * 128 * 2, 128 * 2, 16 * 2 * 128 * 2], "{t}: row, head, page strides (bytes)");
+        assert_eq!(boxes, [64, 16, 1, 1]);
+    }
+    let mut extra = vec![("o_partial", ArgValue::Ptr(0x1000)), ("lse_partial", ArgValue::Ptr(0x2000))];
+    for (i, e) in p.tensor_maps.iter().enumerate() {
+        extra.push((e.param.as_str(), ArgValue::TensorMap(TensorMapArg([i as u64 + 1; 16]))));
+    }
+    let args = marshal(&fwd.params, &p, &extra).expect("marshal");
+    assert_eq!(args.len(), fwd.params.len());
+}

@@ -363,6 +363,14 @@ impl<'ctx> Kb<'ctx> {
     pub fn st_shared_b32(&self, addr: IntValue<'ctx>, v: IntValue<'ctx>) -> R<()> {
         self.asm_v("st.shared.b32 [$0], $1;", "r,r,~{memory}", false, &[addr.into(), v.into()])
     }
+    pub fn st_shared_v4_b32(&self, addr: IntValue<'ctx>, v: [IntValue<'ctx>; 4]) -> R<()> {
+        self.asm_v(
+            "st.shared.v4.b32 [$0], {$1, $2, $3, $4};",
+            "r,r,r,r,r,~{memory}",
+            false,
+            &[addr.into(), v[0].into(), v[1].into(), v[2].into(), v[3].into()],
+        )
+    }
     pub fn st_shared_f32(&self, addr: IntValue<'ctx>, v: FloatValue<'ctx>) -> R<()> {
         self.asm_v("st.shared.f32 [$0], $1;", "r,f,~{memory}", false, &[addr.into(), v.into()])
     }

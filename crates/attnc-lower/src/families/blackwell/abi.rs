@@ -61,6 +61,12 @@ pub fn forward_params(spec: &attnc_ir::Spec) -> Vec<(String, ParamTy)> {
         add("cu_seqlens_q", Ptr);
         add("cu_seqlens_k", Ptr);
     }
+    if let attnc_ir::KvLayout::Paged { .. } = spec.kv_layout {
+        // i32 [batch, block_table_stride] page indices, i32 [batch] keys per sequence.
+        add("block_table", Ptr);
+        add("block_table_stride", I64);
+        add("seqused_k", Ptr);
+    }
     if spec.split_kv != attnc_ir::SplitKv::None {
         // The combine kernel's workspace (`variant::layout::partial_row`).
         add("num_splits", I32);
@@ -118,10 +124,20 @@ pub fn tensor_maps(spec: &attnc_ir::Spec) -> Vec<TensorMapSpec> {
         attnc_ir::DType::Fp16 => "CU_TENSOR_MAP_DATA_TYPE_FLOAT16",
     };
     let (lq, lk, batch) = if varlen { ("total_q", "total_k", "1") } else { ("seqlen_q", "seqlen_k", "batch") };
+    // Paged K/V: the cache `[num_pages, page_size, kv_heads, d]`, one box per page (or
+    // per 128 keys of a page that holds whole tiles).
+    let (lk, kv_batch, kv_rows) = match spec.kv_layout {
+        attnc_ir::KvLayout::Paged { page_size } => ("page_size", "num_pages", page_size.min(super::config::BLOCK_N)),
+        _ => (lk, batch, super::config::BLOCK_N),
+    };
     let g = spec.group_size();
-    [("q", spec.head_dim_qk, lq, "q_heads"), ("k", spec.head_dim_qk, lk, "kv_heads"), ("v", spec.head_dim_v, lk, "kv_heads")]
+    [
+        ("q", spec.head_dim_qk, lq, "q_heads", batch, super::config::BLOCK_N),
+        ("k", spec.head_dim_qk, lk, "kv_heads", kv_batch, kv_rows),
+        ("v", spec.head_dim_v, lk, "kv_heads", kv_batch, kv_rows),
+    ]
         .into_iter()
-        .map(|(t, d, len, heads)| {
+        .map(|(t, d, len, heads, batch, rows)| {
             let packed = t == "q" && spec.pack_gqa;
             let (global_dims, global_strides_bytes, box_dims) = if packed {
                 (
@@ -133,7 +149,7 @@ pub fn tensor_maps(spec: &attnc_ir::Spec) -> Vec<TensorMapSpec> {
                 (
                     vec![d.to_string(), len.into(), heads.into(), batch.into()],
                     vec![format!("2*{t}_stride_row"), format!("2*{t}_stride_head"), format!("2*{t}_stride_batch")],
-                    vec![super::config::TMA_BOX_COLS, super::config::BLOCK_N, 1, 1],
+                    vec![super::config::TMA_BOX_COLS, rows, 1, 1],
                 )
             };
             TensorMapSpec {

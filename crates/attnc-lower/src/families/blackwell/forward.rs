@@ -386,6 +386,12 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                     wt.k_start = k0;
                     wt.tma_b = kb.i32c(0);
                 }
+                if let KvLayout::Paged { .. } = self.spec.kv_layout {
+                    // Keys of this entry's cache; K/V coordinates are (page, row in page).
+                    let su = self.arg("seqused_k")?;
+                    let a = kb.add(su, kb.mul(kb.sext64(wt.b, "")?, kb.i64c(4), "")?, "")?;
+                    wt.seqlen_k = kb.ld_global_i32(a, "seqlen_k.b")?;
+                }
                 wt.rows = kb.mul(wt.seqlen_q, g, "rows")?;
                 body(kb, wt)?;
                 let step = kb.sreg("nctaid.x", "")?;
@@ -637,25 +643,58 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                     kb.set(q_cnt, kb.add(qc, kb.i32c(1), "")?)
                 })?;
                 let kpos = kb.add(base, kb.mul(idx, kb.i32c(2), "")?, "kpos")?;
-                let key0 = kb.add(wt.k_start, kb.mul(j, kb.i32c(BLOCK_N as i64), "")?, "key0")?;
-                self.load_kv(kb, kpos, tk, spec.head_dim_qk, key0, hkv, wt.tma_b)?;
+                let boxes = self.kv_boxes(kb, &wt, j)?;
+                self.load_kv(kb, kpos, tk, spec.head_dim_qk, &boxes, hkv)?;
                 let vpos = kb.add(kpos, kb.i32c(1), "vpos")?;
-                self.load_kv(kb, vpos, tv, spec.head_dim_v, key0, hkv, wt.tma_b)
+                self.load_kv(kb, vpos, tv, spec.head_dim_v, &boxes, hkv)
             })?;
             kb.set(kv_pos, kb.add(base, kb.mul(n, kb.i32c(2), "")?, "")?)
         })
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Where key tile `j` of `wt` comes from: TMA boxes as (row, outermost coordinate),
+    /// stacked in shared memory in this order. Contiguous and varlen: one 128-row box at
+    /// (first key, batch). Paged: the rows' pages from the block table — one box inside
+    /// the page when pages hold whole tiles, else one box per page; pages past the
+    /// sequence's last are clamped to it (their rows are past seqlen_k: masked, and
+    /// their V rows zeroed before P·V, see `zero_v_tail`).
+    fn kv_boxes(&self, kb: &mut Kb<'ctx>, wt: &WorkTile<'ctx>, j: IntValue<'ctx>) -> R<Vec<(IntValue<'ctx>, IntValue<'ctx>)>> {
+        let key0 = kb.add(wt.k_start, kb.mul(j, kb.i32c(BLOCK_N as i64), "")?, "key0")?;
+        let KvLayout::Paged { page_size } = self.spec.kv_layout else {
+            return Ok(vec![(key0, wt.tma_b)]);
+        };
+        kb.section("paged KV: page indices of this tile from the block table")?;
+        let ps = kb.i32c(page_size as i64);
+        let bt = self.arg("block_table")?;
+        let row = kb.mul(kb.sext64(wt.b, "")?, self.arg("block_table_stride")?, "")?;
+        let entry_addr = |kb: &Kb<'ctx>, page_idx: IntValue<'ctx>| -> R<IntValue<'ctx>> {
+            let e = kb.add(row, kb.sext64(page_idx, "")?, "")?;
+            kb.add(bt, kb.mul(e, kb.i64c(4), "")?, "bt_entry")
+        };
+        if page_size >= BLOCK_N {
+            let page = kb.ld_global_i32(entry_addr(kb, kb.udiv(key0, ps, "")?)?, "page")?;
+            return Ok(vec![(kb.urem(key0, ps, "row_in_page")?, page)]);
+        }
+        let last = kb.udiv(kb.sub(wt.seqlen_k, kb.i32c(1), "")?, ps, "last_page")?;
+        let first = kb.udiv(key0, ps, "first_page")?;
+        (0..BLOCK_N / page_size)
+            .map(|p| {
+                let idx = kb.smin(kb.add(first, kb.i32c(p as i64), "")?, last, "")?;
+                Ok((kb.i32c(0), kb.ld_global_i32(entry_addr(kb, idx)?, "page")?))
+            })
+            .collect()
+    }
+
+    /// TMA of one K or V tile into ring position `pos`: `d / 64` column boxes, each made
+    /// of `boxes` stacked along the keys.
     fn load_kv(
         &self,
         kb: &mut Kb<'ctx>,
         pos: IntValue<'ctx>,
         tmap: IntValue<'ctx>,
         d: u32,
-        key0: IntValue<'ctx>,
+        boxes: &[(IntValue<'ctx>, IntValue<'ctx>)],
         hkv: IntValue<'ctx>,
-        b: IntValue<'ctx>,
     ) -> R<()> {
         let layout = self.cfg.smem();
         let (slot, par) = self.ring(kb, pos)?;
@@ -667,9 +706,12 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             kb.add(kb.i32c(layout.kv as i64), kb.mul(slot, kb.i32c(layout.kv_slot_bytes as i64), "")?, "")?,
             "kv_dst",
         )?;
+        let box_bytes = TMA_BOX_BYTES / boxes.len() as u32;
         for cb in 0..d / TMA_BOX_COLS {
-            let dst = kb.add(dst, kb.i32c((cb * TMA_BOX_BYTES) as i64), "")?;
-            kb.tma_load_4d(dst, tmap, [kb.i32c((cb * TMA_BOX_COLS) as i64), key0, hkv, b], full)?;
+            for (i, &(row, outer)) in boxes.iter().enumerate() {
+                let dst = kb.add(dst, kb.i32c((cb * TMA_BOX_BYTES + i as u32 * box_bytes) as i64), "")?;
+                kb.tma_load_4d(dst, tmap, [kb.i32c((cb * TMA_BOX_COLS) as i64), row, hkv, outer], full)?;
+            }
         }
         Ok(())
     }

@@ -70,8 +70,13 @@ pub fn kernel_unsupported_reason(spec: &Spec, arch: Arch) -> Option<String> {
     }
     match spec.kv_layout {
         KvLayout::Contiguous | KvLayout::Varlen => {}
-        KvLayout::Paged { .. } => {
-            return Some("paged KV: not yet (plan: TMA when whole tiles sit in one page, cp.async row gather otherwise)".into())
+        KvLayout::Paged { page_size } => {
+            if !config::tma_pageable(page_size) {
+                return Some(format!(
+                    "paged KV with {page_size}-key pages: TMA loads whole pages of 8·2^k keys or whole tiles of pages holding 128·k \
+                     (a 128-byte-swizzled box must start on an 8-row atom); other page sizes need a cp.async row-gather warp (not yet)"
+                ));
+            }
         }
     }
     None

@@ -20,8 +20,8 @@ pub const MUFU_PER_CLK: f64 = 16.0;
 pub const FMA_PER_CLK: f64 = 128.0;
 /// Shared-memory bytes per clock per SM.
 pub const SMEM_BYTES_PER_CLK: f64 = 128.0;
-/// Instructions of one emulated exp2 on the FMA/ALU pipes (max, floor, sub, 3 FFMA,
-/// f2i, shift, add, compare+select; `variant::softmax::exp2_emulated`).
+/// Instructions of one emulated exp2 on the FMA/ALU pipes (max, add.rm floor, 2 sub,
+/// 3 FFMA, shift, add, compare, select; `variant::softmax::exp2_emulated`).
 pub const EMULATED_EXP2_INSTRUCTIONS: f64 = 11.0;
 
 /// Cycles one Q tile (128 rows) spends per key tile (128 keys) on each unit.
@@ -64,6 +64,10 @@ pub struct Report {
     pub d_v: u32,
     pub threads: u32,
     pub tile_order: String,
+    /// How K/V tiles arrive (contiguous, varlen or paged boxes).
+    pub kv_loads: String,
+    /// Split-KV, when the spec has it.
+    pub split_kv: Option<String>,
     pub kv_slots: u32,
     pub pv_order: String,
     pub exp2_emulated_per_row: u32,
@@ -163,6 +167,26 @@ pub fn report(spec: &Spec) -> Result<Report, String> {
         d_v: cfg.d_v,
         threads: THREADS,
         tile_order: if cfg.lpt { "persistent, LPT (causal)".into() } else { "persistent, plain".into() },
+        kv_loads: match spec.kv_layout {
+            attnc_ir::KvLayout::Contiguous => "TMA, one 128-row box per 64 columns; rows past seqlen_k read as zeros".into(),
+            attnc_ir::KvLayout::Varlen => {
+                "TMA over the packed rows; V rows past the sequence zeroed in shared memory before P.V".into()
+            }
+            attnc_ir::KvLayout::Paged { page_size } if page_size >= BLOCK_N => format!(
+                "paged ({page_size}-key pages): one TMA box per tile inside its page (1 block-table read); V rows past seqlen_k zeroed before P.V"
+            ),
+            attnc_ir::KvLayout::Paged { page_size } => format!(
+                "paged ({page_size}-key pages): {} TMA boxes per tile, one per page ({} block-table reads); V rows past seqlen_k zeroed before P.V",
+                BLOCK_N / page_size,
+                BLOCK_N / page_size
+            ),
+        },
+        split_kv: match spec.split_kv {
+            attnc_ir::SplitKv::None => None,
+            attnc_ir::SplitKv::Fixed(n) => Some(format!("{n} splits")),
+            attnc_ir::SplitKv::Auto => Some("split count chosen at launch".into()),
+        }
+        .map(|s| format!("{s}: work tiles x splits, each an equal share of the live key tiles; f32 partials + LSE, then the portable combine kernel")),
         kv_slots: cfg.kv_slots,
         pv_order: match cfg.pv_order {
             PvOrder::Fenced => "fenced (PV completes before the next S overwrites P)".into(),
@@ -185,6 +209,10 @@ impl fmt::Display for Report {
         writeln!(f, "blackwell schedule: {} (d {}/{}, {} threads)", self.name, self.d_qk, self.d_v, self.threads)?;
         writeln!(f, "  tiles: 2 x {BLOCK_M} query rows per CTA, {BLOCK_N} keys per K/V tile, {}", self.tile_order)?;
         writeln!(f, "  K/V ring: {} slots; PV/S order: {}", self.kv_slots, self.pv_order)?;
+        writeln!(f, "  K/V loads: {}", self.kv_loads)?;
+        if let Some(s) = &self.split_kv {
+            writeln!(f, "  split-KV: {s}")?;
+        }
         writeln!(
             f,
             "  softmax: {} of {BLOCK_N} exp2 per row emulated; rescale threshold {}",

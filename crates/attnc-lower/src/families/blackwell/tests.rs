@@ -37,6 +37,16 @@ fn variants() -> Vec<Spec> {
     ss.split_kv = attnc_ir::SplitKv::Fixed(3);
     ss.sinks = true;
     v.push(ss);
+    // Paged KV by TMA: pages holding whole tiles (one box per tile, row offset inside
+    // the page) and small pages (one box per page, 8-row minimum).
+    let mut pl = Spec::new("paged_256", 64, 8);
+    pl.kv_layout = KvLayout::Paged { page_size: 256 };
+    pl.mask.causal = Some(Align::BottomRight);
+    v.push(pl);
+    let mut p8 = Spec::new("paged_8", 128, 4);
+    p8.kv_layout = KvLayout::Paged { page_size: 8 };
+    p8.softmax.exp2_emulation = 0.125;
+    v.push(p8);
     v
 }
 
@@ -86,6 +96,31 @@ fn split_kv_writes_partials_and_brings_the_combine_kernel() {
     }
 }
 
+/// Paged K/V: one TMA box per page for small pages (block-table loads, pages past the
+/// sequence clamped), one per tile inside big pages; the tail tile's V rows past
+/// seqlen_k are zeroed before P·V (paged and varlen only).
+#[test]
+fn paged_kv_loads_pages_by_tma() {
+    let count = |ptx: &str, needle: &str| ptx.matches(needle).count();
+    let small = variants().into_iter().find(|s| s.name == "paged_8").expect("variant");
+    let m = compile(&small, Arch::Sm100a).expect("compiles");
+    // K and V, 2 column boxes each, 16 pages of 8 rows per tile (+ 2·2 Q boxes).
+    assert_eq!(count(&m.ptx, "cp.async.bulk.tensor.4d"), 2 * 2 * 16 + 2 * 2, "TMA count");
+    assert!(m.ptx.contains("st.shared.v4.b32"), "no V tail zeroing");
+    assert!(m.ptx.contains("fence.proxy.async.shared::cta"));
+    let maps = abi::tensor_maps(&small);
+    assert_eq!(maps[1].global_dims, ["128", "page_size", "kv_heads", "num_pages"]);
+    assert_eq!(maps[1].box_dims, [64, 8, 1, 1]);
+    assert_eq!(abi::tma_boxes(&small)[2].box_rows, 8);
+    let big = variants().into_iter().find(|s| s.name == "paged_256").expect("variant");
+    let m = compile(&big, Arch::Sm100a).expect("compiles");
+    assert_eq!(count(&m.ptx, "cp.async.bulk.tensor.4d"), 4, "TMA count (d 64: one box per Q tile, K and V)");
+    assert_eq!(abi::tensor_maps(&big)[1].box_dims, [64, 128, 1, 1]);
+    let mut contiguous = Spec::new("c", 128, 4);
+    contiguous.mask.causal = Some(Align::TopLeft);
+    assert!(!compile(&contiguous, Arch::Sm100a).expect("compiles").ptx.contains("st.shared.v4.b32"));
+}
+
 #[test]
 fn packed_gqa_loads_q_with_a_5d_box() {
     let spec = variants().into_iter().find(|s| s.pack_gqa).expect("a packed variant");
@@ -109,9 +144,14 @@ fn unsupported_variants_say_why() {
     assert!(unsupported_reason(&s, Arch::Sm90a).is_some());
     s.split_kv = SplitKv::Fixed(2);
     assert_eq!(kernel_unsupported_reason(&s, Arch::Sm100a), None);
-    let mut p = Spec::new("x", 128, 8);
-    p.kv_layout = KvLayout::Paged { page_size: 16 };
-    assert!(unsupported_reason(&p, Arch::Sm100a).unwrap().contains("paged"));
+    for (page, ok) in [(16, true), (8, true), (128, true), (384, true), (4, false), (1, false), (48, false), (192, false)] {
+        let mut p = Spec::new("x", 128, 8);
+        p.kv_layout = KvLayout::Paged { page_size: page };
+        match kernel_unsupported_reason(&p, Arch::Sm100a) {
+            None => assert!(ok, "page {page} should fall back"),
+            Some(r) => assert!(!ok && r.contains("paged"), "page {page}: {r}"),
+        }
+    }
 }
 
 /// Dumps each variant's PTX to $ATTNC_DUMP_DIR (dev aid).

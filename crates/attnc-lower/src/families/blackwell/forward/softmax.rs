@@ -34,6 +34,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         let row_max = kb.slot_f32("row_max", kb.f32c(f64::NEG_INFINITY))?;
         let row_sum = kb.slot_f32("row_sum", kb.f32c(0.0))?;
         let chunk_slots: Vec<Slot<'ctx>> = (0..32).map(|c| kb.slot_f32(&format!("s{c}"), kb.f32c(0.0))).collect::<R<_>>()?;
+        let kv_pos = kb.slot_i32("sm_kv_pos", kb.i32c(0))?;
         let layout = self.cfg.smem();
         self.persistent(kb, |kb, wt| {
             kb.set(row_max, kb.f32c(f64::NEG_INFINITY))?;
@@ -45,12 +46,14 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             let q_hi = kb.sub(kb.smin(kb.add(q_lo, kb.i32c(BLOCK_M as i64), "")?, wt.rows, "")?, kb.i32c(1), "")?;
             let stage_live = kb.icmp(IntPredicate::SLT, q_lo, wt.rows, "")?;
             let row = SoftmaxRow { stage, row, q, h, hkv, s_taddr, p_off, row_max, row_sum };
-            self.for_each_kv_tile(kb, &wt, |kb, j, _idx| {
+            let kv_base = kb.get_i(kv_pos, "kv_base")?;
+            let n = self.for_each_kv_tile(kb, &wt, |kb, j, idx| {
                 let sc = kb.get_i(s_cnt, "")?;
                 kb.mbar_wait(self.bar_stage(kb, Bar::SFull, stage)?, self.parity(kb, sc)?)?;
                 kb.set(s_cnt, kb.add(sc, kb.i32c(1), "")?)?;
                 kb.tcgen05_fence_after()?;
                 let n0 = kb.mul(j, kb.i32c(BLOCK_N as i64), "n0")?;
+                self.zero_v_tail(kb, &wt, &row, n0, kv_base, idx)?;
                 // Tiles the analysis proves full for this Q tile, inside seqlen_k, skip
                 // the per-element mask.
                 let inside = kb.icmp(IntPredicate::SLE, kb.add(n0, kb.i32c(BLOCK_N as i64), "")?, wt.seqlen_k, "")?;
@@ -71,6 +74,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                     self.softmax_tile_streamed(kb, &wt, &row, n0, unmasked, &chunk_slots)
                 }
             })?;
+            kb.set(kv_pos, kb.add(kv_base, kb.mul(n, kb.i32c(2), "")?, "")?)?;
             kb.section("softmax: hand the final row sum and max to the correction warpgroup")?;
             let fc = kb.get_i(f_cnt, "")?;
             let par = kb.xor(self.parity(kb, fc)?, kb.i32c(1), "")?;
@@ -84,6 +88,48 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         // Warpgroup 0 takes back the token warpgroup 1 passed after its last tile.
         let is_first = kb.not(is_second, "")?;
         kb.if_then(is_first, "exp_token_back", |kb| kb.named_bar_sync(BAR_EXP[0], 256))
+    }
+
+    /// Zeroes the rows of the tile's V that lie past seqlen_k, before P·V reads them
+    /// (warpgroup 0, one thread per row, only on the tile that ends past seqlen_k, and
+    /// only where TMA can bring other data there: paged pages and varlen's next
+    /// sequence; contiguous rows past the end are out of bounds and arrive as zeros).
+    /// P is 0 in those columns, but 0 · NaN is NaN: a cache page's unused rows may hold
+    /// anything. Ordered before the MMA by the proxy fence and the PFull arrival.
+    fn zero_v_tail(
+        &self,
+        kb: &mut Kb<'ctx>,
+        wt: &WorkTile<'ctx>,
+        row: &SoftmaxRow<'ctx>,
+        n0: IntValue<'ctx>,
+        kv_base: IntValue<'ctx>,
+        idx: IntValue<'ctx>,
+    ) -> R<()> {
+        if self.spec.kv_layout == KvLayout::Contiguous {
+            return Ok(());
+        }
+        let past_end = kb.icmp(IntPredicate::SGT, kb.add(n0, kb.i32c(BLOCK_N as i64), "")?, wt.seqlen_k, "")?;
+        let first_wg = kb.icmp(IntPredicate::EQ, row.stage, kb.i32c(0), "")?;
+        let tail = kb.and(past_end, first_wg, "v_tail")?;
+        kb.if_then(tail, "zero_v_tail", |kb| {
+            kb.section("softmax: zero V rows past seqlen_k (paged / varlen tail tile)")?;
+            let vpos = kb.add(kb.add(kv_base, kb.mul(idx, kb.i32c(2), "")?, "")?, kb.i32c(1), "vpos")?;
+            let (slot, par) = self.ring(kb, vpos)?;
+            kb.mbar_wait(self.bar_slot(kb, Bar::KvFull, slot)?, par)?;
+            let dead = kb.icmp(IntPredicate::SGE, kb.add(n0, row.row, "")?, wt.seqlen_k, "")?;
+            kb.if_then(dead, "zero_v_row", |kb| {
+                let z = kb.i32c(0);
+                let row_addr = kb.add(self.kv_addr(kb, slot)?, kb.mul(row.row, kb.i32c(128), "")?, "v_row")?;
+                for cb in 0..self.spec.head_dim_v / TMA_BOX_COLS {
+                    for k in 0..8 {
+                        let a = kb.add(row_addr, kb.i32c((cb * TMA_BOX_BYTES + 16 * k) as i64), "")?;
+                        kb.st_shared_v4_b32(a, [z, z, z, z])?;
+                    }
+                }
+                Ok(())
+            })?;
+            kb.fence_proxy_async_shared()
+        })
     }
 
     /// A tile without per-element work: all of S in registers (one pass over TMEM).
