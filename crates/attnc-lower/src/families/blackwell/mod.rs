@@ -53,15 +53,6 @@ pub fn kernel_unsupported_reason(spec: &Spec, arch: Arch) -> Option<String> {
     if let Err(e) = Config::for_spec(spec) {
         return Some(e);
     }
-    let reads_aux = spec.mask.predicate.as_ref().is_some_and(|p| p.uses_aux())
-        || spec.score_mod.as_ref().is_some_and(|p| p.uses_aux());
-    if reads_aux {
-        return Some(
-            "masks or score mods reading aux tensors: ptxas hoists the per-element loads (ld.global.nc) of a whole row \
-             past the softmax's 192-register budget (plan: stage the tile's aux values in shared memory)"
-                .into(),
-        );
-    }
     if spec.pack_gqa && 128 % spec.group_size() != 0 {
         return Some(format!(
             "pack_gqa with {} query heads per KV head: a packed Q tile is one 5-D TMA box only when the group size divides 128 (plan: row gather)",

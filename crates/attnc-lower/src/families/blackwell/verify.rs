@@ -138,9 +138,12 @@ fn max_register(t: &str) -> u32 {
 }
 
 /// How many copies of the softmax's exponential code the kernel has: the full-tile fast
-/// path and the streamed path, or only the streamed one with a score modification.
+/// path and the streamed path, or only the streamed one with a score modification or a
+/// mask reading aux tensors (the interval analysis cannot bound aux values, so no tile
+/// is ever proven full and the fast path folds away).
 pub fn softmax_copies(spec: &Spec) -> usize {
-    if spec.score_mod.is_some() {
+    let mask_reads_aux = spec.mask.predicate.as_ref().is_some_and(|p| p.uses_aux());
+    if spec.score_mod.is_some() || mask_reads_aux {
         1
     } else {
         2

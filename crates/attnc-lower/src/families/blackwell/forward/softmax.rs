@@ -3,6 +3,9 @@
 
 use super::*;
 
+/// Columns per streamed chunk when the mask or score mod reads aux tensors.
+pub(super) const AUX_CHUNK: u32 = 8;
+
 impl<'a, 'ctx> Fwd<'a, 'ctx> {
     // ------------------------------------------------------------ softmax
 
@@ -176,10 +179,12 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         let masked = kb.not(unmasked, "masked")?;
         let mut m_tile = kb.f32c(f64::NEG_INFINITY);
         // Masks and score mods that read aux tensors issue one global load per element:
-        // narrower chunks keep those loads' addresses and results within the budget.
+        // narrower chunks keep those loads' addresses and results within the budget
+        // (16 columns still spilled 312 bytes at document_mask's causal && doc[b,q] ==
+        // doc[b,k]; 8 assemble without spills).
         let reads_aux = spec.mask.predicate.as_ref().is_some_and(|p| p.uses_aux())
             || spec.score_mod.as_ref().is_some_and(|p| p.uses_aux());
-        let w: u32 = if reads_aux { 16 } else { 32 };
+        let w: u32 = if reads_aux { AUX_CHUNK } else { 32 };
         let slots = &slots[..w as usize];
         for chunk in 0..BLOCK_N / w {
             kb.section("softmax (streamed): tcgen05.ld a chunk of S, score mod, mask")?;
