@@ -92,6 +92,8 @@ impl RegBudget {
     pub const FA4: RegBudget = RegBudget { softmax: 192, correction: 80, other: 48 };
     /// What this kernel uses: the MMA warp walks the mask's tile list itself and needs 56.
     pub const DEFAULT: RegBudget = RegBudget { softmax: 192, correction: 72, other: 56 };
+    /// d_qk = 192: the MMA and load warps get 64, the correction warpgroup 64.
+    pub const WIDE_QK: RegBudget = RegBudget { softmax: 192, correction: 64, other: 64 };
     /// The launch budget ptxas assumes: 65536 / 512 threads.
     pub const LAUNCH: u32 = 65536 / THREADS;
 
@@ -194,13 +196,23 @@ impl Config {
     /// The configuration for `spec`, or why the family cannot run it.
     pub fn for_spec(spec: &Spec) -> Result<Config, String> {
         let (d_qk, d_v) = (spec.head_dim_qk, spec.head_dim_v);
-        if d_qk != d_v || !(d_qk == 64 || d_qk == 128) {
-            return Err(format!(
-                "head_dim {d_qk}/{d_v}: supports 64 and 128 (192/128 and 256 need another TMEM and shared-memory plan, see docs/blackwell.md)"
-            ));
-        }
-        let kv_slots = if d_qk == 64 { 8 } else { 4 };
-        let cfg = Config { d_qk, d_v, kv_slots, regs: RegBudget::DEFAULT, pv_order: PvOrder::Fenced, lpt: spec.mask.causal.is_some() };
+        // K/V ring depth: as many 128-key slots as fit beside the two Q tiles. 192/128
+        // (DeepSeek's MLA shape): Q 2·48 KB and 48 KB slots leave room for two, one K and
+        // one V in flight; TMEM is full (S 2·128 + O 2·128 = 512 columns).
+        let kv_slots = match (d_qk, d_v) {
+            (64, 64) => 8,
+            (128, 128) => 4,
+            (192, 128) => 2,
+            _ => {
+                return Err(format!(
+                    "head_dim {d_qk}/{d_v}: supports 64, 128 and 192/128 (256 needs O in 2·256 TMEM columns: one Q tile per CTA, see docs/blackwell.md)"
+                ))
+            }
+        };
+        // At 192/128 the MMA thread's 12 QK steps per tile spill 32 bytes at 56
+        // registers; the correction warpgroup (d_v = 128 as usual) gives it 8.
+        let regs = if d_qk > 128 { RegBudget::WIDE_QK } else { RegBudget::DEFAULT };
+        let cfg = Config { d_qk, d_v, kv_slots, regs, pv_order: PvOrder::Fenced, lpt: spec.mask.causal.is_some() };
         cfg.check()?;
         Ok(cfg)
     }
@@ -288,9 +300,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn resources_fit_for_64_and_128() {
-        for d in [64, 128] {
-            let cfg = Config::for_spec(&Spec::new("x", d, 8)).expect("supported");
+    fn resources_fit_for_every_supported_head_dim() {
+        for (d_qk, d) in [(64, 64), (128, 128), (192, 128)] {
+            let mut spec = Spec::new("x", d_qk, 8);
+            spec.head_dim_v = d;
+            let cfg = Config::for_spec(&spec).expect("supported");
             let t = cfg.tmem();
             assert!(t.used <= TMEM_COLS && t.alloc == 512, "{t:?}");
             // P_i inside S_i, O_i disjoint from both S tiles.
@@ -314,10 +328,8 @@ mod tests {
 
     #[test]
     fn unsupported_head_dims_say_why() {
-        let mut s = Spec::new("x", 192, 8);
-        s.head_dim_v = 128;
-        assert!(Config::for_spec(&s).unwrap_err().contains("192/128"));
-        assert!(Config::for_spec(&Spec::new("x", 256, 8)).is_err());
+        assert!(Config::for_spec(&Spec::new("x", 256, 8)).unwrap_err().contains("256"));
+        assert!(Config::for_spec(&Spec::new("x", 96, 8)).unwrap_err().contains("96/96"));
     }
 
     #[test]

@@ -53,12 +53,6 @@ pub fn kernel_unsupported_reason(spec: &Spec, arch: Arch) -> Option<String> {
     if let Err(e) = Config::for_spec(spec) {
         return Some(e);
     }
-    if spec.pack_gqa && 128 % spec.group_size() != 0 {
-        return Some(format!(
-            "pack_gqa with {} query heads per KV head: a packed Q tile is one 5-D TMA box only when the group size divides 128 (plan: row gather)",
-            spec.group_size()
-        ));
-    }
     match spec.kv_layout {
         KvLayout::Contiguous | KvLayout::Varlen => {}
         KvLayout::Paged { page_size } => {
@@ -71,6 +65,23 @@ pub fn kernel_unsupported_reason(spec: &Spec, arch: Arch) -> Option<String> {
         }
     }
     None
+}
+
+/// The spec the kernel is built for, and what was changed: pack_gqa whose group size
+/// does not divide 128 runs unpacked (one work tile per query head, K/V read once per
+/// head instead of once per group). A packed Q tile is one 5-D TMA box `{64, G, 128/G}`
+/// only when G divides 128; packing is a layout choice, so the results are the same.
+pub fn effective_spec(spec: &Spec) -> (std::borrow::Cow<'_, Spec>, Option<String>) {
+    if spec.pack_gqa && 128 % spec.group_size() != 0 {
+        let mut s = spec.clone();
+        s.pack_gqa = false;
+        let note = format!(
+            "pack_gqa off: {} query heads per KV head do not divide a 128-row TMA box, so heads run unpacked (K/V read per query head)",
+            spec.group_size()
+        );
+        return (std::borrow::Cow::Owned(s), Some(note));
+    }
+    (std::borrow::Cow::Borrowed(spec), None)
 }
 
 /// Entry-point names: `attnc_<variant>_<kernel>`.
@@ -96,9 +107,16 @@ pub fn compile_with_config(spec: &Spec, arch: Arch, cfg: &Config) -> Result<Comp
 /// the register file could not hold).
 pub(crate) fn build_module(spec: &Spec, arch: Arch, cfg: &Config) -> Result<CompiledModule, LowerError> {
     let t0 = std::time::Instant::now();
+    let (eff, note) = effective_spec(spec);
+    let spec = eff.as_ref();
     let ctx = Context::create();
     let mut kb = Kb::new(&ctx, &format!("attnc_{}", spec.name));
-    let mut kernels = vec![forward::build(&mut kb, spec, cfg, &kernel_name(spec, "fwd"))?];
+    let mut fwd = forward::build(&mut kb, spec, cfg, &kernel_name(spec, "fwd"))?;
+    if let Some(n) = note {
+        // The receipt shows the forward kernel's role: say what the layout became.
+        fwd.role = format!("{}; {n}", fwd.role);
+    }
+    let mut kernels = vec![fwd];
     if spec.split_kv != SplitKv::None {
         // Split partials go through the portable family's combine kernel (same workspace
         // layout, `variant::layout::partial_row`).

@@ -68,6 +68,8 @@ pub struct Report {
     pub kv_loads: String,
     /// Split-KV, when the spec has it.
     pub split_kv: Option<String>,
+    /// What the family changed about the spec's layout (pack_gqa it cannot pack).
+    pub layout_note: Option<String>,
     pub kv_slots: u32,
     pub pv_order: String,
     pub exp2_emulated_per_row: u32,
@@ -102,6 +104,8 @@ pub fn report(spec: &Spec) -> Result<Report, String> {
     if let Some(r) = super::kernel_unsupported_reason(spec, crate::arch::Arch::Sm100a) {
         return Err(r);
     }
+    let (eff, layout_note) = super::effective_spec(spec);
+    let spec = eff.as_ref();
     let cfg = Config::for_spec(spec)?;
     let t = cfg.tmem();
     let s = cfg.smem();
@@ -181,6 +185,7 @@ pub fn report(spec: &Spec) -> Result<Report, String> {
                 BLOCK_N / page_size
             ),
         },
+        layout_note,
         split_kv: match spec.split_kv {
             attnc_ir::SplitKv::None => None,
             attnc_ir::SplitKv::Fixed(n) => Some(format!("{n} splits")),
@@ -212,6 +217,9 @@ impl fmt::Display for Report {
         writeln!(f, "  K/V loads: {}", self.kv_loads)?;
         if let Some(s) = &self.split_kv {
             writeln!(f, "  split-KV: {s}")?;
+        }
+        if let Some(n) = &self.layout_note {
+            writeln!(f, "  layout: {n}")?;
         }
         writeln!(
             f,

@@ -130,11 +130,15 @@ fn packed_gqa_loads_q_with_a_5d_box() {
     assert_eq!(maps[0].box_dims, vec![64, 4, 32, 1, 1]);
     assert_eq!(maps[0].global_dims[1], "4");
     assert_eq!(maps[1].box_dims, vec![64, 128, 1, 1]);
-    let mut odd = spec.clone();
-    odd.q_heads = 24;
-    odd.kv_heads = 8;
-    assert!(kernel_unsupported_reason(&Spec { q_heads: 40, kv_heads: 8, ..spec.clone() }, Arch::Sm100a).is_some(), "G = 5");
-    assert!(kernel_unsupported_reason(&odd, Arch::Sm100a).is_some(), "G = 3 does not divide 128");
+    // G = 3 does not divide 128: the kernel runs the heads unpacked (rank-4 Q map, one
+    // work tile per query head) and the forward kernel's role says so.
+    let odd = Spec { q_heads: 24, kv_heads: 8, ..spec.clone() };
+    assert_eq!(kernel_unsupported_reason(&odd, Arch::Sm100a), None);
+    let m = compile(&odd, Arch::Sm100a).expect("compiles unpacked");
+    assert!(!m.ptx.contains("cp.async.bulk.tensor.5d."));
+    assert!(m.kernels[0].role.contains("pack_gqa off: 3 query heads"), "{}", m.kernels[0].role);
+    assert!(m.kernels[0].tensor_maps.iter().all(|b| b.pack_group == 1));
+    assert!(effective_spec(&spec).1.is_none());
 }
 
 #[test]

@@ -206,6 +206,7 @@ pub fn problems(spec: &Spec, cfg: &Config, v: &Verified) -> Vec<String> {
     seen.dedup();
     let mut want = budgets.to_vec();
     want.sort();
+    want.dedup();
     if seen != want {
         p.push(format!("setmaxnreg budgets in SASS {seen:?}, model {want:?}"));
     }
