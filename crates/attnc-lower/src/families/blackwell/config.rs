@@ -8,7 +8,8 @@ use attnc_ir::Spec;
 
 /// Rows of one Q tile (one softmax warpgroup, one TMEM lane per row).
 pub const BLOCK_M: u32 = 128;
-/// Q tiles per CTA (ping-ponged by the two softmax warpgroups).
+/// Q tiles per CTA (ping-ponged by the two softmax warpgroups); head dim 256 runs one
+/// (`Config::q_tiles`), because its O needs 256 TMEM columns per tile.
 pub const Q_TILES: u32 = 2;
 /// Keys per K/V tile.
 pub const BLOCK_N: u32 = 128;
@@ -92,13 +93,18 @@ impl RegBudget {
     pub const FA4: RegBudget = RegBudget { softmax: 192, correction: 80, other: 48 };
     /// What this kernel uses: the MMA warp walks the mask's tile list itself and needs 56.
     pub const DEFAULT: RegBudget = RegBudget { softmax: 192, correction: 72, other: 56 };
+    /// One Q tile (d 256): the idle softmax warpgroup drops to 64, so the working one can
+    /// rise to 232 (at 192 its window-mask streaming spilled 24-36 bytes at this size).
+    pub const ONE_TILE: RegBudget = RegBudget { softmax: 232, correction: 64, other: 64 };
     /// d_qk = 192: the MMA and load warps get 64, the correction warpgroup 64.
     pub const WIDE_QK: RegBudget = RegBudget { softmax: 192, correction: 64, other: 64 };
     /// The launch budget ptxas assumes: 65536 / 512 threads.
     pub const LAUNCH: u32 = 65536 / THREADS;
 
-    pub fn total(&self) -> u32 {
-        128 * (2 * self.softmax + self.correction + self.other)
+    /// Registers the budgets take with `q_tiles` softmax warpgroups working (an idle
+    /// softmax warpgroup drops to `other`).
+    pub fn total(&self, q_tiles: u32) -> u32 {
+        128 * (q_tiles * self.softmax + (2 - q_tiles) * self.other + self.correction + self.other)
     }
 }
 
@@ -122,6 +128,9 @@ pub struct Config {
     pub d_v: u32,
     /// K/V ring slots (each holds one K or one V tile).
     pub kv_slots: u32,
+    /// Q tiles of 128 rows per work tile: 2 (ping-ponged softmax warpgroups), or 1 when
+    /// two O accumulators do not fit in TMEM (d_v = 256); warpgroup 1 then idles.
+    pub q_tiles: u32,
     pub regs: RegBudget,
     pub pv_order: PvOrder,
     /// Persistent tile order: longest-processing-time first (causal).
@@ -199,20 +208,23 @@ impl Config {
         // K/V ring depth: as many 128-key slots as fit beside the two Q tiles. 192/128
         // (DeepSeek's MLA shape): Q 2·48 KB and 48 KB slots leave room for two, one K and
         // one V in flight; TMEM is full (S 2·128 + O 2·128 = 512 columns).
-        let kv_slots = match (d_qk, d_v) {
-            (64, 64) => 8,
-            (128, 128) => 4,
-            (192, 128) => 2,
-            _ => {
-                return Err(format!(
-                    "head_dim {d_qk}/{d_v}: supports 64, 128 and 192/128 (256 needs O in 2·256 TMEM columns: one Q tile per CTA, see docs/blackwell.md)"
-                ))
-            }
+        // 256: O takes 256 TMEM columns per Q tile, so a CTA runs one Q tile (S 128 + O
+        // 256 = 384 columns) with Q 64 KB and two 64 KB slots, as FA4's hdim-256 kernel.
+        let (kv_slots, q_tiles) = match (d_qk, d_v) {
+            (64, 64) => (8, 2),
+            (128, 128) => (4, 2),
+            (192, 128) => (2, 2),
+            (256, 256) => (2, 1),
+            _ => return Err(format!("head_dim {d_qk}/{d_v}: supports 64, 128, 192/128 and 256")),
         };
         // At 192/128 the MMA thread's 12 QK steps per tile spill 32 bytes at 56
         // registers; the correction warpgroup (d_v = 128 as usual) gives it 8.
-        let regs = if d_qk > 128 { RegBudget::WIDE_QK } else { RegBudget::DEFAULT };
-        let cfg = Config { d_qk, d_v, kv_slots, regs, pv_order: PvOrder::Fenced, lpt: spec.mask.causal.is_some() };
+        let regs = match (q_tiles, d_qk > 128) {
+            (1, _) => RegBudget::ONE_TILE,
+            (_, true) => RegBudget::WIDE_QK,
+            _ => RegBudget::DEFAULT,
+        };
+        let cfg = Config { d_qk, d_v, kv_slots, q_tiles, regs, pv_order: PvOrder::Fenced, lpt: spec.mask.causal.is_some() };
         cfg.check()?;
         Ok(cfg)
     }
@@ -228,8 +240,9 @@ impl Config {
         if t.alloc > TMEM_COLS {
             return Err(format!("needs {} TMEM columns, a CTA has {TMEM_COLS}", t.used));
         }
-        if self.regs.total() > 65536 {
-            return Err(format!("register budgets need {} registers, the SM has 65536", self.regs.total()));
+        let total = self.regs.total(self.q_tiles);
+        if total > 65536 {
+            return Err(format!("register budgets need {total} registers, the SM has 65536"));
         }
         if !self.kv_slots.is_power_of_two() || self.kv_slots < 2 {
             return Err("kv_slots must be a power of two ≥ 2".into());
@@ -237,9 +250,15 @@ impl Config {
         Ok(())
     }
 
+    /// Query rows per work tile.
+    pub fn tile_rows(&self) -> u32 {
+        self.q_tiles * BLOCK_M
+    }
+
     pub fn mbarriers(&self) -> Vec<Bar> {
-        let mut v = vec![Bar::QFull(0), Bar::QFull(1), Bar::QEmpty];
-        for i in 0..2 {
+        let mut v: Vec<Bar> = (0..self.q_tiles).map(Bar::QFull).collect();
+        v.push(Bar::QEmpty);
+        for i in 0..self.q_tiles {
             v.extend([Bar::SFull(i), Bar::PFull(i), Bar::Stats(i), Bar::OFull(i), Bar::FinalFull(i), Bar::FinalEmpty(i), Bar::PvDone(i)]);
         }
         v.extend((0..self.kv_slots).map(Bar::KvFull));
@@ -264,29 +283,32 @@ impl Config {
     pub fn smem(&self) -> SmemLayout {
         let q_tile_bytes = BLOCK_M * self.d_qk * 2;
         let kv_slot_bytes = BLOCK_N * self.d_qk.max(self.d_v) * 2;
-        let kv = 2 * q_tile_bytes;
+        let kv = self.q_tiles * q_tile_bytes;
         let bars = kv + self.kv_slots * kv_slot_bytes;
         let nbars = self.mbarriers().len() as u32;
         let tmem_slot = bars + 8 * nbars;
         let scalars = tmem_slot + 8;
         let stats = (scalars + 8).next_multiple_of(16);
-        let alpha = stats + 2 * BLOCK_M * 8;
-        let used = alpha + 2 * BLOCK_M * 4;
+        let alpha = stats + self.q_tiles * BLOCK_M * 8;
+        let used = alpha + self.q_tiles * BLOCK_M * 4;
         SmemLayout { q: [0, q_tile_bytes], q_tile_bytes, kv, kv_slot_bytes, bars, tmem_slot, scalars, stats, alpha, used, request: used + 1024 }
     }
 
     pub fn tmem(&self) -> TmemMap {
+        // Entry 1 of each pair is tile 1's (unused with one Q tile: O0 follows S0).
         let s = [0, BLOCK_N];
-        let o = [2 * BLOCK_N, 2 * BLOCK_N + self.d_v];
-        let used = 2 * BLOCK_N + 2 * self.d_v;
+        let n = self.q_tiles;
+        let o = [n * BLOCK_N, n * BLOCK_N + self.d_v];
+        let used = n * (BLOCK_N + self.d_v);
         TmemMap { s, p: s, o, used, alloc: used.next_power_of_two().max(32) }
     }
 
     /// The warps of each role, with their register budget.
     pub fn roles(&self) -> Vec<(Role, std::ops::Range<u32>, u32)> {
+        let second = if self.q_tiles == 2 { (Role::Softmax(1), self.regs.softmax) } else { (Role::Idle, self.regs.other) };
         vec![
             (Role::Softmax(0), 0..4, self.regs.softmax),
-            (Role::Softmax(1), 4..8, self.regs.softmax),
+            (second.0, 4..8, second.1),
             (Role::Correction, 8..12, self.regs.correction),
             (Role::Mma, 12..13, self.regs.other),
             (Role::Load, 13..14, self.regs.other),
@@ -301,20 +323,21 @@ mod tests {
 
     #[test]
     fn resources_fit_for_every_supported_head_dim() {
-        for (d_qk, d) in [(64, 64), (128, 128), (192, 128)] {
+        for (d_qk, d) in [(64, 64), (128, 128), (192, 128), (256, 256)] {
             let mut spec = Spec::new("x", d_qk, 8);
             spec.head_dim_v = d;
             let cfg = Config::for_spec(&spec).expect("supported");
             let t = cfg.tmem();
             assert!(t.used <= TMEM_COLS && t.alloc == 512, "{t:?}");
             // P_i inside S_i, O_i disjoint from both S tiles.
-            for i in 0..2 {
+            assert_eq!(cfg.q_tiles, if d == 256 { 1 } else { 2 });
+            for i in 0..cfg.q_tiles as usize {
                 assert!(t.p[i] >= t.s[i] && t.p[i] + BLOCK_N / 2 <= t.s[i] + BLOCK_N);
                 // P of S chunk c (32 columns) lands on columns at or below chunk c.
                 for c in 0..BLOCK_N / 32 {
                     assert!(t.p[i] + 16 * c + 16 <= t.s[i] + 32 * c + 32);
                 }
-                assert!(t.o[i] >= 2 * BLOCK_N && t.o[i] + d <= TMEM_COLS);
+                assert!(t.o[i] >= cfg.q_tiles * BLOCK_N && t.o[i] + d <= TMEM_COLS);
             }
             let s = cfg.smem();
             assert!(s.request <= Arch::Sm100a.max_smem_per_block(), "{s:?}");
@@ -322,13 +345,16 @@ mod tests {
             for off in [s.q[0], s.q[1], s.kv, s.kv_slot_bytes] {
                 assert_eq!(off % 1024, 0);
             }
-            assert_eq!(cfg.regs.total(), 65536);
+            let total = cfg.regs.total(cfg.q_tiles);
+            assert!(total <= 65536, "{total}");
+            if cfg.q_tiles == 2 {
+                assert_eq!(total, 65536);
+            }
         }
     }
 
     #[test]
     fn unsupported_head_dims_say_why() {
-        assert!(Config::for_spec(&Spec::new("x", 256, 8)).unwrap_err().contains("256"));
         assert!(Config::for_spec(&Spec::new("x", 96, 8)).unwrap_err().contains("96/96"));
     }
 

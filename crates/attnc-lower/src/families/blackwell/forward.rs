@@ -22,7 +22,7 @@ mod softmax;
 use super::abi::{self, ParamTy};
 use super::config::{Bar, Config, PvOrder, BAR_EXP, BLOCK_M, BLOCK_N, THREADS, TMA_BOX_BYTES, TMA_BOX_COLS};
 use super::desc::{k_major_step_offset, mn_major_step_offset, DFormat, InstrDesc, Major, SmemDesc};
-use super::schedule::{emit_section_heads, emit_tile_coords, WorkTile, TILE_ROWS};
+use super::schedule::{emit_section_heads, emit_tile_coords, WorkTile};
 use crate::families::{KernelInfo, LowerError};
 use crate::llvm::kb::{Kb, Slot, R};
 use crate::llvm::tcgen05::{Acc, SmemOperand};
@@ -99,7 +99,7 @@ pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, cfg: &Config, name: &str) -> 
         role: "forward (persistent: grid.x = min(SMs, work tiles), see docs/blackwell.md)".into(),
         threads_per_block: THREADS,
         dynamic_smem_bytes: cfg.smem().request,
-        block_m: TILE_ROWS,
+        block_m: cfg.tile_rows(),
         block_n: BLOCK_N,
         params: abi::describe(&params),
         tensor_maps: abi::tma_boxes(spec),
@@ -208,7 +208,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         let slot = kb.add(smem, kb.i32c(self.cfg.smem().tmem_slot as i64), "tmem_slot")?;
         let tmem = kb.ld_shared_b32(slot, "tmem_base")?;
         let rows = kb.mul(self.seqlen_q, kb.i32c(self.packed_group()), "")?;
-        let num_m = kb.ceil_div(rows, kb.i32c(TILE_ROWS as i64), "num_m_blocks")?;
+        let num_m = kb.ceil_div(rows, kb.i32c(self.tile_rows()), "num_m_blocks")?;
         let total = kb.mul(kb.mul(num_m, kb.i32c(self.tile_heads() as i64), "")?, self.batch, "work_tiles")?;
         let total = match self.num_splits()? {
             Some(ns) => kb.mul(total, ns, "work_tiles_split")?,
@@ -258,7 +258,8 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
     /// Shared address of per-stage mbarrier `make(stage)` for a runtime stage (0/1).
     fn bar_stage(&self, kb: &Kb<'ctx>, make: fn(u32) -> Bar, stage: IntValue<'ctx>) -> R<IntValue<'ctx>> {
         let b0 = self.cfg.bar_index(make(0));
-        let stride = self.cfg.bar_index(make(1)) - b0;
+        // One Q tile: the stage is always 0 and tile 1's barriers do not exist.
+        let stride = if self.cfg.q_tiles == 2 { self.cfg.bar_index(make(1)) - b0 } else { 0 };
         let off = kb.add(kb.i32c((self.cfg.smem().bars + 8 * b0) as i64), kb.mul(stage, kb.i32c(8 * stride as i64), "")?, "")?;
         kb.add(self.smem, off, "mbar")
     }
@@ -282,6 +283,11 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         Ok((slot, par))
     }
 
+    /// Query rows per work tile (`Config::tile_rows`).
+    fn tile_rows(&self) -> i64 {
+        self.cfg.tile_rows() as i64
+    }
+
     fn group(&self) -> i64 {
         self.spec.group_size() as i64
     }
@@ -289,7 +295,9 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
     fn run(&self, kb: &mut Kb<'ctx>) -> R<()> {
         let regs = self.cfg.regs;
         let wg = kb.udiv(self.warp, kb.i32c(4), "warpgroup")?;
-        let is_softmax = kb.icmp(IntPredicate::ULT, wg, kb.i32c(2), "")?;
+        // Softmax warpgroups: both with two Q tiles; with one, warpgroup 1 has no tile
+        // and joins the small-budget roles (its registers go to warpgroup 0).
+        let is_softmax = kb.icmp(IntPredicate::ULT, wg, kb.i32c(self.cfg.q_tiles as i64), "")?;
         kb.if_else(
             is_softmax,
             "role_softmax",
@@ -356,7 +364,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                 let seqlen_q = kb.ld_volatile_shared_b32(scal, "seqlen_q")?;
                 let seqlen_k = kb.ld_volatile_shared_b32(kb.add(scal, kb.i32c(4), "")?, "seqlen_k")?;
                 let g = kb.i32c(self.packed_group());
-                let num_m = kb.ceil_div(kb.mul(seqlen_q, g, "")?, kb.i32c(TILE_ROWS as i64), "num_m_blocks")?;
+                let num_m = kb.ceil_div(kb.mul(seqlen_q, g, "")?, kb.i32c(self.tile_rows()), "num_m_blocks")?;
                 let heads = self.tile_heads();
                 let section = if self.cfg.lpt {
                     emit_section_heads(kb, seqlen_k, self.spec.head_dim_qk, self.spec.head_dim_v, heads)?
@@ -519,8 +527,8 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
 
     /// Whether the mask rules out key tile `j` for all 256 rows of `wt`.
     fn tile_empty(&self, kb: &Kb<'ctx>, wt: &WorkTile<'ctx>, j: IntValue<'ctx>) -> R<IntValue<'ctx>> {
-        let row0 = kb.mul(wt.m, kb.i32c(TILE_ROWS as i64), "row0")?;
-        let q_hi = kb.sub(kb.smin(kb.add(row0, kb.i32c(TILE_ROWS as i64), "")?, wt.rows, "")?, kb.i32c(1), "")?;
+        let row0 = kb.mul(wt.m, kb.i32c(self.tile_rows()), "row0")?;
+        let q_hi = kb.sub(kb.smin(kb.add(row0, kb.i32c(self.tile_rows()), "")?, wt.rows, "")?, kb.i32c(1), "")?;
         Ok(self.classify(kb, wt, row0, q_hi, j)?.empty)
     }
 
@@ -589,7 +597,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         if self.spec.kv_layout != KvLayout::Varlen {
             return Ok(n);
         }
-        let row0 = kb.mul(wt.m, kb.i32c(TILE_ROWS as i64), "")?;
+        let row0 = kb.mul(wt.m, kb.i32c(self.tile_rows()), "")?;
         let has_rows = kb.icmp(IntPredicate::SLT, row0, wt.rows, "has_rows")?;
         kb.select_i(has_rows, n, kb.i32c(0), "kv_tiles")
     }
@@ -615,7 +623,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         let layout = self.cfg.smem();
         self.persistent(kb, |kb, wt| {
             let hkv = self.hkv(kb, &wt)?;
-            let row0 = kb.mul(wt.m, kb.i32c(TILE_ROWS as i64), "row0")?;
+            let row0 = kb.mul(wt.m, kb.i32c(self.tile_rows()), "row0")?;
             let base = kb.get_i(kv_pos, "kv_base")?;
             let n = self.for_each_kv_tile(kb, &wt, |kb, j, idx| {
                 let first = kb.icmp(IntPredicate::EQ, idx, kb.i32c(0), "")?;
@@ -623,7 +631,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                     let qc = kb.get_i(q_cnt, "")?;
                     let par = kb.xor(self.parity(kb, qc)?, kb.i32c(1), "")?;
                     kb.mbar_wait(self.bar(kb, Bar::QEmpty)?, par)?;
-                    for i in 0..2u32 {
+                    for i in 0..self.cfg.q_tiles {
                         let full = self.bar(kb, Bar::QFull(i))?;
                         kb.mbar_arrive_expect_tx(full, spec.head_dim_qk / TMA_BOX_COLS * TMA_BOX_BYTES)?;
                         let prow = kb.add(row0, kb.i32c((i * BLOCK_M) as i64), "")?;
@@ -810,10 +818,11 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                         kb.section("S_i = Q_i K^T for the first key tile")?;
                         let qc = kb.get_i(q_cnt, "")?;
                         let par = self.parity(kb, qc)?;
-                        kb.mbar_wait(self.bar(kb, Bar::QFull(0))?, par)?;
-                        kb.mbar_wait(self.bar(kb, Bar::QFull(1))?, par)?;
+                        for i in 0..self.cfg.q_tiles {
+                            kb.mbar_wait(self.bar(kb, Bar::QFull(i))?, par)?;
+                        }
                         kb.tcgen05_fence_after()?;
-                        for i in 0..2 {
+                        for i in 0..self.cfg.q_tiles {
                             self.issue_qk(kb, i, k_addr)?;
                             kb.tcgen05_commit(self.bar(kb, Bar::SFull(i))?)?;
                         }
@@ -828,7 +837,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                         let waits = kb.add(tiles_before, kb.sub(idx, kb.i32c(1), "")?, "p_waits")?;
                         let ppar = self.parity(kb, waits)?;
                         let acc = kb.zext32(kb.icmp(IntPredicate::SGT, idx, kb.i32c(1), "")?, "acc")?;
-                        for i in 0..2 {
+                        for i in 0..self.cfg.q_tiles {
                             kb.mbar_wait(self.bar(kb, Bar::PFull(i))?, ppar)?;
                             kb.tcgen05_fence_after()?;
                             self.issue_pv(kb, i, v_addr, acc)?;
@@ -862,7 +871,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                 let waits = kb.add(tiles_before, kb.sub(n, kb.i32c(1), "")?, "p_waits")?;
                 let ppar = self.parity(kb, waits)?;
                 let acc = kb.zext32(kb.icmp(IntPredicate::SGT, n, kb.i32c(1), "")?, "acc")?;
-                for i in 0..2 {
+                for i in 0..self.cfg.q_tiles {
                     kb.mbar_wait(self.bar(kb, Bar::PFull(i))?, ppar)?;
                     kb.tcgen05_fence_after()?;
                     self.issue_pv(kb, i, v_addr, acc)?;

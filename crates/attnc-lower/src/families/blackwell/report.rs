@@ -63,6 +63,8 @@ pub struct Report {
     pub d_qk: u32,
     pub d_v: u32,
     pub threads: u32,
+    /// Q tiles of 128 rows per work tile (1 at head dim 256).
+    pub q_tiles: u32,
     pub tile_order: String,
     /// How K/V tiles arrive (contiguous, varlen or paged boxes).
     pub kv_loads: String,
@@ -110,7 +112,8 @@ pub fn report(spec: &Spec) -> Result<Report, String> {
     let t = cfg.tmem();
     let s = cfg.smem();
     let mut tmem = Vec::new();
-    for i in 0..2 {
+    let tiles = cfg.q_tiles as usize;
+    for i in 0..tiles {
         tmem.push(TmemRow {
             name: format!("S{i} / P{i}"),
             cols: (t.s[i], t.s[i] + BLOCK_N),
@@ -121,7 +124,7 @@ pub fn report(spec: &Spec) -> Result<Report, String> {
             ),
         });
     }
-    for i in 0..2 {
+    for i in 0..tiles {
         tmem.push(TmemRow { name: format!("O{i}"), cols: (t.o[i], t.o[i] + cfg.d_v), what: format!("O{i} accumulator (f32)") });
     }
     if t.used < t.alloc {
@@ -141,16 +144,15 @@ pub fn report(spec: &Spec) -> Result<Report, String> {
         .into_iter()
         .map(|(r, w, regs)| RoleRow { warps: (w.start, w.end - 1), role: r.name(), regs, does: does(r).into() })
         .collect();
-    let smem = vec![
-        ("Q0".to_string(), s.q[0], s.q_tile_bytes),
-        ("Q1".to_string(), s.q[1], s.q_tile_bytes),
+    let mut smem: Vec<(String, u32, u32)> = (0..tiles).map(|i| (format!("Q{i}"), s.q[i], s.q_tile_bytes)).collect();
+    smem.extend([
         (format!("K/V ring ({} slots)", cfg.kv_slots), s.kv, cfg.kv_slots * s.kv_slot_bytes),
         ("mbarriers".to_string(), s.bars, s.tmem_slot - s.bars),
         ("TMEM address".to_string(), s.tmem_slot, 4),
         ("seqlens".to_string(), s.scalars, 8),
-        ("final (l, m)".to_string(), s.stats, 2 * BLOCK_M * 8),
-        ("alpha".to_string(), s.alpha, 2 * BLOCK_M * 4),
-    ];
+        ("final (l, m)".to_string(), s.stats, cfg.q_tiles * BLOCK_M * 8),
+        ("alpha".to_string(), s.alpha, cfg.q_tiles * BLOCK_M * 4),
+    ]);
     let mbarriers = cfg
         .mbarriers()
         .into_iter()
@@ -170,6 +172,7 @@ pub fn report(spec: &Spec) -> Result<Report, String> {
         d_qk: cfg.d_qk,
         d_v: cfg.d_v,
         threads: THREADS,
+        q_tiles: cfg.q_tiles,
         tile_order: if cfg.lpt { "persistent, LPT (causal)".into() } else { "persistent, plain".into() },
         kv_loads: match spec.kv_layout {
             attnc_ir::KvLayout::Contiguous => "TMA, one 128-row box per 64 columns; rows past seqlen_k read as zeros".into(),
@@ -212,7 +215,7 @@ pub fn report(spec: &Spec) -> Result<Report, String> {
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "blackwell schedule: {} (d {}/{}, {} threads)", self.name, self.d_qk, self.d_v, self.threads)?;
-        writeln!(f, "  tiles: 2 x {BLOCK_M} query rows per CTA, {BLOCK_N} keys per K/V tile, {}", self.tile_order)?;
+        writeln!(f, "  tiles: {} x {BLOCK_M} query rows per CTA, {BLOCK_N} keys per K/V tile, {}", self.q_tiles, self.tile_order)?;
         writeln!(f, "  K/V ring: {} slots; PV/S order: {}", self.kv_slots, self.pv_order)?;
         writeln!(f, "  K/V loads: {}", self.kv_loads)?;
         if let Some(s) = &self.split_kv {

@@ -47,6 +47,12 @@ fn variants() -> Vec<Spec> {
     p8.kv_layout = KvLayout::Paged { page_size: 8 };
     p8.softmax.exp2_emulation = 0.125;
     v.push(p8);
+    // One Q tile per CTA (head dim 256), paged, a window mask (both softmax copies).
+    let mut wide = Spec::new("one_tile_d256", 256, 4);
+    wide.dtype = attnc_ir::DType::Fp16;
+    wide.kv_layout = KvLayout::Paged { page_size: 128 };
+    wide.mask.window = Some(attnc_ir::Window { left: Some(300), right: Some(0), align: Align::TopLeft });
+    v.push(wide);
     v
 }
 

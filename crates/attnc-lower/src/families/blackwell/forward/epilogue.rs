@@ -20,7 +20,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             self.for_n(kb, n, |kb, idx| {
                 let sc = kb.get_i(st_cnt, "")?;
                 let par = self.parity(kb, sc)?;
-                for i in 0..2usize {
+                for i in 0..self.cfg.q_tiles as usize {
                     kb.mbar_wait(self.bar(kb, Bar::Stats(i as u32))?, par)?;
                     kb.tcgen05_fence_after()?;
                     let alpha = kb.ld_shared_f32(self.alpha_addr(kb, kb.i32c(i as i64), row)?, "alpha")?;
@@ -71,10 +71,10 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         let oc = kb.get_i(o_cnt, "")?;
         let opar = self.parity(kb, oc)?;
         let any = kb.icmp(IntPredicate::SGT, n, kb.i32c(0), "any_tile")?;
-        let row0 = kb.mul(wt.m, kb.i32c(TILE_ROWS as i64), "")?;
+        let row0 = kb.mul(wt.m, kb.i32c(self.tile_rows()), "")?;
         let o_base = self.arg("o")?;
         let (sb, sr, sh) = (self.arg("o_stride_batch")?, self.arg("o_stride_row")?, self.arg("o_stride_head")?);
-        for i in 0..2u32 {
+        for i in 0..self.cfg.q_tiles {
             kb.mbar_wait(self.bar(kb, Bar::FinalFull(i))?, fpar)?;
             let addr = self.stats_addr(kb, layout.stats, kb.i32c(i as i64), row)?;
             let l = kb.ld_shared_f32(addr, "l")?;

@@ -29,8 +29,12 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         let s_taddr = kb.add(lane_addr, s_col, "s_taddr")?;
         let p_off = t.p[0] - t.s[0];
         let is_second = kb.icmp(IntPredicate::EQ, stage, kb.i32c(1), "")?;
-        // Warpgroup 1 hands the first exp turn to warpgroup 0.
-        kb.if_then(is_second, "exp_token", |kb| kb.named_bar_arrive(BAR_EXP[0], 256))?;
+        // Warpgroup 1 hands the first exp turn to warpgroup 0 (with one Q tile there is
+        // no ping-pong and no token).
+        let pingpong = self.cfg.q_tiles == 2;
+        if pingpong {
+            kb.if_then(is_second, "exp_token", |kb| kb.named_bar_arrive(BAR_EXP[0], 256))?;
+        }
 
         let s_cnt = kb.slot_i32("sm_s_count", kb.i32c(0))?;
         let f_cnt = kb.slot_i32("sm_final_count", kb.i32c(0))?;
@@ -43,7 +47,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             kb.set(row_max, kb.f32c(f64::NEG_INFINITY))?;
             kb.set(row_sum, kb.f32c(0.0))?;
             let hkv = self.hkv(kb, &wt)?;
-            let row0 = kb.mul(wt.m, kb.i32c(TILE_ROWS as i64), "")?;
+            let row0 = kb.mul(wt.m, kb.i32c(self.tile_rows()), "")?;
             let q_lo = kb.add(row0, kb.mul(stage, kb.i32c(BLOCK_M as i64), "")?, "stage_row0")?;
             let (q, h) = self.row_qh(kb, &wt, kb.add(q_lo, row, "")?)?;
             let q_hi = kb.sub(kb.smin(kb.add(q_lo, kb.i32c(BLOCK_M as i64), "")?, wt.rows, "")?, kb.i32c(1), "")?;
@@ -89,6 +93,9 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             kb.set(f_cnt, kb.add(fc, kb.i32c(1), "")?)
         })?;
         // Warpgroup 0 takes back the token warpgroup 1 passed after its last tile.
+        if !pingpong {
+            return Ok(());
+        }
         let is_first = kb.not(is_second, "")?;
         kb.if_then(is_first, "exp_token_back", |kb| kb.named_bar_sync(BAR_EXP[0], 256))
     }
@@ -279,11 +286,20 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
     }
 
     pub(super) fn exp_turn_begin(&self, kb: &mut Kb<'ctx>, row: &SoftmaxRow<'ctx>) -> R<()> {
+        if self.cfg.q_tiles == 1 {
+            // No other warpgroup to alternate with. The turn's barrier is also a point
+            // ptxas does not schedule across (the mask pass stays apart from the
+            // exponentials); a warp sync keeps that fence.
+            return kb.warp_sync();
+        }
         let mine = kb.add(row.stage, kb.i32c(BAR_EXP[0] as i64), "exp_bar")?;
         kb.named_bar_sync_r(mine, 256)
     }
 
     pub(super) fn exp_turn_end(&self, kb: &mut Kb<'ctx>, row: &SoftmaxRow<'ctx>) -> R<()> {
+        if self.cfg.q_tiles == 1 {
+            return kb.warp_sync();
+        }
         let other = kb.sub(kb.i32c(BAR_EXP[1] as i64), row.stage, "exp_bar_other")?;
         kb.named_bar_arrive_r(other, 256)
     }
