@@ -345,7 +345,7 @@ fn report_prints_the_cycle_model_column_map_and_roles() {
 
 #[test]
 fn report_explains_a_fallback() {
-    let o = run(&["report", "tests/gpu-specs/head_dim_96.attn"]);
+    let o = run(&["report", "tests/gpu-specs/paged_page1_d64.attn"]);
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));
     assert!(text(&o.stderr).contains("falls back to portable"), "{}", show(&o));
     let o = run(&["report", EXAMPLE, "--arch", "sm_90a"]);

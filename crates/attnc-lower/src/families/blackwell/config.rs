@@ -205,18 +205,25 @@ impl Config {
     /// The configuration for `spec`, or why the family cannot run it.
     pub fn for_spec(spec: &Spec) -> Result<Config, String> {
         let (d_qk, d_v) = (spec.head_dim_qk, spec.head_dim_v);
-        // K/V ring depth: as many 128-key slots as fit beside the two Q tiles. 192/128
-        // (DeepSeek's MLA shape): Q 2·48 KB and 48 KB slots leave room for two, one K and
-        // one V in flight; TMEM is full (S 2·128 + O 2·128 = 512 columns).
-        // 256: O takes 256 TMEM columns per Q tile, so a CTA runs one Q tile (S 128 + O
-        // 256 = 384 columns) with Q 64 KB and two 64 KB slots, as FA4's hdim-256 kernel.
-        let (kv_slots, q_tiles) = match (d_qk, d_v) {
-            (64, 64) => (8, 2),
-            (128, 128) => (4, 2),
-            (192, 128) => (2, 2),
-            (256, 256) => (2, 1),
-            _ => return Err(format!("head_dim {d_qk}/{d_v}: supports 64, 128, 192/128 and 256")),
-        };
+        if d_qk % 16 != 0 || d_v % 16 != 0 || d_qk > 256 || d_v > 256 {
+            return Err(format!("head_dim {d_qk}/{d_v}: needs multiples of 16 up to 256 (the MMA's K and N steps)"));
+        }
+        // Two Q tiles when both O accumulators fit beside both S tiles in TMEM
+        // (2·(128 + d_v) ≤ 512, i.e. d_v ≤ 128); otherwise one Q tile per CTA, as FA4's
+        // hdim-256 kernel: S 128 + O d_v columns.
+        let q_tiles = if Q_TILES * (BLOCK_N + d_v) <= TMEM_COLS { Q_TILES } else { 1 };
+        // K/V ring depth: the most 128-key slots (a power of two, at most 8) that fit
+        // beside the Q tiles in shared memory. A head dim that is not a multiple of 64
+        // (96) takes whole 64-column boxes; TMA fills the columns past d with zeros.
+        // 192/128 (DeepSeek's MLA shape) fits two: one K and one V in flight.
+        let mut kv_slots = 8;
+        while kv_slots > 2 {
+            let trial = Config { d_qk, d_v, kv_slots, q_tiles, regs: RegBudget::DEFAULT, pv_order: PvOrder::Fenced, lpt: false };
+            if trial.smem().request <= Arch::Sm100a.max_smem_per_block() {
+                break;
+            }
+            kv_slots /= 2;
+        }
         // At 192/128 the MMA thread's 12 QK steps per tile spill 32 bytes at 56
         // registers; the correction warpgroup (d_v = 128 as usual) gives it 8.
         let regs = match (q_tiles, d_qk > 128) {
@@ -250,6 +257,11 @@ impl Config {
         Ok(())
     }
 
+    /// 64-column TMA boxes (128 bytes of each row) that hold `d` columns.
+    pub fn boxes(d: u32) -> u32 {
+        d.div_ceil(TMA_BOX_COLS)
+    }
+
     /// Query rows per work tile.
     pub fn tile_rows(&self) -> u32 {
         self.q_tiles * BLOCK_M
@@ -281,8 +293,8 @@ impl Config {
     }
 
     pub fn smem(&self) -> SmemLayout {
-        let q_tile_bytes = BLOCK_M * self.d_qk * 2;
-        let kv_slot_bytes = BLOCK_N * self.d_qk.max(self.d_v) * 2;
+        let q_tile_bytes = Self::boxes(self.d_qk) * TMA_BOX_BYTES;
+        let kv_slot_bytes = Self::boxes(self.d_qk.max(self.d_v)) * TMA_BOX_BYTES;
         let kv = self.q_tiles * q_tile_bytes;
         let bars = kv + self.kv_slots * kv_slot_bytes;
         let nbars = self.mbarriers().len() as u32;
@@ -323,14 +335,14 @@ mod tests {
 
     #[test]
     fn resources_fit_for_every_supported_head_dim() {
-        for (d_qk, d) in [(64, 64), (128, 128), (192, 128), (256, 256)] {
+        for &(d_qk, d) in attnc_ir::SUPPORTED_HEAD_DIMS {
             let mut spec = Spec::new("x", d_qk, 8);
             spec.head_dim_v = d;
             let cfg = Config::for_spec(&spec).expect("supported");
             let t = cfg.tmem();
             assert!(t.used <= TMEM_COLS && t.alloc == 512, "{t:?}");
             // P_i inside S_i, O_i disjoint from both S tiles.
-            assert_eq!(cfg.q_tiles, if d == 256 { 1 } else { 2 });
+            assert_eq!(cfg.q_tiles, if d > 128 { 1 } else { 2 });
             for i in 0..cfg.q_tiles as usize {
                 assert!(t.p[i] >= t.s[i] && t.p[i] + BLOCK_N / 2 <= t.s[i] + BLOCK_N);
                 // P of S chunk c (32 columns) lands on columns at or below chunk c.
@@ -355,7 +367,8 @@ mod tests {
 
     #[test]
     fn unsupported_head_dims_say_why() {
-        assert!(Config::for_spec(&Spec::new("x", 96, 8)).unwrap_err().contains("96/96"));
+        assert!(Config::for_spec(&Spec::new("x", 72, 8)).unwrap_err().contains("72/72"));
+        assert!(Config::for_spec(&Spec::new("x", 320, 8)).is_err());
     }
 
     #[test]

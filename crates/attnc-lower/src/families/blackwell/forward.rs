@@ -633,9 +633,9 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                     kb.mbar_wait(self.bar(kb, Bar::QEmpty)?, par)?;
                     for i in 0..self.cfg.q_tiles {
                         let full = self.bar(kb, Bar::QFull(i))?;
-                        kb.mbar_arrive_expect_tx(full, spec.head_dim_qk / TMA_BOX_COLS * TMA_BOX_BYTES)?;
+                        kb.mbar_arrive_expect_tx(full, Config::boxes(spec.head_dim_qk) * TMA_BOX_BYTES)?;
                         let prow = kb.add(row0, kb.i32c((i * BLOCK_M) as i64), "")?;
-                        for cb in 0..spec.head_dim_qk / TMA_BOX_COLS {
+                        for cb in 0..Config::boxes(spec.head_dim_qk) {
                             let dst = kb.add(self.smem, kb.i32c((layout.q[i as usize] + cb * TMA_BOX_BYTES) as i64), "")?;
                             let c0 = kb.i32c((cb * TMA_BOX_COLS) as i64);
                             if spec.pack_gqa {
@@ -693,7 +693,8 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             .collect()
     }
 
-    /// TMA of one K or V tile into ring position `pos`: `d / 64` column boxes, each made
+    /// TMA of one K or V tile into ring position `pos`: `ceil(d / 64)` column boxes (the
+    /// bytes counted include a last box's zero-filled columns past d), each made
     /// of `boxes` stacked along the keys.
     fn load_kv(
         &self,
@@ -708,14 +709,14 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         let (slot, par) = self.ring(kb, pos)?;
         kb.mbar_wait(self.bar_slot(kb, Bar::KvEmpty, slot)?, kb.xor(par, kb.i32c(1), "")?)?;
         let full = self.bar_slot(kb, Bar::KvFull, slot)?;
-        kb.mbar_arrive_expect_tx(full, d / TMA_BOX_COLS * TMA_BOX_BYTES)?;
+        kb.mbar_arrive_expect_tx(full, Config::boxes(d) * TMA_BOX_BYTES)?;
         let dst = kb.add(
             self.smem,
             kb.add(kb.i32c(layout.kv as i64), kb.mul(slot, kb.i32c(layout.kv_slot_bytes as i64), "")?, "")?,
             "kv_dst",
         )?;
         let box_bytes = TMA_BOX_BYTES / boxes.len() as u32;
-        for cb in 0..d / TMA_BOX_COLS {
+        for cb in 0..Config::boxes(d) {
             for (i, &(row, outer)) in boxes.iter().enumerate() {
                 let dst = kb.add(dst, kb.i32c((cb * TMA_BOX_BYTES + i as u32 * box_bytes) as i64), "")?;
                 kb.tma_load_4d(dst, tmap, [kb.i32c((cb * TMA_BOX_COLS) as i64), row, hkv, outer], full)?;

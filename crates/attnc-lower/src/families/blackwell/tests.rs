@@ -53,6 +53,17 @@ fn variants() -> Vec<Spec> {
     wide.kv_layout = KvLayout::Paged { page_size: 128 };
     wide.mask.window = Some(attnc_ir::Window { left: Some(300), right: Some(0), align: Align::TopLeft });
     v.push(wide);
+    // Head dims that are not multiples of 64 (whole boxes, zero-filled past d) and
+    // 192/192 (one Q tile: two O of 192 columns do not fit beside two S tiles).
+    let mut d96 = Spec::new("d96", 96, 8);
+    d96.kv_heads = 2;
+    d96.mask.causal = Some(Align::TopLeft);
+    d96.split_kv = SplitKv::Fixed(2);
+    v.push(d96);
+    let mut d192 = Spec::new("d192", 192, 8);
+    d192.kv_layout = KvLayout::Varlen;
+    d192.sinks = true;
+    v.push(d192);
     v
 }
 

@@ -130,7 +130,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             kb.if_then(dead, "zero_v_row", |kb| {
                 let z = kb.i32c(0);
                 let row_addr = kb.add(self.kv_addr(kb, slot)?, kb.mul(row.row, kb.i32c(128), "")?, "v_row")?;
-                for cb in 0..self.spec.head_dim_v / TMA_BOX_COLS {
+                for cb in 0..Config::boxes(self.spec.head_dim_v) {
                     for k in 0..8 {
                         let a = kb.add(row_addr, kb.i32c((cb * TMA_BOX_BYTES + 16 * k) as i64), "")?;
                         kb.st_shared_v4_b32(a, [z, z, z, z])?;
