@@ -343,11 +343,15 @@ fn report_prints_the_cycle_model_column_map_and_roles() {
     assert!(text(&j.stdout).trim_start().starts_with('{'), "{}", show(&j));
 }
 
+/// Every valid spec runs on the blackwell family now (nothing left to explain as a
+/// fallback): the report refuses only other architectures.
 #[test]
-fn report_explains_a_fallback() {
-    let o = run(&["report", "tests/gpu-specs/paged_page1_d64.attn"]);
-    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
-    assert!(text(&o.stderr).contains("falls back to portable"), "{}", show(&o));
+fn report_models_sm100a_only() {
     let o = run(&["report", EXAMPLE, "--arch", "sm_90a"]);
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(text(&o.stderr).contains("sm_100a"), "{}", show(&o));
+    for f in ["tests/gpu-specs/paged_page1_d64.attn", "dsl-examples/gemma2.attn", "dsl-examples/mqa_falcon.attn"] {
+        let o = run(&["report", f]);
+        assert_eq!(o.status.code(), Some(0), "{f}: {}", show(&o));
+    }
 }

@@ -44,8 +44,20 @@ pub fn forward_params(spec: &attnc_ir::Spec) -> Vec<(String, ParamTy)> {
     use ParamTy::*;
     let mut p: Vec<(String, ParamTy)> = Vec::new();
     let mut add = |n: &str, t: ParamTy| p.push((n.to_string(), t));
+    let gather = super::config::gathers(spec);
     for t in ["tmap_q", "tmap_k", "tmap_v"] {
-        add(t, TensorMap);
+        if !(gather && t != "tmap_q") {
+            add(t, TensorMap);
+        }
+    }
+    if gather {
+        // Row gather (pages TMA cannot follow): the cache tensors themselves.
+        for t in ["k", "v"] {
+            add(t, Ptr);
+            for st in ["batch", "row", "head"] {
+                add(&format!("{t}_stride_{st}"), I64);
+            }
+        }
     }
     add("o", Ptr);
     for s in ["batch", "row", "head"] {
@@ -116,8 +128,16 @@ pub struct TensorMapSpec {
 }
 
 /// The tensor maps of the forward kernel, in parameter order. With varlen the rows are
-/// the packed `[total, heads, d]` tensor (`seqlen` = total rows, `batch` = 1).
+/// the packed `[total, heads, d]` tensor (`seqlen` = total rows, `batch` = 1). With a
+/// row-gathered paged cache only Q has one.
 pub fn tensor_maps(spec: &attnc_ir::Spec) -> Vec<TensorMapSpec> {
+    let gather = super::config::gathers(spec);
+    let mut maps = tensor_maps_all(spec);
+    maps.retain(|m| !gather || m.tensor == "q");
+    maps
+}
+
+fn tensor_maps_all(spec: &attnc_ir::Spec) -> Vec<TensorMapSpec> {
     let varlen = spec.kv_layout == attnc_ir::KvLayout::Varlen;
     let dt = match spec.dtype {
         attnc_ir::DType::Bf16 => "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16",

@@ -41,6 +41,12 @@ pub fn tma_pageable(page_size: u32) -> bool {
         }
 }
 
+/// Whether paged K/V with `page_size` keys per page is gathered row by row (cp.async by
+/// warps 14 and 15) because TMA boxes cannot follow its pages.
+pub fn gathers(spec: &Spec) -> bool {
+    matches!(spec.kv_layout, attnc_ir::KvLayout::Paged { page_size } if !tma_pageable(page_size))
+}
+
 /// What each warp does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
@@ -54,6 +60,8 @@ pub enum Role {
     Load,
     /// Warps 14-15: no work; they complete the last warpgroup for setmaxnreg.
     Idle,
+    /// Warps 14 (K) and 15 (V) with paged K/V that TMA cannot load: cp.async row gather.
+    Gather,
 }
 
 impl Role {
@@ -74,6 +82,7 @@ impl Role {
             Role::Mma => "MMA issue".into(),
             Role::Load => "TMA load".into(),
             Role::Idle => "idle".into(),
+            Role::Gather => "K/V row gather".into(),
         }
     }
 }
@@ -96,7 +105,8 @@ impl RegBudget {
     /// One Q tile (d 256): the idle softmax warpgroup drops to 64, so the working one can
     /// rise to 232 (at 192 its window-mask streaming spilled 24-36 bytes at this size).
     pub const ONE_TILE: RegBudget = RegBudget { softmax: 232, correction: 64, other: 64 };
-    /// d_qk = 192: the MMA and load warps get 64, the correction warpgroup 64.
+    /// d_qk = 192 or a row gather: the MMA/load/gather warps get 64, the correction
+    /// warpgroup 64.
     pub const WIDE_QK: RegBudget = RegBudget { softmax: 192, correction: 64, other: 64 };
     /// The launch budget ptxas assumes: 65536 / 512 threads.
     pub const LAUNCH: u32 = 65536 / THREADS;
@@ -135,6 +145,8 @@ pub struct Config {
     pub pv_order: PvOrder,
     /// Persistent tile order: longest-processing-time first (causal).
     pub lpt: bool,
+    /// Paged K/V gathered by warps 14-15 (cp.async), not loaded by TMA.
+    pub gather: bool,
 }
 
 /// The mbarriers, in shared-memory order (8 bytes each); `KvFull(s)`/`KvEmpty(s)` per slot.
@@ -218,7 +230,7 @@ impl Config {
         // 192/128 (DeepSeek's MLA shape) fits two: one K and one V in flight.
         let mut kv_slots = 8;
         while kv_slots > 2 {
-            let trial = Config { d_qk, d_v, kv_slots, q_tiles, regs: RegBudget::DEFAULT, pv_order: PvOrder::Fenced, lpt: false };
+            let trial = Config { d_qk, d_v, kv_slots, q_tiles, regs: RegBudget::DEFAULT, pv_order: PvOrder::Fenced, lpt: false, gather: false };
             if trial.smem().request <= Arch::Sm100a.max_smem_per_block() {
                 break;
             }
@@ -226,12 +238,15 @@ impl Config {
         }
         // At 192/128 the MMA thread's 12 QK steps per tile spill 32 bytes at 56
         // registers; the correction warpgroup (d_v = 128 as usual) gives it 8.
-        let regs = match (q_tiles, d_qk > 128) {
+        // The gather warps (row offsets, shuffles, cp.async addresses) share the MMA/load
+        // budget and need 64 as well.
+        let regs = match (q_tiles, d_qk > 128 || gathers(spec)) {
             (1, _) => RegBudget::ONE_TILE,
             (_, true) => RegBudget::WIDE_QK,
             _ => RegBudget::DEFAULT,
         };
-        let cfg = Config { d_qk, d_v, kv_slots, q_tiles, regs, pv_order: PvOrder::Fenced, lpt: spec.mask.causal.is_some() };
+        let gather = gathers(spec);
+        let cfg = Config { d_qk, d_v, kv_slots, q_tiles, regs, pv_order: PvOrder::Fenced, lpt: spec.mask.causal.is_some(), gather };
         cfg.check()?;
         Ok(cfg)
     }
@@ -284,9 +299,12 @@ impl Config {
     }
 
     /// Arrival count each mbarrier is initialized with.
-    pub fn bar_count(b: Bar) -> u32 {
+    pub fn bar_count(&self, b: Bar) -> u32 {
         match b {
             Bar::PFull(_) => 256,
+            // A gathered slot is full when each lane of its gather warp has arrived
+            // (`cp.async.mbarrier.arrive.noinc`); a TMA slot after one arrival + bytes.
+            Bar::KvFull(_) if self.gather => 32,
             Bar::Stats(_) | Bar::FinalFull(_) | Bar::FinalEmpty(_) => 128,
             _ => 1,
         }
@@ -324,7 +342,7 @@ impl Config {
             (Role::Correction, 8..12, self.regs.correction),
             (Role::Mma, 12..13, self.regs.other),
             (Role::Load, 13..14, self.regs.other),
-            (Role::Idle, 14..16, self.regs.other),
+            (if self.gather { Role::Gather } else { Role::Idle }, 14..16, self.regs.other),
         ]
     }
 }

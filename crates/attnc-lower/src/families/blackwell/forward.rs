@@ -63,7 +63,9 @@ struct Fwd<'a, 'ctx> {
     seqlen_q: IntValue<'ctx>,
     seqlen_k: IntValue<'ctx>,
     batch: IntValue<'ctx>,
-    total: IntValue<'ctx>,
+    /// The launch's work-tile count, or `None` where the role recomputes it at each
+    /// persistent-loop check (the gather warps: kept live, it is the register they spill).
+    total: Option<IntValue<'ctx>>,
 }
 
 pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, cfg: &Config, name: &str) -> R<KernelInfo> {
@@ -161,7 +163,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             kb.st_shared_b32(kb.add(scal, kb.i32c(4), "")?, seqlen_k)?;
             for (i, b) in cfg.mbarriers().into_iter().enumerate() {
                 let addr = kb.add(smem, kb.i32c((layout.bars + 8 * i as u32) as i64), "")?;
-                kb.mbar_init(addr, Config::bar_count(b))?;
+                kb.mbar_init(addr, cfg.bar_count(b))?;
             }
             kb.fence_mbarrier_init()
         })?;
@@ -175,9 +177,9 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         kb.cta_barrier()?;
         kb.tcgen05_fence_after()?;
         let tmem = kb.ld_shared_b32(slot, "tmem_base")?;
-        // Placeholders: each role re-derives these after its setmaxnreg (`rederive`), so
-        // nothing computed here stays live across the register reallocation.
-        let zero = kb.i32c(0);
+        // Each role re-derives the thread index, shared and TMEM bases after its
+        // setmaxnreg (`rederive`), so nothing computed here stays live across the
+        // register reallocation.
         Ok(Fwd {
             spec,
             cfg,
@@ -192,7 +194,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             seqlen_q,
             seqlen_k,
             batch,
-            total: zero,
+            total: None,
         })
     }
 
@@ -207,14 +209,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         let smem = kb.and(kb.add(raw, kb.i32c(1023), "")?, kb.i32c(!1023), "smem")?;
         let slot = kb.add(smem, kb.i32c(self.cfg.smem().tmem_slot as i64), "tmem_slot")?;
         let tmem = kb.ld_shared_b32(slot, "tmem_base")?;
-        let rows = kb.mul(self.seqlen_q, kb.i32c(self.packed_group()), "")?;
-        let num_m = kb.ceil_div(rows, kb.i32c(self.tile_rows()), "num_m_blocks")?;
-        let total = kb.mul(kb.mul(num_m, kb.i32c(self.tile_heads() as i64), "")?, self.batch, "work_tiles")?;
-        let total = match self.num_splits()? {
-            Some(ns) => kb.mul(total, ns, "work_tiles_split")?,
-            None => total,
-        };
-        Ok(Fwd {
+        let mut f = Fwd {
             spec,
             cfg: self.cfg,
             kernel: self.kernel.clone(),
@@ -228,8 +223,17 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             seqlen_q: self.seqlen_q,
             seqlen_k: self.seqlen_k,
             batch: self.batch,
-            total,
-        })
+            total: None,
+        };
+        f.total = Some(f.work_tiles_from_params(kb)?);
+        Ok(f)
+    }
+
+    /// [`Fwd::rederive`] without the work-tile count (recomputed at each loop check).
+    fn rederive_lean(&self, kb: &mut Kb<'ctx>) -> R<Fwd<'a, 'ctx>> {
+        let mut f = self.rederive(kb)?;
+        f.total = None;
+        Ok(f)
     }
 
     fn arg(&self, n: &str) -> R<IntValue<'ctx>> {
@@ -324,7 +328,15 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                         let mma = kb.and(kb.icmp(IntPredicate::EQ, warp, kb.i32c(12), "")?, lane0, "")?;
                         kb.if_then(mma, "role_mma", |kb| self.rederive(kb)?.mma(kb))?;
                         let load = kb.and(kb.icmp(IntPredicate::EQ, warp, kb.i32c(13), "")?, lane0, "")?;
-                        kb.if_then(load, "role_load", |kb| self.rederive(kb)?.producer(kb))
+                        kb.if_then(load, "role_load", |kb| self.rederive(kb)?.producer(kb))?;
+                        if !self.cfg.gather {
+                            return Ok(());
+                        }
+                        for (w, is_v) in [(14, false), (15, true)] {
+                            let mine = kb.icmp(IntPredicate::EQ, warp, kb.i32c(w), "")?;
+                            kb.if_then(mine, "role_gather", |kb| self.rederive_lean(kb)?.gather(kb, is_v))?;
+                        }
+                        Ok(())
                     },
                 )
             },
@@ -347,11 +359,14 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
     fn persistent(&self, kb: &mut Kb<'ctx>, body: impl FnOnce(&mut Kb<'ctx>, WorkTile<'ctx>) -> R<()>) -> R<()> {
         let first = kb.sreg("ctaid.x", "")?;
         let t = kb.slot_i32("work_tile", first)?;
-        let total = self.total;
         kb.while_loop(
             "persistent",
             |kb| {
                 let tt = kb.get_i(t, "")?;
+                let total = match self.total {
+                    Some(t) => t,
+                    None => self.work_tiles(kb)?,
+                };
                 kb.icmp(IntPredicate::SLT, tt, total, "")
             },
             |kb| {
@@ -407,6 +422,30 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                 kb.set(t, kb.add(tt, step, "")?)
             },
         )
+    }
+
+    /// Work tiles of the launch from the volatile seqlen_q copy in shared memory (not
+    /// hoistable: computed where it is needed, it holds no register across the loop).
+    fn work_tiles(&self, kb: &Kb<'ctx>) -> R<IntValue<'ctx>> {
+        let scal = kb.add(self.smem, kb.i32c(self.cfg.smem().scalars as i64), "")?;
+        let seqlen_q = kb.ld_volatile_shared_b32(scal, "seqlen_q")?;
+        self.work_tiles_for(kb, seqlen_q)
+    }
+
+    /// Work tiles of the launch from the seqlen_q parameter.
+    fn work_tiles_from_params(&self, kb: &Kb<'ctx>) -> R<IntValue<'ctx>> {
+        self.work_tiles_for(kb, self.seqlen_q)
+    }
+
+    /// m blocks × tile heads × batch (× splits) for `seqlen_q`.
+    fn work_tiles_for(&self, kb: &Kb<'ctx>, seqlen_q: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+        let rows = kb.mul(seqlen_q, kb.i32c(self.packed_group()), "")?;
+        let num_m = kb.ceil_div(rows, kb.i32c(self.tile_rows()), "num_m_blocks")?;
+        let total = kb.mul(kb.mul(num_m, kb.i32c(self.tile_heads() as i64), "")?, self.batch, "work_tiles")?;
+        match self.num_splits()? {
+            Some(ns) => kb.mul(total, ns, "work_tiles_split"),
+            None => Ok(total),
+        }
     }
 
     /// The runtime split count, when the spec has split-KV (1 means: write O itself).
@@ -613,11 +652,17 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         kb.section("role: TMA load warp (one thread)")?;
         let spec = self.spec;
         let tq = kb.param_generic_addr(&self.param_symbol("tmap_q")?, "tmap_q")?;
-        let tk = kb.param_generic_addr(&self.param_symbol("tmap_k")?, "tmap_k")?;
-        let tv = kb.param_generic_addr(&self.param_symbol("tmap_v")?, "tmap_v")?;
-        for t in [tq, tk, tv] {
-            kb.tensormap_prefetch(t)?;
-        }
+        kb.tensormap_prefetch(tq)?;
+        // K/V maps, unless warps 14-15 gather the rows.
+        let kv_maps = if self.cfg.gather {
+            None
+        } else {
+            let tk = kb.param_generic_addr(&self.param_symbol("tmap_k")?, "tmap_k")?;
+            let tv = kb.param_generic_addr(&self.param_symbol("tmap_v")?, "tmap_v")?;
+            kb.tensormap_prefetch(tk)?;
+            kb.tensormap_prefetch(tv)?;
+            Some((tk, tv))
+        };
         let kv_pos = kb.slot_i32("load_kv_pos", kb.i32c(0))?;
         let q_cnt = kb.slot_i32("load_q_count", kb.i32c(0))?;
         let layout = self.cfg.smem();
@@ -650,6 +695,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                     }
                     kb.set(q_cnt, kb.add(qc, kb.i32c(1), "")?)
                 })?;
+                let Some((tk, tv)) = kv_maps else { return Ok(()) };
                 let kpos = kb.add(base, kb.mul(idx, kb.i32c(2), "")?, "kpos")?;
                 let boxes = self.kv_boxes(kb, &wt, j)?;
                 self.load_kv(kb, kpos, tk, spec.head_dim_qk, &boxes, hkv)?;
@@ -721,6 +767,98 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                 let dst = kb.add(dst, kb.i32c((cb * TMA_BOX_BYTES + i as u32 * box_bytes) as i64), "")?;
                 kb.tma_load_4d(dst, tmap, [kb.i32c((cb * TMA_BOX_COLS) as i64), row, hkv, outer], full)?;
             }
+        }
+        Ok(())
+    }
+
+    // ------------------------------------------------------------ row gather (paged)
+
+    /// Gather warp 14 (K) or 15 (V), paged K/V whose pages TMA boxes cannot follow: per
+    /// key tile, each lane reads the pages of rows `lane + 32 i` (one block-table read
+    /// each, issued before the slot wait so their latency overlaps it); then the warp
+    /// copies 4 rows × 128 bytes per cp.async round into the slot's 128-byte-swizzled
+    /// layout (the one TMA would produce), the offsets exchanged by shuffles. Rows past
+    /// seqlen_k and columns past d are zero-filled (src-size 0), so nothing stale reaches
+    /// P·V. Each lane's `cp.async.mbarrier.arrive.noinc` completes `KvFull` (32 arrivals)
+    /// when its copies land.
+    fn gather(&self, kb: &mut Kb<'ctx>, is_v: bool) -> R<()> {
+        let spec = self.spec;
+        let KvLayout::Paged { page_size } = spec.kv_layout else {
+            return Err(LowerError::Llvm("row gather without a paged layout".into()));
+        };
+        let t = if is_v { "v" } else { "k" };
+        kb.section(&format!("role: {} row gather (cp.async, warp {})", t.to_uppercase(), if is_v { 15 } else { 14 }))?;
+        let d = if is_v { spec.head_dim_v } else { spec.head_dim_qk };
+        let base = self.arg(t)?;
+        let (sb, sr, sh) = (self.arg(&format!("{t}_stride_batch"))?, self.arg(&format!("{t}_stride_row"))?, self.arg(&format!("{t}_stride_head"))?);
+        let kv_pos = kb.slot_i32("gather_kv_pos", kb.i32c(0))?;
+        let ps = kb.i32c(page_size as i64);
+        self.persistent(kb, |kb, wt| {
+            let hkv = kb.sext64(self.hkv(kb, &wt)?, "")?;
+            let bt = self.arg("block_table")?;
+            let bt_row = kb.mul(kb.sext64(wt.b, "")?, self.arg("block_table_stride")?, "bt_row")?;
+            let base_pos = kb.get_i(kv_pos, "kv_base")?;
+            let n = self.for_each_kv_tile(kb, &wt, |kb, j, idx| {
+                let pos = kb.add(kb.add(base_pos, kb.mul(idx, kb.i32c(2), "")?, "")?, kb.i32c(is_v as i64), "gather_pos")?;
+                let (slot, par) = self.ring(kb, pos)?;
+                let n0 = kb.mul(j, kb.i32c(BLOCK_N as i64), "n0")?;
+                let lane = kb.and(kb.opaque_i32(kb.sreg("tid.x", "")?, "")?, kb.i32c(31), "lane")?;
+                let sub_row = kb.udiv(lane, kb.i32c(8), "sub_row")?;
+                let chunk = kb.and(lane, kb.i32c(7), "chunk")?;
+                kb.section("gather: this lane's rows' pages from the block table")?;
+                // Only the page index (i32) stays live across the slot wait; the row's
+                // offset is rebuilt in its copy round (registers are the gather's limit).
+                let own: Vec<IntValue<'ctx>> = (0..BLOCK_N / 32)
+                    .map(|i| {
+                        let key = kb.add(n0, kb.add(lane, kb.i32c(32 * i as i64), "")?, "")?;
+                        let valid = kb.icmp(IntPredicate::SLT, key, wt.seqlen_k, "")?;
+                        let key = kb.select_i(valid, key, kb.i32c(0), "key_clamped")?;
+                        let entry = kb.add(bt_row, kb.sext64(kb.udiv(key, ps, "")?, "")?, "")?;
+                        kb.ld_global_i32(kb.add(bt, kb.mul(entry, kb.i64c(4), "")?, "")?, "page")
+                    })
+                    .collect::<R<_>>()?;
+                kb.mbar_wait(self.bar_slot(kb, Bar::KvEmpty, slot)?, kb.xor(par, kb.i32c(1), "")?)?;
+                let dst0 = self.kv_addr(kb, slot)?;
+                kb.section("gather: cp.async 4 rows x 128 bytes per round into the swizzled slot")?;
+                for (i, &own_page) in own.iter().enumerate() {
+                    // A run-time loop: an unrolled one keeps every address live.
+                    kb.for_range(kb.i32c(0), kb.i32c(8), "gather_rows", |kb, jj| {
+                        let src = kb.add(kb.mul(jj, kb.i32c(4), "")?, sub_row, "src_lane")?;
+                        let r = kb.add(kb.i32c(32 * i as i64), src, "row")?;
+                        let page = kb.shfl_idx_i32(own_page, src, "row_page")?;
+                        let key = kb.add(n0, r, "key")?;
+                        let valid = kb.icmp(IntPredicate::SLT, key, wt.seqlen_k, "")?;
+                        let in_page = kb.sext64(kb.urem(kb.select_i(valid, key, kb.i32c(0), "")?, ps, "")?, "")?;
+                        let off = kb.add(kb.mul(kb.sext64(page, "")?, sb, "")?, kb.mul(in_page, sr, "")?, "")?;
+                        let off = kb.add(off, kb.mul(hkv, sh, "")?, "row_off")?;
+                        let bytes = kb.select_i(valid, kb.i32c(16), kb.i32c(0), "")?;
+                        let row_gaddr = kb.add(base, kb.mul(off, kb.i64c(2), "")?, "")?;
+                        let sw = kb.xor(chunk, kb.and(r, kb.i32c(7), "")?, "")?;
+                        let s_row = kb.add(dst0, kb.add(kb.mul(r, kb.i32c(128), "")?, kb.mul(sw, kb.i32c(16), "")?, "")?, "")?;
+                        for cb in 0..Config::boxes(d) {
+                            let col = kb.add(kb.i32c((cb * TMA_BOX_COLS) as i64), kb.mul(chunk, kb.i32c(8), "")?, "")?;
+                            let in_d = kb.icmp(IntPredicate::ULT, col, kb.i32c(d as i64), "")?;
+                            let nbytes = kb.select_i(in_d, bytes, kb.i32c(0), "")?;
+                            let g = kb.add(row_gaddr, kb.mul(kb.zext64(col, "")?, kb.i64c(2), "")?, "")?;
+                            // A zero-byte copy still needs a valid address: the tensor's base.
+                            let g = kb.select_i(kb.icmp(IntPredicate::NE, nbytes, kb.i32c(0), "")?, g, base, "")?;
+                            kb.cp_async_16(kb.add(s_row, kb.i32c((cb * TMA_BOX_BYTES) as i64), "")?, g, nbytes)?;
+                        }
+                        Ok(())
+                    })?;
+                }
+                kb.cp_async_mbar_arrive_noinc(self.bar_slot(kb, Bar::KvFull, slot)?)
+            })?;
+            kb.set(kv_pos, kb.add(base_pos, kb.mul(n, kb.i32c(2), "")?, "")?)
+        })
+    }
+
+    /// Waits for a K/V slot; after a cp.async gather also orders those generic-proxy
+    /// writes before the tensor core's (async-proxy) reads.
+    fn wait_kv_full(&self, kb: &Kb<'ctx>, slot: IntValue<'ctx>, parity: IntValue<'ctx>) -> R<()> {
+        kb.mbar_wait(self.bar_slot(kb, Bar::KvFull, slot)?, parity)?;
+        if self.cfg.gather {
+            kb.fence_proxy_async_shared()?;
         }
         Ok(())
     }
@@ -809,7 +947,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             self.for_n(kb, n, |kb, idx| {
                 let kpos = kb.add(base, kb.mul(idx, kb.i32c(2), "")?, "kpos")?;
                 let (kslot, kpar) = self.ring(kb, kpos)?;
-                kb.mbar_wait(self.bar_slot(kb, Bar::KvFull, kslot)?, kpar)?;
+                self.wait_kv_full(kb, kslot, kpar)?;
                 let k_addr = self.kv_addr(kb, kslot)?;
                 let first = kb.icmp(IntPredicate::EQ, idx, kb.i32c(0), "")?;
                 kb.if_else(
@@ -833,7 +971,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                         kb.section("O_i += P_i V(prev), then S_i = Q_i K^T")?;
                         let vpos = kb.sub(kpos, kb.i32c(1), "vpos")?;
                         let (vslot, vpar) = self.ring(kb, vpos)?;
-                        kb.mbar_wait(self.bar_slot(kb, Bar::KvFull, vslot)?, vpar)?;
+                        self.wait_kv_full(kb, vslot, vpar)?;
                         let v_addr = self.kv_addr(kb, vslot)?;
                         let waits = kb.add(tiles_before, kb.sub(idx, kb.i32c(1), "")?, "p_waits")?;
                         let ppar = self.parity(kb, waits)?;
@@ -867,7 +1005,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                 kb.tcgen05_commit(self.bar(kb, Bar::QEmpty)?)?;
                 let vpos = kb.sub(kb.add(base, kb.mul(n, kb.i32c(2), "")?, "")?, kb.i32c(1), "vpos")?;
                 let (vslot, vpar) = self.ring(kb, vpos)?;
-                kb.mbar_wait(self.bar_slot(kb, Bar::KvFull, vslot)?, vpar)?;
+                self.wait_kv_full(kb, vslot, vpar)?;
                 let v_addr = self.kv_addr(kb, vslot)?;
                 let waits = kb.add(tiles_before, kb.sub(n, kb.i32c(1), "")?, "p_waits")?;
                 let ppar = self.parity(kb, waits)?;

@@ -25,7 +25,7 @@ pub mod verify;
 use crate::arch::Arch;
 use crate::families::{CompileTimings, CompiledModule, FamilyKind, LowerError};
 use crate::llvm::{emit_ptx, kb::Kb};
-use attnc_ir::{KvLayout, Spec, SplitKv};
+use attnc_ir::{Spec, SplitKv};
 use config::Config;
 use inkwell::context::Context;
 
@@ -52,17 +52,6 @@ pub fn kernel_unsupported_reason(spec: &Spec, arch: Arch) -> Option<String> {
     }
     if let Err(e) = Config::for_spec(spec) {
         return Some(e);
-    }
-    match spec.kv_layout {
-        KvLayout::Contiguous | KvLayout::Varlen => {}
-        KvLayout::Paged { page_size } => {
-            if !config::tma_pageable(page_size) {
-                return Some(format!(
-                    "paged KV with {page_size}-key pages: TMA loads whole pages of 8·2^k keys or whole tiles of pages holding 128·k \
-                     (a 128-byte-swizzled box must start on an 8-row atom); other page sizes need a cp.async row-gather warp (not yet)"
-                ));
-            }
-        }
     }
     None
 }

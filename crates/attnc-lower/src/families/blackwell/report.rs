@@ -137,6 +137,7 @@ pub fn report(spec: &Spec) -> Result<Report, String> {
             Role::Mma => "one thread: tcgen05.mma (S = QK^T ss, O += PV ts), tcgen05.commit",
             Role::Load => "one thread: TMA Q once per work tile, K/V through the ring",
             Role::Idle => "setmaxnreg only",
+            Role::Gather => "warp 14 K, warp 15 V: block-table row offsets, cp.async 16 B per lane into the swizzled slot, rows past seqlen_k zero-filled",
         }
     };
     let roles = cfg
@@ -163,7 +164,7 @@ pub fn report(spec: &Spec) -> Result<Report, String> {
                 Bar::KvEmpty(_) => format!("KvEmpty[0..{}]", cfg.kv_slots),
                 other => format!("{other:?}"),
             };
-            (name, Config::bar_count(b))
+            (name, cfg.bar_count(b))
         })
         .collect();
     let e = emulated_per_row(spec);
@@ -181,6 +182,9 @@ pub fn report(spec: &Spec) -> Result<Report, String> {
             }
             attnc_ir::KvLayout::Paged { page_size } if page_size >= BLOCK_N => format!(
                 "paged ({page_size}-key pages): one TMA box per tile inside its page (1 block-table read); V rows past seqlen_k zeroed before P.V"
+            ),
+            attnc_ir::KvLayout::Paged { page_size } if !super::config::tma_pageable(page_size) => format!(
+                "paged ({page_size}-key pages): cp.async row gather by warps 14 (K) and 15 (V), one block-table read per row; rows past seqlen_k zero-filled"
             ),
             attnc_ir::KvLayout::Paged { page_size } => format!(
                 "paged ({page_size}-key pages): {} TMA boxes per tile, one per page ({} block-table reads); V rows past seqlen_k zeroed before P.V",

@@ -1,7 +1,7 @@
 //! Family-level tests: PTX content, ptxas resources (sm_100a) and SASS.
 
 use super::*;
-use attnc_ir::Align;
+use attnc_ir::{Align, KvLayout};
 
 fn variants() -> Vec<Spec> {
     let mut v = Vec::new();
@@ -64,6 +64,17 @@ fn variants() -> Vec<Spec> {
     d192.kv_layout = KvLayout::Varlen;
     d192.sinks = true;
     v.push(d192);
+    // Pages TMA boxes cannot follow: gathered by warps 14-15 (cp.async).
+    let mut g1 = Spec::new("gather_page1", 64, 8);
+    g1.kv_heads = 2;
+    g1.kv_layout = KvLayout::Paged { page_size: 1 };
+    g1.mask.causal = Some(Align::BottomRight);
+    g1.split_kv = SplitKv::Auto;
+    v.push(g1);
+    let mut g48 = Spec::new("gather_page48", 128, 8);
+    g48.kv_layout = KvLayout::Paged { page_size: 48 };
+    g48.lse = true;
+    v.push(g48);
     v
 }
 
@@ -138,6 +149,31 @@ fn paged_kv_loads_pages_by_tma() {
     assert!(!compile(&contiguous, Arch::Sm100a).expect("compiles").ptx.contains("st.shared.v4.b32"));
 }
 
+/// Page sizes TMA cannot follow: warps 14 (K) and 15 (V) gather rows with cp.async into
+/// the same swizzled slots, arrive per lane on KvFull (32 arrivals), and the MMA thread
+/// fences the proxies before reading; K/V come as pointers and strides, not maps.
+#[test]
+fn small_pages_are_gathered_by_two_warps() {
+    let spec = variants().into_iter().find(|s| s.name == "gather_page48").expect("variant");
+    let cfg = Config::for_spec(&spec).expect("cfg");
+    assert!(cfg.gather);
+    assert_eq!(cfg.bar_count(config::Bar::KvFull(0)), 32);
+    let m = compile(&spec, Arch::Sm100a).expect("compiles");
+    for needle in ["cp.async.cg.shared.global", "cp.async.mbarrier.arrive.noinc.shared::cta.b64", "fence.proxy.async.shared::cta"] {
+        assert!(m.ptx.contains(needle), "no `{needle}`");
+    }
+    // Only Q by TMA: 2 Q tiles x 2 column boxes.
+    assert_eq!(m.ptx.matches("cp.async.bulk.tensor.4d").count(), 4);
+    let k = &m.kernels[0];
+    assert_eq!(k.tensor_maps.len(), 1);
+    assert_eq!(k.tensor_maps[0].tensor, "q");
+    for p in ["k:ptr", "v:ptr", "k_stride_row:i64", "v_stride_batch:i64", "block_table:ptr", "seqused_k:ptr"] {
+        assert!(k.params.iter().any(|x| x == p), "no {p} in {:?}", k.params);
+    }
+    assert!(!k.params.iter().any(|x| x.starts_with("tmap_k")));
+    assert!(report::report(&spec).expect("report").to_string().contains("cp.async row gather"));
+}
+
 #[test]
 fn packed_gqa_loads_q_with_a_5d_box() {
     let spec = variants().into_iter().find(|s| s.pack_gqa).expect("a packed variant");
@@ -165,13 +201,12 @@ fn unsupported_variants_say_why() {
     assert!(unsupported_reason(&s, Arch::Sm90a).is_some());
     s.split_kv = SplitKv::Fixed(2);
     assert_eq!(kernel_unsupported_reason(&s, Arch::Sm100a), None);
-    for (page, ok) in [(16, true), (8, true), (128, true), (384, true), (4, false), (1, false), (48, false), (192, false)] {
+    // Every page size runs: TMA boxes where they can follow the pages, else a gather.
+    for (page, tma) in [(16, true), (8, true), (128, true), (384, true), (4, false), (1, false), (48, false), (192, false)] {
         let mut p = Spec::new("x", 128, 8);
         p.kv_layout = KvLayout::Paged { page_size: page };
-        match kernel_unsupported_reason(&p, Arch::Sm100a) {
-            None => assert!(ok, "page {page} should fall back"),
-            Some(r) => assert!(!ok && r.contains("paged"), "page {page}: {r}"),
-        }
+        assert_eq!(kernel_unsupported_reason(&p, Arch::Sm100a), None, "page {page}");
+        assert_eq!(config::gathers(&p), !tma, "page {page}");
     }
 }
 

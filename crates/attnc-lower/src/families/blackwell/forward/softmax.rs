@@ -115,7 +115,9 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         kv_base: IntValue<'ctx>,
         idx: IntValue<'ctx>,
     ) -> R<()> {
-        if self.spec.kv_layout == KvLayout::Contiguous {
+        // Contiguous: rows past the end are out of bounds and arrive as zeros; gathered
+        // rows past the end are zero-filled by the gather warps.
+        if self.spec.kv_layout == KvLayout::Contiguous || self.cfg.gather {
             return Ok(());
         }
         let past_end = kb.icmp(IntPredicate::SGT, kb.add(n0, kb.i32c(BLOCK_N as i64), "")?, wt.seqlen_k, "")?;
