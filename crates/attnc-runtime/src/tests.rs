@@ -725,3 +725,29 @@ fn the_blackwell_paged_split_forward_marshals_with_page_boxes() {
     let args = marshal(&fwd.params, &p, &extra).expect("marshal");
     assert_eq!(args.len(), fwd.params.len());
 }
+
+#[test]
+fn the_blackwell_row_gather_marshals_pointers_and_one_map() {
+    // 3-key pages: no TMA box can follow them, so blackwell gathers rows; the forward
+    // kernel takes Q's map and K/V as pointers with strides, all of which marshal.
+    use crate::tma::{plan_tensor_maps, TensorMapArg};
+    use attnc_lower::{Arch, CompileOptions, FamilyChoice, FamilyKind};
+    let s = spec(KvLayout::Paged { page_size: 3 });
+    let opts = CompileOptions { arch: Arch::Sm100a, family: FamilyChoice::Exactly(FamilyKind::Blackwell) };
+    let m = attnc_lower::compile(&s, &opts).expect("blackwell compiles a row gather");
+    let fwd = m.kernels.iter().find(|k| k.role.starts_with("forward")).expect("fwd");
+    assert_eq!(fwd.tensor_maps.len(), 1);
+    let mut a = Alloc::new();
+    let bt = [4, 0, 2, 1, -1, -1];
+    let su = [7, 3];
+    let d = paged_descs(&mut a, &bt, &su, 2, 5, 3);
+    let ks = KernelShape { block_m: fwd.block_m, block_n: fwd.block_n, combine_block_m: None, ctas_per_sm: 1, persistent: true };
+    let mut p = plan(&s, &ks, 148, 0, &d).expect("valid");
+    p.tensor_maps = plan_tensor_maps(&fwd.tensor_maps, &d).expect("encodable");
+    assert_eq!(p.tensor_maps.len(), 1);
+    let extra: Vec<(&str, ArgValue)> =
+        p.tensor_maps.iter().map(|e| (e.param.as_str(), ArgValue::TensorMap(TensorMapArg([1; 16])))).collect();
+    let args = marshal(&fwd.params, &p, &extra).expect("marshal");
+    assert_eq!(args.len(), fwd.params.len());
+    assert!(fwd.params.iter().any(|x| x == "k_stride_row:i64"));
+}
