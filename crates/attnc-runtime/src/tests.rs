@@ -623,12 +623,25 @@ fn a_persistent_kernel_gets_one_cta_per_slot_at_most() {
     assert_eq!(p.fwd_grid, [tiles as u32, 1, 1]);
 }
 
+
+/// Marshals `fwd`'s arguments for plan `p` with a placeholder for each tensor map the
+/// plan encodes (the driver encodes real ones at launch), plus `extra`; every parameter
+/// must be filled.
+fn marshal_with_placeholder_maps<'a>(fwd: &attnc_lower::KernelInfo, p: &'a LaunchPlan, mut extra: Vec<(&'a str, ArgValue)>) -> Vec<ArgValue> {
+    for (i, e) in p.tensor_maps.iter().enumerate() {
+        extra.push((e.param.as_str(), ArgValue::TensorMap(crate::tma::TensorMapArg([i as u64 + 1; 16]))));
+    }
+    let args = marshal(&fwd.params, p, &extra).expect("marshal");
+    assert_eq!(args.len(), fwd.params.len());
+    args
+}
+
 #[test]
 fn the_blackwell_forward_marshals_and_plans_a_persistent_grid() {
     // The launch path of an explicit `--family blackwell` on a B200, without one: its
     // forward kernel marshals completely (three rank-4 maps, `batch`) and plans a
     // persistent grid.
-    use crate::tma::{plan_tensor_maps, TensorMapArg};
+    use crate::tma::plan_tensor_maps;
     use attnc_lower::{Arch, CompileOptions, FamilyChoice, FamilyKind};
     let s = spec(KvLayout::Contiguous);
     let opts = CompileOptions { arch: Arch::Sm100a, family: FamilyChoice::Exactly(FamilyKind::Blackwell) };
@@ -653,12 +666,7 @@ fn the_blackwell_forward_marshals_and_plans_a_persistent_grid() {
     assert_eq!((p.fwd_grid[1], p.fwd_grid[2]), (1, 1));
     assert!(p.fwd_grid[0] >= 1 && p.fwd_grid[0] <= 148);
     p.tensor_maps = plan_tensor_maps(&fwd.tensor_maps, &d).expect("encodable");
-    let mut extra = Vec::new();
-    for (i, e) in p.tensor_maps.iter().enumerate() {
-        extra.push((e.param.as_str(), ArgValue::TensorMap(TensorMapArg([i as u64 + 1; 16]))));
-    }
-    let args = marshal(&fwd.params, &p, &extra).expect("marshal");
-    assert_eq!(args.len(), fwd.params.len());
+    marshal_with_placeholder_maps(fwd, &p, Vec::new());
 }
 
 #[test]
@@ -686,7 +694,7 @@ fn the_blackwell_paged_split_forward_marshals_with_page_boxes() {
     // `{d, page_size, kv_heads, num_pages}` with one 16-row box per page, and every
     // parameter (block table, seqused_k, split workspace) marshals; the module brings
     // the combine kernel.
-    use crate::tma::{plan_tensor_maps, TensorMapArg};
+    use crate::tma::plan_tensor_maps;
     use attnc_lower::{Arch, CompileOptions, FamilyChoice, FamilyKind};
     let mut s = spec(KvLayout::Paged { page_size: 16 });
     s.split_kv = SplitKv::Fixed(2);
@@ -718,19 +726,14 @@ fn the_blackwell_paged_split_forward_marshals_with_page_boxes() {
         assert_eq!(strides, [2 * 128 * 2, 128 * 2, 16 * 2 * 128 * 2], "{t}: row, head, page strides (bytes)");
         assert_eq!(boxes, [64, 16, 1, 1]);
     }
-    let mut extra = vec![("o_partial", ArgValue::Ptr(0x1000)), ("lse_partial", ArgValue::Ptr(0x2000))];
-    for (i, e) in p.tensor_maps.iter().enumerate() {
-        extra.push((e.param.as_str(), ArgValue::TensorMap(TensorMapArg([i as u64 + 1; 16]))));
-    }
-    let args = marshal(&fwd.params, &p, &extra).expect("marshal");
-    assert_eq!(args.len(), fwd.params.len());
+    marshal_with_placeholder_maps(fwd, &p, vec![("o_partial", ArgValue::Ptr(0x1000)), ("lse_partial", ArgValue::Ptr(0x2000))]);
 }
 
 #[test]
 fn the_blackwell_row_gather_marshals_pointers_and_one_map() {
     // 3-key pages: no TMA box can follow them, so blackwell gathers rows; the forward
     // kernel takes Q's map and K/V as pointers with strides, all of which marshal.
-    use crate::tma::{plan_tensor_maps, TensorMapArg};
+    use crate::tma::plan_tensor_maps;
     use attnc_lower::{Arch, CompileOptions, FamilyChoice, FamilyKind};
     let s = spec(KvLayout::Paged { page_size: 3 });
     let opts = CompileOptions { arch: Arch::Sm100a, family: FamilyChoice::Exactly(FamilyKind::Blackwell) };
@@ -745,9 +748,6 @@ fn the_blackwell_row_gather_marshals_pointers_and_one_map() {
     let mut p = plan(&s, &ks, 148, 0, &d).expect("valid");
     p.tensor_maps = plan_tensor_maps(&fwd.tensor_maps, &d).expect("encodable");
     assert_eq!(p.tensor_maps.len(), 1);
-    let extra: Vec<(&str, ArgValue)> =
-        p.tensor_maps.iter().map(|e| (e.param.as_str(), ArgValue::TensorMap(TensorMapArg([1; 16])))).collect();
-    let args = marshal(&fwd.params, &p, &extra).expect("marshal");
-    assert_eq!(args.len(), fwd.params.len());
+    marshal_with_placeholder_maps(fwd, &p, Vec::new());
     assert!(fwd.params.iter().any(|x| x == "k_stride_row:i64"));
 }

@@ -197,3 +197,33 @@ pub fn partial_row<'ctx>(
     let idx = kb.add(kb.mul(idx, kb.i64c(q_heads as i64), "")?, kb.sext64(h, "")?, "")?;
     kb.add(kb.mul(idx, kb.sext64(max_seqlen_q, "")?, "")?, kb.sext64(q, "")?, "partial_row")
 }
+
+/// A gather lane's copy of one K/V row into a 128-byte-swizzled tile: the lane's 16-byte
+/// chunk (`chunk`, 0..8, already swizzled into `s_row`) of every 64-column box, boxes
+/// `box_stride` bytes apart. `bytes` is 16 for a row inside the sequence and 0 past it;
+/// columns past `d` also copy 0 bytes (zero fill), from the tensor's `base` so a
+/// zero-byte copy still has a valid address. Shared by the warp-specialized families'
+/// cp.async gathers (paged K/V whose pages TMA cannot follow).
+#[allow(clippy::too_many_arguments)]
+pub fn cp_async_row_chunks<'ctx>(
+    kb: &Kb<'ctx>,
+    s_row: IntValue<'ctx>,
+    box_stride: u32,
+    row_gaddr: IntValue<'ctx>,
+    base: IntValue<'ctx>,
+    chunk: IntValue<'ctx>,
+    d: u32,
+    bytes: IntValue<'ctx>,
+) -> R<()> {
+    const BOX_COLS: u32 = 64;
+    for cb in 0..d.div_ceil(BOX_COLS) {
+        let col = kb.add(kb.i32c((cb * BOX_COLS) as i64), kb.mul(chunk, kb.i32c(8), "")?, "")?;
+        let in_d = kb.icmp(IntPredicate::ULT, col, kb.i32c(d as i64), "")?;
+        let n = kb.select_i(in_d, bytes, kb.i32c(0), "")?;
+        let g = kb.add(row_gaddr, kb.mul(kb.zext64(col, "")?, kb.i64c(2), "")?, "")?;
+        let g = kb.select_i(kb.icmp(IntPredicate::NE, n, kb.i32c(0), "")?, g, base, "")?;
+        let s = kb.add(s_row, kb.i32c((cb * box_stride) as i64), "")?;
+        kb.cp_async_16(s, g, n)?;
+    }
+    Ok(())
+}

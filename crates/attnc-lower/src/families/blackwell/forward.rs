@@ -835,15 +835,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                         let row_gaddr = kb.add(base, kb.mul(off, kb.i64c(2), "")?, "")?;
                         let sw = kb.xor(chunk, kb.and(r, kb.i32c(7), "")?, "")?;
                         let s_row = kb.add(dst0, kb.add(kb.mul(r, kb.i32c(128), "")?, kb.mul(sw, kb.i32c(16), "")?, "")?, "")?;
-                        for cb in 0..Config::boxes(d) {
-                            let col = kb.add(kb.i32c((cb * TMA_BOX_COLS) as i64), kb.mul(chunk, kb.i32c(8), "")?, "")?;
-                            let in_d = kb.icmp(IntPredicate::ULT, col, kb.i32c(d as i64), "")?;
-                            let nbytes = kb.select_i(in_d, bytes, kb.i32c(0), "")?;
-                            let g = kb.add(row_gaddr, kb.mul(kb.zext64(col, "")?, kb.i64c(2), "")?, "")?;
-                            // A zero-byte copy still needs a valid address: the tensor's base.
-                            let g = kb.select_i(kb.icmp(IntPredicate::NE, nbytes, kb.i32c(0), "")?, g, base, "")?;
-                            kb.cp_async_16(kb.add(s_row, kb.i32c((cb * TMA_BOX_BYTES) as i64), "")?, g, nbytes)?;
-                        }
+                        crate::variant::layout::cp_async_row_chunks(kb, s_row, TMA_BOX_BYTES, row_gaddr, base, chunk, d, bytes)?;
                         Ok(())
                     })?;
                 }

@@ -383,17 +383,10 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                             let row_gaddr = kb.add(tbase, kb.mul(off, kb.i64c(2), "")?, "")?;
                             let sw = kb.xor(chunk, kb.and(r, kb.i32c(7), "")?, "")?;
                             let s_row = kb.add(dst0, kb.add(kb.mul(r, kb.i32c(ROW_BYTES as i64), "")?, kb.mul(sw, kb.i32c(16), "")?, "")?, "")?;
-                            for cb in 0..Config::col_blocks(d) {
-                                let col = kb.add(kb.i32c((cb * BOX_COLS) as i64), kb.mul(chunk, kb.i32c(8), "")?, "")?;
-                                // A head dim that is not a multiple of 64 leaves the last block's
-                                // tail chunks past d: zero them too.
-                                let in_d = kb.icmp(IntPredicate::ULT, col, kb.i32c(d as i64), "")?;
-                                let n = kb.select_i(in_d, bytes, kb.i32c(0), "")?;
-                                let g = kb.add(row_gaddr, kb.mul(kb.zext64(col, "")?, kb.i64c(2), "")?, "")?;
-                                let g = kb.select_i(kb.icmp(IntPredicate::NE, n, kb.i32c(0), "")?, g, tbase, "")?;
-                                let s = kb.add(s_row, kb.i32c((cb * cfg.block_n * ROW_BYTES) as i64), "")?;
-                                kb.cp_async_16(s, g, n)?;
-                            }
+                            // A head dim that is not a multiple of 64 leaves the last block's
+                            // tail chunks past d: zeroed too.
+                            let stride = cfg.block_n * ROW_BYTES;
+                            crate::variant::layout::cp_async_row_chunks(kb, s_row, stride, row_gaddr, tbase, chunk, d, bytes)?;
                             Ok(())
                         })?;
                     }
