@@ -639,15 +639,16 @@ fn marshal_with_placeholder_maps<'a>(fwd: &attnc_lower::KernelInfo, p: &'a Launc
 #[test]
 fn the_blackwell_forward_marshals_and_plans_a_persistent_grid() {
     // The launch path of an explicit `--family blackwell` on a B200, without one: its
-    // forward kernel marshals completely (three rank-4 maps, `batch`) and plans a
-    // persistent grid.
+    // forward kernel marshals completely (rank-4 maps for Q, K, V and the O store,
+    // `batch`) and plans a persistent grid.
     use crate::tma::plan_tensor_maps;
     use attnc_lower::{Arch, CompileOptions, FamilyChoice, FamilyKind};
     let s = spec(KvLayout::Contiguous);
     let opts = CompileOptions { arch: Arch::Sm100a, family: FamilyChoice::Exactly(FamilyKind::Blackwell) };
     let m = attnc_lower::compile(&s, &opts).expect("blackwell compiles the test spec");
     let fwd = m.kernels.iter().find(|k| k.role.starts_with("forward")).expect("fwd");
-    assert!(fwd.persistent && fwd.tensor_maps.len() == 3);
+    assert!(fwd.persistent);
+    assert_eq!(fwd.tensor_maps.iter().map(|b| b.tensor.as_str()).collect::<Vec<_>>(), ["q", "k", "v", "o"]);
     // The runtime finds it as the forward kernel, and no combine kernel.
     let meta = crate::jit::ModuleMeta {
         requested: "blackwell".into(),
@@ -681,11 +682,14 @@ fn the_blackwell_pack_gqa_q_map_is_rank_5() {
     let mut a = Alloc::new();
     let d = contiguous(&mut a, &s);
     let maps = plan_tensor_maps(&fwd.tensor_maps, &d).expect("encodable");
-    let q = maps.iter().find(|e| e.tensor == "q").expect("q map");
     let g = s.group_size() as u64;
-    assert_eq!(q.rank, 5);
-    assert_eq!(q.dims().0[1], g, "the second dim is the pack group");
-    assert!(maps.iter().filter(|e| e.tensor != "q").all(|e| e.rank == 4));
+    // Q loads and O stores go through packed rank-5 boxes; K and V are rank 4.
+    for t in ["q", "o"] {
+        let m = maps.iter().find(|e| e.tensor == t).expect("map");
+        assert_eq!(m.rank, 5, "{t}");
+        assert_eq!(m.dims().0[1], g, "{t}: the second dim is the pack group");
+    }
+    assert!(maps.iter().filter(|e| e.tensor == "k" || e.tensor == "v").all(|e| e.rank == 4));
 }
 
 #[test]
@@ -739,7 +743,7 @@ fn the_blackwell_row_gather_marshals_pointers_and_one_map() {
     let opts = CompileOptions { arch: Arch::Sm100a, family: FamilyChoice::Exactly(FamilyKind::Blackwell) };
     let m = attnc_lower::compile(&s, &opts).expect("blackwell compiles a row gather");
     let fwd = m.kernels.iter().find(|k| k.role.starts_with("forward")).expect("fwd");
-    assert_eq!(fwd.tensor_maps.len(), 1);
+    assert_eq!(fwd.tensor_maps.iter().map(|b| b.tensor.as_str()).collect::<Vec<_>>(), ["q", "o"]);
     let mut a = Alloc::new();
     let bt = [4, 0, 2, 1, -1, -1];
     let su = [7, 3];
@@ -747,7 +751,7 @@ fn the_blackwell_row_gather_marshals_pointers_and_one_map() {
     let ks = KernelShape { block_m: fwd.block_m, block_n: fwd.block_n, combine_block_m: None, ctas_per_sm: 1, persistent: true };
     let mut p = plan(&s, &ks, 148, 0, &d).expect("valid");
     p.tensor_maps = plan_tensor_maps(&fwd.tensor_maps, &d).expect("encodable");
-    assert_eq!(p.tensor_maps.len(), 1);
+    assert_eq!(p.tensor_maps.len(), 2);
     marshal_with_placeholder_maps(fwd, &p, Vec::new());
     assert!(fwd.params.iter().any(|x| x == "k_stride_row:i64"));
 }

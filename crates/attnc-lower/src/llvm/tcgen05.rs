@@ -306,6 +306,17 @@ impl<'ctx> Kb<'ctx> {
         )
     }
 
+    /// 5-D TMA store of one box from shared memory at `src` (pack-GQA O), tracked by
+    /// bulk async groups.
+    pub fn tma_store_5d(&self, tmap: IntValue<'ctx>, c: [IntValue<'ctx>; 5], src: IntValue<'ctx>) -> R<()> {
+        self.asm_v(
+            "cp.async.bulk.tensor.5d.global.shared::cta.bulk_group [$0, {$1, $2, $3, $4, $5}], [$6];",
+            "l,r,r,r,r,r,r,~{memory}",
+            false,
+            &[tmap.into(), c[0].into(), c[1].into(), c[2].into(), c[3].into(), c[4].into(), src.into()],
+        )
+    }
+
     // ------------------------------------------------------------ registers, barriers
 
     /// `setmaxnreg.inc.sync.aligned.u32 n`, executed by every warp of a warpgroup: waits

@@ -50,6 +50,9 @@ pub fn forward_params(spec: &attnc_ir::Spec) -> Vec<(String, ParamTy)> {
             add(t, TensorMap);
         }
     }
+    if super::config::stores_o_by_tma(spec) {
+        add("tmap_o", TensorMap);
+    }
     if gather {
         // Row gather (pages TMA cannot follow): the cache tensors themselves.
         for t in ["k", "v"] {
@@ -132,8 +135,13 @@ pub struct TensorMapSpec {
 /// row-gathered paged cache only Q has one.
 pub fn tensor_maps(spec: &attnc_ir::Spec) -> Vec<TensorMapSpec> {
     let gather = super::config::gathers(spec);
+    let store_o = super::config::stores_o_by_tma(spec);
     let mut maps = tensor_maps_all(spec);
-    maps.retain(|m| !gather || m.tensor == "q");
+    maps.retain(|m| match m.tensor.as_str() {
+        "k" | "v" => !gather,
+        "o" => store_o,
+        _ => true,
+    });
     maps
 }
 
@@ -155,10 +163,11 @@ fn tensor_maps_all(spec: &attnc_ir::Spec) -> Vec<TensorMapSpec> {
         ("q", spec.head_dim_qk, lq, "q_heads", batch, super::config::BLOCK_N),
         ("k", spec.head_dim_qk, lk, "kv_heads", kv_batch, kv_rows),
         ("v", spec.head_dim_v, lk, "kv_heads", kv_batch, kv_rows),
+        ("o", spec.head_dim_v, lq, "q_heads", batch, super::config::BLOCK_M),
     ]
         .into_iter()
         .map(|(t, d, len, heads, batch, rows)| {
-            let packed = t == "q" && spec.pack_gqa;
+            let packed = (t == "q" || t == "o") && spec.pack_gqa;
             let (global_dims, global_strides_bytes, box_dims) = if packed {
                 (
                     vec![d.to_string(), g.to_string(), len.into(), "kv_heads".into(), batch.into()],

@@ -24,6 +24,8 @@ pub const TMA_BOX_BYTES: u32 = TMA_BOX_COLS * 2 * BLOCK_N;
 pub const TMEM_COLS: u32 = 512;
 /// Named barrier ids of the softmax ping-pong (barrier 0 is the CTA barrier).
 pub const BAR_EXP: [u32; 2] = [1, 2];
+/// Named barrier of the correction warpgroup's O staging (128 threads).
+pub const BAR_EPILOGUE: u32 = 3;
 
 /// The smallest page TMA loads as its own box: 8 rows of 128 bytes, one 128-byte swizzle
 /// atom (a box must land on an atom boundary for the swizzle to match the descriptors).
@@ -45,6 +47,12 @@ pub fn tma_pageable(page_size: u32) -> bool {
 /// warps 14 and 15) because TMA boxes cannot follow its pages.
 pub fn gathers(spec: &Spec) -> bool {
     matches!(spec.kv_layout, attnc_ir::KvLayout::Paged { page_size } if !tma_pageable(page_size))
+}
+
+/// Whether O leaves by TMA stores (`Config::tma_store_o`): not with varlen, whose boxes
+/// would run into the next sequence's rows, nor with split-KV (f32 partial rows).
+pub fn stores_o_by_tma(spec: &Spec) -> bool {
+    spec.kv_layout != attnc_ir::KvLayout::Varlen && spec.split_kv == attnc_ir::SplitKv::None
 }
 
 /// What each warp does.
@@ -147,6 +155,10 @@ pub struct Config {
     pub lpt: bool,
     /// Paged K/V gathered by warps 14-15 (cp.async), not loaded by TMA.
     pub gather: bool,
+    /// O leaves through a shared-memory staging box and TMA stores (clipped at the
+    /// tensor's bounds); off for varlen (a box would run into the next sequence's rows)
+    /// and split-KV specs (their partials are f32 rows).
+    pub tma_store_o: bool,
 }
 
 /// The mbarriers, in shared-memory order (8 bytes each); `KvFull(s)`/`KvEmpty(s)` per slot.
@@ -190,6 +202,9 @@ pub struct SmemLayout {
     /// The current tile's rescale factor per row and Q tile (f32; 128 × 4 bytes each).
     /// TMEM has no free column at d = 128, so the statistics live here.
     pub alpha: u32,
+    /// With `tma_store_o`: one 64-column × 128-row O box (16 KB, 128-byte swizzle)
+    /// the correction warpgroup fills and a TMA store drains.
+    pub o_stage: Option<u32>,
     /// Bytes used from the aligned base.
     pub used: u32,
     /// Dynamic shared memory to request: `used` + 1024 bytes of alignment slack.
@@ -228,9 +243,11 @@ impl Config {
         // beside the Q tiles in shared memory. A head dim that is not a multiple of 64
         // (96) takes whole 64-column boxes; TMA fills the columns past d with zeros.
         // 192/128 (DeepSeek's MLA shape) fits two: one K and one V in flight.
+        let tma_store_o = stores_o_by_tma(spec);
         let mut kv_slots = 8;
         while kv_slots > 2 {
-            let trial = Config { d_qk, d_v, kv_slots, q_tiles, regs: RegBudget::DEFAULT, pv_order: PvOrder::Fenced, lpt: false, gather: false };
+            let trial =
+                Config { d_qk, d_v, kv_slots, q_tiles, regs: RegBudget::DEFAULT, pv_order: PvOrder::Fenced, lpt: false, gather: false, tma_store_o };
             if trial.smem().request <= Arch::Sm100a.max_smem_per_block() {
                 break;
             }
@@ -246,7 +263,7 @@ impl Config {
             _ => RegBudget::DEFAULT,
         };
         let gather = gathers(spec);
-        let cfg = Config { d_qk, d_v, kv_slots, q_tiles, regs, pv_order: PvOrder::Fenced, lpt: spec.mask.causal.is_some(), gather };
+        let cfg = Config { d_qk, d_v, kv_slots, q_tiles, regs, pv_order: PvOrder::Fenced, lpt: spec.mask.causal.is_some(), gather, tma_store_o };
         cfg.check()?;
         Ok(cfg)
     }
@@ -320,8 +337,15 @@ impl Config {
         let scalars = tmem_slot + 8;
         let stats = (scalars + 8).next_multiple_of(16);
         let alpha = stats + self.q_tiles * BLOCK_M * 8;
-        let used = alpha + self.q_tiles * BLOCK_M * 4;
-        SmemLayout { q: [0, q_tile_bytes], q_tile_bytes, kv, kv_slot_bytes, bars, tmem_slot, scalars, stats, alpha, used, request: used + 1024 }
+        let mut used = alpha + self.q_tiles * BLOCK_M * 4;
+        let o_stage = if self.tma_store_o {
+            let at = used.next_multiple_of(1024);
+            used = at + TMA_BOX_BYTES;
+            Some(at)
+        } else {
+            None
+        };
+        SmemLayout { q: [0, q_tile_bytes], q_tile_bytes, kv, kv_slot_bytes, bars, tmem_slot, scalars, stats, alpha, o_stage, used, request: used + 1024 }
     }
 
     pub fn tmem(&self) -> TmemMap {

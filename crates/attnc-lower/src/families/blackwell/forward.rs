@@ -20,7 +20,7 @@ mod epilogue;
 mod softmax;
 
 use super::abi::{self, ParamTy};
-use super::config::{Bar, Config, PvOrder, BAR_EXP, BLOCK_M, BLOCK_N, THREADS, TMA_BOX_BYTES, TMA_BOX_COLS};
+use super::config::{Bar, Config, PvOrder, BAR_EPILOGUE, BAR_EXP, BLOCK_M, BLOCK_N, THREADS, TMA_BOX_BYTES, TMA_BOX_COLS};
 use super::desc::{k_major_step_offset, mn_major_step_offset, DFormat, InstrDesc, Major, SmemDesc};
 use super::schedule::{emit_section_heads, emit_tile_coords, WorkTile};
 use crate::families::{KernelInfo, LowerError};

@@ -154,6 +154,9 @@ pub fn report(spec: &Spec) -> Result<Report, String> {
         ("final (l, m)".to_string(), s.stats, cfg.q_tiles * BLOCK_M * 8),
         ("alpha".to_string(), s.alpha, cfg.q_tiles * BLOCK_M * 4),
     ]);
+    if let Some(o) = s.o_stage {
+        smem.push(("O staging box (TMA store)".to_string(), o, super::config::TMA_BOX_BYTES));
+    }
     let mbarriers = cfg
         .mbarriers()
         .into_iter()

@@ -133,8 +133,8 @@ fn paged_kv_loads_pages_by_tma() {
     let small = variants().into_iter().find(|s| s.name == "paged_8").expect("variant");
     let m = compile(&small, Arch::Sm100a).expect("compiles");
     // K and V, 2 column boxes each, 16 pages of 8 rows per tile (+ 2·2 Q boxes).
-    assert_eq!(count(&m.ptx, "cp.async.bulk.tensor.4d"), 2 * 2 * 16 + 2 * 2, "TMA count");
-    assert!(m.ptx.contains("st.shared.v4.b32"), "no V tail zeroing");
+    assert_eq!(count(&m.ptx, "cp.async.bulk.tensor.4d.shared::cluster"), 2 * 2 * 16 + 2 * 2, "TMA count");
+    assert!(m.ptx.contains("zero V rows past seqlen_k"), "no V tail zeroing");
     assert!(m.ptx.contains("fence.proxy.async.shared::cta"));
     let maps = abi::tensor_maps(&small);
     assert_eq!(maps[1].global_dims, ["128", "page_size", "kv_heads", "num_pages"]);
@@ -142,11 +142,11 @@ fn paged_kv_loads_pages_by_tma() {
     assert_eq!(abi::tma_boxes(&small)[2].box_rows, 8);
     let big = variants().into_iter().find(|s| s.name == "paged_256").expect("variant");
     let m = compile(&big, Arch::Sm100a).expect("compiles");
-    assert_eq!(count(&m.ptx, "cp.async.bulk.tensor.4d"), 4, "TMA count (d 64: one box per Q tile, K and V)");
+    assert_eq!(count(&m.ptx, "cp.async.bulk.tensor.4d.shared::cluster"), 4, "TMA count (d 64: one box per Q tile, K and V)");
     assert_eq!(abi::tensor_maps(&big)[1].box_dims, [64, 128, 1, 1]);
     let mut contiguous = Spec::new("c", 128, 4);
     contiguous.mask.causal = Some(Align::TopLeft);
-    assert!(!compile(&contiguous, Arch::Sm100a).expect("compiles").ptx.contains("st.shared.v4.b32"));
+    assert!(!compile(&contiguous, Arch::Sm100a).expect("compiles").ptx.contains("zero V rows past seqlen_k"));
 }
 
 /// Page sizes TMA cannot follow: warps 14 (K) and 15 (V) gather rows with cp.async into
@@ -163,15 +163,38 @@ fn small_pages_are_gathered_by_two_warps() {
         assert!(m.ptx.contains(needle), "no `{needle}`");
     }
     // Only Q by TMA: 2 Q tiles x 2 column boxes.
-    assert_eq!(m.ptx.matches("cp.async.bulk.tensor.4d").count(), 4);
+    assert_eq!(m.ptx.matches("cp.async.bulk.tensor.4d.shared::cluster").count(), 4);
     let k = &m.kernels[0];
-    assert_eq!(k.tensor_maps.len(), 1);
-    assert_eq!(k.tensor_maps[0].tensor, "q");
+    let maps: Vec<&str> = k.tensor_maps.iter().map(|b| b.tensor.as_str()).collect();
+    assert_eq!(maps, ["q", "o"]);
     for p in ["k:ptr", "v:ptr", "k_stride_row:i64", "v_stride_batch:i64", "block_table:ptr", "seqused_k:ptr"] {
         assert!(k.params.iter().any(|x| x == p), "no {p} in {:?}", k.params);
     }
     assert!(!k.params.iter().any(|x| x.starts_with("tmap_k")));
     assert!(report::report(&spec).expect("report").to_string().contains("cp.async row gather"));
+}
+
+/// O leaves through a swizzled staging box and TMA stores (one per 64 columns and Q
+/// tile), 5-D with pack_gqa; varlen and split-KV keep row stores.
+#[test]
+fn o_leaves_by_tma_store_where_boxes_fit() {
+    let mha = Spec::new("mha", 128, 4);
+    let m = compile(&mha, Arch::Sm100a).expect("compiles");
+    assert_eq!(m.ptx.matches("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group").count(), 4);
+    assert!(m.ptx.contains("cp.async.bulk.wait_group.read 0"));
+    assert!(m.kernels[0].params.iter().any(|p| p == "tmap_o:tensormap"));
+    assert!(m.kernels[0].tensor_maps.iter().any(|b| b.tensor == "o" && b.box_rows == 128));
+    assert!(Config::for_spec(&mha).expect("cfg").smem().o_stage.is_some_and(|o| o % 1024 == 0));
+    let packed = variants().into_iter().find(|s| s.name == "gqa_packed").expect("variant");
+    let m = compile(&packed, Arch::Sm100a).expect("compiles");
+    assert_eq!(m.ptx.matches("cp.async.bulk.tensor.5d.global.shared::cta.bulk_group").count(), 4);
+    for name in ["split_decode", "d192"] {
+        let spec = variants().into_iter().find(|s| s.name == name).expect("variant");
+        let m = compile(&spec, Arch::Sm100a).expect("compiles");
+        assert!(!m.ptx.contains(".global.shared::cta.bulk_group"), "{name}");
+        assert!(!m.kernels[0].params.iter().any(|p| p.starts_with("tmap_o")), "{name}");
+        assert!(m.ptx.contains("st.global.v4.b32"), "{name}");
+    }
 }
 
 #[test]

@@ -220,6 +220,10 @@ pub fn problems(spec: &Spec, cfg: &Config, v: &Verified) -> Vec<String> {
             p.push(format!("no {op} in the SASS"));
         }
     }
+    // O by TMA stores, or row stores (varlen, split-KV), as the configuration says.
+    if cfg.tma_store_o != v.opcodes.contains_key("UTMASTG") {
+        p.push(format!("UTMASTG in the SASS: {}, the configuration stores O by TMA: {}", !cfg.tma_store_o, cfg.tma_store_o));
+    }
     let (emulated, mufu_min) = expected_exp_counts(spec);
     if v.emulated_floor != emulated {
         p.push(format!("{} FADD.RM (emulated exp2), expected {emulated}", v.emulated_floor));

@@ -47,7 +47,13 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                 kb.set(st_cnt, kb.add(sc, kb.i32c(1), "")?)
             })?;
             self.epilogue(kb, &wt, n, row, lane_addr, o_cnt, f_cnt)
-        })
+        })?;
+        if self.cfg.tma_store_o {
+            // The last O stores must have read the staging box before the CTA exits.
+            let leader = kb.icmp(IntPredicate::EQ, kb.and(self.tid, kb.i32c(127), "")?, kb.i32c(0), "")?;
+            kb.if_then(leader, "o_store_drain", |kb| kb.bulk_wait_group_read(0))?;
+        }
+        Ok(())
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -96,40 +102,44 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                     (kb.mul(kb.sext64(wt.b, "")?, sb, "")?, q)
                 };
                 let off = kb.add(kb.add(brow, kb.mul(kb.sext64(row_in, "")?, sr, "")?, "")?, kb.mul(kb.sext64(h, "")?, sh, "")?, "")?;
-                let row_addr = kb.add(o_base, kb.mul(off, kb.i64c(2), "")?, "o_row")?;
-                kb.if_else(
-                    any,
-                    "o_final",
-                    |kb| {
-                        kb.mbar_wait(self.bar(kb, Bar::OFull(i))?, opar)?;
-                        kb.tcgen05_fence_after()?;
-                        for c in (0..dv).step_by(CORR_CHUNK as usize) {
-                            let o = kb.tmem_load(lane_addr, t.o[i as usize] + c, CORR_CHUNK, CORR_CHUNK, "o")?;
-                            kb.if_then(valid, "store_o", |kb| {
-                                let x: Vec<FloatValue<'ctx>> =
-                                    o.iter().map(|v| kb.fmul(kb.bits_f(*v, "")?, o_scale, "")).collect::<R<_>>()?;
-                                let packed: Vec<IntValue<'ctx>> =
-                                    x.chunks(2).map(|p| kb.pack_half2(spec.dtype, p[0], p[1], "o2")).collect::<R<_>>()?;
-                                for (k, quad) in packed.chunks(4).enumerate() {
-                                    let a = kb.add(row_addr, kb.i64c((c as i64 + 8 * k as i64) * 2), "")?;
-                                    kb.st_global_v4_b32(a, [quad[0], quad[1], quad[2], quad[3]])?;
-                                }
-                                Ok(())
-                            })?;
-                        }
-                        Ok(())
-                    },
-                    |kb| {
-                        kb.if_then(valid, "store_zero", |kb| {
-                            let z = kb.i32c(0);
-                            for k in 0..dv / 8 {
-                                let a = kb.add(row_addr, kb.i64c(16 * k as i64), "")?;
-                                kb.st_global_v4_b32(a, [z, z, z, z])?;
+                if self.cfg.tma_store_o {
+                    self.store_o_tma(kb, wt, i, any, opar, row, lane_addr, o_scale)?;
+                } else {
+                    let row_addr = kb.add(o_base, kb.mul(off, kb.i64c(2), "")?, "o_row")?;
+                    kb.if_else(
+                        any,
+                        "o_final",
+                        |kb| {
+                            kb.mbar_wait(self.bar(kb, Bar::OFull(i))?, opar)?;
+                            kb.tcgen05_fence_after()?;
+                            for c in (0..dv).step_by(CORR_CHUNK as usize) {
+                                let o = kb.tmem_load(lane_addr, t.o[i as usize] + c, CORR_CHUNK, CORR_CHUNK, "o")?;
+                                kb.if_then(valid, "store_o", |kb| {
+                                    let x: Vec<FloatValue<'ctx>> =
+                                        o.iter().map(|v| kb.fmul(kb.bits_f(*v, "")?, o_scale, "")).collect::<R<_>>()?;
+                                    let packed: Vec<IntValue<'ctx>> =
+                                        x.chunks(2).map(|p| kb.pack_half2(spec.dtype, p[0], p[1], "o2")).collect::<R<_>>()?;
+                                    for (k, quad) in packed.chunks(4).enumerate() {
+                                        let a = kb.add(row_addr, kb.i64c((c as i64 + 8 * k as i64) * 2), "")?;
+                                        kb.st_global_v4_b32(a, [quad[0], quad[1], quad[2], quad[3]])?;
+                                    }
+                                    Ok(())
+                                })?;
                             }
                             Ok(())
-                        })
-                    },
-                )?;
+                        },
+                        |kb| {
+                            kb.if_then(valid, "store_zero", |kb| {
+                                let z = kb.i32c(0);
+                                for k in 0..dv / 8 {
+                                    let a = kb.add(row_addr, kb.i64c(16 * k as i64), "")?;
+                                    kb.st_global_v4_b32(a, [z, z, z, z])?;
+                                }
+                                Ok(())
+                            })
+                        },
+                    )?;
+                }
                 if spec.lse {
                     kb.if_then(valid, "store_lse", |kb| {
                         let lse_base = self.arg("lse")?;
@@ -159,6 +169,84 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         let oc_next = kb.add(oc, kb.zext32(any, "")?, "")?;
         kb.set(o_cnt, oc_next)?;
         kb.tcgen05_fence_before()
+    }
+
+    /// O tile `i` through shared memory and TMA stores, one 64-column box at a time: the
+    /// warpgroup waits until the previous store has read the staging box, each thread
+    /// writes its row (scaled, 16-bit, 128-byte swizzle: 16-byte chunk c of row r at
+    /// `r·128 + (c ^ r%8)·16`, the layout a TMA box has), fences the async proxy, and
+    /// thread 0 stores the box. TMA clips rows past the sequence and columns past d, so
+    /// no row test is needed; a work tile without key tiles stores zeros.
+    #[allow(clippy::too_many_arguments)]
+    fn store_o_tma(
+        &self,
+        kb: &mut Kb<'ctx>,
+        wt: &WorkTile<'ctx>,
+        i: u32,
+        any: IntValue<'ctx>,
+        opar: IntValue<'ctx>,
+        row: IntValue<'ctx>,
+        lane_addr: IntValue<'ctx>,
+        o_scale: FloatValue<'ctx>,
+    ) -> R<()> {
+        let spec = self.spec;
+        let dv = spec.head_dim_v;
+        let t = self.cfg.tmem();
+        let stage = self.cfg.smem().o_stage.ok_or_else(|| LowerError::Llvm("tma_store_o without an O staging box".into()))?;
+        kb.section("epilogue: O tile -> swizzled staging box -> TMA store")?;
+        let leader = kb.icmp(IntPredicate::EQ, kb.and(self.tid, kb.i32c(127), "")?, kb.i32c(0), "o_store_leader")?;
+        let stage_addr = kb.add(self.smem, kb.i32c(stage as i64), "o_stage")?;
+        let line = kb.add(stage_addr, kb.mul(row, kb.i32c(128), "")?, "o_stage_row")?;
+        let row_phase = kb.and(row, kb.i32c(7), "")?;
+        let tmap = kb.param_generic_addr(&self.param_symbol("tmap_o")?, "tmap_o")?;
+        kb.if_then(any, "o_ready", |kb| {
+            kb.mbar_wait(self.bar(kb, Bar::OFull(i))?, opar)?;
+            kb.tcgen05_fence_after()
+        })?;
+        let row0 = kb.add(kb.mul(wt.m, kb.i32c(self.tile_rows()), "")?, kb.i32c((i * BLOCK_M) as i64), "o_row0")?;
+        for cb in 0..Config::boxes(dv) {
+            // The staging box is free once the previous store has read it.
+            kb.if_then(leader, "o_stage_free", |kb| kb.bulk_wait_group_read(0))?;
+            kb.named_bar_sync(BAR_EPILOGUE, 128)?;
+            for c16 in 0..4u32 {
+                let col = cb * TMA_BOX_COLS + 16 * c16;
+                if col >= dv {
+                    break;
+                }
+                let write = |kb: &mut Kb<'ctx>, packed: Vec<IntValue<'ctx>>| -> R<()> {
+                    for (h, quad) in packed.chunks(4).enumerate() {
+                        let chunk = kb.xor(kb.i32c((2 * c16 + h as u32) as i64), row_phase, "")?;
+                        let a = kb.add(line, kb.mul(chunk, kb.i32c(16), "")?, "")?;
+                        kb.st_shared_v4_b32(a, [quad[0], quad[1], quad[2], quad[3]])?;
+                    }
+                    Ok(())
+                };
+                kb.if_else(
+                    any,
+                    "o_chunk",
+                    |kb| {
+                        let o = kb.tmem_load(lane_addr, t.o[i as usize] + col, CORR_CHUNK, CORR_CHUNK, "o")?;
+                        let x: Vec<FloatValue<'ctx>> = o.iter().map(|v| kb.fmul(kb.bits_f(*v, "")?, o_scale, "")).collect::<R<_>>()?;
+                        let packed = x.chunks(2).map(|p| kb.pack_half2(spec.dtype, p[0], p[1], "o2")).collect::<R<Vec<_>>>()?;
+                        write(kb, packed)
+                    },
+                    |kb| write(kb, vec![kb.i32c(0); 8]),
+                )?;
+            }
+            kb.fence_proxy_async_shared()?;
+            kb.named_bar_sync(BAR_EPILOGUE, 128)?;
+            kb.if_then(leader, "o_tma_store", |kb| {
+                let c0 = kb.i32c((cb * TMA_BOX_COLS) as i64);
+                if spec.pack_gqa {
+                    let pos = kb.udiv(row0, kb.i32c(self.group()), "")?;
+                    kb.tma_store_5d(tmap, [c0, kb.i32c(0), pos, wt.h, wt.tma_b], stage_addr)?;
+                } else {
+                    kb.tma_store_4d(tmap, [c0, row0, wt.h, wt.tma_b], stage_addr)?;
+                }
+                kb.bulk_commit_group()
+            })?;
+        }
+        Ok(())
     }
 
     /// Split-KV: this split's O (normalized by its own sum, f32) and LSE into the combine
