@@ -73,16 +73,6 @@ pub enum Role {
 }
 
 impl Role {
-    pub fn of_warp(w: u32) -> Role {
-        match w {
-            0..=3 => Role::Softmax(0),
-            4..=7 => Role::Softmax(1),
-            8..=11 => Role::Correction,
-            12 => Role::Mma,
-            13 => Role::Load,
-            _ => Role::Idle,
-        }
-    }
     pub fn name(self) -> String {
         match self {
             Role::Softmax(i) => format!("softmax {i}"),
@@ -357,6 +347,11 @@ impl Config {
         TmemMap { s, p: s, o, used, alloc: used.next_power_of_two().max(32) }
     }
 
+    /// The role of warp `w` (0..16).
+    pub fn role_of_warp(&self, w: u32) -> Option<Role> {
+        self.roles().into_iter().find(|(_, r, _)| r.contains(&w)).map(|(role, _, _)| role)
+    }
+
     /// The warps of each role, with their register budget.
     pub fn roles(&self) -> Vec<(Role, std::ops::Range<u32>, u32)> {
         let second = if self.q_tiles == 2 { (Role::Softmax(1), self.regs.softmax) } else { (Role::Idle, self.regs.other) };
@@ -415,13 +410,22 @@ mod tests {
 
     #[test]
     fn roles_cover_sixteen_warps() {
-        let cfg = Config::for_spec(&Spec::new("x", 128, 8)).expect("supported");
-        let warps: u32 = cfg.roles().iter().map(|(_, r, _)| r.len() as u32).sum();
-        assert_eq!(warps, WARPS);
-        for (role, range, _) in cfg.roles() {
-            for w in range {
-                assert_eq!(Role::of_warp(w), role);
+        let mut gather = Spec::new("g", 64, 8);
+        gather.kv_layout = attnc_ir::KvLayout::Paged { page_size: 1 };
+        for spec in [Spec::new("x", 128, 8), Spec::new("one_tile", 256, 8), gather] {
+            let cfg = Config::for_spec(&spec).expect("supported");
+            let warps: u32 = cfg.roles().iter().map(|(_, r, _)| r.len() as u32).sum();
+            assert_eq!(warps, WARPS);
+            for w in 0..WARPS {
+                assert!(cfg.role_of_warp(w).is_some(), "{}: warp {w}", spec.name);
             }
+            // The fixed warps: softmax 0 on 0-3, correction on 8-11, MMA 12, load 13.
+            assert_eq!(cfg.role_of_warp(0), Some(Role::Softmax(0)));
+            assert_eq!(cfg.role_of_warp(8), Some(Role::Correction));
+            assert_eq!(cfg.role_of_warp(12), Some(Role::Mma));
+            assert_eq!(cfg.role_of_warp(13), Some(Role::Load));
+            assert_eq!(cfg.role_of_warp(4) == Some(Role::Softmax(1)), cfg.q_tiles == 2, "{}", spec.name);
+            assert_eq!(cfg.role_of_warp(14) == Some(Role::Gather), cfg.gather, "{}", spec.name);
         }
     }
 }
