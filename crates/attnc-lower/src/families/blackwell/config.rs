@@ -152,7 +152,7 @@ pub struct Config {
 }
 
 /// The mbarriers, in shared-memory order (8 bytes each); `KvFull(s)`/`KvEmpty(s)` per slot.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Bar {
     /// TMA of Q tile i landed (1 arrival + transaction bytes).
     QFull(u32),

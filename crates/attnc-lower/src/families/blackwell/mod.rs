@@ -10,6 +10,7 @@
 //! - [`desc`]: the tcgen05 instruction and shared-memory descriptors;
 //! - [`abi`]: launch parameters and the TMA tensor maps the runtime encodes;
 //! - [`numerics`]: the exp2 emulation's error table (FA4 Table 2);
+//! - [`protocol`]: a model of the roles' barrier protocol, run under random timing;
 //! - [`report`]: the cycle model (FA4 Table 1), TMEM column map and warp-role table;
 //! - [`verify`]: ptxas/SASS checks against the resource model (no GPU needed).
 
@@ -18,6 +19,7 @@ pub mod config;
 pub mod desc;
 pub mod forward;
 pub mod numerics;
+pub mod protocol;
 pub mod report;
 pub mod schedule;
 pub mod verify;
