@@ -132,6 +132,24 @@ pub fn finalize_row<'ctx>(
     Ok((o_scale, lse))
 }
 
+/// The sink logit of head `h` (`sinks[h]`, f32, natural log) in log2 units, for
+/// [`finalize_row`]; −∞ where `is_split` holds at run time, because a split's partial
+/// leaves the sink to the combine kernel, which adds it once.
+pub fn sink_log2<'ctx>(
+    kb: &Kb<'ctx>,
+    sinks: IntValue<'ctx>,
+    h: IntValue<'ctx>,
+    is_split: Option<IntValue<'ctx>>,
+) -> R<FloatValue<'ctx>> {
+    let addr = kb.add(sinks, kb.mul(kb.sext64(h, "")?, kb.i64c(4), "")?, "")?;
+    let sink = kb.ld_global_f32(addr, "sink")?;
+    let sink2 = kb.fmul(sink, kb.f32c(std::f64::consts::LOG2_E), "")?;
+    match is_split {
+        Some(split) => kb.select_f(split, kb.f32c(f64::NEG_INFINITY), sink2, "sink_log2"),
+        None => Ok(sink2),
+    }
+}
+
 /// CPU model of [`exp2_emulated`], operation for operation in f32.
 pub fn exp2_emulated_model(x: f32) -> f32 {
     // max.f32 ignores NaN like f32::max.

@@ -27,7 +27,7 @@ use crate::llvm::tcgen05::Acc;
 use crate::llvm::wgmma::WgmmaType;
 use crate::variant::expr::{self as vexpr, VariantArgs};
 use crate::variant::layout::{batch_view, lse_offset, partial_row, q_row_offset, BatchView, LayoutArgs};
-use crate::variant::softmax::{exp2_emulated, finalize_row, max_update};
+use crate::variant::softmax::{exp2_emulated, finalize_row, max_update, sink_log2};
 use crate::variant::tiles::KeyTiles;
 use attnc_ir::{KvLayout, Spec};
 use inkwell::values::{FloatValue, IntValue};
@@ -952,11 +952,7 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             let l = kb.fadd(l, kb.shfl_xor_f32(l, 2, "")?, "l_total")?;
             let m = kb.get_f(st.m[half], "m_final")?;
             let sink_log2 = if spec.sinks {
-                let sinks = self.args.int("sinks")?;
-                let addr = kb.add(sinks, kb.mul(kb.sext64(row.h, "")?, kb.i64c(4), "")?, "")?;
-                let sink = kb.ld_global_f32(addr, "sink")?;
-                let sink2 = kb.fmul(sink, kb.f32c(LOG2E), "")?;
-                Some(kb.select_f(is_split, kb.f32c(f64::NEG_INFINITY), sink2, "sink_log2")?)
+                Some(sink_log2(kb, self.args.int("sinks")?, row.h, Some(is_split))?)
             } else {
                 None
             };

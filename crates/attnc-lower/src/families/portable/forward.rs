@@ -25,7 +25,7 @@ use crate::llvm::kb::{Kb, Slot, R};
 use crate::variant::expr::{self as vexpr, VariantArgs};
 use crate::variant::tiles::KeyTiles;
 use crate::variant::layout::{batch_view, kv_row_offsets, lse_offset, partial_row, q_row_offset, BatchView, LayoutArgs, Strides};
-use crate::variant::softmax::{exp2_emulated, finalize_row, max_update};
+use crate::variant::softmax::{exp2_emulated, finalize_row, max_update, sink_log2};
 use attnc_ir::Spec;
 use inkwell::values::{FloatValue, IntValue};
 use inkwell::{AddressSpace, IntPredicate};
@@ -639,11 +639,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                 let m = kb.get_f(self.row_max[ri], "m_final")?;
                 // With sinks (and no split) the sink logit joins the denominator here.
                 let sink_log2 = if spec.sinks {
-                    let sinks = self.args.int("sinks")?;
-                    let addr = kb.add(sinks, kb.mul(kb.sext64(row.h, "")?, kb.i64c(4), "")?, "")?;
-                    let sink = kb.ld_global_f32(addr, "sink")?;
-                    let sink2 = kb.fmul(sink, kb.f32c(LOG2E), "")?;
-                    Some(kb.select_f(is_split, kb.f32c(f64::NEG_INFINITY), sink2, "sink_log2")?)
+                    Some(sink_log2(kb, self.args.int("sinks")?, row.h, Some(is_split))?)
                 } else {
                     None
                 };

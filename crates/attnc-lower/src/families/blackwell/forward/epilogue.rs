@@ -328,14 +328,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         is_split: Option<IntValue<'ctx>>,
     ) -> R<(FloatValue<'ctx>, FloatValue<'ctx>)> {
         let sink_log2 = if self.spec.sinks {
-            let sinks = self.arg("sinks")?;
-            let addr = kb.add(sinks, kb.mul(kb.sext64(h, "")?, kb.i64c(4), "")?, "")?;
-            let sink = kb.ld_global_f32(addr, "sink")?;
-            let sink2 = kb.fmul(sink, kb.f32c(LOG2E), "sink_log2")?;
-            Some(match is_split {
-                Some(split) => kb.select_f(split, kb.f32c(f64::NEG_INFINITY), sink2, "sink_log2")?,
-                None => sink2,
-            })
+            Some(crate::variant::softmax::sink_log2(kb, self.arg("sinks")?, h, is_split)?)
         } else {
             None
         };
