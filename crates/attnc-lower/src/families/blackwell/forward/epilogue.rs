@@ -3,6 +3,22 @@
 
 use super::*;
 
+/// What a row store of O writes: the output's 16-bit type, or a split's f32 partial.
+#[derive(Clone, Copy)]
+enum RowOut {
+    Half(attnc_ir::DType),
+    F32,
+}
+
+impl RowOut {
+    fn bytes(self) -> u32 {
+        match self {
+            RowOut::Half(_) => 2,
+            RowOut::F32 => 4,
+        }
+    }
+}
+
 impl<'a, 'ctx> Fwd<'a, 'ctx> {
     // ------------------------------------------------------------ correction + epilogue
 
@@ -68,9 +84,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         f_cnt: Slot<'ctx>,
     ) -> R<()> {
         let spec = self.spec;
-        let t = self.cfg.tmem();
         let layout = self.cfg.smem();
-        let dv = spec.head_dim_v;
         kb.section("epilogue: O /= l, store O (and LSE)")?;
         let fc = kb.get_i(f_cnt, "")?;
         let fpar = self.parity(kb, fc)?;
@@ -95,50 +109,18 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             };
             let (o_scale, lse) = self.final_scale(kb, h, l, m, is_split)?;
             let write_o = |kb: &mut Kb<'ctx>| -> R<()> {
-                // Varlen: packed rows (q_start + q, no batch stride); padded: b·sb + q·sr.
-                let (brow, row_in) = if self.spec.kv_layout == KvLayout::Varlen {
-                    (kb.i64c(0), kb.add(wt.q_start, q, "")?)
-                } else {
-                    (kb.mul(kb.sext64(wt.b, "")?, sb, "")?, q)
-                };
-                let off = kb.add(kb.add(brow, kb.mul(kb.sext64(row_in, "")?, sr, "")?, "")?, kb.mul(kb.sext64(h, "")?, sh, "")?, "")?;
                 if self.cfg.tma_store_o {
                     self.store_o_tma(kb, wt, i, any, opar, row, lane_addr, o_scale)?;
                 } else {
+                    // Varlen: packed rows (q_start + q, no batch stride); padded: b·sb + q·sr.
+                    let (brow, row_in) = if self.spec.kv_layout == KvLayout::Varlen {
+                        (kb.i64c(0), kb.add(wt.q_start, q, "")?)
+                    } else {
+                        (kb.mul(kb.sext64(wt.b, "")?, sb, "")?, q)
+                    };
+                    let off = kb.add(kb.add(brow, kb.mul(kb.sext64(row_in, "")?, sr, "")?, "")?, kb.mul(kb.sext64(h, "")?, sh, "")?, "")?;
                     let row_addr = kb.add(o_base, kb.mul(off, kb.i64c(2), "")?, "o_row")?;
-                    kb.if_else(
-                        any,
-                        "o_final",
-                        |kb| {
-                            kb.mbar_wait(self.bar(kb, Bar::OFull(i))?, opar)?;
-                            kb.tcgen05_fence_after()?;
-                            for c in (0..dv).step_by(CORR_CHUNK as usize) {
-                                let o = kb.tmem_load(lane_addr, t.o[i as usize] + c, CORR_CHUNK, CORR_CHUNK, "o")?;
-                                kb.if_then(valid, "store_o", |kb| {
-                                    let x: Vec<FloatValue<'ctx>> =
-                                        o.iter().map(|v| kb.fmul(kb.bits_f(*v, "")?, o_scale, "")).collect::<R<_>>()?;
-                                    let packed: Vec<IntValue<'ctx>> =
-                                        x.chunks(2).map(|p| kb.pack_half2(spec.dtype, p[0], p[1], "o2")).collect::<R<_>>()?;
-                                    for (k, quad) in packed.chunks(4).enumerate() {
-                                        let a = kb.add(row_addr, kb.i64c((c as i64 + 8 * k as i64) * 2), "")?;
-                                        kb.st_global_v4_b32(a, [quad[0], quad[1], quad[2], quad[3]])?;
-                                    }
-                                    Ok(())
-                                })?;
-                            }
-                            Ok(())
-                        },
-                        |kb| {
-                            kb.if_then(valid, "store_zero", |kb| {
-                                let z = kb.i32c(0);
-                                for k in 0..dv / 8 {
-                                    let a = kb.add(row_addr, kb.i64c(16 * k as i64), "")?;
-                                    kb.st_global_v4_b32(a, [z, z, z, z])?;
-                                }
-                                Ok(())
-                            })
-                        },
-                    )?;
+                    self.store_o_rows(kb, i, any, opar, valid, lane_addr, row_addr, o_scale, RowOut::Half(spec.dtype))?;
                 }
                 if spec.lse {
                     kb.if_then(valid, "store_lse", |kb| {
@@ -249,6 +231,61 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         Ok(())
     }
 
+    /// O tile `i`'s row of this thread, read from TMEM in 16-column chunks, scaled and
+    /// written with 16-byte stores at `row_addr` (rows past the tile's end skip the
+    /// stores; the TMEM loads are warp-collective and run regardless). A work tile
+    /// without key tiles writes zeros.
+    #[allow(clippy::too_many_arguments)]
+    fn store_o_rows(
+        &self,
+        kb: &mut Kb<'ctx>,
+        i: u32,
+        any: IntValue<'ctx>,
+        opar: IntValue<'ctx>,
+        valid: IntValue<'ctx>,
+        lane_addr: IntValue<'ctx>,
+        row_addr: IntValue<'ctx>,
+        o_scale: FloatValue<'ctx>,
+        out: RowOut,
+    ) -> R<()> {
+        let dv = self.spec.head_dim_v;
+        let t = self.cfg.tmem();
+        let eb = out.bytes();
+        kb.if_else(
+            any,
+            "o_rows",
+            |kb| {
+                kb.mbar_wait(self.bar(kb, Bar::OFull(i))?, opar)?;
+                kb.tcgen05_fence_after()?;
+                for c in (0..dv).step_by(CORR_CHUNK as usize) {
+                    let o = kb.tmem_load(lane_addr, t.o[i as usize] + c, CORR_CHUNK, CORR_CHUNK, "o")?;
+                    kb.if_then(valid, "store_o_row", |kb| {
+                        let x: Vec<FloatValue<'ctx>> = o.iter().map(|v| kb.fmul(kb.bits_f(*v, "")?, o_scale, "")).collect::<R<_>>()?;
+                        let words: Vec<IntValue<'ctx>> = match out {
+                            RowOut::Half(dtype) => x.chunks(2).map(|p| kb.pack_half2(dtype, p[0], p[1], "o2")).collect::<R<_>>()?,
+                            RowOut::F32 => x.iter().map(|v| kb.f_bits(*v, "")).collect::<R<_>>()?,
+                        };
+                        for (k, quad) in words.chunks(4).enumerate() {
+                            let a = kb.add(row_addr, kb.i64c((c * eb) as i64 + 16 * k as i64), "")?;
+                            kb.st_global_v4_b32(a, [quad[0], quad[1], quad[2], quad[3]])?;
+                        }
+                        Ok(())
+                    })?;
+                }
+                Ok(())
+            },
+            |kb| {
+                kb.if_then(valid, "store_zero_row", |kb| {
+                    let z = kb.i32c(0);
+                    for k in 0..dv * eb / 16 {
+                        kb.st_global_v4_b32(kb.add(row_addr, kb.i64c(16 * k as i64), "")?, [z, z, z, z])?;
+                    }
+                    Ok(())
+                })
+            },
+        )
+    }
+
     /// Split-KV: this split's O (normalized by its own sum, f32) and LSE into the combine
     /// kernel's workspace (`variant::layout::partial_row`); a split without key tiles
     /// writes O = 0 and LSE = −∞.
@@ -267,7 +304,6 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         lse: FloatValue<'ctx>,
     ) -> R<()> {
         let dv = self.spec.head_dim_v;
-        let t = self.cfg.tmem();
         let (q, h) = self.row_qh(kb, wt, pr)?;
         let idx = crate::variant::layout::partial_row(
             kb,
@@ -280,36 +316,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             q,
         )?;
         let row_addr = kb.add(self.arg("o_partial")?, kb.mul(idx, kb.i64c(4 * dv as i64), "")?, "o_partial_row")?;
-        kb.if_else(
-            any,
-            "partial_o",
-            |kb| {
-                kb.mbar_wait(self.bar(kb, Bar::OFull(i))?, opar)?;
-                kb.tcgen05_fence_after()?;
-                for c in (0..dv).step_by(CORR_CHUNK as usize) {
-                    let o = kb.tmem_load(lane_addr, t.o[i as usize] + c, CORR_CHUNK, CORR_CHUNK, "o")?;
-                    kb.if_then(valid, "store_o_partial", |kb| {
-                        let x: Vec<IntValue<'ctx>> =
-                            o.iter().map(|v| kb.f_bits(kb.fmul(kb.bits_f(*v, "")?, o_scale, "")?, "")).collect::<R<_>>()?;
-                        for (k, quad) in x.chunks(4).enumerate() {
-                            let a = kb.add(row_addr, kb.i64c((c as i64 + 4 * k as i64) * 4), "")?;
-                            kb.st_global_v4_b32(a, [quad[0], quad[1], quad[2], quad[3]])?;
-                        }
-                        Ok(())
-                    })?;
-                }
-                Ok(())
-            },
-            |kb| {
-                kb.if_then(valid, "store_zero_partial", |kb| {
-                    let z = kb.i32c(0);
-                    for k in 0..dv / 4 {
-                        kb.st_global_v4_b32(kb.add(row_addr, kb.i64c(16 * k as i64), "")?, [z, z, z, z])?;
-                    }
-                    Ok(())
-                })
-            },
-        )?;
+        self.store_o_rows(kb, i, any, opar, valid, lane_addr, row_addr, o_scale, RowOut::F32)?;
         kb.if_then(valid, "store_lse_partial", |kb| {
             let a = kb.add(self.arg("lse_partial")?, kb.mul(idx, kb.i64c(4), "")?, "")?;
             kb.st_global_f32(a, lse)
