@@ -6,7 +6,8 @@
 //! V N-contiguous in shared memory (MN-major descriptor).
 //! Usage: `cargo run -p attnc-lower --example wgmma_probe -- OUT.ptx [pv]`.
 
-use attnc_lower::families::hopper::desc::{k_major_step_offset, SmemDesc};
+use attnc_lower::families::hopper::desc::SmemDesc;
+use attnc_lower::families::sw128::{k_major_step_offset, mn_major_step_offset};
 use attnc_lower::llvm::kb::{Kb, R};
 use attnc_lower::llvm::tcgen05::Acc;
 use attnc_lower::llvm::wgmma::WgmmaType;
@@ -63,7 +64,7 @@ fn build(kb: &mut Kb<'_>, pv: bool) -> R<()> {
                 let idx = kb.add(kb.mul(row, kb.i32c(64), "")?, col, "")?;
                 a[i] = kb.ld_global_i32(kb.add(q, kb.mul(kb.zext64(idx, "")?, kb.i64c(2), "")?, "")?, "p")?;
             }
-            let off = attnc_lower::families::hopper::desc::mn_major_step_offset(kk as u32) as i64;
+            let off = mn_major_step_offset(kk as u32) as i64;
             let b = kb.wgmma_desc(kb.add(smem, kb.i32c(8192 + off), "")?, cst, "b")?;
             let scale = if kk == 0 { Acc::Overwrite } else { Acc::Accumulate };
             acc = kb.wgmma_rs(WgmmaType::Bf16, 64, &acc, a, b, scale, Major::Mn, "o")?;

@@ -9,6 +9,7 @@ pub mod blackwell;
 pub mod hopper;
 pub mod abi;
 pub mod portable;
+pub mod sw128;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub enum FamilyKind {

@@ -179,20 +179,6 @@ impl SmemDesc {
     }
 }
 
-/// Where the MMA reading a K-major SW128 tile (rows × `k_total` halves, stored as
-/// column blocks of 64 halves, each `rows · 128` bytes) finds K step `kk` (16 halves):
-/// the byte offset from the tile's start.
-pub fn k_major_step_offset(rows: u32, kk: u32) -> u32 {
-    let k0 = kk * 16;
-    (k0 / 64) * rows * 128 + (k0 % 64) * 2
-}
-
-/// Byte offset of K step `kk` (16 rows of K) in an MN-major SW128 tile: 16 rows of 128
-/// bytes.
-pub fn mn_major_step_offset(kk: u32) -> u32 {
-    kk * 16 * 128
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -253,16 +239,5 @@ mod tests {
         assert_eq!(d.encode(), 0x4000_4040_0400_0800);
         assert!(SmemDesc { start: 8, ..d }.validate().is_err());
         assert!(SmemDesc { lbo: 1 << 18, ..d }.validate().is_err());
-    }
-
-    #[test]
-    fn step_offsets() {
-        // 128 rows, d = 128: K steps 0..3 in column block 0 at 32-byte steps, 4..7 in
-        // block 1 (16 KiB further).
-        assert_eq!(k_major_step_offset(128, 0), 0);
-        assert_eq!(k_major_step_offset(128, 3), 96);
-        assert_eq!(k_major_step_offset(128, 4), 16384);
-        assert_eq!(k_major_step_offset(128, 7), 16384 + 96);
-        assert_eq!(mn_major_step_offset(1), 2048);
     }
 }

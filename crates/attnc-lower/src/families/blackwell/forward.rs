@@ -21,7 +21,8 @@ mod softmax;
 
 use super::abi::{self, ParamTy};
 use super::config::{Bar, Config, PvOrder, BAR_EPILOGUE, BAR_EXP, BLOCK_M, BLOCK_N, THREADS, TMA_BOX_BYTES, TMA_BOX_COLS};
-use super::desc::{k_major_step_offset, mn_major_step_offset, DFormat, InstrDesc, Major, SmemDesc};
+use super::desc::{DFormat, InstrDesc, Major, SmemDesc};
+use crate::families::sw128::{emit_chunk_addr, k_major_step_offset, mn_major_step_offset};
 use super::schedule::{emit_section_heads, emit_tile_coords, WorkTile};
 use crate::families::{KernelInfo, LowerError};
 use crate::llvm::kb::{Kb, Slot, R};
@@ -833,8 +834,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                         let off = kb.add(off, kb.mul(hkv, sh, "")?, "row_off")?;
                         let bytes = kb.select_i(valid, kb.i32c(16), kb.i32c(0), "")?;
                         let row_gaddr = kb.add(base, kb.mul(off, kb.i64c(2), "")?, "")?;
-                        let sw = kb.xor(chunk, kb.and(r, kb.i32c(7), "")?, "")?;
-                        let s_row = kb.add(dst0, kb.add(kb.mul(r, kb.i32c(128), "")?, kb.mul(sw, kb.i32c(16), "")?, "")?, "")?;
+                        let s_row = emit_chunk_addr(kb, dst0, r, chunk)?;
                         crate::variant::layout::cp_async_row_chunks(kb, s_row, TMA_BOX_BYTES, row_gaddr, base, chunk, d, bytes)?;
                         Ok(())
                     })?;

@@ -106,22 +106,10 @@ impl SmemDesc {
     }
 }
 
-/// Byte offset from a K-major SW128 tile's start (rows × `k_total` halves, stored as
-/// column blocks of 64 halves, each `rows · 128` bytes) of wgmma K step `kk` (16
-/// halves).
-pub fn k_major_step_offset(rows: u32, kk: u32) -> u32 {
-    let k0 = kk * 16;
-    (k0 / 64) * rows * 128 + (k0 % 64) * 2
-}
-
-/// Byte offset of K step `kk` (16 K rows of 128 bytes) in an MN-major SW128 tile.
-pub fn mn_major_step_offset(kk: u32) -> u32 {
-    kk * 16 * 128
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::families::sw128::{k_major_step_offset, mn_major_step_offset};
 
     #[test]
     fn q_tile_64x64_bf16_k_major_sw128() {

@@ -18,7 +18,8 @@
 //! tiles are skipped by both, so the ring positions agree.
 
 use super::config::{Config, RingBar, BOX_COLS, ROWS_PER_CONSUMER, ROW_BYTES};
-use super::desc::{k_major_step_offset, mn_major_step_offset, Major, SmemDesc};
+use super::desc::{Major, SmemDesc};
+use crate::families::sw128::{emit_chunk_addr, k_major_step_offset, mn_major_step_offset};
 use crate::families::abi::{ParamTy, TmaBox};
 use crate::families::portable::abi::{self as pabi, Args};
 use crate::families::KernelInfo;
@@ -381,8 +382,7 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                             let valid = kb.icmp(IntPredicate::SLT, key, cta.bv.seqlen_k, "")?;
                             let bytes = kb.select_i(valid, kb.i32c(16), kb.i32c(0), "")?;
                             let row_gaddr = kb.add(tbase, kb.mul(off, kb.i64c(2), "")?, "")?;
-                            let sw = kb.xor(chunk, kb.and(r, kb.i32c(7), "")?, "")?;
-                            let s_row = kb.add(dst0, kb.add(kb.mul(r, kb.i32c(ROW_BYTES as i64), "")?, kb.mul(sw, kb.i32c(16), "")?, "")?, "")?;
+                            let s_row = emit_chunk_addr(kb, dst0, r, chunk)?;
                             // A head dim that is not a multiple of 64 leaves the last block's
                             // tail chunks past d: zeroed too.
                             let stride = cfg.block_n * ROW_BYTES;

@@ -178,8 +178,6 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         kb.section("epilogue: O tile -> swizzled staging box -> TMA store")?;
         let leader = kb.icmp(IntPredicate::EQ, kb.and(self.tid, kb.i32c(127), "")?, kb.i32c(0), "o_store_leader")?;
         let stage_addr = kb.add(self.smem, kb.i32c(stage as i64), "o_stage")?;
-        let line = kb.add(stage_addr, kb.mul(row, kb.i32c(128), "")?, "o_stage_row")?;
-        let row_phase = kb.and(row, kb.i32c(7), "")?;
         let tmap = kb.param_generic_addr(&self.param_symbol("tmap_o")?, "tmap_o")?;
         kb.if_then(any, "o_ready", |kb| {
             kb.mbar_wait(self.bar(kb, Bar::OFull(i))?, opar)?;
@@ -197,8 +195,8 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                 }
                 let write = |kb: &mut Kb<'ctx>, packed: Vec<IntValue<'ctx>>| -> R<()> {
                     for (h, quad) in packed.chunks(4).enumerate() {
-                        let chunk = kb.xor(kb.i32c((2 * c16 + h as u32) as i64), row_phase, "")?;
-                        let a = kb.add(line, kb.mul(chunk, kb.i32c(16), "")?, "")?;
+                        let chunk = kb.i32c((2 * c16 + h as u32) as i64);
+                        let a = crate::families::sw128::emit_chunk_addr(kb, stage_addr, row, chunk)?;
                         kb.st_shared_v4_b32(a, [quad[0], quad[1], quad[2], quad[3]])?;
                     }
                     Ok(())
