@@ -636,20 +636,12 @@ fn marshal_with_placeholder_maps<'a>(fwd: &attnc_lower::KernelInfo, p: &'a Launc
     args
 }
 
-#[test]
-fn the_blackwell_forward_marshals_and_plans_a_persistent_grid() {
-    // The launch path of an explicit `--family blackwell` on a B200, without one: its
-    // forward kernel marshals completely (rank-4 maps for Q, K, V and the O store,
-    // `batch`) and plans a persistent grid.
-    use crate::tma::plan_tensor_maps;
+/// `s` compiled by an explicit blackwell request (sm_100a), and the module metadata
+/// the runtime would cache for it.
+fn blackwell_module(s: &Spec) -> (attnc_lower::CompiledModule, crate::jit::ModuleMeta) {
     use attnc_lower::{Arch, CompileOptions, FamilyChoice, FamilyKind};
-    let s = spec(KvLayout::Contiguous);
     let opts = CompileOptions { arch: Arch::Sm100a, family: FamilyChoice::Exactly(FamilyKind::Blackwell) };
-    let m = attnc_lower::compile(&s, &opts).expect("blackwell compiles the test spec");
-    let fwd = m.kernels.iter().find(|k| k.role.starts_with("forward")).expect("fwd");
-    assert!(fwd.persistent);
-    assert_eq!(fwd.tensor_maps.iter().map(|b| b.tensor.as_str()).collect::<Vec<_>>(), ["q", "k", "v", "o"]);
-    // The runtime finds it as the forward kernel, and no combine kernel.
+    let m = attnc_lower::compile(s, &opts).unwrap_or_else(|e| panic!("blackwell compiles {}: {e}", s.name));
     let meta = crate::jit::ModuleMeta {
         requested: "blackwell".into(),
         family: "blackwell".into(),
@@ -658,6 +650,21 @@ fn the_blackwell_forward_marshals_and_plans_a_persistent_grid() {
         kernels: m.kernels.iter().map(crate::jit::KernelMeta::from).collect(),
         compiler: String::new(),
     };
+    (m, meta)
+}
+
+#[test]
+fn the_blackwell_forward_marshals_and_plans_a_persistent_grid() {
+    // The launch path of an explicit `--family blackwell` on a B200, without one: its
+    // forward kernel marshals completely (rank-4 maps for Q, K, V and the O store,
+    // `batch`) and plans a persistent grid.
+    use crate::tma::plan_tensor_maps;
+    let s = spec(KvLayout::Contiguous);
+    let (m, meta) = blackwell_module(&s);
+    let fwd = m.kernels.iter().find(|k| k.role.starts_with("forward")).expect("fwd");
+    assert!(fwd.persistent);
+    assert_eq!(fwd.tensor_maps.iter().map(|b| b.tensor.as_str()).collect::<Vec<_>>(), ["q", "k", "v", "o"]);
+    // The runtime finds it as the forward kernel, and no combine kernel.
     assert_eq!(meta.forward().map(|k| k.name.as_str()), Some(fwd.name.as_str()));
     assert!(meta.combine().is_none());
     let mut a = Alloc::new();
@@ -673,11 +680,9 @@ fn the_blackwell_forward_marshals_and_plans_a_persistent_grid() {
 #[test]
 fn the_blackwell_pack_gqa_q_map_is_rank_5() {
     use crate::tma::plan_tensor_maps;
-    use attnc_lower::{Arch, CompileOptions, FamilyChoice, FamilyKind};
     let mut s = spec(KvLayout::Contiguous);
     s.pack_gqa = true;
-    let opts = CompileOptions { arch: Arch::Sm100a, family: FamilyChoice::Exactly(FamilyKind::Blackwell) };
-    let m = attnc_lower::compile(&s, &opts).expect("blackwell compiles pack-GQA");
+    let (m, _) = blackwell_module(&s);
     let fwd = m.kernels.iter().find(|k| k.role.starts_with("forward")).expect("fwd");
     let mut a = Alloc::new();
     let d = contiguous(&mut a, &s);
@@ -699,20 +704,10 @@ fn the_blackwell_paged_split_forward_marshals_with_page_boxes() {
     // parameter (block table, seqused_k, split workspace) marshals; the module brings
     // the combine kernel.
     use crate::tma::plan_tensor_maps;
-    use attnc_lower::{Arch, CompileOptions, FamilyChoice, FamilyKind};
     let mut s = spec(KvLayout::Paged { page_size: 16 });
     s.split_kv = SplitKv::Fixed(2);
-    let opts = CompileOptions { arch: Arch::Sm100a, family: FamilyChoice::Exactly(FamilyKind::Blackwell) };
-    let m = attnc_lower::compile(&s, &opts).expect("blackwell compiles paged + split");
+    let (m, meta) = blackwell_module(&s);
     let fwd = m.kernels.iter().find(|k| k.role.starts_with("forward")).expect("fwd");
-    let meta = crate::jit::ModuleMeta {
-        requested: "blackwell".into(),
-        family: "blackwell".into(),
-        arch: "sm_100a".into(),
-        fallback_reason: None,
-        kernels: m.kernels.iter().map(crate::jit::KernelMeta::from).collect(),
-        compiler: String::new(),
-    };
     let combine_bm = meta.combine().map(|c| c.block_m).expect("a combine kernel");
     let mut a = Alloc::new();
     let bt = [4, 0, 2, 1, -1, -1];
@@ -738,10 +733,8 @@ fn the_blackwell_row_gather_marshals_pointers_and_one_map() {
     // 3-key pages: no TMA box can follow them, so blackwell gathers rows; the forward
     // kernel takes Q's map and K/V as pointers with strides, all of which marshal.
     use crate::tma::plan_tensor_maps;
-    use attnc_lower::{Arch, CompileOptions, FamilyChoice, FamilyKind};
     let s = spec(KvLayout::Paged { page_size: 3 });
-    let opts = CompileOptions { arch: Arch::Sm100a, family: FamilyChoice::Exactly(FamilyKind::Blackwell) };
-    let m = attnc_lower::compile(&s, &opts).expect("blackwell compiles a row gather");
+    let (m, _) = blackwell_module(&s);
     let fwd = m.kernels.iter().find(|k| k.role.starts_with("forward")).expect("fwd");
     assert_eq!(fwd.tensor_maps.iter().map(|b| b.tensor.as_str()).collect::<Vec<_>>(), ["q", "o"]);
     let mut a = Alloc::new();
