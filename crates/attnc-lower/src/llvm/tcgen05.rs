@@ -400,13 +400,14 @@ fn check_maxnreg(n: u32) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::arch::Arch;
     use crate::llvm::emit_ptx;
     use crate::ptxas;
     use inkwell::context::Context;
     use inkwell::types::BasicMetadataTypeEnum;
+    use inkwell::values::{FloatValue, IntValue};
 
     /// Assembles `ptx` for sm_100a and returns its SASS opcode counts; `None` (skip)
     /// when ptxas is not installed, a failure when `CI` is set.
@@ -509,8 +510,15 @@ mod tests {
         }
     }
 
-    #[test]
-    fn tma_setmaxnreg_named_barriers_assemble() {
+    /// A kernel `tma(tmap: tensormap, out: ptr)` for `arch` with `threads` per CTA that
+    /// uses every mbarrier / TMA-load / setmaxnreg / named-barrier wrapper of this file,
+    /// then `tail(kb, tmap, out, v)` with `v` a value read from shared memory; its PTX.
+    /// The sm_100a test and wgmma.rs's sm_90a test assemble it.
+    pub(crate) fn wrapper_kernel_ptx(
+        arch: Arch,
+        threads: u32,
+        tail: for<'a> fn(&mut Kb<'a>, IntValue<'a>, IntValue<'a>, FloatValue<'a>) -> R<()>,
+    ) -> String {
         let ctx = Context::create();
         let mut kb = Kb::new(&ctx, "t");
         let ptr: BasicMetadataTypeEnum = ctx.ptr_type(inkwell::AddressSpace::default()).into();
@@ -518,9 +526,10 @@ mod tests {
         let p = kb.begin_kernel("tma", &[(ptr, "tmap".into()), (i64t, "out".into())]).expect("kernel");
         crate::families::blackwell::abi::mark_tensor_map_param(&kb, 0).expect("byval");
         // setmaxnreg needs a known launch register count (ptxas drops it otherwise).
-        crate::families::blackwell::abi::set_launch_bounds(&kb, 512).expect("bounds");
+        crate::families::blackwell::abi::set_launch_bounds(&kb, threads).expect("bounds");
         let out = p[1].into_int_value();
-        fn body<'a>(kb: &mut Kb<'a>, out: IntValue<'a>) -> R<()> {
+        type Tail = for<'a> fn(&mut Kb<'a>, IntValue<'a>, IntValue<'a>, FloatValue<'a>) -> R<()>;
+        fn body<'a>(kb: &mut Kb<'a>, out: IntValue<'a>, tail: Tail) -> R<()> {
             let tmap = kb.param_generic_addr("tma_param_0", "tmap")?;
             kb.tensormap_prefetch(tmap)?;
             let bar = kb.i32c(0);
@@ -532,18 +541,27 @@ mod tests {
             kb.tma_load_4d(kb.i32c(1024), tmap, [z, z, z, z], bar)?;
             kb.tma_load_5d(kb.i32c(1024), tmap, [z, z, z, z, z], bar)?;
             kb.mbar_wait(bar, z)?;
-            kb.setmaxnreg_dec(48)?;
+            kb.mbar_arrive(bar)?;
+            kb.mbar_wait(bar, kb.i32c(1))?;
+            kb.setmaxnreg_dec(40)?;
+            kb.setmaxnreg_inc(232)?;
             kb.named_bar_arrive(1, 256)?;
             kb.named_bar_sync(2, 256)?;
             kb.named_bar_sync_r(kb.i32c(1), 256)?;
             kb.named_bar_arrive_r(kb.i32c(2), 256)?;
             kb.warp_sync()?;
             let v = kb.ld_shared_f32(kb.i32c(1024), "v")?;
-            kb.st_global_f32(out, v)
+            tail(kb, tmap, out, v)
         }
-        body(&mut kb, out).expect("body");
+        body(&mut kb, out, tail).expect("body");
         kb.ret().expect("ret");
-        let (_, ptx, _, _) = emit_ptx(&kb.module, Arch::Sm100a).expect("emits");
+        let (_, ptx, _, _) = emit_ptx(&kb.module, arch).expect("emits");
+        ptx
+    }
+
+    #[test]
+    fn tma_setmaxnreg_named_barriers_assemble() {
+        let ptx = wrapper_kernel_ptx(Arch::Sm100a, 512, |kb, _tmap, out, v| kb.st_global_f32(out, v));
         assert!(ptx.contains(".param .align 64 .b8 tma_param_0[128]"), "{ptx}");
         if let Some(ops) = assemble_sm100a(&ptx) {
             for op in ["UTMALDG", "USETMAXREG", "UTMACCTL", "BAR"] {

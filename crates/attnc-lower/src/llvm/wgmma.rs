@@ -395,44 +395,15 @@ mod tests {
     /// sm_90a, and so do the TMA store pieces of this file.
     #[test]
     fn tma_mbarrier_setmaxnreg_assemble_for_sm90a() {
-        let ctx = Context::create();
-        let mut kb = Kb::new(&ctx, "t");
-        let ptr: BasicMetadataTypeEnum = ctx.ptr_type(inkwell::AddressSpace::default()).into();
-        let i64t: BasicMetadataTypeEnum = ctx.i64_type().into();
-        let p = kb.begin_kernel("tma", &[(ptr, "tmap".into()), (i64t, "out".into())]).expect("kernel");
-        crate::families::blackwell::abi::mark_tensor_map_param(&kb, 0).expect("byval");
-        // setmaxnreg needs a known launch register count (ptxas drops it otherwise).
-        crate::families::blackwell::abi::set_launch_bounds(&kb, 384).expect("bounds");
-        let out = p[1].into_int_value();
-        fn body<'a>(kb: &mut Kb<'a>, out: IntValue<'a>) -> R<()> {
-            let tmap = kb.param_generic_addr("tma_param_0", "tmap")?;
-            kb.tensormap_prefetch(tmap)?;
-            let bar = kb.i32c(0);
-            kb.mbar_init(bar, 1)?;
-            kb.fence_mbarrier_init()?;
-            kb.cta_barrier()?;
-            kb.mbar_arrive_expect_tx(bar, 16384)?;
+        let ptx = crate::llvm::tcgen05::tests::wrapper_kernel_ptx(Arch::Sm90a, 384, |kb, tmap, out, v| {
             let z = kb.i32c(0);
-            kb.tma_load_4d(kb.i32c(1024), tmap, [z, z, z, z], bar)?;
-            kb.tma_load_5d(kb.i32c(1024), tmap, [z, z, z, z, z], bar)?;
-            kb.mbar_wait(bar, z)?;
-            kb.mbar_arrive(bar)?;
-            kb.mbar_wait(bar, kb.i32c(1))?;
-            kb.setmaxnreg_dec(40)?;
-            kb.setmaxnreg_inc(232)?;
-            kb.named_bar_arrive(1, 256)?;
-            kb.named_bar_sync(2, 256)?;
-            let v = kb.ld_shared_f32(kb.i32c(1024), "v")?;
             kb.st_shared_f32(kb.i32c(2048), v)?;
             kb.fence_proxy_async_shared()?;
             kb.tma_store_4d(tmap, [z, z, z, z], kb.i32c(2048))?;
             kb.bulk_commit_group()?;
             kb.bulk_wait_group_read(0)?;
             kb.st_global_f32(out, v)
-        }
-        body(&mut kb, out).expect("body");
-        kb.ret().expect("ret");
-        let (_, ptx, _, _) = emit_ptx(&kb.module, Arch::Sm90a).expect("emits");
+        });
         assert!(ptx.contains(".target sm_90a"), "{ptx}");
         if let Some(ops) = assemble_sm90a(&ptx) {
             for op in ["UTMALDG", "UTMASTG", "USETMAXREG", "UTMACCTL", "SYNCS", "BAR"] {
