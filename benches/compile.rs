@@ -13,10 +13,9 @@ use std::time::Duration;
 fn examples() -> Vec<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../dsl-examples");
     let mut files: Vec<PathBuf> = match std::fs::read_dir(&dir) {
-        Ok(rd) => rd
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "attn"))
-            .collect(),
+        Ok(rd) => {
+            rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "attn")).collect()
+        }
         Err(e) => {
             eprintln!("no examples: cannot read {}: {e}", dir.display());
             Vec::new()
@@ -28,10 +27,7 @@ fn examples() -> Vec<PathBuf> {
 
 fn cold_compile(c: &mut Criterion) {
     let arch = Arch::Sm90a;
-    let opts = CompileOptions {
-        arch,
-        family: FamilyChoice::Auto,
-    };
+    let opts = CompileOptions { arch, family: FamilyChoice::Auto };
     let mut group = c.benchmark_group(format!("cold_dsl_to_ptx/{arch}"));
     // One compile is ~50-150 ms on 2 cores: flat sampling, 10 samples, a short window.
     group
@@ -40,10 +36,7 @@ fn cold_compile(c: &mut Criterion) {
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(3));
     for path in examples() {
-        let name = path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
             Err(e) => {

@@ -13,10 +13,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-const CHOICES: [FamilyChoice; 2] = [
-    FamilyChoice::Auto,
-    FamilyChoice::Exactly(FamilyKind::Portable),
-];
+const CHOICES: [FamilyChoice; 2] = [FamilyChoice::Auto, FamilyChoice::Exactly(FamilyKind::Portable)];
 
 fn examples_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../dsl-examples")
@@ -44,9 +41,7 @@ fn example_files() -> Vec<PathBuf> {
 }
 
 fn stem(p: &std::path::Path) -> String {
-    p.file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default()
+    p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
 fn choice_name(c: FamilyChoice) -> String {
@@ -66,10 +61,7 @@ type Parsed = Vec<(String, Result<Spec, String>)>;
 fn parsed() -> &'static Parsed {
     static P: OnceLock<Parsed> = OnceLock::new();
     P.get_or_init(|| {
-        example_files()
-            .into_iter()
-            .map(|p| (stem(&p), attnc::load_spec(&p).map_err(|d| d.to_string())))
-            .collect()
+        example_files().into_iter().map(|p| (stem(&p), attnc::load_spec(&p).map_err(|d| d.to_string()))).collect()
     })
 }
 
@@ -88,17 +80,9 @@ fn compiled() -> &'static Vec<Compiled> {
             let Ok(spec) = spec else { continue };
             for arch in Arch::ALL {
                 for choice in CHOICES {
-                    let opts = CompileOptions {
-                        arch,
-                        family: choice,
-                    };
+                    let opts = CompileOptions { arch, family: choice };
                     let result = attnc::compile(spec, &opts).map_err(|e| e.to_string());
-                    out.push(Compiled {
-                        example: name.clone(),
-                        arch,
-                        choice,
-                        result,
-                    });
+                    out.push(Compiled { example: name.clone(), arch, choice, result });
                 }
             }
         }
@@ -108,15 +92,9 @@ fn compiled() -> &'static Vec<Compiled> {
 
 #[test]
 fn every_example_parses() {
-    let failures: Vec<String> = parsed()
-        .iter()
-        .filter_map(|(name, r)| r.as_ref().err().map(|e| format!("{name}.attn:\n{e}")))
-        .collect();
-    assert!(
-        failures.is_empty(),
-        "examples that do not parse:\n{}",
-        failures.join("\n")
-    );
+    let failures: Vec<String> =
+        parsed().iter().filter_map(|(name, r)| r.as_ref().err().map(|e| format!("{name}.attn:\n{e}"))).collect();
+    assert!(failures.is_empty(), "examples that do not parse:\n{}", failures.join("\n"));
 }
 
 /// Structural checks of a module that need no ptxas.
@@ -131,9 +109,7 @@ fn module_problems(c: &Compiled, m: &CompiledModule) -> Vec<String> {
             p.push(format!("{what}: asked for {f}, got {}", m.family));
         }
         if m.fallback_reason.is_some() {
-            p.push(format!(
-                "{what}: explicit family but a fallback reason is set"
-            ));
+            p.push(format!("{what}: explicit family but a fallback reason is set"));
         }
     }
     if m.kernels.is_empty() {
@@ -145,16 +121,10 @@ fn module_problems(c: &Compiled, m: &CompiledModule) -> Vec<String> {
     }
     for k in &m.kernels {
         if !m.ptx.contains(&format!(".entry {}", k.name)) {
-            p.push(format!(
-                "{what}: kernel {} has no .entry in the PTX",
-                k.name
-            ));
+            p.push(format!("{what}: kernel {} has no .entry in the PTX", k.name));
         }
         if k.threads_per_block == 0 || k.threads_per_block > 1024 || k.threads_per_block % 32 != 0 {
-            p.push(format!(
-                "{what}: kernel {} has {} threads per block",
-                k.name, k.threads_per_block
-            ));
+            p.push(format!("{what}: kernel {} has {} threads per block", k.name, k.threads_per_block));
         }
         if k.dynamic_smem_bytes > c.arch.max_smem_per_block() {
             p.push(format!(
@@ -177,21 +147,11 @@ fn every_example_compiles_for_every_arch() {
     for c in compiled() {
         match &c.result {
             Ok(m) => failures.extend(module_problems(c, m)),
-            Err(e) => failures.push(format!(
-                "{} [{} {}]: {e}",
-                c.example,
-                c.arch,
-                choice_name(c.choice)
-            )),
+            Err(e) => failures.push(format!("{} [{} {}]: {e}", c.example, c.arch, choice_name(c.choice))),
         }
     }
     let total = compiled().len();
-    assert!(
-        failures.is_empty(),
-        "{} of {total} compiles failed:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "{} of {total} compiles failed:\n{}", failures.len(), failures.join("\n"));
     assert!(total > 0, "nothing compiled (do the examples parse?)");
 }
 
@@ -238,7 +198,10 @@ fn assemble_one(c: &Compiled, m: &CompiledModule, ptxas_path: &std::path::Path) 
     // the hopper family a third of its speed on the H100: a defect, like a spill.
     for code in ["C7513", "C7515", "C7517"] {
         if report.log.contains(code) {
-            a.problems.push(format!("{label}: ptxas serializes wgmma ({code}): {}", report.log.lines().find(|l| l.contains(code)).unwrap_or("").trim()));
+            a.problems.push(format!(
+                "{label}: ptxas serializes wgmma ({code}): {}",
+                report.log.lines().find(|l| l.contains(code)).unwrap_or("").trim()
+            ));
         }
     }
     for f in report.kernels.iter().chain(&report.functions) {
@@ -251,10 +214,7 @@ fn assemble_one(c: &Compiled, m: &CompiledModule, ptxas_path: &std::path::Path) 
     }
     for info in &m.kernels {
         match report.kernel(&info.name) {
-            None => a.problems.push(format!(
-                "{label}: ptxas did not report kernel {}",
-                info.name
-            )),
+            None => a.problems.push(format!("{label}: ptxas did not report kernel {}", info.name)),
             Some(k) => {
                 let smem = k.smem_bytes + info.dynamic_smem_bytes as u64;
                 if smem > c.arch.max_smem_per_block() as u64 {
@@ -281,17 +241,13 @@ fn assemble_one(c: &Compiled, m: &CompiledModule, ptxas_path: &std::path::Path) 
             let ops = ptxas::sass_opcode_counts(&sass);
             for op in promised_sass(m) {
                 if !ops.contains_key(*op) {
-                    a.problems.push(format!(
-                        "{label}: the {} family promises {op}, the SASS has none",
-                        m.family
-                    ));
+                    a.problems.push(format!("{label}: the {} family promises {op}, the SASS has none", m.family));
                 }
             }
         }
         Err(e) if e.is_not_found() => {
             if std::env::var_os("CI").is_some() {
-                a.problems
-                    .push(format!("{label}: CI must have nvdisasm or cuobjdump: {e}"));
+                a.problems.push(format!("{label}: CI must have nvdisasm or cuobjdump: {e}"));
             }
         }
         Err(e) => a.problems.push(format!("{label}: disassembly failed: {e}")),
@@ -307,9 +263,7 @@ fn every_example_assembles_without_spills() {
             if std::env::var_os("CI").is_some() {
                 panic!("CI is set but ptxas is missing: {e}");
             }
-            say(&format!(
-                "SKIPPED every_example_assembles_without_spills: {e}\n"
-            ));
+            say(&format!("SKIPPED every_example_assembles_without_spills: {e}\n"));
             return;
         }
     };
@@ -317,20 +271,14 @@ fn every_example_assembles_without_spills() {
     let mut jobs: Vec<(&Compiled, &CompiledModule)> = Vec::new();
     for c in compiled() {
         if let Ok(m) = &c.result {
-            if !jobs
-                .iter()
-                .any(|(j, jm)| j.arch == c.arch && jm.ptx == m.ptx)
-            {
+            if !jobs.iter().any(|(j, jm)| j.arch == c.arch && jm.ptx == m.ptx) {
                 jobs.push((c, m));
             }
         }
     }
     assert!(!jobs.is_empty(), "nothing compiled, nothing to assemble");
 
-    let workers = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(2)
-        .min(8);
+    let workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).min(8);
     let next = std::sync::atomic::AtomicUsize::new(0);
     let results: std::sync::Mutex<Vec<(usize, Assembled)>> = std::sync::Mutex::new(Vec::new());
     std::thread::scope(|s| {
@@ -371,10 +319,5 @@ fn every_example_assembles_without_spills() {
     }
     say(&table);
     assert_eq!(results.len(), jobs.len(), "an assembly worker died");
-    assert!(
-        problems.is_empty(),
-        "{} problems:\n{}",
-        problems.len(),
-        problems.join("\n")
-    );
+    assert!(problems.is_empty(), "{} problems:\n{}", problems.len(), problems.join("\n"));
 }

@@ -26,12 +26,7 @@ struct Row {
     status: String,
 }
 
-pub fn run(
-    files: &[PathBuf],
-    archs: &[Arch],
-    family: FamilyChoice,
-    verbose: bool,
-) -> Result<(), Reported> {
+pub fn run(files: &[PathBuf], archs: &[Arch], family: FamilyChoice, verbose: bool) -> Result<(), Reported> {
     // Fail fast, with the install hint, when ptxas is missing.
     let ptxas_path = match ptxas::find_ptxas() {
         Ok(p) => p,
@@ -52,10 +47,8 @@ pub fn run(
             problems.push(format!("{}: does not parse", file.display()));
             continue;
         };
-        let fname = file
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| file.display().to_string());
+        let fname =
+            file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| file.display().to_string());
         for &arch in archs {
             let opts = CompileOptions { arch, family };
             let module = match attnc::compile(&spec, &opts) {
@@ -81,10 +74,7 @@ pub fn run(
                 for w in &report.warnings {
                     eprintln!("{fname} [{arch}]: {w}");
                 }
-                eprintln!(
-                    "---- ptxas -v, {fname} [{arch}] ----\n{}",
-                    report.log.trim_end()
-                );
+                eprintln!("---- ptxas -v, {fname} [{arch}] ----\n{}", report.log.trim_end());
             }
             for f in &report.functions {
                 if f.spill_bytes() > 0 {
@@ -109,7 +99,11 @@ pub fn run(
                 }
                 // ptxas reports a serialized wgmma pipeline as an info line (C7513/5/7),
                 // not per kernel; it costs the hopper family a third of its speed.
-                if let Some(line) = report.log.lines().find(|l| ["C7513", "C7515", "C7517"].iter().any(|c| l.contains(c)) && l.contains(&k.name)) {
+                if let Some(line) = report
+                    .log
+                    .lines()
+                    .find(|l| ["C7513", "C7515", "C7517"].iter().any(|c| l.contains(c)) && l.contains(&k.name))
+                {
                     status.push("WGMMA-SERIAL".into());
                     problems.push(format!("{fname} [{arch}]: kernel {}: {}", k.name, line.trim()));
                 }
@@ -123,8 +117,7 @@ pub fn run(
                     ));
                 }
                 if let Some(t) = threads {
-                    let regs = (k.registers as u64).div_ceil(REG_GRANULE_PER_THREAD)
-                        * REG_GRANULE_PER_THREAD;
+                    let regs = (k.registers as u64).div_ceil(REG_GRANULE_PER_THREAD) * REG_GRANULE_PER_THREAD;
                     if regs * t as u64 > REGISTER_FILE {
                         status.push("REGS".into());
                         problems.push(format!(
@@ -151,19 +144,12 @@ pub fn run(
                     static_smem: k.smem_bytes,
                     dynamic_smem,
                     stack: k.stack_frame_bytes,
-                    status: if status.is_empty() {
-                        "ok".into()
-                    } else {
-                        status.join(",")
-                    },
+                    status: if status.is_empty() { "ok".into() } else { status.join(",") },
                 });
             }
             for info in &module.kernels {
                 if report.kernel(&info.name).is_none() {
-                    problems.push(format!(
-                        "{fname} [{arch}]: kernel {} is missing from the PTX",
-                        info.name
-                    ));
+                    problems.push(format!("{fname} [{arch}]: kernel {} is missing from the PTX", info.name));
                 }
             }
         }
@@ -183,19 +169,8 @@ pub fn run(
 }
 
 fn table(rows: &[Row]) -> String {
-    let header = [
-        "file",
-        "arch",
-        "family",
-        "kernel",
-        "threads",
-        "regs",
-        "spill B",
-        "smem B",
-        "dyn smem B",
-        "stack B",
-        "status",
-    ];
+    let header =
+        ["file", "arch", "family", "kernel", "threads", "regs", "spill B", "smem B", "dyn smem B", "stack B", "status"];
     let cells: Vec<[String; 11]> = rows
         .iter()
         .map(|r| {
@@ -204,15 +179,11 @@ fn table(rows: &[Row]) -> String {
                 r.arch.to_string(),
                 r.family.clone(),
                 r.kernel.clone(),
-                r.threads
-                    .map(|t| t.to_string())
-                    .unwrap_or_else(|| "-".into()),
+                r.threads.map(|t| t.to_string()).unwrap_or_else(|| "-".into()),
                 r.registers.to_string(),
                 r.spill_bytes.to_string(),
                 r.static_smem.to_string(),
-                r.dynamic_smem
-                    .map(|t| t.to_string())
-                    .unwrap_or_else(|| "-".into()),
+                r.dynamic_smem.map(|t| t.to_string()).unwrap_or_else(|| "-".into()),
                 r.stack.to_string(),
                 r.status.clone(),
             ]
@@ -225,9 +196,7 @@ fn table(rows: &[Row]) -> String {
         }
     }
     // Text columns left-aligned, numbers right-aligned.
-    let numeric = [
-        false, false, false, false, true, true, true, true, true, true, false,
-    ];
+    let numeric = [false, false, false, false, true, true, true, true, true, true, false];
     let fmt_row = |row: &[String]| -> String {
         let mut line = String::new();
         for (i, c) in row.iter().enumerate() {

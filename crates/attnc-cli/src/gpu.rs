@@ -92,12 +92,14 @@ fn attn_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, Reported> {
 }
 
 pub fn selftest(args: &SelftestArgs) -> Result<(), Reported> {
-    let specs = attn_files(&args.paths)?
-        .iter()
-        .map(|f| crate::load(f))
-        .collect::<Result<Vec<_>, _>>()?;
+    let specs = attn_files(&args.paths)?.iter().map(|f| crate::load(f)).collect::<Result<Vec<_>, _>>()?;
     let rt = runtime(args.device)?;
-    let opts = selftest::SelftestOptions { quick: args.quick, filter: args.filter.clone(), family: args.family.clone(), ..Default::default() };
+    let opts = selftest::SelftestOptions {
+        quick: args.quick,
+        filter: args.filter.clone(),
+        family: args.family.clone(),
+        ..Default::default()
+    };
     let report = selftest::run(&rt, &specs, &opts);
     print!("{}", report.table());
     write_json(args.json.as_deref(), &report.to_json())?;

@@ -154,9 +154,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Dump(args) => dump(&args),
-        Command::Check(args) => {
-            check::run(&args.files, &args.arch.archs(), args.family, args.verbose)
-        }
+        Command::Check(args) => check::run(&args.files, &args.arch.archs(), args.family, args.verbose),
         Command::Selftest(args) => gpu::selftest(&args),
         Command::Bench(args) => gpu::bench(&args),
         Command::Report(args) => report(&args),
@@ -178,10 +176,7 @@ pub fn load(path: &Path) -> Result<attnc::Spec, Reported> {
 
 fn dump(args: &DumpArgs) -> Result<(), Reported> {
     let spec = load(&args.file)?;
-    let opts = CompileOptions {
-        arch: args.arch,
-        family: args.family,
-    };
+    let opts = CompileOptions { arch: args.arch, family: args.family };
     let compiled = attnc::compile(&spec, &opts);
     let text = match args.emit {
         Emit::Ir => {
@@ -211,10 +206,7 @@ fn dump(args: &DumpArgs) -> Result<(), Reported> {
 
 fn report(args: &ReportArgs) -> Result<(), Reported> {
     if args.arch != Arch::Sm100a {
-        eprintln!(
-            "error: the report models the blackwell family, which targets sm_100a (asked for {})",
-            args.arch
-        );
+        eprintln!("error: the report models the blackwell family, which targets sm_100a (asked for {})", args.arch);
         return Err(Reported);
     }
     let spec = load(&args.file)?;

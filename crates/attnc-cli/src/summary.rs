@@ -2,9 +2,7 @@
 //! and why, the kernels with their launch shapes, and what the mask means for tiling.
 //! Written as .attn comments, so the whole output still parses.
 
-use attnc::{
-    Align, CompileOptions, CompiledModule, FamilyChoice, KvLayout, Spec, SplitKv, TileClass,
-};
+use attnc::{Align, CompileOptions, CompiledModule, FamilyChoice, KvLayout, Spec, SplitKv, TileClass};
 use std::fmt::Write;
 
 /// Line-comment marker of the .attn language.
@@ -36,9 +34,7 @@ pub fn summary(spec: &Spec, opts: &CompileOptions, module: Option<&CompiledModul
                 ));
             }
         }
-        None => lines.push(format!(
-            "family: none (requested: {requested}; codegen failed, see stderr)"
-        )),
+        None => lines.push(format!("family: none (requested: {requested}; codegen failed, see stderr)")),
     }
     lines.push(shape_line(spec));
     lines.extend(mask_facts(spec, module));
@@ -96,16 +92,8 @@ fn mask_facts(spec: &Spec, module: Option<&CompiledModule>) -> Vec<String> {
         parts.push(format!("causal ({})", align(a)));
     }
     if let Some(w) = m.window {
-        let side = |s: Option<u64>| {
-            s.map(|v| v.to_string())
-                .unwrap_or_else(|| "unbounded".into())
-        };
-        parts.push(format!(
-            "window (left {}, right {}, {})",
-            side(w.left),
-            side(w.right),
-            align(w.align)
-        ));
+        let side = |s: Option<u64>| s.map(|v| v.to_string()).unwrap_or_else(|| "unbounded".into());
+        parts.push(format!("window (left {}, right {}, {})", side(w.left), side(w.right), align(w.align)));
     }
     if m.predicate.is_some() {
         parts.push("predicate".into());
@@ -127,15 +115,10 @@ fn mask_facts(spec: &Spec, module: Option<&CompiledModule>) -> Vec<String> {
     }
     out.push(format!(
         "mask facts: reads {}; {}",
-        if reads.is_empty() {
-            "nothing".to_string()
-        } else {
-            reads.join(", ")
-        },
+        if reads.is_empty() { "nothing".to_string() } else { reads.join(", ") },
         match (facts.needs_elementwise, facts.constant) {
             (false, Some(c)) => format!("every tile is {c:?} (no per-element masking)"),
-            _ if facts.reads_aux =>
-                "per-element masking (aux reads are not analyzable)".to_string(),
+            _ if facts.reads_aux => "per-element masking (aux reads are not analyzable)".to_string(),
             _ => "tiles classified full / partial / empty by interval analysis".to_string(),
         }
     ));
@@ -154,11 +137,7 @@ fn tile_census(spec: &Spec, module: &CompiledModule) -> Option<String> {
         return None;
     }
     // With pack_gqa a tile's rows are (q position, head in group) pairs.
-    let group = if spec.pack_gqa {
-        spec.group_size().max(1)
-    } else {
-        1
-    };
+    let group = if spec.pack_gqa { spec.group_size().max(1) } else { 1 };
     let rows = (k0.block_m / group).max(1) as i64;
     let cols = k0.block_n as i64;
     let (mut full, mut partial, mut empty) = (0u64, 0u64, 0u64);

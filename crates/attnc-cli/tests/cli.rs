@@ -29,12 +29,7 @@ fn text(b: &[u8]) -> String {
 }
 
 fn show(o: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
-        o.status.code(),
-        text(&o.stdout),
-        text(&o.stderr)
-    )
+    format!("status {:?}\n--- stdout\n{}\n--- stderr\n{}", o.status.code(), text(&o.stdout), text(&o.stderr))
 }
 
 fn tmp(name: &str, contents: &str) -> PathBuf {
@@ -67,19 +62,11 @@ fn unknown_arch_is_usage_error() {
     let o = run(&["dump", EXAMPLE, "--arch", "sm_75"]);
     assert_eq!(o.status.code(), Some(2), "{}", show(&o));
     let err = text(&o.stderr);
-    assert!(
-        err.contains("unknown arch `sm_75`") && err.contains("sm_90a"),
-        "{}",
-        show(&o)
-    );
+    assert!(err.contains("unknown arch `sm_75`") && err.contains("sm_90a"), "{}", show(&o));
 
     let o = run(&["check", EXAMPLE, "--arch", "sm_75"]);
     assert_eq!(o.status.code(), Some(2), "{}", show(&o));
-    assert!(
-        text(&o.stderr).contains("sm_80, sm_90a, sm_100a or all"),
-        "{}",
-        show(&o)
-    );
+    assert!(text(&o.stderr).contains("sm_80, sm_90a, sm_100a or all"), "{}", show(&o));
 }
 
 #[test]
@@ -92,11 +79,7 @@ fn dump_takes_one_arch() {
 fn unknown_family_and_emit_are_usage_errors() {
     let o = run(&["dump", EXAMPLE, "--arch", "sm_90a", "--family", "volta"]);
     assert_eq!(o.status.code(), Some(2), "{}", show(&o));
-    assert!(
-        text(&o.stderr).contains("unknown family `volta`"),
-        "{}",
-        show(&o)
-    );
+    assert!(text(&o.stderr).contains("unknown family `volta`"), "{}", show(&o));
     let o = run(&["dump", EXAMPLE, "--arch", "sm_90a", "--emit", "sass"]);
     assert_eq!(o.status.code(), Some(2), "{}", show(&o));
 }
@@ -148,29 +131,15 @@ fn bad_file_shows_location_and_caret() {
     src.push_str("$$$ not attn\n");
     let bad_line = src.lines().count();
     let path = tmp("bad_syntax.attn", &src);
-    let o = attnc()
-        .args(["dump", &path.to_string_lossy(), "--arch", "sm_90a"])
-        .output()
-        .unwrap_or_else(|e| panic!("{e}"));
+    let o =
+        attnc().args(["dump", &path.to_string_lossy(), "--arch", "sm_90a"]).output().unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));
     assert!(o.stdout.is_empty(), "{}", show(&o));
     let err = text(&o.stderr);
+    assert!(err.contains(&format!("bad_syntax.attn:{bad_line}:1")), "{}", show(&o));
+    assert!(err.contains("$$$ not attn"), "the source line is shown\n{}", show(&o));
     assert!(
-        err.contains(&format!("bad_syntax.attn:{bad_line}:1")),
-        "{}",
-        show(&o)
-    );
-    assert!(
-        err.contains("$$$ not attn"),
-        "the source line is shown\n{}",
-        show(&o)
-    );
-    assert!(
-        err.lines().any(|l| l
-            .trim_start()
-            .trim_start_matches('|')
-            .trim_start()
-            .starts_with('^')),
+        err.lines().any(|l| l.trim_start().trim_start_matches('|').trim_start().starts_with('^')),
         "a caret\n{}",
         show(&o)
     );
@@ -181,10 +150,8 @@ fn bad_file_shows_location_and_caret() {
 fn binary_garbage_is_a_diagnostic_not_a_panic() {
     let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("garbage.attn");
     std::fs::write(&path, [0xffu8, 0xfe, 0x00, 0x41, 0x0a, 0xc3]).unwrap_or_else(|e| panic!("{e}"));
-    let o = attnc()
-        .args(["dump", &path.to_string_lossy(), "--arch", "sm_80"])
-        .output()
-        .unwrap_or_else(|e| panic!("{e}"));
+    let o =
+        attnc().args(["dump", &path.to_string_lossy(), "--arch", "sm_80"]).output().unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));
     assert!(!text(&o.stderr).contains("panicked"), "{}", show(&o));
 }
@@ -206,17 +173,11 @@ fn dump_llvm_and_ir() {
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
     assert!(text(&o.stdout).contains("nvptx64"), "{}", show(&o));
 
-    let o = run(&[
-        "dump", EXAMPLE, "--arch", "sm_100a", "--family", "portable", "--emit", "ir",
-    ]);
+    let o = run(&["dump", EXAMPLE, "--arch", "sm_100a", "--family", "portable", "--emit", "ir"]);
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
     let out = text(&o.stdout);
     assert!(out.contains("attnc summary for sm_100a"), "{}", show(&o));
-    assert!(
-        out.contains("family: portable (requested: portable)"),
-        "{}",
-        show(&o)
-    );
+    assert!(out.contains("family: portable (requested: portable)"), "{}", show(&o));
     assert!(out.contains("mask: causal"), "{}", show(&o));
     assert!(out.contains("threads, block_m"), "{}", show(&o));
 }
@@ -224,14 +185,7 @@ fn dump_llvm_and_ir() {
 #[test]
 fn dump_to_file() {
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("causal_sm80.ptx");
-    let o = run(&[
-        "dump",
-        EXAMPLE,
-        "--arch",
-        "sm_80",
-        "-o",
-        &out.to_string_lossy(),
-    ]);
+    let o = run(&["dump", EXAMPLE, "--arch", "sm_80", "-o", &out.to_string_lossy()]);
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
     assert!(o.stdout.is_empty());
     let ptx = std::fs::read_to_string(&out).unwrap_or_default();
@@ -272,13 +226,7 @@ fn check_all_archs() {
     for arch in ["sm_80", "sm_90a", "sm_100a"] {
         assert!(out.contains(arch), "{arch} missing\n{}", show(&o));
     }
-    assert!(
-        out.lines()
-            .next()
-            .is_some_and(|h| h.contains("regs") && h.contains("spill")),
-        "{}",
-        show(&o)
-    );
+    assert!(out.lines().next().is_some_and(|h| h.contains("regs") && h.contains("spill")), "{}", show(&o));
 }
 
 /// Without ptxas, check explains how to install it and exits 1.

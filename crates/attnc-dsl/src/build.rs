@@ -6,8 +6,8 @@ use crate::diag::{line_col, suggest};
 use crate::parser::{Node, NodeKind, PErr, Raw, WindowArgs};
 use attnc_ir::check::is_reserved;
 use attnc_ir::{
-    Align, AuxDecl, BinOp, DType, Expr, ExprKind, Field, Func, KvLayout, Mask, ParamDecl, Scale,
-    SoftmaxOptions, Span, Spec, SpecError, SplitKv, Var, Window,
+    Align, AuxDecl, BinOp, DType, Expr, ExprKind, Field, Func, KvLayout, Mask, ParamDecl, Scale, SoftmaxOptions, Span,
+    Spec, SpecError, SplitKv, Var, Window,
 };
 
 /// Where each part of the spec came from, for validation errors.
@@ -52,13 +52,18 @@ impl Locs {
             Field::HeadDim => self.head_dim.unwrap_or(h),
             Field::Heads => self.heads.unwrap_or(h),
             Field::PackGqa => self.pack_gqa.or(self.heads).unwrap_or(h),
-            Field::Param(i) => self.params.get(i).map_or(h, |(name, decl)| {
-                if m.contains("must be int or float") {
-                    *decl
-                } else {
-                    *name
-                }
-            }),
+            Field::Param(i) => {
+                self.params.get(i).map_or(
+                    h,
+                    |(name, decl)| {
+                        if m.contains("must be int or float") {
+                            *decl
+                        } else {
+                            *name
+                        }
+                    },
+                )
+            }
             Field::Aux(i) => self.aux.get(i).map_or(h, |(name, dims)| {
                 if m.contains("cannot name") || m.contains("declared twice") {
                     *name
@@ -113,57 +118,31 @@ struct MaskParts {
 }
 
 pub(crate) fn build(raw: Raw, src: &str) -> Result<Spec, Vec<PErr>> {
-    let mut b = Builder {
-        src,
-        errors: Vec::new(),
-        params: Vec::new(),
-        aux: Vec::new(),
-        causal_is_param: false,
-    };
-    let mut locs = Locs {
-        header: raw.header,
-        name: raw.name_span,
-        ..Locs::default()
-    };
+    let mut b = Builder { src, errors: Vec::new(), params: Vec::new(), aux: Vec::new(), causal_is_param: false };
+    let mut locs = Locs { header: raw.header, name: raw.name_span, ..Locs::default() };
 
     if raw.head_dim.is_none() {
-        b.err(raw.header, "missing `head_dim`: expected a setting like `head_dim 128` (64, 96, 128, 192/128, 192 or 256)".into());
-    }
-    if raw.heads.is_none() {
         b.err(
             raw.header,
-            "missing `heads`: expected a setting like `heads 32` or `heads 32 kv 8`".into(),
+            "missing `head_dim`: expected a setting like `head_dim 128` (64, 96, 128, 192/128, 192 or 256)".into(),
         );
+    }
+    if raw.heads.is_none() {
+        b.err(raw.header, "missing `heads`: expected a setting like `heads 32` or `heads 32 kv 8`".into());
     }
 
     // Declarations share one namespace.
     let mut declared: Vec<(String, Span)> = Vec::new();
     for p in &raw.params {
-        b.check_name(
-            &p.name,
-            p.name_span,
-            ("a parameter", "parameter"),
-            &declared,
-        );
+        b.check_name(&p.name, p.name_span, ("a parameter", "parameter"), &declared);
         declared.push((p.name.clone(), p.name_span));
-        b.params.push(ParamDecl {
-            name: p.name.clone(),
-            ty: p.ty,
-        });
+        b.params.push(ParamDecl { name: p.name.clone(), ty: p.ty });
         locs.params.push((p.name_span, p.span));
     }
     for a in &raw.aux {
-        b.check_name(
-            &a.name,
-            a.name_span,
-            ("an aux tensor", "aux tensor"),
-            &declared,
-        );
+        b.check_name(&a.name, a.name_span, ("an aux tensor", "aux tensor"), &declared);
         declared.push((a.name.clone(), a.name_span));
-        b.aux.push(AuxDecl {
-            name: a.name.clone(),
-            dims: a.dims.iter().map(|(d, _)| *d).collect(),
-        });
+        b.aux.push(AuxDecl { name: a.name.clone(), dims: a.dims.iter().map(|(d, _)| *d).collect() });
         locs.aux.push((a.name_span, a.dims_span));
     }
     b.causal_is_param = b.params.iter().any(|p| p.name == "causal");
@@ -198,11 +177,7 @@ pub(crate) fn build(raw: Raw, src: &str) -> Result<Spec, Vec<PErr>> {
                     }
                     None => default_align,
                 };
-                mask.window = Some(Window {
-                    left: w.left.map(|v| v.0),
-                    right: w.right.map(|v| v.0),
-                    align,
-                });
+                mask.window = Some(Window { left: w.left.map(|v| v.0), right: w.right.map(|v| v.0), align });
             }
             if let Some(rest) = rest {
                 locs.mask = Some(rest.span);
@@ -263,13 +238,7 @@ pub(crate) fn build(raw: Raw, src: &str) -> Result<Spec, Vec<PErr>> {
     };
     match attnc_ir::validate(&spec) {
         Ok(()) => Ok(spec),
-        Err(errors) => Err(errors
-            .iter()
-            .map(|e| PErr {
-                span: locs.locate(e),
-                message: e.message.clone(),
-            })
-            .collect()),
+        Err(errors) => Err(errors.iter().map(|e| PErr { span: locs.locate(e), message: e.message.clone() }).collect()),
     }
 }
 
@@ -283,13 +252,7 @@ impl Builder<'_> {
         format!("{l}:{c}")
     }
 
-    fn check_name(
-        &mut self,
-        name: &str,
-        span: Span,
-        (a_what, what): (&str, &str),
-        declared: &[(String, Span)],
-    ) {
+    fn check_name(&mut self, name: &str, span: Span, (a_what, what): (&str, &str), declared: &[(String, Span)]) {
         let kind = if Var::from_name(name).is_some() {
             Some("a built-in variable")
         } else if Func::from_name(name).is_some() {
@@ -300,18 +263,10 @@ impl Builder<'_> {
             None
         };
         if let Some(kind) = kind {
-            self.err(
-                span,
-                format!("`{name}` is {kind} and cannot name {a_what}: expected another name"),
-            );
+            self.err(span, format!("`{name}` is {kind} and cannot name {a_what}: expected another name"));
         } else if let Some((_, first)) = declared.iter().find(|(n, _)| n == name) {
             let at = self.at(*first);
-            self.err(
-                span,
-                format!(
-                    "`{name}` is already declared at {at}: expected a new name for this {what}"
-                ),
-            );
+            self.err(span, format!("`{name}` is already declared at {at}: expected a new name for this {what}"));
         }
     }
 
@@ -326,11 +281,7 @@ impl Builder<'_> {
                 match (l, r) {
                     (Some(l), Some(r)) => {
                         let (span, depth) = (l.span.to(r.span), 1 + l.depth.max(r.depth));
-                        Some(Node {
-                            kind: NodeKind::Binary(BinOp::And, Box::new(l), Box::new(r)),
-                            span,
-                            depth,
-                        })
+                        Some(Node { kind: NodeKind::Binary(BinOp::And, Box::new(l), Box::new(r)), span, depth })
                     }
                     (l, None) => l,
                     (None, r) => r,
@@ -360,12 +311,7 @@ impl Builder<'_> {
     fn take_causal(&mut self, align: Align, span: Span, parts: &mut MaskParts) {
         if let Some((_, first)) = parts.causal {
             let at = self.at(first);
-            self.err(
-                span,
-                format!(
-                    "a second `causal` in the mask (the first is at {at}): expected at most one"
-                ),
-            );
+            self.err(span, format!("a second `causal` in the mask (the first is at {at}): expected at most one"));
         } else {
             parts.causal = Some((align, span));
         }
@@ -399,13 +345,13 @@ impl Builder<'_> {
                     return None;
                 } else if let Some(a) = self.aux.iter().find(|a| a.name == name) {
                     let n = a.dims.len();
-                    self.err(span, format!("aux tensor `{name}` must be indexed: expected `{name}[...]` with {n} index(es)"));
-                    return None;
-                } else if Func::from_name(&name).is_some() {
                     self.err(
                         span,
-                        format!("`{name}` is a function: expected a call like `{name}(...)`"),
+                        format!("aux tensor `{name}` must be indexed: expected `{name}[...]` with {n} index(es)"),
                     );
+                    return None;
+                } else if Func::from_name(&name).is_some() {
+                    self.err(span, format!("`{name}` is a function: expected a call like `{name}(...)`"));
                     return None;
                 } else {
                     let mut m = format!(
@@ -424,18 +370,15 @@ impl Builder<'_> {
                     return None;
                 }
             }
-            NodeKind::Index {
-                name,
-                name_span,
-                args,
-            } => {
+            NodeKind::Index { name, name_span, args } => {
                 if !self.aux.iter().any(|a| a.name == name) {
                     let m = if self.params.iter().any(|p| p.name == name) {
                         format!("`{name}` is a parameter, not an aux tensor: expected `{name}` without an index")
                     } else if Var::from_name(&name).is_some() {
                         format!("`{name}` is a variable, not an aux tensor: expected an aux tensor declared with `aux NAME: int[...]`")
                     } else {
-                        let mut m = format!("unknown aux tensor `{name}`: expected one declared with `aux {name}: int[...]`");
+                        let mut m =
+                            format!("unknown aux tensor `{name}`: expected one declared with `aux {name}: int[...]`");
                         if let Some(s) = suggest(&name, self.aux.iter().map(|a| a.name.as_str())) {
                             m.push_str(&format!(" (did you mean `{s}`?)"));
                         }
@@ -449,11 +392,7 @@ impl Builder<'_> {
                 let index = self.resolve_all(args)?;
                 ExprKind::Aux { name, index }
             }
-            NodeKind::Call {
-                name,
-                name_span,
-                args,
-            } => {
+            NodeKind::Call { name, name_span, args } => {
                 let Some(f) = Func::from_name(&name) else {
                     let mut m = format!(
                         "unknown function `{name}`: expected one of {}",

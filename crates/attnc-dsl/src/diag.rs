@@ -29,26 +29,12 @@ impl Diagnostic {
         let source_line = src[line_start..line_end].trim_end_matches('\r').to_string();
         let caret_end = end.min(line_end).max(start);
         let caret_len = src[start..caret_end].chars().count().max(1);
-        Diagnostic {
-            file: file.to_string(),
-            line,
-            col,
-            message,
-            source_line,
-            caret_len,
-        }
+        Diagnostic { file: file.to_string(), line, col, message, source_line, caret_len }
     }
 
     /// A diagnostic without a source position.
     pub(crate) fn whole_file(file: &str, message: String) -> Diagnostic {
-        Diagnostic {
-            file: file.to_string(),
-            line: 0,
-            col: 0,
-            message,
-            source_line: String::new(),
-            caret_len: 0,
-        }
+        Diagnostic { file: file.to_string(), line: 0, col: 0, message, source_line: String::new(), caret_len: 0 }
     }
 }
 
@@ -56,10 +42,7 @@ impl Diagnostic {
 pub(crate) fn line_col(src: &str, offset: usize) -> (usize, usize) {
     let offset = clamp_to_boundary(src, offset);
     let line_start = src[..offset].rfind('\n').map_or(0, |i| i + 1);
-    (
-        src[..offset].matches('\n').count() + 1,
-        src[line_start..offset].chars().count() + 1,
-    )
+    (src[..offset].matches('\n').count() + 1, src[line_start..offset].chars().count() + 1)
 }
 
 fn clamp_to_boundary(src: &str, mut i: usize) -> usize {
@@ -142,10 +125,7 @@ pub(crate) fn one_of(items: &[String]) -> String {
 
 /// The closest of `candidates` to `word` by edit distance, when close enough to be a
 /// plausible typo.
-pub(crate) fn suggest<'a>(
-    word: &str,
-    candidates: impl IntoIterator<Item = &'a str>,
-) -> Option<&'a str> {
+pub(crate) fn suggest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
     let n = word.chars().count();
     let limit = (n / 3).max(1);
     candidates
@@ -219,18 +199,12 @@ mod tests {
     fn wide_line_numbers_widen_the_gutter() {
         let src = "\n".repeat(11) + "x";
         let d = Diagnostic::at("f", &src, Span::new(11, 12), "m".into());
-        assert_eq!(
-            d.to_string(),
-            "error: m\n   --> f:12:1\n    |\n 12 | x\n    | ^"
-        );
+        assert_eq!(d.to_string(), "error: m\n   --> f:12:1\n    |\n 12 | x\n    | ^");
     }
 
     #[test]
     fn suggestions() {
-        assert_eq!(
-            suggest("head_dims", ["heads", "head_dim"]),
-            Some("head_dim")
-        );
+        assert_eq!(suggest("head_dims", ["heads", "head_dim"]), Some("head_dim"));
         assert_eq!(suggest("prefx", ["prefix", "q"]), Some("prefix"));
         assert_eq!(suggest("zzzzzz", ["prefix", "q"]), None);
         assert_eq!(suggest("f16", ["bf16", "fp16"]), Some("fp16"));

@@ -118,12 +118,9 @@ fn ident(i: &str) -> PResult<'_, &str> {
 
 /// `digits [. digits] [(e|E) [+|-] digits]`; returns the text and whether it is a float.
 fn number(i: &str) -> PResult<'_, (&str, bool)> {
-    let (rest, (_, frac, exp)) = (
-        digit1,
-        opt(recognize((char('.'), digit1))),
-        opt(recognize((one_of("eE"), opt(one_of("+-")), digit1))),
-    )
-        .parse(i)?;
+    let (rest, (_, frac, exp)) =
+        (digit1, opt(recognize((char('.'), digit1))), opt(recognize((one_of("eE"), opt(one_of("+-")), digit1))))
+            .parse(i)?;
     let len = i.len() - rest.len();
     Ok((rest, (&i[..len], frac.is_some() || exp.is_some())))
 }
@@ -182,26 +179,14 @@ pub(crate) fn lex(src: &str) -> Vec<Token<'_>> {
         } else if let Ok((r, (s, is_float))) = number(rest) {
             // A number glued to letters, digits or a dot (`128x`, `1e`, `1.`, `0x10`) is
             // one malformed literal, not two tokens.
-            let glued = r
-                .chars()
-                .next()
-                .is_some_and(|c| is_ident_char(c) || c == '.');
+            let glued = r.chars().next().is_some_and(|c| is_ident_char(c) || c == '.');
             if glued {
-                let tail = r
-                    .find(|c: char| !(is_ident_char(c) || c == '.'))
-                    .unwrap_or(r.len());
+                let tail = r.find(|c: char| !(is_ident_char(c) || c == '.')).unwrap_or(r.len());
                 let text = &rest[..s.len() + tail];
                 let message = format!(
                     "invalid number `{text}`: expected digits, optionally a fraction `.5` and an exponent `e-3`"
                 );
-                (
-                    Tok::Error {
-                        text: text.to_string(),
-                        message,
-                        specific: true,
-                    },
-                    &r[tail..],
-                )
+                (Tok::Error { text: text.to_string(), message, specific: true }, &r[tail..])
             } else if is_float {
                 (Tok::Float(s), r)
             } else {
@@ -214,38 +199,19 @@ pub(crate) fn lex(src: &str) -> Vec<Token<'_>> {
             let (message, specific) = match c {
                 '&' => ("expected `&&` (logical and), found `&`".to_string(), true),
                 '|' => ("expected `||` (logical or), found `|`".to_string(), true),
-                '"' | '\'' => (
-                    format!("unexpected quote `{c}`: the language has no strings"),
-                    false,
-                ),
-                _ => (
-                    format!("unexpected character `{}`", c.escape_debug()),
-                    false,
-                ),
+                '"' | '\'' => (format!("unexpected quote `{c}`: the language has no strings"), false),
+                _ => (format!("unexpected character `{}`", c.escape_debug()), false),
             };
-            (
-                Tok::Error {
-                    text: c.to_string(),
-                    message,
-                    specific,
-                },
-                &rest[len..],
-            )
+            (Tok::Error { text: c.to_string(), message, specific }, &rest[len..])
         };
         let end = src.len() - r.len();
-        toks.push(Token {
-            tok,
-            span: Span::new(start, end),
-        });
+        toks.push(Token { tok, span: Span::new(start, end) });
         if !matches!(toks.last().map(|t| &t.tok), Some(Tok::Newline)) {
             last_end = end;
         }
         rest = r;
     }
-    toks.push(Token {
-        tok: Tok::Eof,
-        span: Span::new(last_end, last_end),
-    });
+    toks.push(Token { tok: Tok::Eof, span: Span::new(last_end, last_end) });
     toks
 }
 
@@ -300,11 +266,7 @@ mod tests {
         );
         for bad in ["128x", "1.", "1e", "1.5.2", "0x10"] {
             match &kinds(bad)[0] {
-                Tok::Error {
-                    text,
-                    specific: true,
-                    ..
-                } => assert_eq!(text, bad),
+                Tok::Error { text, specific: true, .. } => assert_eq!(text, bad),
                 t => panic!("{bad}: {t:?}"),
             }
         }
@@ -321,13 +283,7 @@ mod tests {
     fn bad_characters_become_error_tokens() {
         let t = kinds("a & b @ é");
         assert!(matches!(&t[1], Tok::Error { specific: true, .. }));
-        assert!(matches!(
-            &t[3],
-            Tok::Error {
-                specific: false,
-                ..
-            }
-        ));
+        assert!(matches!(&t[3], Tok::Error { specific: false, .. }));
         assert!(matches!(&t[4], Tok::Error { text, .. } if text == "é"));
     }
 }

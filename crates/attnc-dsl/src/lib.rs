@@ -31,9 +31,9 @@ mod tests;
 
 pub use diag::{Diagnostic, Diagnostics};
 pub use parser::MAX_DEPTH;
-pub use printer::print;
 /// One expression in canonical form (as `print` writes it inside a spec).
 pub use printer::expr as print_expr;
+pub use printer::print;
 
 use attnc_ir::Spec;
 use std::path::Path;
@@ -58,12 +58,7 @@ pub fn parse_named(file_name: &str, src: &str) -> Result<Spec, Diagnostics> {
     }
     errors.sort_by_key(|e| e.span.start);
     errors.truncate(MAX_DIAGNOSTICS);
-    Err(Diagnostics(
-        errors
-            .into_iter()
-            .map(|e| Diagnostic::at(file_name, src, e.span, e.message))
-            .collect(),
-    ))
+    Err(Diagnostics(errors.into_iter().map(|e| Diagnostic::at(file_name, src, e.span, e.message)).collect()))
 }
 
 /// Reads, parses and validates a `.attn` file. An unreadable file, or one that is not

@@ -19,10 +19,8 @@ use attnc_ir::{Align, BinOp, DType, KvLayout, SoftmaxOptions, Span, SplitKv, Ty,
 pub const MAX_DEPTH: usize = 256;
 
 /// The settings (statement keywords), in canonical order.
-pub(crate) const SETTINGS: &[&str] = &[
-    "dtype", "head_dim", "heads", "param", "aux", "mask", "score", "scale", "sinks", "kv", "split",
-    "lse", "softmax",
-];
+pub(crate) const SETTINGS: &[&str] =
+    &["dtype", "head_dim", "heads", "param", "aux", "mask", "score", "scale", "sinks", "kv", "split", "lse", "softmax"];
 
 /// Aux dimension names.
 pub(crate) const AUX_DIMS: &[&str] = &["batch", "seqlen_q", "seqlen_k", "q_heads", "kv_heads"];
@@ -255,19 +253,11 @@ impl<'a> Parser<'a> {
     /// The error at the current token: what was expected there and what was found.
     fn fail(&mut self) -> PErr {
         self.skip_nl();
-        let expected = if self.expected_at == self.pos {
-            std::mem::take(&mut self.expected)
-        } else {
-            Vec::new()
-        };
+        let expected = if self.expected_at == self.pos { std::mem::take(&mut self.expected) } else { Vec::new() };
         let t = &self.toks[self.pos];
         let list = one_of(&expected);
         let message = match &t.tok {
-            Tok::Error {
-                message,
-                specific: true,
-                ..
-            } => message.clone(),
+            Tok::Error { message, specific: true, .. } => message.clone(),
             Tok::Error { message, .. } => format!("{message}: expected {list}"),
             Tok::Punct(P::Assign) if expected.iter().any(|e| e == "an operator") => {
                 format!("expected {list}, found `=` (compare with `==`)")
@@ -277,10 +267,7 @@ impl<'a> Parser<'a> {
             }
             other => format!("expected {list}, found {}", describe(other)),
         };
-        PErr {
-            span: t.span,
-            message,
-        }
+        PErr { span: t.span, message }
     }
 
     /// Like [`Self::fail`], adding "did you mean" when the found word is close to one
@@ -354,10 +341,7 @@ impl<'a> Parser<'a> {
             let span = self.bump().span;
             return match s.parse::<u64>() {
                 Ok(v) if v <= max => Ok((v, span)),
-                _ => Err(PErr {
-                    span,
-                    message: format!("`{s}` is too large: expected {what} of at most {max}"),
-                }),
+                _ => Err(PErr { span, message: format!("`{s}` is too large: expected {what} of at most {max}") }),
             };
         }
         self.note(what);
@@ -375,10 +359,7 @@ impl<'a> Parser<'a> {
             let span = start.to(self.bump().span);
             return match s.parse::<f64>() {
                 Ok(v) if v.is_finite() => Ok((if neg { -v } else { v }, span)),
-                _ => Err(PErr {
-                    span,
-                    message: format!("`{s}` is out of range: expected a finite number"),
-                }),
+                _ => Err(PErr { span, message: format!("`{s}` is out of range: expected a finite number") }),
             };
         }
         self.note(what);
@@ -477,24 +458,15 @@ impl<'a> Parser<'a> {
     fn statement(&mut self) -> PResult<()> {
         let t = self.bump();
         let Tok::Ident(word) = t.tok else {
-            return Err(PErr {
-                span: t.span,
-                message: "expected a setting".into(),
-            });
+            return Err(PErr { span: t.span, message: "expected a setting".into() });
         };
         let kw_span = t.span;
         let Some(kw) = SETTINGS.iter().copied().find(|k| *k == word) else {
-            let mut message = format!(
-                "unknown setting `{word}`: expected one of {}",
-                SETTINGS.join(", ")
-            );
+            let mut message = format!("unknown setting `{word}`: expected one of {}", SETTINGS.join(", "));
             if let Some(s) = suggest(word, SETTINGS.iter().copied()) {
                 message.push_str(&format!(" (did you mean `{s}`?)"));
             }
-            return Err(PErr {
-                span: kw_span,
-                message,
-            });
+            return Err(PErr { span: kw_span, message });
         };
         if kw != "param" && kw != "aux" {
             if let Some((_, first)) = self.seen.iter().find(|(k, _)| *k == kw) {
@@ -509,20 +481,10 @@ impl<'a> Parser<'a> {
         match kw {
             "dtype" => {
                 let (w, s) = self.choice(&["bf16", "fp16"])?;
-                self.raw.dtype = Some((
-                    if w == "bf16" {
-                        DType::Bf16
-                    } else {
-                        DType::Fp16
-                    },
-                    s,
-                ));
+                self.raw.dtype = Some((if w == "bf16" { DType::Bf16 } else { DType::Fp16 }, s));
             }
             "head_dim" => {
-                let (qk, s) = self.uint(
-                    "a head dimension (64, 96, 128, 192/128, 192 or 256)",
-                    u32::MAX as u64,
-                )?;
+                let (qk, s) = self.uint("a head dimension (64, 96, 128, 192/128, 192 or 256)", u32::MAX as u64)?;
                 let (v, s) = if self.eat(P::Slash).is_some() {
                     let (v, s2) = self.uint("the v head dimension", u32::MAX as u64)?;
                     (v, s.to(s2))
@@ -533,12 +495,7 @@ impl<'a> Parser<'a> {
             }
             "heads" => {
                 let (q, s) = self.uint("a number of query heads", u32::MAX as u64)?;
-                let mut heads = Heads {
-                    q: q as u32,
-                    kv: None,
-                    span: s,
-                    pack_gqa: None,
-                };
+                let mut heads = Heads { q: q as u32, kv: None, span: s, pack_gqa: None };
                 if self.eat_word("kv").is_some() {
                     let (kv, s2) = self.uint("a number of kv heads", u32::MAX as u64)?;
                     heads.kv = Some(kv as u32);
@@ -574,20 +531,12 @@ impl<'a> Parser<'a> {
                         break self.expect(P::RBracket)?;
                     }
                 };
-                self.raw.aux.push(RawAux {
-                    name: name.to_string(),
-                    name_span,
-                    dims,
-                    dims_span: open.to(close),
-                });
+                self.raw.aux.push(RawAux { name: name.to_string(), name_span, dims, dims_span: open.to(close) });
             }
             "mask" => {
                 let start = self.span();
                 let is_none = *self.peek() == Tok::Ident("none")
-                    && matches!(
-                        self.peek2(),
-                        Tok::Newline | Tok::Eof | Tok::Punct(P::Semi | P::RBrace)
-                    );
+                    && matches!(self.peek2(), Tok::Newline | Tok::Eof | Tok::Punct(P::Semi | P::RBrace));
                 if is_none {
                     let s = self.bump().span;
                     self.raw.mask = Some((None, s));
@@ -619,13 +568,7 @@ impl<'a> Parser<'a> {
                         self.expect(P::Assign)?;
                         let (n, ns) = self.uint("a page size", u32::MAX as u64)?;
                         let close = self.expect(P::RParen)?;
-                        (
-                            KvLayout::Paged {
-                                page_size: n as u32,
-                            },
-                            s.to(close),
-                            Some(ns),
-                        )
+                        (KvLayout::Paged { page_size: n as u32 }, s.to(close), Some(ns))
                     }
                 });
             }
@@ -636,14 +579,7 @@ impl<'a> Parser<'a> {
                 } else {
                     self.note("a number of splits");
                     let (w, s) = self.choice(&["none", "auto"])?;
-                    (
-                        if w == "none" {
-                            SplitKv::None
-                        } else {
-                            SplitKv::Auto
-                        },
-                        s,
-                    )
+                    (if w == "none" { SplitKv::None } else { SplitKv::Auto }, s)
                 };
                 self.raw.split = Some(v);
             }
@@ -677,9 +613,7 @@ impl<'a> Parser<'a> {
                     if slot.is_some() {
                         return Err(PErr {
                             span: ks,
-                            message: format!(
-                                "`{k}` is given twice: expected each option at most once"
-                            ),
+                            message: format!("`{k}` is given twice: expected each option at most once"),
                         });
                     }
                     *slot = Some(vs);
@@ -725,9 +659,7 @@ impl<'a> Parser<'a> {
         if depth > MAX_DEPTH {
             return Err(PErr {
                 span: at,
-                message: format!(
-                    "expression is too deep: expected at most {MAX_DEPTH} nested operations"
-                ),
+                message: format!("expression is too deep: expected at most {MAX_DEPTH} nested operations"),
             });
         }
         Ok(Node { kind, span, depth })
@@ -753,12 +685,7 @@ impl<'a> Parser<'a> {
             let rhs = self.binary(prec + 1)?;
             let span = lhs.span.to(rhs.span);
             let d = lhs.depth.max(rhs.depth);
-            lhs = self.node(
-                NodeKind::Binary(op, Box::new(lhs), Box::new(rhs)),
-                span,
-                d,
-                op_span,
-            )?;
+            lhs = self.node(NodeKind::Binary(op, Box::new(lhs), Box::new(rhs)), span, d, op_span)?;
         }
     }
 
@@ -802,15 +729,14 @@ impl<'a> Parser<'a> {
                 _ => {
                     return Err(PErr {
                         span,
-                        message: format!("float literal `{text}` is out of range: expected a finite number (magnitude below 1.8e308)"),
+                        message: format!(
+                        "float literal `{text}` is out of range: expected a finite number (magnitude below 1.8e308)"
+                    ),
                     })
                 }
             }
         } else {
-            let v = text
-                .parse::<u64>()
-                .ok()
-                .map(|v| if neg { -(v as i128) } else { v as i128 });
+            let v = text.parse::<u64>().ok().map(|v| if neg { -(v as i128) } else { v as i128 });
             match v {
                 Some(v) if (i32::MIN as i128..=i32::MAX as i128).contains(&v) => NodeKind::Int(v as i64),
                 _ => {
@@ -826,11 +752,7 @@ impl<'a> Parser<'a> {
                 }
             }
         };
-        Ok(Node {
-            kind,
-            span,
-            depth: 1,
-        })
+        Ok(Node { kind, span, depth: 1 })
     }
 
     fn primary(&mut self) -> PResult<Node> {
@@ -841,13 +763,7 @@ impl<'a> Parser<'a> {
             }
             Tok::Ident(w) => {
                 let name_span = self.bump().span;
-                let leaf = |kind| {
-                    Ok(Node {
-                        kind,
-                        span: name_span,
-                        depth: 1,
-                    })
-                };
+                let leaf = |kind| Ok(Node { kind, span: name_span, depth: 1 });
                 match (w, self.toks[self.pos].tok.clone()) {
                     ("true", _) => leaf(NodeKind::Bool(true)),
                     ("false", _) => leaf(NodeKind::Bool(false)),
@@ -855,15 +771,8 @@ impl<'a> Parser<'a> {
                         self.bump();
                         let (a, _) = self.choice(&["top_left", "bottom_right"])?;
                         let close = self.expect(P::RParen)?;
-                        let align = if a == "top_left" {
-                            Align::TopLeft
-                        } else {
-                            Align::BottomRight
-                        };
-                        leaf(NodeKind::Causal(align)).map(|n| Node {
-                            span: name_span.to(close),
-                            ..n
-                        })
+                        let align = if a == "top_left" { Align::TopLeft } else { Align::BottomRight };
+                        leaf(NodeKind::Causal(align)).map(|n| Node { span: name_span.to(close), ..n })
                     }
                     ("window", Tok::Punct(P::LParen)) => self.window(name_span),
                     (_, Tok::Punct(P::LParen)) => {
@@ -880,11 +789,7 @@ impl<'a> Parser<'a> {
                             }
                         };
                         let d = args.iter().map(|a| a.depth).max().unwrap_or(0);
-                        let kind = NodeKind::Call {
-                            name: w.to_string(),
-                            name_span,
-                            args,
-                        };
+                        let kind = NodeKind::Call { name: w.to_string(), name_span, args };
                         self.node(kind, name_span.to(close), d, name_span)
                     }
                     (_, Tok::Punct(P::LBracket)) => {
@@ -897,11 +802,7 @@ impl<'a> Parser<'a> {
                             }
                         };
                         let d = args.iter().map(|a| a.depth).max().unwrap_or(0);
-                        let kind = NodeKind::Index {
-                            name: w.to_string(),
-                            name_span,
-                            args,
-                        };
+                        let kind = NodeKind::Index { name: w.to_string(), name_span, args };
                         self.node(kind, name_span.to(close), d, name_span)
                     }
                     _ => leaf(NodeKind::Ident(w.to_string())),
@@ -933,31 +834,23 @@ impl<'a> Parser<'a> {
                     if v > i32::MAX as u64 {
                         return Err(PErr {
                             span: vs,
-                            message: format!(
-                                "window bound {v} is out of range: expected at most {}",
-                                i32::MAX
-                            ),
+                            message: format!("window bound {v} is out of range: expected at most {}", i32::MAX),
                         });
                     }
-                    let slot = if key == "left" {
-                        &mut w.left
-                    } else {
-                        &mut w.right
-                    };
+                    let slot = if key == "left" { &mut w.left } else { &mut w.right };
                     slot.replace((v, vs)).is_some()
                 }
                 _ => {
                     let (a, s) = self.choice(&["top_left", "bottom_right"])?;
-                    let a = if a == "top_left" {
-                        Align::TopLeft
-                    } else {
-                        Align::BottomRight
-                    };
+                    let a = if a == "top_left" { Align::TopLeft } else { Align::BottomRight };
                     w.align.replace((a, s)).is_some()
                 }
             };
             if dup {
-                return Err(PErr { span: ks, message: format!("`{key}` is given twice: expected each of left, right and align at most once") });
+                return Err(PErr {
+                    span: ks,
+                    message: format!("`{key}` is given twice: expected each of left, right and align at most once"),
+                });
             }
             if self.eat(P::Comma).is_none() {
                 break self.expect(P::RParen)?;
@@ -965,15 +858,8 @@ impl<'a> Parser<'a> {
         };
         let span = name_span.to(close);
         if w.left.is_none() && w.right.is_none() {
-            return Err(PErr {
-                span,
-                message: "a window needs a bound: expected `left=N`, `right=N` or both".into(),
-            });
+            return Err(PErr { span, message: "a window needs a bound: expected `left=N`, `right=N` or both".into() });
         }
-        Ok(Node {
-            kind: NodeKind::Window(w),
-            span,
-            depth: 1,
-        })
+        Ok(Node { kind: NodeKind::Window(w), span, depth: 1 })
     }
 }

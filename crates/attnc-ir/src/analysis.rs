@@ -226,15 +226,7 @@ impl TileQuery {
 
     /// One tile of one (batch entry, q head) with known seqlens: `q` and `k` are the
     /// tile's position ranges; hkv is derived from `h`; params unknown (set `params`).
-    pub fn tile(
-        spec: &Spec,
-        b: i64,
-        h: i64,
-        q: IntRange,
-        k: IntRange,
-        seqlen_q: i64,
-        seqlen_k: i64,
-    ) -> TileQuery {
+    pub fn tile(spec: &Spec, b: i64, h: i64, q: IntRange, k: IntRange, seqlen_q: i64, seqlen_k: i64) -> TileQuery {
         let mut t = TileQuery::unbounded(spec);
         let g = spec.group_size().max(1) as i64;
         t.b = IntRange::point(b);
@@ -407,13 +399,7 @@ impl Analyzer<'_> {
             ExprKind::Param(name) => match self.spec.param_index(name) {
                 Some(i) => match self.spec.params[i].ty {
                     Ty::Int => AVal::Int(
-                        self.query
-                            .params
-                            .get(i)
-                            .copied()
-                            .flatten()
-                            .map(IntRange::sanitize)
-                            .unwrap_or(IntRange::TOP),
+                        self.query.params.get(i).copied().flatten().map(IntRange::sanitize).unwrap_or(IntRange::TOP),
                     ),
                     Ty::Float => AVal::Float,
                     Ty::Bool => AVal::Any,
@@ -656,8 +642,7 @@ mod tests {
         assert!(f.has_mask && f.needs_elementwise && f.depends_on_seqlens && f.uses_q && f.uses_k);
         assert!(!f.reads_aux && !f.reads_params && !f.uses_batch && !f.uses_head);
         s.mask.causal = None;
-        s.mask.predicate =
-            Some(Expr::bool(true).and(Expr::binary(BinOp::Ge, Expr::var(Var::Q), Expr::int(0))));
+        s.mask.predicate = Some(Expr::bool(true).and(Expr::binary(BinOp::Ge, Expr::var(Var::Q), Expr::int(0))));
         let f = mask_facts(&s);
         assert!(f.has_mask && !f.needs_elementwise);
         assert_eq!(f.constant, Some(TileClass::Full));

@@ -101,16 +101,19 @@ impl TypeChecker<'_> {
                 if v.is_finite() && v.abs() <= f32::MAX as f64 {
                     Ok(Ty::Float)
                 } else {
-                    Err(self.err(e, format!("float literal {v} is out of range (floats are f32 in kernels, at most {:e})", f32::MAX)))
+                    Err(self.err(
+                        e,
+                        format!(
+                            "float literal {v} is out of range (floats are f32 in kernels, at most {:e})",
+                            f32::MAX
+                        ),
+                    ))
                 }
             }
             ExprKind::Bool(_) => Ok(Ty::Bool),
             ExprKind::Var(v) => {
                 if *v == Var::Score && self.ctx == ExprContext::Mask {
-                    return Err(self.err(
-                        e,
-                        "`score` is only available in score modifications, not in masks".into(),
-                    ));
+                    return Err(self.err(e, "`score` is only available in score modifications, not in masks".into()));
                 }
                 Ok(v.ty())
             }
@@ -120,7 +123,9 @@ impl TypeChecker<'_> {
             },
             ExprKind::Aux { name, index } => {
                 let Some(decl) = self.spec.aux_decl(name) else {
-                    return Err(self.err(e, format!("unknown aux tensor `{name}` (declare it with `aux {name}: int[...]`)")));
+                    return Err(
+                        self.err(e, format!("unknown aux tensor `{name}` (declare it with `aux {name}: int[...]`)"))
+                    );
                 };
                 if index.len() != decl.dims.len() {
                     return Err(self.err(
@@ -158,7 +163,10 @@ impl TypeChecker<'_> {
                     }
                     _ => {
                         if ta == Ty::Bool && !matches!(op, BinOp::Eq | BinOp::Ne) {
-                            return Err(self.err(a, format!("type error: `{}` needs int or float operands, found bool", op.symbol())));
+                            return Err(self.err(
+                                a,
+                                format!("type error: `{}` needs int or float operands, found bool", op.symbol()),
+                            ));
                         }
                         if ta != tb {
                             return Err(self.err(
@@ -183,16 +191,16 @@ impl TypeChecker<'_> {
             }
             ExprKind::Call(f, args) => {
                 if args.len() != f.arity() {
-                    return Err(self.err(
-                        e,
-                        format!("`{}` takes {} argument(s), found {}", f.name(), f.arity(), args.len()),
-                    ));
+                    return Err(
+                        self.err(e, format!("`{}` takes {} argument(s), found {}", f.name(), f.arity(), args.len()))
+                    );
                 }
                 match f {
                     Func::Min | Func::Max => {
                         let t = self.ty(&args[0])?;
                         if t == Ty::Bool {
-                            return Err(self.err(&args[0], format!("type error: `{}` needs int or float, found bool", f.name())));
+                            return Err(self
+                                .err(&args[0], format!("type error: `{}` needs int or float, found bool", f.name())));
                         }
                         self.expect(&args[1], t, &format!("the second argument of `{}`", f.name()))?;
                         Ok(t)
@@ -250,9 +258,7 @@ fn is_ident(s: &str) -> bool {
 
 /// Words that cannot name a param or aux tensor because expressions already use them.
 pub fn is_reserved(name: &str) -> bool {
-    Var::from_name(name).is_some()
-        || Func::from_name(name).is_some()
-        || matches!(name, "true" | "false")
+    Var::from_name(name).is_some() || Func::from_name(name).is_some() || matches!(name, "true" | "false")
 }
 
 /// The largest window bound; see `validate`.
@@ -270,10 +276,8 @@ pub fn validate(spec: &Spec) -> Result<(), Vec<SpecError>> {
         err(Field::Name, format!("expected an identifier as the variant name, found `{}`", spec.name));
     }
     if !SUPPORTED_HEAD_DIMS.contains(&(spec.head_dim_qk, spec.head_dim_v)) {
-        let list: Vec<String> = SUPPORTED_HEAD_DIMS
-            .iter()
-            .map(|(a, b)| if a == b { a.to_string() } else { format!("{a}/{b}") })
-            .collect();
+        let list: Vec<String> =
+            SUPPORTED_HEAD_DIMS.iter().map(|(a, b)| if a == b { a.to_string() } else { format!("{a}/{b}") }).collect();
         err(
             Field::HeadDim,
             format!(
@@ -290,10 +294,7 @@ pub fn validate(spec: &Spec) -> Result<(), Vec<SpecError>> {
     if spec.q_heads == 0 || spec.kv_heads == 0 || spec.q_heads > 1024 || spec.kv_heads > 1024 {
         err(Field::Heads, format!("head counts must be in 1..=1024, found q={} kv={}", spec.q_heads, spec.kv_heads));
     } else if spec.q_heads % spec.kv_heads != 0 {
-        err(
-            Field::Heads,
-            format!("q heads ({}) must be a multiple of kv heads ({})", spec.q_heads, spec.kv_heads),
-        );
+        err(Field::Heads, format!("q heads ({}) must be a multiple of kv heads ({})", spec.q_heads, spec.kv_heads));
     }
     if spec.pack_gqa && spec.kv_heads != 0 && spec.q_heads == spec.kv_heads {
         err(Field::PackGqa, "pack_gqa needs more q heads than kv heads (this is MHA)".into());
@@ -322,7 +323,10 @@ pub fn validate(spec: &Spec) -> Result<(), Vec<SpecError>> {
         for d in &a.dims {
             if let crate::spec::AuxDim::Fixed(n) = d {
                 if *n == 0 || *n > i32::MAX as u64 {
-                    err(Field::Aux(i), format!("aux tensor `{}` has a dimension of size {n} (expected 1..={})", a.name, i32::MAX));
+                    err(
+                        Field::Aux(i),
+                        format!("aux tensor `{}` has a dimension of size {n} (expected 1..={})", a.name, i32::MAX),
+                    );
                 }
             }
         }
@@ -332,11 +336,7 @@ pub fn validate(spec: &Spec) -> Result<(), Vec<SpecError>> {
         if c != w.align {
             err(
                 Field::Window,
-                format!(
-                    "contradictory alignment: causal is {} but the window is {}",
-                    c.name(),
-                    w.align.name()
-                ),
+                format!("contradictory alignment: causal is {} but the window is {}", c.name(), w.align.name()),
             );
         }
     }
@@ -396,12 +396,21 @@ pub fn validate(spec: &Spec) -> Result<(), Vec<SpecError>> {
         err(Field::Softmax, format!("exp2_emulation is a fraction in [0, 1], found {}", o.exp2_emulation));
     }
     if !(o.rescale_threshold.is_finite() && (0.0..=64.0).contains(&o.rescale_threshold)) {
-        err(Field::Softmax, format!("rescale_threshold must be in [0, 64] (log2 units), found {}", o.rescale_threshold));
+        err(
+            Field::Softmax,
+            format!("rescale_threshold must be in [0, 64] (log2 units), found {}", o.rescale_threshold),
+        );
     }
     // Conditional rescaling lets P grow up to 2^threshold before it is rounded to the
     // element type for P·V; fp16 overflows past 2^15.
     if spec.dtype == crate::spec::DType::Fp16 && o.rescale_threshold > 15.0 {
-        err(Field::Softmax, format!("rescale_threshold {} would overflow fp16 probabilities (at most 15 for fp16)", o.rescale_threshold));
+        err(
+            Field::Softmax,
+            format!(
+                "rescale_threshold {} would overflow fp16 probabilities (at most 15 for fp16)",
+                o.rescale_threshold
+            ),
+        );
     }
     if errors.is_empty() {
         Ok(())

@@ -123,10 +123,9 @@ pub fn eval(spec: &Spec, e: &Expr, env: &Env) -> Value {
             Var::QHeads => Value::Int(env.q_heads),
             Var::KvHeads => Value::Int(env.kv_heads),
         },
-        ExprKind::Param(name) => spec
-            .param_index(name)
-            .and_then(|i| env.params.get(i).copied())
-            .unwrap_or(Value::Int(0)),
+        ExprKind::Param(name) => {
+            spec.param_index(name).and_then(|i| env.params.get(i).copied()).unwrap_or(Value::Int(0))
+        }
         ExprKind::Aux { name, index } => {
             let idx: Vec<i32> = index.iter().map(|i| eval(spec, i, env).as_int()).collect();
             let v = spec.aux_index(name).and_then(|i| env.aux.get(i)).map(|t| t.get(&idx)).unwrap_or(0);

@@ -86,18 +86,8 @@ pub enum Var {
 }
 
 impl Var {
-    pub const ALL: [Var; 10] = [
-        Var::B,
-        Var::H,
-        Var::Hkv,
-        Var::Q,
-        Var::K,
-        Var::Score,
-        Var::SeqlenQ,
-        Var::SeqlenK,
-        Var::QHeads,
-        Var::KvHeads,
-    ];
+    pub const ALL: [Var; 10] =
+        [Var::B, Var::H, Var::Hkv, Var::Q, Var::K, Var::Score, Var::SeqlenQ, Var::SeqlenK, Var::QHeads, Var::KvHeads];
     pub fn name(self) -> &'static str {
         match self {
             Var::B => "b",
@@ -272,7 +262,10 @@ pub enum ExprKind {
     /// A scalar parameter declared with `param NAME: TYPE`, bound at launch.
     Param(String),
     /// An element of an integer aux tensor declared with `aux NAME: int[dims]`.
-    Aux { name: String, index: Vec<Expr> },
+    Aux {
+        name: String,
+        index: Vec<Expr>,
+    },
     Unary(UnOp, Box<Expr>),
     Binary(BinOp, Box<Expr>, Box<Expr>),
     Call(Func, Vec<Expr>),

@@ -18,10 +18,8 @@ pub mod spec;
 pub use analysis::{classify, int_range, mask_facts, truth, IntRange, MaskFacts, TileClass, TileQuery, Tri};
 pub use check::{validate, ExprContext, Field, SpecError, MAX_SEQLEN, MAX_WINDOW};
 pub use expr::{BinOp, Expr, ExprKind, Func, Span, Ty, UnOp, Var};
+pub use reference::{random_inputs, reference_forward, rel_l2, Inputs, ReferenceError, SeqOutput, Sequence};
 pub use spec::{
-    Align, AuxDecl, AuxDim, DType, KvLayout, Mask, ParamDecl, Scale, SoftmaxOptions, Spec, SplitKv,
-    Window, SUPPORTED_HEAD_DIMS,
-};
-pub use reference::{
-    random_inputs, reference_forward, rel_l2, Inputs, ReferenceError, SeqOutput, Sequence,
+    Align, AuxDecl, AuxDim, DType, KvLayout, Mask, ParamDecl, Scale, SoftmaxOptions, Spec, SplitKv, Window,
+    SUPPORTED_HEAD_DIMS,
 };

@@ -61,9 +61,7 @@ pub struct Inputs {
 impl Inputs {
     /// Sets a param by name (e.g. to override the value [`random_inputs`] chose).
     pub fn set_param(&mut self, spec: &Spec, name: &str, value: Value) -> Result<(), ReferenceError> {
-        let i = spec
-            .param_index(name)
-            .ok_or_else(|| ReferenceError::Param(format!("unknown parameter `{name}`")))?;
+        let i = spec.param_index(name).ok_or_else(|| ReferenceError::Param(format!("unknown parameter `{name}`")))?;
         check_param_type(spec, i, value)?;
         if self.params.len() != spec.params.len() {
             return Err(ReferenceError::Param(format!(
@@ -185,9 +183,7 @@ fn prepare<'a>(spec: &'a Spec, inputs: &'a Inputs) -> Result<Ctx<'a>, ReferenceE
     if let Some(s) = &spec.score_mod {
         match type_of(spec, s, ExprContext::ScoreMod) {
             Ok(Ty::Float) => {}
-            Ok(t) => {
-                return Err(ReferenceError::Spec(format!("a score modification must be float, found {t}")))
-            }
+            Ok(t) => return Err(ReferenceError::Spec(format!("a score modification must be float, found {t}"))),
             Err(e) => return Err(ReferenceError::Spec(format!("score_mod: {e}"))),
         }
     }
@@ -233,9 +229,7 @@ fn prepare<'a>(spec: &'a Spec, inputs: &'a Inputs) -> Result<Ctx<'a>, ReferenceE
     let (qh, kvh) = (spec.q_heads as usize, spec.kv_heads as usize);
     match (&inputs.sinks, spec.sinks) {
         (Some(s), true) if s.len() == qh => {}
-        (Some(s), true) => {
-            return Err(ReferenceError::Length { what: "sinks".into(), expected: qh, found: s.len() })
-        }
+        (Some(s), true) => return Err(ReferenceError::Length { what: "sinks".into(), expected: qh, found: s.len() }),
         (None, true) => return Err(ReferenceError::Sinks("the spec has sinks but none were given".into())),
         (Some(_), false) => return Err(ReferenceError::Sinks("sinks given but the spec has none".into())),
         (None, false) => {}
@@ -353,13 +347,9 @@ fn head(ctx: &Ctx, b: usize, h: usize) -> HeadOut {
 /// Work is spread over threads by (sequence, head); the result does not depend on it.
 pub fn reference_forward(spec: &Spec, inputs: &Inputs) -> Result<Vec<SeqOutput>, ReferenceError> {
     let ctx = prepare(spec, inputs)?;
-    let items: Vec<(usize, usize)> =
-        (0..inputs.seqs.len()).flat_map(|b| (0..ctx.qh).map(move |h| (b, h))).collect();
-    let cost: f64 = inputs
-        .seqs
-        .iter()
-        .map(|s| s.seqlen_q as f64 * s.seqlen_k as f64 * (ctx.qh * (ctx.dqk + ctx.dv)) as f64)
-        .sum();
+    let items: Vec<(usize, usize)> = (0..inputs.seqs.len()).flat_map(|b| (0..ctx.qh).map(move |h| (b, h))).collect();
+    let cost: f64 =
+        inputs.seqs.iter().map(|s| s.seqlen_q as f64 * s.seqlen_k as f64 * (ctx.qh * (ctx.dqk + ctx.dv)) as f64).sum();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(items.len()).min(64);
 
     let mut results: Vec<Option<HeadOut>> = vec![None; items.len()];
@@ -393,10 +383,7 @@ pub fn reference_forward(spec: &Spec, inputs: &Inputs) -> Result<Vec<SeqOutput>,
     let mut out: Vec<SeqOutput> = inputs
         .seqs
         .iter()
-        .map(|s| SeqOutput {
-            o: vec![0.0; s.seqlen_q * ctx.qh * ctx.dv],
-            lse: vec![0.0; ctx.qh * s.seqlen_q],
-        })
+        .map(|s| SeqOutput { o: vec![0.0; s.seqlen_q * ctx.qh * ctx.dv], lse: vec![0.0; ctx.qh * s.seqlen_q] })
         .collect();
     for (n, &(b, h)) in items.iter().enumerate() {
         let Some((o, lse)) = results[n].take() else {
@@ -542,9 +529,8 @@ pub fn random_inputs(spec: &Spec, seqlens: &[(usize, usize)], seed: u64) -> Inpu
     let mut rng = Rng::new(seed);
     let (qh, kvh) = (spec.q_heads as usize, spec.kv_heads as usize);
     let (dqk, dv) = (spec.head_dim_qk as usize, spec.head_dim_v as usize);
-    let gen = |n: usize, rng: &mut Rng| -> Vec<f64> {
-        (0..n).map(|_| round_to_dtype(rng.normal(), spec.dtype)).collect()
-    };
+    let gen =
+        |n: usize, rng: &mut Rng| -> Vec<f64> { (0..n).map(|_| round_to_dtype(rng.normal(), spec.dtype)).collect() };
     let seqs = seqlens
         .iter()
         .map(|&(sq, sk)| Sequence {

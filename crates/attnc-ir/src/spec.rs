@@ -313,5 +313,4 @@ fn clear_spans(s: &mut Spec) {
 }
 
 /// Head dimensions (d_qk, d_v) the kernel families support.
-pub const SUPPORTED_HEAD_DIMS: &[(u32, u32)] =
-    &[(64, 64), (96, 96), (128, 128), (192, 128), (192, 192), (256, 256)];
+pub const SUPPORTED_HEAD_DIMS: &[(u32, u32)] = &[(64, 64), (96, 96), (128, 128), (192, 128), (192, 192), (256, 256)];

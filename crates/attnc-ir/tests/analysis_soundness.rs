@@ -97,8 +97,7 @@ fn bool_expr() -> BoxedStrategy<Expr> {
             inner.clone().prop_map(|a| Expr::unary(UnOp::Not, a)),
             (prop::sample::select(vec![BinOp::Eq, BinOp::Ne]), inner.clone(), inner.clone())
                 .prop_map(|(op, a, b)| Expr::binary(op, a, b)),
-            (inner.clone(), inner.clone(), inner.clone())
-                .prop_map(|(c, a, b)| Expr::call(Func::Select, vec![c, a, b])),
+            (inner.clone(), inner.clone(), inner.clone()).prop_map(|(c, a, b)| Expr::call(Func::Select, vec![c, a, b])),
         ]
     })
     .boxed()
@@ -176,10 +175,7 @@ fn aux(c: &Case) -> Vec<AuxTensor> {
     let maxk = (c.seqlen_k.0 + c.seqlen_k.1 - 1) as usize;
     let n = nb * maxk;
     let data = (0..n).map(|i| c.aux_data[i % c.aux_data.len()]).collect();
-    vec![
-        AuxTensor { dims: vec![nb, maxk], data },
-        AuxTensor { dims: vec![5], data: c.aux_data[..5].to_vec() },
-    ]
+    vec![AuxTensor { dims: vec![nb, maxk], data }, AuxTensor { dims: vec![5], data: c.aux_data[..5].to_vec() }]
 }
 
 /// Calls `f` with the environment of every element (and every seqlen) of the case.
@@ -309,8 +305,7 @@ fn untyped_expr() -> BoxedStrategy<Expr> {
         ]);
         prop_oneof![
             (any_op, inner.clone(), inner.clone()).prop_map(|(op, a, b)| Expr::binary(op, a, b)),
-            (prop::sample::select(vec![UnOp::Neg, UnOp::Not]), inner.clone())
-                .prop_map(|(op, a)| Expr::unary(op, a)),
+            (prop::sample::select(vec![UnOp::Neg, UnOp::Not]), inner.clone()).prop_map(|(op, a)| Expr::unary(op, a)),
             (prop::sample::select(Func::ALL.to_vec()), prop::collection::vec(inner.clone(), 0..4))
                 .prop_map(|(f, args)| Expr::call(f, args)),
             (prop::sample::select(vec!["doc", "tbl", "zzz"]), prop::collection::vec(inner.clone(), 0..3))

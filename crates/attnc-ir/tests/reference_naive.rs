@@ -5,21 +5,14 @@
 
 // The naive implementation is deliberately index-based; is_none_or / is_multiple_of are
 // newer than the workspace's rust-version.
-#![allow(
-    unknown_lints,
-    clippy::needless_range_loop,
-    clippy::unnecessary_map_or,
-    clippy::manual_is_multiple_of
-)]
+#![allow(unknown_lints, clippy::needless_range_loop, clippy::unnecessary_map_or, clippy::manual_is_multiple_of)]
 
 use attnc_ir::eval::{AuxTensor, Value};
 use attnc_ir::reference::{
     random_inputs, random_inputs_with_params, reference_forward, rel_l2, round_bf16, round_fp16, Inputs,
     ReferenceError, SeqOutput, Sequence,
 };
-use attnc_ir::{
-    Align, AuxDecl, AuxDim, BinOp, DType, Expr, Func, ParamDecl, Scale, Spec, Ty, UnOp, Var, Window,
-};
+use attnc_ir::{Align, AuxDecl, AuxDim, BinOp, DType, Expr, Func, ParamDecl, Scale, Spec, Ty, UnOp, Var, Window};
 
 /// (b, h, i, j, seqlen_q, seqlen_k) → allowed
 type MaskFn<'a> = &'a dyn Fn(usize, usize, i64, i64, i64, i64) -> bool;
@@ -69,8 +62,7 @@ fn naive(spec: &Spec, inputs: &Inputs, mask: MaskFn, smod: ModFn) -> Vec<SeqOutp
                     lse[h * sq + i] = f64::NEG_INFINITY;
                     continue; // o stays 0
                 }
-                let z: f64 =
-                    s[i].iter().map(|x| (x - m).exp()).sum::<f64>() + sink.map_or(0.0, |x| (x - m).exp());
+                let z: f64 = s[i].iter().map(|x| (x - m).exp()).sum::<f64>() + sink.map_or(0.0, |x| (x - m).exp());
                 for j in 0..sk {
                     let p = (s[i][j] - m).exp() / z;
                     for d in 0..dv {
@@ -202,8 +194,7 @@ fn softcap_with_a_float_param() {
         spec.scale = Scale::Value(2.0); // large scores, so the cap matters
         for cap in [0.5, 1.5, 30.0] {
             let inputs =
-                random_inputs_with_params(&spec, SEQLENS, 300 + n as u64, &[("cap", Value::Float(cap))])
-                    .unwrap();
+                random_inputs_with_params(&spec, SEQLENS, 300 + n as u64, &[("cap", Value::Float(cap))]).unwrap();
             run(&spec, &inputs, &no_mask, &move |s, _, _, _, _| cap * (s / cap).tanh(), "softcap");
         }
     }
@@ -220,10 +211,7 @@ fn alibi_with_causal() {
                 Expr::binary(
                     BinOp::Mul,
                     Expr::float(-8.0),
-                    Expr::call(
-                        Func::ToFloat,
-                        vec![Expr::binary(BinOp::Add, Expr::var(Var::H), Expr::int(1))],
-                    ),
+                    Expr::call(Func::ToFloat, vec![Expr::binary(BinOp::Add, Expr::var(Var::H), Expr::int(1))]),
                 ),
                 Expr::call(Func::ToFloat, vec![Expr::var(Var::QHeads)]),
             )],
@@ -232,8 +220,7 @@ fn alibi_with_causal() {
             Func::ToFloat,
             vec![Expr::call(Func::Abs, vec![Expr::binary(BinOp::Sub, Expr::var(Var::Q), Expr::var(Var::K))])],
         );
-        spec.score_mod =
-            Some(Expr::binary(BinOp::Sub, Expr::var(Var::Score), Expr::binary(BinOp::Mul, slope, dist)));
+        spec.score_mod = Some(Expr::binary(BinOp::Sub, Expr::var(Var::Score), Expr::binary(BinOp::Mul, slope, dist)));
         spec.mask.causal = Some(Align::BottomRight);
         let qh = spec.q_heads as f64;
         let inputs = random_inputs(&spec, SEQLENS, 400 + n as u64);
@@ -255,8 +242,7 @@ fn prefix_lm_with_an_int_param() {
         ));
         for prefix in [0i32, 3, 100] {
             let inputs =
-                random_inputs_with_params(&spec, SEQLENS, 500 + n as u64, &[("prefix", Value::Int(prefix))])
-                    .unwrap();
+                random_inputs_with_params(&spec, SEQLENS, 500 + n as u64, &[("prefix", Value::Int(prefix))]).unwrap();
             run(&spec, &inputs, &move |_, _, i, j, _, _| j <= i || j < prefix as i64, &no_mod, "prefix-lm");
         }
     }
@@ -330,14 +316,10 @@ fn batch_index_and_heads_in_masks() {
         // (b == 1 || k <= q) && (hkv != 0 || k % 2 == 0) && h != q_heads - 1 (last head sees nothing)
         let b1 = Expr::binary(BinOp::Eq, Expr::var(Var::B), Expr::int(1));
         let causal = Expr::binary(BinOp::Le, Expr::var(Var::K), Expr::var(Var::Q));
-        let even =
-            Expr::binary(BinOp::Eq, Expr::binary(BinOp::Rem, Expr::var(Var::K), Expr::int(2)), Expr::int(0));
+        let even = Expr::binary(BinOp::Eq, Expr::binary(BinOp::Rem, Expr::var(Var::K), Expr::int(2)), Expr::int(0));
         let hkv0 = Expr::binary(BinOp::Ne, Expr::var(Var::Hkv), Expr::int(0));
-        let last = Expr::binary(
-            BinOp::Ne,
-            Expr::var(Var::H),
-            Expr::binary(BinOp::Sub, Expr::var(Var::QHeads), Expr::int(1)),
-        );
+        let last =
+            Expr::binary(BinOp::Ne, Expr::var(Var::H), Expr::binary(BinOp::Sub, Expr::var(Var::QHeads), Expr::int(1)));
         spec.mask.predicate =
             Some(Expr::binary(BinOp::Or, b1, causal).and(Expr::binary(BinOp::Or, hkv0, even)).and(last));
         let (qh, kvh) = (spec.q_heads as usize, spec.kv_heads as usize);
@@ -427,10 +409,8 @@ fn random_inputs_are_deterministic_and_rounded() {
     let mut spec = Spec::new("r", 16, 4);
     spec.kv_heads = 2;
     spec.sinks = true;
-    spec.params =
-        vec![ParamDecl { name: "n".into(), ty: Ty::Int }, ParamDecl { name: "x".into(), ty: Ty::Float }];
-    spec.aux =
-        vec![AuxDecl { name: "t".into(), dims: vec![AuxDim::Batch, AuxDim::MaxSeqlenK, AuxDim::Fixed(2)] }];
+    spec.params = vec![ParamDecl { name: "n".into(), ty: Ty::Int }, ParamDecl { name: "x".into(), ty: Ty::Float }];
+    spec.aux = vec![AuxDecl { name: "t".into(), dims: vec![AuxDim::Batch, AuxDim::MaxSeqlenK, AuxDim::Fixed(2)] }];
     for dtype in [DType::Bf16, DType::Fp16] {
         spec.dtype = dtype;
         let a = random_inputs(&spec, &[(7, 13), (2, 3)], 7);
@@ -609,10 +589,7 @@ fn rounding_matches_brute_force_nearest() {
         }
         for x in xs {
             let (got, want) = (round(x), nearest(x));
-            assert!(
-                got == want && got.is_sign_negative() == want.is_sign_negative(),
-                "x = {x:e}: {got:e} vs {want:e}"
-            );
+            assert!(got == want && got.is_sign_negative() == want.is_sign_negative(), "x = {x:e}: {got:e} vs {want:e}");
         }
     }
 }

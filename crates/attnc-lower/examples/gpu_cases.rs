@@ -53,7 +53,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::fs::write(out.join(format!("{}.ptx", spec.name)), &module.ptx)?;
         if args.get(3).map(String::as_str) == Some("--ptx-only") {
             let t = module.timings;
-            eprintln!("{:24} build {:6.1} ms  optimize {:6.1} ms  codegen {:6.1} ms", spec.name, t.build_ms, t.optimize_ms, t.codegen_ms);
+            eprintln!(
+                "{:24} build {:6.1} ms  optimize {:6.1} ms  codegen {:6.1} ms",
+                spec.name, t.build_ms, t.optimize_ms, t.codegen_ms
+            );
             continue;
         }
         for (ci, (seqlens, splits)) in shapes(&spec).into_iter().enumerate() {
@@ -120,7 +123,9 @@ fn shapes(spec: &Spec) -> Vec<(Vec<(usize, usize)>, u32)> {
     match spec.kv_layout {
         KvLayout::Contiguous => vec![(vec![(77, 77), (77, 77)], split), (vec![(37, 211)], split), (vec![(130, 49)], 1)],
         KvLayout::Varlen => vec![(vec![(37, 37), (1, 120), (150, 150)], split)],
-        KvLayout::Paged { .. } => vec![(vec![(1, 300), (1, 17)], split), (vec![(5, 1000), (5, 64)], 1), (vec![(3, 257)], 8)],
+        KvLayout::Paged { .. } => {
+            vec![(vec![(1, 300), (1, 17)], split), (vec![(5, 1000), (5, 64)], 1), (vec![(3, 257)], 8)]
+        }
     }
 }
 

@@ -6,13 +6,13 @@
 //! V N-contiguous in shared memory (MN-major descriptor).
 //! Usage: `cargo run -p attnc-lower --example wgmma_probe -- OUT.ptx [pv]`.
 
+use attnc_lower::families::hopper::desc::Major;
 use attnc_lower::families::hopper::desc::SmemDesc;
 use attnc_lower::families::sw128::{k_major_step_offset, mn_major_step_offset};
 use attnc_lower::llvm::kb::{Kb, R};
 use attnc_lower::llvm::tcgen05::Acc;
 use attnc_lower::llvm::wgmma::WgmmaType;
 use attnc_lower::{llvm::emit_ptx, Arch};
-use attnc_lower::families::hopper::desc::Major;
 use inkwell::context::Context;
 use inkwell::types::BasicMetadataTypeEnum;
 use inkwell::AddressSpace;
@@ -33,7 +33,8 @@ fn build(kb: &mut Kb<'_>, pv: bool) -> R<()> {
             let c = kb.add(tid, kb.i32c(it * 128), "")?;
             let r = kb.udiv(c, kb.i32c(8), "")?;
             let ch = kb.urem(c, kb.i32c(8), "")?;
-            let g_off = kb.mul(kb.add(kb.mul(r, kb.i32c(64), "")?, kb.mul(ch, kb.i32c(8), "")?, "")?, kb.i32c(2), "")?;
+            let g_off =
+                kb.mul(kb.add(kb.mul(r, kb.i32c(64), "")?, kb.mul(ch, kb.i32c(8), "")?, "")?, kb.i32c(2), "")?;
             let gaddr = kb.add(src, kb.zext64(g_off, "")?, "")?;
             let sw = kb.xor(ch, kb.and(r, kb.i32c(7), "")?, "")?;
             let s_off = kb.add(kb.mul(r, kb.i32c(128), "")?, kb.mul(sw, kb.i32c(16), "")?, "")?;
@@ -70,15 +71,15 @@ fn build(kb: &mut Kb<'_>, pv: bool) -> R<()> {
             acc = kb.wgmma_rs(WgmmaType::Bf16, 64, &acc, a, b, scale, Major::Mn, "o")?;
         }
     } else {
-    let cst = SmemDesc::k_major_sw128(0).encode_without_start();
-    kb.wgmma_fence()?;
-    for kk in 0..4u32 {
-        let off = k_major_step_offset(64, kk) as i64;
-        let a = kb.wgmma_desc(kb.add(smem, kb.i32c(off), "")?, cst, "a")?;
-        let b = kb.wgmma_desc(kb.add(smem, kb.i32c(8192 + off), "")?, cst, "b")?;
-        let scale = if kk == 0 { Acc::Overwrite } else { Acc::Accumulate };
-        acc = kb.wgmma_ss(WgmmaType::Bf16, 64, &acc, a, b, scale, Major::K, Major::K, "s")?;
-    }
+        let cst = SmemDesc::k_major_sw128(0).encode_without_start();
+        kb.wgmma_fence()?;
+        for kk in 0..4u32 {
+            let off = k_major_step_offset(64, kk) as i64;
+            let a = kb.wgmma_desc(kb.add(smem, kb.i32c(off), "")?, cst, "a")?;
+            let b = kb.wgmma_desc(kb.add(smem, kb.i32c(8192 + off), "")?, cst, "b")?;
+            let scale = if kk == 0 { Acc::Overwrite } else { Acc::Accumulate };
+            acc = kb.wgmma_ss(WgmmaType::Bf16, 64, &acc, a, b, scale, Major::K, Major::K, "s")?;
+        }
     }
     kb.wgmma_commit_group()?;
     let acc = kb.wgmma_wait_group_acc(0, &acc, "s")?;

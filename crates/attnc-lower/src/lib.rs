@@ -14,4 +14,6 @@ pub mod ptxas;
 pub mod variant;
 
 pub use arch::Arch;
-pub use families::{compile, CompileOptions, CompileTimings, CompiledModule, FamilyChoice, FamilyKind, KernelInfo, LowerError};
+pub use families::{
+    compile, CompileOptions, CompileTimings, CompiledModule, FamilyChoice, FamilyKind, KernelInfo, LowerError,
+};

@@ -71,12 +71,7 @@ pub enum PtxasError {
         "{tool} not found. Install it with `python3 -m venv .venv && .venv/bin/pip install {wheel}` \
          in the repository (or run `bash scripts/setup.sh`), or set {env}=/path/to/{tool}{detail}"
     )]
-    NotFound {
-        tool: Tool,
-        wheel: &'static str,
-        env: &'static str,
-        detail: String,
-    },
+    NotFound { tool: Tool, wheel: &'static str, env: &'static str, detail: String },
     #[error("{tool}: {context}: {source}")]
     Io {
         tool: Tool,
@@ -85,31 +80,17 @@ pub enum PtxasError {
         source: std::io::Error,
     },
     #[error("{tool} failed for {arch} ({status}):\n{log}")]
-    Failed {
-        tool: Tool,
-        arch: String,
-        status: String,
-        log: String,
-    },
+    Failed { tool: Tool, arch: String, status: String, log: String },
     #[error("could not read ptxas -v output: {0}")]
     Parse(String),
 }
 
 impl PtxasError {
     fn not_found(tool: Tool, detail: String) -> PtxasError {
-        PtxasError::NotFound {
-            tool,
-            wheel: tool.wheel(),
-            env: tool.env_var(),
-            detail,
-        }
+        PtxasError::NotFound { tool, wheel: tool.wheel(), env: tool.env_var(), detail }
     }
     fn io(tool: Tool, context: impl Into<String>, source: std::io::Error) -> PtxasError {
-        PtxasError::Io {
-            tool,
-            context: context.into(),
-            source,
-        }
+        PtxasError::Io { tool, context: context.into(), source }
     }
     /// True when the tool is simply not installed (tests skip on this).
     pub fn is_not_found(&self) -> bool {
@@ -123,13 +104,7 @@ impl PtxasError {
 
 /// Subdirectories of `site-packages/nvidia/` that hold the tools' `bin/` in the CUDA 13
 /// (`cu13`) and CUDA 12 (`cuda_nvcc`, ...) wheels.
-const WHEEL_DIRS: &[&str] = &[
-    "cu13",
-    "cu12",
-    "cuda_nvcc",
-    "cuda_nvdisasm",
-    "cuda_cuobjdump",
-];
+const WHEEL_DIRS: &[&str] = &["cu13", "cu12", "cuda_nvcc", "cuda_nvdisasm", "cuda_cuobjdump"];
 
 fn is_executable_file(p: &Path) -> bool {
     p.is_file()
@@ -151,13 +126,7 @@ fn venv_candidates(dir: &Path, exe: &str) -> Vec<PathBuf> {
         pythons.sort();
         for py in pythons {
             for w in WHEEL_DIRS {
-                out.push(
-                    py.join("site-packages")
-                        .join("nvidia")
-                        .join(w)
-                        .join("bin")
-                        .join(exe),
-                );
+                out.push(py.join("site-packages").join("nvidia").join(w).join("bin").join(exe));
             }
         }
     }
@@ -205,11 +174,7 @@ pub fn locate(tool: Tool) -> Result<PathBuf, PtxasError> {
         }
         return Err(PtxasError::not_found(
             tool,
-            format!(
-                " ({}={} is set but is not a file)",
-                tool.env_var(),
-                p.display()
-            ),
+            format!(" ({}={} is set but is not a file)", tool.env_var(), p.display()),
         ));
     }
     if tool != Tool::Ptxas {
@@ -253,10 +218,7 @@ pub fn locate(tool: Tool) -> Result<PathBuf, PtxasError> {
         }
     }
     searched.push("$CUDA_HOME/bin, $CUDA_PATH/bin, PATH".into());
-    Err(PtxasError::not_found(
-        tool,
-        format!(" (searched: {})", searched.join("; ")),
-    ))
+    Err(PtxasError::not_found(tool, format!(" (searched: {})", searched.join("; "))))
 }
 
 /// Finds ptxas.
@@ -292,30 +254,16 @@ struct TempDir(PathBuf);
 impl TempDir {
     fn new(tool: Tool) -> Result<TempDir, PtxasError> {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
         let base = std::env::temp_dir();
         for _ in 0..16 {
             let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-            let dir = base.join(format!(
-                "attnc-{}-{}-{}-{}",
-                tool,
-                std::process::id(),
-                n,
-                nanos
-            ));
+            let dir = base.join(format!("attnc-{}-{}-{}-{}", tool, std::process::id(), n, nanos));
             match std::fs::create_dir(&dir) {
                 Ok(()) => return Ok(TempDir(dir)),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => {
-                    return Err(PtxasError::io(
-                        tool,
-                        format!("creating {}", dir.display()),
-                        e,
-                    ))
-                }
+                Err(e) => return Err(PtxasError::io(tool, format!("creating {}", dir.display()), e)),
             }
         }
         Err(PtxasError::io(
@@ -384,11 +332,7 @@ pub fn parse_verbose(log: &str) -> VerboseLog {
             funcs[i].entry |= entry;
             return i;
         }
-        funcs.push(FunctionResources {
-            name: name.to_string(),
-            entry,
-            ..Default::default()
-        });
+        funcs.push(FunctionResources { name: name.to_string(), entry, ..Default::default() });
         funcs.len() - 1
     }
 
@@ -481,11 +425,7 @@ impl PtxasReport {
     }
     /// Spill bytes (stores + loads) over every kernel and device function.
     pub fn total_spill_bytes(&self) -> u64 {
-        self.kernels
-            .iter()
-            .chain(&self.functions)
-            .map(|f| f.spill_bytes())
-            .sum()
+        self.kernels.iter().chain(&self.functions).map(|f| f.spill_bytes()).sum()
     }
     pub fn has_spills(&self) -> bool {
         self.total_spill_bytes() > 0
@@ -509,8 +449,7 @@ pub fn assemble_with(ptxas: &Path, ptx: &str, arch: Arch) -> Result<PtxasReport,
     let tmp = TempDir::new(tool)?;
     let ptx_path = tmp.path().join("kernel.ptx");
     let cubin_path = tmp.path().join("kernel.cubin");
-    std::fs::write(&ptx_path, ptx)
-        .map_err(|e| PtxasError::io(tool, format!("writing {}", ptx_path.display()), e))?;
+    std::fs::write(&ptx_path, ptx).map_err(|e| PtxasError::io(tool, format!("writing {}", ptx_path.display()), e))?;
     let out = Command::new(ptxas)
         .current_dir(tmp.path())
         .arg(format!("-arch={}", arch.name()))
@@ -533,25 +472,16 @@ pub fn assemble_with(ptxas: &Path, ptx: &str, arch: Arch) -> Result<PtxasReport,
             log: annotate_errors(&log, ptx),
         });
     }
-    let cubin = std::fs::read(&cubin_path)
-        .map_err(|e| PtxasError::io(tool, format!("reading {}", cubin_path.display()), e))?;
+    let cubin =
+        std::fs::read(&cubin_path).map_err(|e| PtxasError::io(tool, format!("reading {}", cubin_path.display()), e))?;
     let parsed = parse_verbose(&log);
-    let (kernels, functions): (Vec<_>, Vec<_>) =
-        parsed.functions.into_iter().partition(|f| f.entry);
+    let (kernels, functions): (Vec<_>, Vec<_>) = parsed.functions.into_iter().partition(|f| f.entry);
     if kernels.is_empty() && ptx.contains(".entry") {
         return Err(PtxasError::Parse(format!(
             "the PTX has kernels but `ptxas -v` reported none; its output was:\n{log}"
         )));
     }
-    Ok(PtxasReport {
-        arch,
-        ptxas: ptxas.to_path_buf(),
-        kernels,
-        functions,
-        warnings: parsed.warnings,
-        log,
-        cubin,
-    })
+    Ok(PtxasReport { arch, ptxas: ptxas.to_path_buf(), kernels, functions, warnings: parsed.warnings, log, cubin })
 }
 
 /// Adds the PTX source line under each `ptxas kernel.ptx, line N; error : ...` message.
@@ -598,10 +528,8 @@ pub fn disassemble(cubin: &[u8]) -> Result<String, PtxasError> {
         Tool::Cuobjdump => cmd.arg("-sass"),
         _ => cmd.arg("-c"),
     };
-    let out = cmd
-        .arg("kernel.cubin")
-        .output()
-        .map_err(|e| PtxasError::io(tool, format!("running {}", path.display()), e))?;
+    let out =
+        cmd.arg("kernel.cubin").output().map_err(|e| PtxasError::io(tool, format!("running {}", path.display()), e))?;
     if !out.status.success() {
         return Err(PtxasError::Failed {
             tool,
@@ -630,11 +558,7 @@ pub fn sass_opcode_counts(sass: &str) -> std::collections::BTreeMap<String, usiz
     for line in sass.lines() {
         let line = line.trim();
         // Instruction lines start with an address comment: `/*0040*/  LDG.E R0, [R2.64] ;`
-        let Some(rest) = line
-            .strip_prefix("/*")
-            .and_then(|r| r.split_once("*/"))
-            .map(|(_, r)| r)
-        else {
+        let Some(rest) = line.strip_prefix("/*").and_then(|r| r.split_once("*/")).map(|(_, r)| r) else {
             continue;
         };
         let mut rest = rest.trim();
@@ -643,21 +567,11 @@ pub fn sass_opcode_counts(sass: &str) -> std::collections::BTreeMap<String, usiz
         }
         // Predicated instruction: `@P0 BRA ...` / `@!P1 ...`.
         if rest.starts_with('@') {
-            rest = rest
-                .split_once(char::is_whitespace)
-                .map(|(_, r)| r.trim())
-                .unwrap_or("");
+            rest = rest.split_once(char::is_whitespace).map(|(_, r)| r.trim()).unwrap_or("");
         }
-        let mnemonic = rest
-            .split(|c: char| c.is_whitespace() || c == ';')
-            .next()
-            .unwrap_or("");
+        let mnemonic = rest.split(|c: char| c.is_whitespace() || c == ';').next().unwrap_or("");
         let base = mnemonic.split('.').next().unwrap_or("");
-        if !base.is_empty()
-            && base
-                .chars()
-                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
-        {
+        if !base.is_empty() && base.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_') {
             *counts.entry(base.to_string()).or_insert(0) += 1;
         }
     }
@@ -849,9 +763,7 @@ DONE:
 
     #[test]
     fn ignores_garbage() {
-        let log = parse_verbose(
-            "ptxas info : Used banana registers\nhello\n, , ,\nptxas info    : Used 7\n",
-        );
+        let log = parse_verbose("ptxas info : Used banana registers\nhello\n, , ,\nptxas info    : Used 7\n");
         assert!(log.functions.is_empty());
     }
 
@@ -896,15 +808,9 @@ DONE:
         /*0390*/                   UTCBAR [UR9], URZ ;
 ";
         let c = sass_opcode_counts(sass);
-        for (op, n) in [
-            ("UTMALDG", 1),
-            ("HGMMA", 1),
-            ("UTCHMMA", 1),
-            ("UTCBAR", 1),
-            ("WARPGROUP", 2),
-            ("BRA", 2),
-            ("ELECT", 1),
-        ] {
+        for (op, n) in
+            [("UTMALDG", 1), ("HGMMA", 1), ("UTCHMMA", 1), ("UTCBAR", 1), ("WARPGROUP", 2), ("BRA", 2), ("ELECT", 1)]
+        {
             assert_eq!(c.get(op), Some(&n), "{op}: {c:?}");
         }
     }
@@ -913,10 +819,7 @@ DONE:
     fn not_found_message_says_how_to_install() {
         let e = PtxasError::not_found(Tool::Ptxas, String::new());
         let msg = e.to_string();
-        assert!(
-            msg.contains("python3 -m venv .venv && .venv/bin/pip install nvidia-cuda-nvcc"),
-            "{msg}"
-        );
+        assert!(msg.contains("python3 -m venv .venv && .venv/bin/pip install nvidia-cuda-nvcc"), "{msg}");
         assert!(msg.contains("ATTNC_PTXAS"), "{msg}");
         assert!(e.is_not_found());
     }
@@ -953,10 +856,9 @@ DONE:
         // Errors come back with the offending PTX line.
         let bad = TWO_KERNELS_PTX.replace("add.f32 %f2", "frobnicate.f32 %f2");
         match assemble_with(&ptxas, &bad, Arch::Sm80) {
-            Err(PtxasError::Failed { log, .. }) => assert!(
-                log.contains("| \tfrobnicate") || log.contains("frobnicate"),
-                "{log}"
-            ),
+            Err(PtxasError::Failed { log, .. }) => {
+                assert!(log.contains("| \tfrobnicate") || log.contains("frobnicate"), "{log}")
+            }
             other => panic!("expected a ptxas failure, got {other:?}"),
         }
     }

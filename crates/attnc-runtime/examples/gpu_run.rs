@@ -11,7 +11,11 @@ use attnc_runtime::{bench, selftest, Runtime};
 use std::path::Path;
 
 fn specs(dir: &Path) -> Result<Vec<attnc_ir::Spec>, Box<dyn std::error::Error>> {
-    let mut files: Vec<_> = std::fs::read_dir(dir)?.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "attn")).collect();
+    let mut files: Vec<_> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "attn"))
+        .collect();
     files.sort();
     let mut out = Vec::new();
     for f in files {
@@ -36,15 +40,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let opts = selftest::SelftestOptions { quick: true, ..Default::default() };
             for s in specs(Path::new(&args[2]))? {
                 let plan = selftest::plan_cases(&s, &opts).into_iter().next().ok_or("no case")?;
-                let r = selftest::run(&rt, std::slice::from_ref(&plan.spec), &selftest::SelftestOptions { quick: true, progress: false, ..Default::default() });
+                let r = selftest::run(
+                    &rt,
+                    std::slice::from_ref(&plan.spec),
+                    &selftest::SelftestOptions { quick: true, progress: false, ..Default::default() },
+                );
                 let c = &r.cases[0];
-                println!("{} {} {}", if c.ok { "PASS" } else { "FAIL" }, c.case, c.receipt.as_ref().map_or(c.error.clone().unwrap_or_default(), |r| r.to_string()));
+                println!(
+                    "{} {} {}",
+                    if c.ok { "PASS" } else { "FAIL" },
+                    c.case,
+                    c.receipt.as_ref().map_or(c.error.clone().unwrap_or_default(), |r| r.to_string())
+                );
             }
         }
         "checks" => checks()?,
         "selftest" => {
             let rt = Runtime::new(0)?;
-            let opts = selftest::SelftestOptions { quick: flag("--quick"), filter: value("--filter"), ..Default::default() };
+            let opts =
+                selftest::SelftestOptions { quick: flag("--quick"), filter: value("--filter"), ..Default::default() };
             let report = selftest::run(&rt, &specs(Path::new(&args[2]))?, &opts);
             std::fs::write(&args[3], report.to_json())?;
             print!("{}", report.table());
@@ -54,7 +68,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         "bench" => {
             let rt = Runtime::new(0)?;
-            let mut opts = bench::BenchOptions { disk_probe_command: Some(vec![args[0].clone(), "probe".into()]), ..Default::default() };
+            let mut opts = bench::BenchOptions {
+                disk_probe_command: Some(vec![args[0].clone(), "probe".into()]),
+                ..Default::default()
+            };
             if flag("--quick") {
                 opts.prefill_seqlens = vec![1024, 8192];
                 opts.decode_batches = vec![1, 64];
@@ -103,7 +120,8 @@ fn checks() -> Result<(), Box<dyn std::error::Error>> {
             std::thread::spawn(move || rt.kernel(&spec).map(|k| k.source()))
         })
         .collect();
-    let sources: Vec<_> = handles.into_iter().map(|h| h.join().map_err(|_| "thread panicked")).collect::<Result<Vec<_>, _>>()?;
+    let sources: Vec<_> =
+        handles.into_iter().map(|h| h.join().map_err(|_| "thread panicked")).collect::<Result<Vec<_>, _>>()?;
     let st = rt.cache_stats();
     report("8 threads, same key", st.builds == 1 && sources.iter().all(|s| s.is_ok()), format!("{st:?}"));
 
@@ -137,12 +155,24 @@ fn checks() -> Result<(), Box<dyn std::error::Error>> {
     // 3. Launch errors come back typed, before anything runs.
     let mut bad = rt.alloc(ElemType::Bf16, &[b, s, h, d])?;
     let err = k.forward(&q, &kk, &v, &mut bad.clone(), &Params::default().splits(2));
-    report("split on a non-split spec", matches!(err, Err(RuntimeError::Validation(ValidationError::Splits { .. }))), format!("{err:?}"));
+    report(
+        "split on a non-split spec",
+        matches!(err, Err(RuntimeError::Validation(ValidationError::Splits { .. }))),
+        format!("{err:?}"),
+    );
     let err = k.forward(&q, &kk, &v, &mut q.clone(), &Params::default());
-    report("output aliasing q", matches!(err, Err(RuntimeError::Validation(ValidationError::Overlap { .. }))), format!("{err:?}"));
+    report(
+        "output aliasing q",
+        matches!(err, Err(RuntimeError::Validation(ValidationError::Overlap { .. }))),
+        format!("{err:?}"),
+    );
     let mis = qkv.view(&[b, s, h, d], &st5, 4)?;
     let err = k.forward(&mis, &kk, &v, &mut bad, &Params::default());
-    report("misaligned q", matches!(err, Err(RuntimeError::Validation(ValidationError::Alignment { .. }))), format!("{err:?}"));
+    report(
+        "misaligned q",
+        matches!(err, Err(RuntimeError::Validation(ValidationError::Alignment { .. }))),
+        format!("{err:?}"),
+    );
     let mut paged = spec.clone();
     paged.name = "checks_paged".into();
     paged.kv_layout = attnc_ir::KvLayout::Paged { page_size: 16 };
@@ -153,7 +183,11 @@ fn checks() -> Result<(), Box<dyn std::error::Error>> {
     let q1 = rt.alloc(ElemType::Bf16, &[2, 1, h, d])?;
     let mut o1 = rt.alloc(ElemType::Bf16, &[2, 1, h, d])?;
     let err = kp.forward(&q1, &pool, &pool, &mut o1, &Params::default().paged(&bt, &su));
-    report("block table entry out of range", matches!(err, Err(RuntimeError::Validation(ValidationError::PageIndex { entry: 9, .. }))), format!("{err:?}"));
+    report(
+        "block table entry out of range",
+        matches!(err, Err(RuntimeError::Validation(ValidationError::PageIndex { entry: 9, .. }))),
+        format!("{err:?}"),
+    );
     rt.synchronize()?;
 
     // 4. Empty launch.
@@ -164,12 +198,33 @@ fn checks() -> Result<(), Box<dyn std::error::Error>> {
     report("empty batch", r.skipped.is_some(), r.to_string());
 
     // 5. The JIT's error log comes back in the error.
-    let err = rt.gpu().load_module(b".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry broken() { bogus.instruction; }\n", attnc_runtime::cuda::Image::Ptx, "broken");
+    let err = rt.gpu().load_module(
+        b".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry broken() { bogus.instruction; }\n",
+        attnc_runtime::cuda::Image::Ptx,
+        "broken",
+    );
     let ok = matches!(&err, Err(RuntimeError::Jit { log, .. }) if !log.is_empty());
-    report("JIT error log", ok, match err { Err(e) => e.to_string(), Ok(_) => "loaded".into() });
-    let err = rt.gpu().link_ptx(".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry broken() { bogus.instruction; }\n", "broken");
+    report(
+        "JIT error log",
+        ok,
+        match err {
+            Err(e) => e.to_string(),
+            Ok(_) => "loaded".into(),
+        },
+    );
+    let err = rt.gpu().link_ptx(
+        ".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry broken() { bogus.instruction; }\n",
+        "broken",
+    );
     let ok = matches!(&err, Err(RuntimeError::Jit { log, .. }) if !log.is_empty());
-    report("link error log", ok, match err { Err(e) => e.to_string(), Ok(_) => "linked".into() });
+    report(
+        "link error log",
+        ok,
+        match err {
+            Err(e) => e.to_string(),
+            Ok(_) => "linked".into(),
+        },
+    );
 
     // 6. Corrupt disk entry: discarded and rebuilt by a fresh runtime.
     for e in std::fs::read_dir(&dir)?.flatten() {

@@ -194,7 +194,10 @@ impl BenchReport {
     pub fn table(&self) -> String {
         let mut s = String::new();
         let c = &self.ceilings;
-        s.push_str(&format!("device: {} ({}, {} SMs, driver {})\n", self.device.name, self.device.arch, self.device.sm_count, self.device.driver_version));
+        s.push_str(&format!(
+            "device: {} ({}, {} SMs, driver {})\n",
+            self.device.name, self.device.arch, self.device.sm_count, self.device.driver_version
+        ));
         s.push_str(&format!(
             "ceilings: copy {} TB/s (memcpy {}, kernel {}), bf16 GEMM 8192^3 {} TFLOP/s{}\n",
             opt(c.copy_tb_s, 2),
@@ -218,7 +221,10 @@ impl BenchReport {
         }
         if !self.prefill.is_empty() {
             s.push_str("\nprefill (bf16, 32k tokens, hidden 2048)\n");
-            s.push_str(&format!("{:>8} {:>6} {:>6} {:>5} {:>6} {:>10} {:>9} {:>7} {:>9}  ok\n", "hdim", "causal", "seqlen", "batch", "heads", "median_ms", "TFLOP/s", "%gemm", "check"));
+            s.push_str(&format!(
+                "{:>8} {:>6} {:>6} {:>5} {:>6} {:>10} {:>9} {:>7} {:>9}  ok\n",
+                "hdim", "causal", "seqlen", "batch", "heads", "median_ms", "TFLOP/s", "%gemm", "check"
+            ));
             for p in &self.prefill {
                 s.push_str(&format!(
                     "{:>8} {:>6} {:>6} {:>5} {:>6} {:>10.4} {:>9.1} {:>7} {:>9}  {}\n",
@@ -237,7 +243,10 @@ impl BenchReport {
         }
         if !self.decode.is_empty() {
             s.push_str("\ndecode (bf16, q 1, 32/8 heads, d 128)\n");
-            s.push_str(&format!("{:>5} {:>8} {:>6} {:>6} {:>10} {:>7} {:>7} {:>9}  ok\n", "batch", "seqlen_k", "paged", "splits", "median_ms", "TB/s", "%copy", "check"));
+            s.push_str(&format!(
+                "{:>5} {:>8} {:>6} {:>6} {:>10} {:>7} {:>7} {:>9}  ok\n",
+                "batch", "seqlen_k", "paged", "splits", "median_ms", "TB/s", "%copy", "check"
+            ));
             for d in &self.decode {
                 s.push_str(&format!(
                     "{:>5} {:>8} {:>6} {:>6} {:>10.4} {:>7.2} {:>7} {:>9}  {}\n",
@@ -429,7 +438,12 @@ impl Helpers {
 }
 
 /// Times `f` (which enqueues GPU work) with CUDA events, after `warmup` untimed runs.
-pub fn time_gpu(gpu: &Gpu, warmup: usize, iters: usize, mut f: impl FnMut() -> Result<(), RuntimeError>) -> Result<TimeStats, RuntimeError> {
+pub fn time_gpu(
+    gpu: &Gpu,
+    warmup: usize,
+    iters: usize,
+    mut f: impl FnMut() -> Result<(), RuntimeError>,
+) -> Result<TimeStats, RuntimeError> {
     for _ in 0..warmup {
         f()?;
     }
@@ -468,7 +482,9 @@ fn gemm_ceiling(rt: &Runtime, h: &Helpers, opts: &BenchOptions) -> Result<f64, S
     use cudarc::cublas::sys as cb;
     // SAFETY: only tries to dlopen the library names.
     if !unsafe { cb::is_culib_present() } {
-        return Err("libcublas not found on the library path (set LD_LIBRARY_PATH to the directory of libcublas.so.13)".into());
+        return Err(
+            "libcublas not found on the library path (set LD_LIBRARY_PATH to the directory of libcublas.so.13)".into(),
+        );
     }
     crate::cuda::guarded("cuBLAS", || {
         let e = |x: RuntimeError| x;
@@ -575,7 +591,16 @@ fn read_rows(rt: &Runtime, t: &Tensor, row_elems: usize, row0: usize, count: usi
 }
 
 #[allow(clippy::too_many_arguments)]
-fn check_prefill(rt: &Runtime, spec: &Spec, q: &Tensor, k: &Tensor, v: &Tensor, o: &Tensor, b_n: usize, s: usize) -> Result<f64, RuntimeError> {
+fn check_prefill(
+    rt: &Runtime,
+    spec: &Spec,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    o: &Tensor,
+    b_n: usize,
+    s: usize,
+) -> Result<f64, RuntimeError> {
     let (h_n, d, dv) = (spec.q_heads as usize, spec.head_dim_qk as usize, spec.head_dim_v as usize);
     let causal = spec.mask.causal.is_some();
     let mut row_spec = Spec::new("row", spec.head_dim_qk, 1);
@@ -598,8 +623,14 @@ fn check_prefill(rt: &Runtime, spec: &Spec, q: &Tensor, k: &Tensor, v: &Tensor, 
                 let sk = if causal { p + 1 } else { s };
                 let kk: Vec<f64> = (0..sk).flat_map(|j| kb[(j * h_n + h) * d..][..d].iter().copied()).collect();
                 let vv: Vec<f64> = (0..sk).flat_map(|j| vb[(j * h_n + h) * dv..][..dv].iter().copied()).collect();
-                let inputs = Inputs { seqs: vec![Sequence { seqlen_q: 1, seqlen_k: sk, q: qrow, k: kk, v: vv }], params: vec![], aux: vec![], sinks: None };
-                let r = reference_forward(&row_spec, &inputs).map_err(|e| RuntimeError::Other(format!("reference: {e}")))?;
+                let inputs = Inputs {
+                    seqs: vec![Sequence { seqlen_q: 1, seqlen_k: sk, q: qrow, k: kk, v: vv }],
+                    params: vec![],
+                    aux: vec![],
+                    sinks: None,
+                };
+                let r = reference_forward(&row_spec, &inputs)
+                    .map_err(|e| RuntimeError::Other(format!("reference: {e}")))?;
                 want.extend(r.into_iter().flat_map(|x| x.o));
                 got.extend(orow);
             }
@@ -653,8 +684,11 @@ fn run_prefill(rt: &Runtime, h: &Helpers, opts: &BenchOptions, gemm: Option<f64>
                         }
                     }
                     let p = Params::default();
-                    r.time = time_gpu(rt.gpu(), opts.warmup, opts.iters, || kernel.forward(&q, &k, &v, &mut o, &p).map(|_| ()))?;
-                    let flops = 4.0 * batch as f64 * heads as f64 * (s as f64).powi(2) * f64::from(dqk + dv) / 2.0 * if causal { 0.5 } else { 1.0 };
+                    r.time = time_gpu(rt.gpu(), opts.warmup, opts.iters, || {
+                        kernel.forward(&q, &k, &v, &mut o, &p).map(|_| ())
+                    })?;
+                    let flops = 4.0 * batch as f64 * heads as f64 * (s as f64).powi(2) * f64::from(dqk + dv) / 2.0
+                        * if causal { 0.5 } else { 1.0 };
                     r.tflops = flops / (r.time.median_ms * 1e-3) / 1e12;
                     r.fraction_of_gemm = gemm.map(|g| r.tflops / g);
                     failed.map_or(Ok(()), Err)
@@ -709,7 +743,12 @@ fn check_decode(
             }
         };
         let qb = read_rows(rt, q, qh * d, b, 1)?;
-        let inputs = Inputs { seqs: vec![Sequence { seqlen_q: 1, seqlen_k: sk, q: qb, k: kb, v: vb }], params: vec![], aux: vec![], sinks: None };
+        let inputs = Inputs {
+            seqs: vec![Sequence { seqlen_q: 1, seqlen_k: sk, q: qb, k: kb, v: vb }],
+            params: vec![],
+            aux: vec![],
+            sinks: None,
+        };
         let mut ref_spec = spec.clone();
         ref_spec.kv_layout = KvLayout::Contiguous;
         let r = reference_forward(&ref_spec, &inputs).map_err(|e| RuntimeError::Other(format!("reference: {e}")))?;
@@ -788,7 +827,9 @@ fn run_decode(rt: &Runtime, h: &Helpers, opts: &BenchOptions, copy: Option<f64>,
                             return Err(RuntimeError::Other(format!("reference check failed: rel_l2 {e:.3e}")));
                         }
                     }
-                    r.time = time_gpu(rt.gpu(), opts.warmup, opts.iters, || kernel.forward(&q, &k, &v, &mut o, &params).map(|_| ()))?;
+                    r.time = time_gpu(rt.gpu(), opts.warmup, opts.iters, || {
+                        kernel.forward(&q, &k, &v, &mut o, &params).map(|_| ())
+                    })?;
                     r.tb_s = kv_bytes as f64 / (r.time.median_ms * 1e-3) / 1e12;
                     r.fraction_of_copy = copy.map(|c| r.tb_s / c);
                     Ok(())
@@ -813,7 +854,8 @@ fn run_decode(rt: &Runtime, h: &Helpers, opts: &BenchOptions, copy: Option<f64>,
 // ---------------------------------------------------------------------------------------
 // Compile time.
 
-const DEFAULT_COMPILE_SOURCE: &str = "attention bench_compile_causal {\n  dtype bf16\n  head_dim 128\n  heads 32 kv 8\n  mask causal\n}\n";
+const DEFAULT_COMPILE_SOURCE: &str =
+    "attention bench_compile_causal {\n  dtype bf16\n  head_dim 128\n  heads 32 kv 8\n  mask causal\n}\n";
 
 /// What a fresh process reports back: the time of `Runtime::kernel` and where the kernel
 /// came from.
@@ -835,7 +877,8 @@ pub const PROBE_SPEC_ENV: &str = "ATTNC_BENCH_PROBE_SPEC";
 /// from `ATTNC_CACHE_DIR`), times `Runtime::kernel` on the spec file named by
 /// `ATTNC_BENCH_PROBE_SPEC`. The caller prints [`probe_line`] of the result.
 pub fn disk_hit_probe() -> Result<ProbeResult, RuntimeError> {
-    let path = std::env::var_os(PROBE_SPEC_ENV).ok_or_else(|| RuntimeError::Other(format!("{PROBE_SPEC_ENV} is not set")))?;
+    let path =
+        std::env::var_os(PROBE_SPEC_ENV).ok_or_else(|| RuntimeError::Other(format!("{PROBE_SPEC_ENV} is not set")))?;
     let spec = attnc_dsl::parse_file(std::path::Path::new(&path)).map_err(|d| RuntimeError::Other(d.to_string()))?;
     let rt = Runtime::new(0)?;
     let t = Instant::now();
@@ -849,7 +892,10 @@ fn median_of(mut f: impl FnMut() -> Result<f64, RuntimeError>, n: usize) -> Resu
 }
 
 fn run_compile(rt: &Runtime, opts: &BenchOptions) -> Result<CompileTimes, RuntimeError> {
-    let (name, text) = opts.compile_source.clone().unwrap_or_else(|| ("bench_compile_causal.attn".into(), DEFAULT_COMPILE_SOURCE.into()));
+    let (name, text) = opts
+        .compile_source
+        .clone()
+        .unwrap_or_else(|| ("bench_compile_causal.attn".into(), DEFAULT_COMPILE_SOURCE.into()));
     let spec = attnc_dsl::parse_named(&name, &text).map_err(|d| RuntimeError::Other(d.to_string()))?;
     let mut ct = CompileTimes { spec: spec.name.clone(), ..Default::default() };
     let copts = attnc_lower::CompileOptions::new(rt.arch());
@@ -934,10 +980,9 @@ fn probe_fresh_process(cmd: &[String], cache: &std::path::Path, name: &str, text
         .output()
         .map_err(|e| format!("cannot run {exe}: {e}"))?;
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("ATTNC_PROBE "))
-        .ok_or_else(|| format!("no ATTNC_PROBE line (exit {:?}): {}", out.status.code(), String::from_utf8_lossy(&out.stderr)))?;
+    let line = stdout.lines().find_map(|l| l.strip_prefix("ATTNC_PROBE ")).ok_or_else(|| {
+        format!("no ATTNC_PROBE line (exit {:?}): {}", out.status.code(), String::from_utf8_lossy(&out.stderr))
+    })?;
     serde_json::from_str(line).map_err(|e| e.to_string())
 }
 
@@ -1034,7 +1079,12 @@ mod tests {
         std::fs::create_dir_all(&dir).expect("dir");
         let f = dir.join("h.ptx");
         std::fs::write(&f, HELPER_PTX).expect("write");
-        let out = std::process::Command::new(ptxas).args(["-arch=sm_90a", "-o"]).arg(dir.join("h.cubin")).arg(&f).output().expect("ptxas");
+        let out = std::process::Command::new(ptxas)
+            .args(["-arch=sm_90a", "-o"])
+            .arg(dir.join("h.cubin"))
+            .arg(&f)
+            .output()
+            .expect("ptxas");
         let _ = std::fs::remove_dir_all(&dir);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     }

@@ -246,7 +246,13 @@ impl<T> Cache<T> {
         Ok((value, source))
     }
 
-    fn try_disk<P: Producer<Output = T>>(&self, disk: &DiskStore, key: &CacheKey, producer: &P, locked: bool) -> Option<T> {
+    fn try_disk<P: Producer<Output = T>>(
+        &self,
+        disk: &DiskStore,
+        key: &CacheKey,
+        producer: &P,
+        locked: bool,
+    ) -> Option<T> {
         match disk.read(key) {
             DiskRead::Missing => None,
             DiskRead::Hit(payload) => match producer.decode(&payload) {
@@ -273,7 +279,11 @@ impl<T> Cache<T> {
         }
     }
 
-    fn lookup_disk_or_build<P: Producer<Output = T>>(&self, key: &CacheKey, producer: &P) -> Result<(T, CacheSource), P::Error> {
+    fn lookup_disk_or_build<P: Producer<Output = T>>(
+        &self,
+        key: &CacheKey,
+        producer: &P,
+    ) -> Result<(T, CacheSource), P::Error> {
         let Some(disk) = &self.disk else {
             return self.build(None, key, producer).map(|v| (v, CacheSource::Built));
         };
@@ -289,7 +299,12 @@ impl<T> Cache<T> {
         self.build(Some(disk), key, producer).map(|v| (v, CacheSource::Built))
     }
 
-    fn build<P: Producer<Output = T>>(&self, disk: Option<&DiskStore>, key: &CacheKey, producer: &P) -> Result<T, P::Error> {
+    fn build<P: Producer<Output = T>>(
+        &self,
+        disk: Option<&DiskStore>,
+        key: &CacheKey,
+        producer: &P,
+    ) -> Result<T, P::Error> {
         let (value, payload) = producer.build()?;
         self.counters.builds.fetch_add(1, Ordering::Relaxed);
         if let (Some(disk), Some(payload)) = (disk, payload) {
@@ -463,10 +478,8 @@ pub fn decode_entry(key: &CacheKey, bytes: &[u8]) -> Result<std::ops::Range<usiz
         return Err("key hash differs".into());
     }
     let text_end = HEADER_LEN.checked_add(text_len).ok_or("bad key length")?;
-    let expected_len = usize::try_from(payload_len)
-        .ok()
-        .and_then(|p| text_end.checked_add(p))
-        .ok_or("bad payload length")?;
+    let expected_len =
+        usize::try_from(payload_len).ok().and_then(|p| text_end.checked_add(p)).ok_or("bad payload length")?;
     if bytes.len() != expected_len {
         return Err(format!("length {} bytes, header says {expected_len}", bytes.len()));
     }
@@ -506,7 +519,9 @@ pub fn unpack_sections(payload: &[u8]) -> Result<Vec<(String, &[u8])>, String> {
     for i in 0..count {
         let nl = le_u32(payload, at).ok_or_else(|| format!("section {i}: truncated"))? as usize;
         at += 4;
-        let name = payload.get(at..at.checked_add(nl).ok_or("overflow")?).ok_or_else(|| format!("section {i}: truncated name"))?;
+        let name = payload
+            .get(at..at.checked_add(nl).ok_or("overflow")?)
+            .ok_or_else(|| format!("section {i}: truncated name"))?;
         let name = String::from_utf8(name.to_vec()).map_err(|_| format!("section {i}: name not UTF-8"))?;
         at += nl;
         let dl = le_u64(payload, at).ok_or_else(|| format!("section {name}: truncated"))?;

@@ -78,7 +78,10 @@ impl std::fmt::Debug for Gpu {
 }
 
 fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
-    p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_else(|| "unknown panic".into())
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "unknown panic".into())
 }
 
 /// Runs driver code, turning a panic of the bindings (missing library or symbol) into an error.
@@ -101,15 +104,22 @@ impl Gpu {
     }
 
     fn open_inner(ordinal: usize) -> Result<Gpu, RuntimeError> {
-        result::init().map_err(|e| RuntimeError::NoDevice { ordinal, detail: format!("cuInit: {}", code_name(e.0)) })?;
+        result::init()
+            .map_err(|e| RuntimeError::NoDevice { ordinal, detail: format!("cuInit: {}", code_name(e.0)) })?;
         let count = result::device::get_count().map_err(|e| drv("cuDeviceGetCount", e))?;
         if ordinal >= count.max(0) as usize {
             return Err(RuntimeError::NoDevice { ordinal, detail: format!("this machine has {count} CUDA device(s)") });
         }
-        let ctx = CudaContext::new(ordinal).map_err(|e| RuntimeError::NoDevice { ordinal, detail: format!("{}: {}", code_name(e.0), code_message(e.0)) })?;
+        let ctx = CudaContext::new(ordinal).map_err(|e| RuntimeError::NoDevice {
+            ordinal,
+            detail: format!("{}: {}", code_name(e.0), code_message(e.0)),
+        })?;
         let attr = |a: sys::CUdevice_attribute| ctx.attribute(a).map_err(|e| drv("cuDeviceGetAttribute", e));
         use sys::CUdevice_attribute as A;
-        let cc = (attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?, attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?);
+        let cc = (
+            attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+        );
         let name = ctx.name().map_err(|e| drv("cuDeviceGetName", e))?;
         let arch = attnc_lower::Arch::from_compute_capability(cc.0.max(0) as u32, cc.1.max(0) as u32)
             .ok_or_else(|| RuntimeError::UnsupportedDevice { name: name.clone(), major: cc.0, minor: cc.1 })?;
@@ -151,7 +161,8 @@ impl Gpu {
     pub fn alloc_bytes(&self, bytes: usize) -> Result<Arc<DeviceBuffer>, RuntimeError> {
         self.bind()?;
         // SAFETY: plain allocation in the bound context.
-        let ptr = unsafe { result::malloc_sync(bytes.max(256)) }.map_err(|e| drv(&format!("cuMemAlloc({bytes} bytes)"), e))?;
+        let ptr = unsafe { result::malloc_sync(bytes.max(256)) }
+            .map_err(|e| drv(&format!("cuMemAlloc({bytes} bytes)"), e))?;
         Ok(Arc::new(DeviceBuffer { ptr, bytes, ordinal: self.info.ordinal, ctx: self.ctx.clone() }))
     }
 
@@ -218,7 +229,14 @@ impl Gpu {
     }
 
     /// Launches `f` on the runtime's stream with `args` in ABI order (see [`ArgSlots`]).
-    pub fn launch(&self, f: &Function, grid: [u32; 3], block: u32, smem: u32, args: &[ArgValue]) -> Result<(), RuntimeError> {
+    pub fn launch(
+        &self,
+        f: &Function,
+        grid: [u32; 3],
+        block: u32,
+        smem: u32,
+        args: &[ArgValue],
+    ) -> Result<(), RuntimeError> {
         let mut slots = ArgSlots::pack(args);
         let mut ptrs = slots.pointers();
         self.bind()?;
@@ -339,7 +357,9 @@ impl Module {
         let c = CString::new(name).map_err(|_| RuntimeError::Abi(format!("kernel name `{name}` has a NUL")))?;
         let mut f: sys::CUfunction = std::ptr::null_mut();
         // SAFETY: live module, NUL-terminated name.
-        check(&format!("cuModuleGetFunction({name})"), unsafe { sys::cuModuleGetFunction(&mut f, self.module, c.as_ptr()) })?;
+        check(&format!("cuModuleGetFunction({name})"), unsafe {
+            sys::cuModuleGetFunction(&mut f, self.module, c.as_ptr())
+        })?;
         Ok(Function { f, name: name.to_string() })
     }
 }
@@ -348,26 +368,29 @@ impl Function {
     /// Allows `bytes` of dynamic shared memory (needed above 48 KiB).
     pub fn set_max_dynamic_smem(&self, bytes: u32) -> Result<(), RuntimeError> {
         // SAFETY: live function.
-        check(
-            &format!("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES = {bytes}, {})", self.name),
-            unsafe {
-                sys::cuFuncSetAttribute(self.f, sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes as i32)
-            },
-        )
+        check(&format!("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES = {bytes}, {})", self.name), unsafe {
+            sys::cuFuncSetAttribute(
+                self.f,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                bytes as i32,
+            )
+        })
     }
     /// CTAs of `threads` threads with `smem` bytes of dynamic shared memory that fit on
     /// one SM at once.
     pub fn max_active_blocks_per_sm(&self, threads: u32, smem: u32) -> Option<u32> {
         let mut n = 0i32;
         // SAFETY: live function, writes one int.
-        let r = unsafe { sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut n, self.f, threads as i32, smem as usize) };
+        let r =
+            unsafe { sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut n, self.f, threads as i32, smem as usize) };
         (r == CUresult::CUDA_SUCCESS && n > 0).then_some(n as u32)
     }
     /// Registers per thread, from the loaded code.
     pub fn num_regs(&self) -> Option<i32> {
         let mut v = 0i32;
         // SAFETY: live function, writes one int.
-        let r = unsafe { sys::cuFuncGetAttribute(&mut v, sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NUM_REGS, self.f) };
+        let r =
+            unsafe { sys::cuFuncGetAttribute(&mut v, sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NUM_REGS, self.f) };
         (r == CUresult::CUDA_SUCCESS).then_some(v)
     }
 }
@@ -384,7 +407,8 @@ struct JitLogs {
 
 impl JitLogs {
     fn new() -> JitLogs {
-        let mut l = JitLogs { error: vec![0u8; LOG_BYTES], info: vec![0u8; LOG_BYTES], opts: Vec::new(), vals: Vec::new() };
+        let mut l =
+            JitLogs { error: vec![0u8; LOG_BYTES], info: vec![0u8; LOG_BYTES], opts: Vec::new(), vals: Vec::new() };
         use sys::CUjit_option as O;
         l.opts = vec![
             O::CU_JIT_ERROR_LOG_BUFFER,
@@ -439,7 +463,12 @@ impl Gpu {
         // SAFETY: option arrays of equal length pointing at live buffers; `state` is
         // destroyed on every path below.
         unsafe {
-            let r = sys::cuLinkCreate_v2(logs.opts.len() as u32, logs.opts.as_mut_ptr(), logs.vals.as_mut_ptr(), &mut state);
+            let r = sys::cuLinkCreate_v2(
+                logs.opts.len() as u32,
+                logs.opts.as_mut_ptr(),
+                logs.vals.as_mut_ptr(),
+                &mut state,
+            );
             if r != CUresult::CUDA_SUCCESS {
                 return Err(jit_error(&format!("{name} (cuLinkCreate)"), r, &logs));
             }
@@ -485,7 +514,13 @@ impl Gpu {
         let mut module: sys::CUmodule = std::ptr::null_mut();
         // SAFETY: option arrays of equal length pointing at live buffers; `data` outlives the call.
         let r = unsafe {
-            sys::cuModuleLoadDataEx(&mut module, data.as_ptr() as *const c_void, logs.opts.len() as u32, logs.opts.as_mut_ptr(), logs.vals.as_mut_ptr())
+            sys::cuModuleLoadDataEx(
+                &mut module,
+                data.as_ptr() as *const c_void,
+                logs.opts.len() as u32,
+                logs.opts.as_mut_ptr(),
+                logs.vals.as_mut_ptr(),
+            )
         };
         if r != CUresult::CUDA_SUCCESS {
             let what = match kind {
@@ -510,7 +545,13 @@ mod tests {
             *w = 0x1111_1111_1111_1111u64.wrapping_mul(i as u64 + 1);
         }
         let map = TensorMapArg(words);
-        let args = [ArgValue::Ptr(0xdead_beef_0000), ArgValue::TensorMap(map), ArgValue::I32(-7), ArgValue::F32(1.5), ArgValue::I64(-3)];
+        let args = [
+            ArgValue::Ptr(0xdead_beef_0000),
+            ArgValue::TensorMap(map),
+            ArgValue::I32(-7),
+            ArgValue::F32(1.5),
+            ArgValue::I64(-3),
+        ];
         let mut slots = ArgSlots::pack(&args);
         let ptrs = slots.pointers();
         assert_eq!(ptrs.len(), args.len());

@@ -81,7 +81,8 @@ mod tests {
     #[test]
     fn blackwell_runs_only_when_asked_for() {
         let spec = Spec::new("t", 128, 8);
-        let r = resolve(&spec, Arch::Sm100a, FamilyChoice::Exactly(FamilyKind::Blackwell)).expect("explicit request runs");
+        let r =
+            resolve(&spec, Arch::Sm100a, FamilyChoice::Exactly(FamilyKind::Blackwell)).expect("explicit request runs");
         assert_eq!(r, Resolved { family: FamilyKind::Blackwell, fallback_reason: None });
         let auto = resolve(&spec, Arch::Sm100a, FamilyChoice::Auto).expect("resolves");
         assert_eq!(auto.family, FamilyKind::Portable);

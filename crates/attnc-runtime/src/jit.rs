@@ -179,7 +179,14 @@ impl std::fmt::Debug for LoadedKernel {
 }
 
 /// Loads `image`, looks up the kernels and raises their dynamic shared-memory limit.
-fn instantiate(gpu: &Gpu, meta: ModuleMeta, ptx: String, image: &[u8], kind: Image, times: BuildTimes) -> Result<LoadedKernel, RuntimeError> {
+fn instantiate(
+    gpu: &Gpu,
+    meta: ModuleMeta,
+    ptx: String,
+    image: &[u8],
+    kind: Image,
+    times: BuildTimes,
+) -> Result<LoadedKernel, RuntimeError> {
     let t = Instant::now();
     let fwd_meta = meta.forward().ok_or_else(|| RuntimeError::Abi("the module has no forward kernel".into()))?.clone();
     let name = fwd_meta.name.clone();
@@ -194,9 +201,20 @@ fn instantiate(gpu: &Gpu, meta: ModuleMeta, ptx: String, image: &[u8], kind: Ima
     let forward = prepare(&fwd_meta)?;
     let combine = meta.combine().map(prepare).transpose()?;
     let forward_regs = forward.num_regs();
-    let forward_ctas_per_sm = forward.max_active_blocks_per_sm(fwd_meta.threads_per_block, fwd_meta.dynamic_smem_bytes).unwrap_or(1).max(1);
+    let forward_ctas_per_sm =
+        forward.max_active_blocks_per_sm(fwd_meta.threads_per_block, fwd_meta.dynamic_smem_bytes).unwrap_or(1).max(1);
     let times = BuildTimes { load_ms: t.elapsed().as_secs_f64() * 1e3, ..times };
-    Ok(LoadedKernel { meta, ptx, image: kind, times, _module: module, forward, combine, forward_regs, forward_ctas_per_sm })
+    Ok(LoadedKernel {
+        meta,
+        ptx,
+        image: kind,
+        times,
+        _module: module,
+        forward,
+        combine,
+        forward_regs,
+        forward_ctas_per_sm,
+    })
 }
 
 /// The cache's producer of kernels.
@@ -250,11 +268,16 @@ impl Producer for KernelProducer<'_> {
             match attnc_lower::ptxas::assemble_with(&path, &module.ptx, self.gpu.arch) {
                 Ok(report) => {
                     meta.compiler = format!("ptxas {version}");
-                    let meta_json = serde_json::to_vec(&meta).map_err(|e| RuntimeError::Other(format!("serializing module metadata: {e}")))?;
+                    let meta_json = serde_json::to_vec(&meta)
+                        .map_err(|e| RuntimeError::Other(format!("serializing module metadata: {e}")))?;
                     let times = BuildTimes { lower_ms, link_ms: t.elapsed().as_secs_f64() * 1e3, load_ms: 0.0 };
                     match instantiate(self.gpu, meta.clone(), module.ptx.clone(), &report.cubin, Image::Cubin, times) {
                         Ok(k) => {
-                            let payload = pack_sections(&[("meta", &meta_json), ("ptx", module.ptx.as_bytes()), ("cubin", &report.cubin)]);
+                            let payload = pack_sections(&[
+                                ("meta", &meta_json),
+                                ("ptx", module.ptx.as_bytes()),
+                                ("cubin", &report.cubin),
+                            ]);
                             return Ok((k, Some(payload)));
                         }
                         Err(e) => ptxas_err = Some(format!("the cubin of {} did not load: {e}", path.display())),
@@ -264,7 +287,8 @@ impl Producer for KernelProducer<'_> {
             }
         }
         meta.compiler = "driver JIT".into();
-        let meta_json = serde_json::to_vec(&meta).map_err(|e| RuntimeError::Other(format!("serializing module metadata: {e}")))?;
+        let meta_json =
+            serde_json::to_vec(&meta).map_err(|e| RuntimeError::Other(format!("serializing module metadata: {e}")))?;
         let t = Instant::now();
         match self.gpu.link_ptx(&module.ptx, &name) {
             Ok(cubin) => {

@@ -59,7 +59,11 @@ pub struct Receipt {
 impl fmt::Display for Receipt {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let c = &self.config;
-        write!(f, "{}: ran {} (requested {}) on {} [{}]", self.spec, self.executed, self.requested, self.arch, self.device)?;
+        write!(
+            f,
+            "{}: ran {} (requested {}) on {} [{}]",
+            self.spec, self.executed, self.requested, self.arch, self.device
+        )?;
         write!(f, "; {}x{} tiles, {} threads, {} B smem", c.block_m, c.block_n, c.threads, c.smem_bytes)?;
         if let Some(r) = c.registers {
             write!(f, ", {r} regs")?;

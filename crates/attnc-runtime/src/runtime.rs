@@ -5,7 +5,7 @@ use crate::cuda::{DeviceBuffer, DeviceInfo, Gpu, Image};
 use crate::error::RuntimeError;
 use crate::jit::{kernel_key, KernelProducer, LoadedKernel};
 use crate::receipt::{KernelConfig, Receipt, Timings};
-use crate::tensor::{contiguous_strides, Element, ElemType, IndexTensor, Tensor};
+use crate::tensor::{contiguous_strides, ElemType, Element, IndexTensor, Tensor};
 use crate::validate::{marshal, plan, ArgValue, KernelShape, LaunchDescs, LaunchPlan, ParamValue};
 use attnc_ir::Spec;
 use attnc_lower::{Arch, FamilyChoice};
@@ -99,8 +99,12 @@ impl Runtime {
 
     /// An uninitialized tensor (row-major).
     pub fn alloc(&self, dtype: ElemType, shape: &[usize]) -> Result<Tensor, RuntimeError> {
-        let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or_else(|| RuntimeError::Other(format!("shape {shape:?} overflows")))?;
-        let bytes = n.checked_mul(dtype.bytes()).ok_or_else(|| RuntimeError::Other(format!("shape {shape:?} overflows")))?;
+        let n = shape
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .ok_or_else(|| RuntimeError::Other(format!("shape {shape:?} overflows")))?;
+        let bytes =
+            n.checked_mul(dtype.bytes()).ok_or_else(|| RuntimeError::Other(format!("shape {shape:?} overflows")))?;
         let buf = self.inner.gpu.alloc_bytes(bytes)?;
         Ok(Tensor::from_buffer(buf, dtype, shape))
     }
@@ -139,10 +143,13 @@ impl Runtime {
         if t.dtype() != T::TYPE {
             return Err(RuntimeError::Other(format!("download: tensor is {}, asked for {}", t.dtype(), T::TYPE)));
         }
-        let span = usize::try_from(t.desc().span()).map_err(|_| RuntimeError::Other("download: view too large".into()))?;
+        let span =
+            usize::try_from(t.desc().span()).map_err(|_| RuntimeError::Other("download: view too large".into()))?;
         let mut raw = vec![T::default(); span];
         // SAFETY: plain numeric type; the view's span lies in its allocation (Tensor::view checks).
-        let bytes = unsafe { std::slice::from_raw_parts_mut(raw.as_mut_ptr() as *mut u8, std::mem::size_of_val(raw.as_slice())) };
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(raw.as_mut_ptr() as *mut u8, std::mem::size_of_val(raw.as_slice()))
+        };
         self.inner.gpu.dtoh(bytes, t.device_ptr())?;
         if t.is_contiguous() {
             return Ok(raw);
@@ -319,17 +326,40 @@ impl Kernel {
     }
 
     /// Attention forward: `out = attention(q, k, v)` with the layout of the spec.
-    pub fn forward(&self, q: &Tensor, k: &Tensor, v: &Tensor, out: &mut Tensor, params: &Params) -> Result<Receipt, RuntimeError> {
+    pub fn forward(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        out: &mut Tensor,
+        params: &Params,
+    ) -> Result<Receipt, RuntimeError> {
         self.run(q, k, v, out, None, params)
     }
 
     /// [`Kernel::forward`] that also writes the LSE (specs with `lse`).
-    pub fn forward_lse(&self, q: &Tensor, k: &Tensor, v: &Tensor, out: &mut Tensor, lse: &mut Tensor, params: &Params) -> Result<Receipt, RuntimeError> {
+    pub fn forward_lse(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        out: &mut Tensor,
+        lse: &mut Tensor,
+        params: &Params,
+    ) -> Result<Receipt, RuntimeError> {
         self.run(q, k, v, out, Some(lse), params)
     }
 
     /// Validates a launch without running it.
-    pub fn plan(&self, q: &Tensor, k: &Tensor, v: &Tensor, out: &Tensor, lse: Option<&Tensor>, params: &Params) -> Result<LaunchPlan, RuntimeError> {
+    pub fn plan(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        out: &Tensor,
+        lse: Option<&Tensor>,
+        params: &Params,
+    ) -> Result<LaunchPlan, RuntimeError> {
         let descs = LaunchDescs {
             q: q.desc(),
             k: k.desc(),
@@ -357,7 +387,15 @@ impl Kernel {
         Ok(p)
     }
 
-    fn run(&self, q: &Tensor, k: &Tensor, v: &Tensor, out: &mut Tensor, lse: Option<&mut Tensor>, params: &Params) -> Result<Receipt, RuntimeError> {
+    fn run(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        out: &mut Tensor,
+        lse: Option<&mut Tensor>,
+        params: &Params,
+    ) -> Result<Receipt, RuntimeError> {
         let lse = lse.map(|l| &*l);
         let plan = self.plan(q, k, v, out, lse, params)?;
         let gpu = &self.rt.inner.gpu;
@@ -421,8 +459,12 @@ impl Kernel {
         extra.extend(maps);
         let fwd_args = marshal(&fwd.params, &plan, &extra).map_err(RuntimeError::Abi)?;
         let combine = match (plan.combine_grid, meta.combine(), &self.loaded.combine) {
-            (Some(grid), Some(cm), Some(cf)) => Some((grid, cm, cf, marshal(&cm.params, &plan, &extra).map_err(RuntimeError::Abi)?)),
-            (Some(_), _, _) => return Err(RuntimeError::Abi("split-KV launch but the module has no combine kernel".into())),
+            (Some(grid), Some(cm), Some(cf)) => {
+                Some((grid, cm, cf, marshal(&cm.params, &plan, &extra).map_err(RuntimeError::Abi)?))
+            }
+            (Some(_), _, _) => {
+                return Err(RuntimeError::Abi("split-KV launch but the module has no combine kernel".into()))
+            }
             _ => None,
         };
 
@@ -441,7 +483,8 @@ impl Kernel {
             gpu.record(c)?;
             let f = f64::from(gpu.elapsed_ms(a, b)?);
             let total = f64::from(gpu.elapsed_ms(a, c)?);
-            receipt.timings = Some(Timings { forward_ms: f, combine_ms: combine.as_ref().map(|_| total - f), total_ms: total });
+            receipt.timings =
+                Some(Timings { forward_ms: f, combine_ms: combine.as_ref().map(|_| total - f), total_ms: total });
         }
         drop(ws_guard);
         Ok(receipt)

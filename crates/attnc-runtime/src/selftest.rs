@@ -243,7 +243,8 @@ fn fit_cost(spec: &Spec, seqlens: &[(usize, usize)], max: f64) -> (Vec<(usize, u
     }
     let f = max / cost;
     let padded = !matches!(spec.kv_layout, KvLayout::Varlen);
-    let mut out: Vec<(usize, usize)> = seqlens.iter().map(|&(q, k)| (((q as f64 * f) as usize).max(1.min(q)), k)).collect();
+    let mut out: Vec<(usize, usize)> =
+        seqlens.iter().map(|&(q, k)| (((q as f64 * f) as usize).max(1.min(q)), k)).collect();
     if padded {
         // Padded layouts need one seqlen_q for the batch.
         let q = out.iter().map(|s| s.0).max().unwrap_or(1);
@@ -303,7 +304,13 @@ pub fn plan_cases(spec: &Spec, opts: &SelftestOptions) -> Vec<CasePlan> {
                 vec![SplitReq::Auto]
             };
             for r in reqs {
-                cases.push(CasePlan { spec: s.clone(), variant: tag.clone(), seqlens: seqlens.clone(), splits: r, shrunk });
+                cases.push(CasePlan {
+                    spec: s.clone(),
+                    variant: tag.clone(),
+                    seqlens: seqlens.clone(),
+                    splits: r,
+                    shrunk,
+                });
             }
         }
     }
@@ -332,7 +339,8 @@ fn case_name(c: &CasePlan) -> String {
 pub fn run(rt: &Runtime, specs: &[Spec], opts: &SelftestOptions) -> SelftestReport {
     let t0 = Instant::now();
     let mut cases = Vec::new();
-    let selected: Vec<&Spec> = specs.iter().filter(|s| opts.filter.as_ref().is_none_or(|f| s.name.contains(f.as_str()))).collect();
+    let selected: Vec<&Spec> =
+        specs.iter().filter(|s| opts.filter.as_ref().is_none_or(|f| s.name.contains(f.as_str()))).collect();
     let mut seed = opts.seed;
     for spec in selected {
         for plan in plan_cases(spec, opts) {
@@ -446,7 +454,9 @@ pub fn build_tensors(rt: &Runtime, spec: &Spec, inputs: &Inputs, seed: u64) -> R
     let seqs = &inputs.seqs;
     let b = seqs.len();
     let max_sq = seqs.iter().map(|s| s.seqlen_q).max().unwrap_or(0);
-    let cat = |f: &dyn Fn(&attnc_ir::reference::Sequence) -> &Vec<f64>| -> Vec<f64> { seqs.iter().flat_map(|s| f(s).iter().copied()).collect() };
+    let cat = |f: &dyn Fn(&attnc_ir::reference::Sequence) -> &Vec<f64>| -> Vec<f64> {
+        seqs.iter().flat_map(|s| f(s).iter().copied()).collect()
+    };
     let (q, o, lse);
     let (mut cu_q, mut cu_k, mut block_table, mut seqused_k) = (None, None, None, None);
     let (k, v);
@@ -488,7 +498,9 @@ pub fn build_tensors(rt: &Runtime, spec: &Spec, inputs: &Inputs, seed: u64) -> R
                         let j = rng.int_in(0, i as i64) as usize;
                         perm.swap(i, j);
                     }
-                    let garbage = |n: usize, rng: &mut Rng| -> Vec<f64> { (0..n).map(|_| round_to_dtype(100.0 * rng.normal(), spec.dtype)).collect() };
+                    let garbage = |n: usize, rng: &mut Rng| -> Vec<f64> {
+                        (0..n).map(|_| round_to_dtype(100.0 * rng.normal(), spec.dtype)).collect()
+                    };
                     let mut kp = garbage(total * ps * kvh * dqk, &mut rng);
                     let mut vp = garbage(total * ps * kvh * dv, &mut rng);
                     let mut bt = vec![-1i32; b * max_pages];
@@ -547,7 +559,20 @@ pub fn build_tensors(rt: &Runtime, spec: &Spec, inputs: &Inputs, seed: u64) -> R
             (p.name.clone(), pv)
         })
         .collect();
-    Ok(CaseTensors { q, k, v, o, lse, cu_q: cu_q.take(), cu_k: cu_k.take(), block_table: block_table.take(), seqused_k: seqused_k.take(), sinks, aux, params })
+    Ok(CaseTensors {
+        q,
+        k,
+        v,
+        o,
+        lse,
+        cu_q: cu_q.take(),
+        cu_k: cu_k.take(),
+        block_table: block_table.take(),
+        seqused_k: seqused_k.take(),
+        sinks,
+        aux,
+        params,
+    })
 }
 
 /// Per-sequence comparison of the device outputs with the reference.
@@ -594,7 +619,13 @@ pub fn compare(
     Ok((worst, lse.map(|_| worst_lse), bad))
 }
 
-fn run_case_inner(rt: &Runtime, plan: &CasePlan, seed: u64, opts: &SelftestOptions, r: &mut CaseResult) -> Result<(), RuntimeError> {
+fn run_case_inner(
+    rt: &Runtime,
+    plan: &CasePlan,
+    seed: u64,
+    opts: &SelftestOptions,
+    r: &mut CaseResult,
+) -> Result<(), RuntimeError> {
     let s = &plan.spec;
     let family: attnc_lower::FamilyChoice = opts.family.parse().map_err(RuntimeError::Other)?;
     let kernel = rt.kernel_with(s, family)?;

@@ -35,7 +35,10 @@ pub fn auto_num_splits(ctas: u64, sm_count: u32, kv_tiles: u32) -> SplitChoice {
     if ctas * 10 >= sms * 8 {
         return SplitChoice {
             num_splits: 1,
-            reason: format!("auto: {ctas} CTAs already fill {:.0}% of {sms} CTA slots", 100.0 * ctas as f64 / sms as f64),
+            reason: format!(
+                "auto: {ctas} CTAs already fill {:.0}% of {sms} CTA slots",
+                100.0 * ctas as f64 / sms as f64
+            ),
         };
     }
     let by_tiles = (kv_tiles / MIN_TILES_PER_SPLIT).max(1);

@@ -225,7 +225,13 @@ impl Tensor {
         if shape.len() != strides.len() {
             return Err(RuntimeError::Other(format!("view: shape {shape:?} and strides {strides:?} differ in rank")));
         }
-        let t = Tensor { buf: self.buf.clone(), dtype: self.dtype, shape: shape.to_vec(), strides: strides.to_vec(), offset };
+        let t = Tensor {
+            buf: self.buf.clone(),
+            dtype: self.dtype,
+            shape: shape.to_vec(),
+            strides: strides.to_vec(),
+            offset,
+        };
         let cap = (self.buf.bytes / self.dtype.bytes()) as u128;
         if offset as u128 + t.desc().span() > cap {
             return Err(RuntimeError::Other(format!(

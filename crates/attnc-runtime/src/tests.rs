@@ -7,7 +7,8 @@ use crate::validate::{marshal, plan, ArgValue, KernelShape, LaunchDescs, LaunchP
 use attnc_ir::{Align, AuxDecl, AuxDim, KvLayout, ParamDecl, Spec, SplitKv, Ty};
 
 const SMS: u32 = 132;
-const KS: KernelShape = KernelShape { block_m: 64, block_n: 64, combine_block_m: Some(4), ctas_per_sm: 1, persistent: false };
+const KS: KernelShape =
+    KernelShape { block_m: 64, block_n: 64, combine_block_m: Some(4), ctas_per_sm: 1, persistent: false };
 
 /// Hands out non-overlapping, 256-byte aligned fake device addresses.
 struct Alloc(u64);
@@ -82,7 +83,8 @@ fn contiguous_plan_and_args() {
     };
     let m = attnc_lower::compile(&s, &opts).expect("compiles");
     let fwd = m.kernels.iter().find(|k| k.role == "forward").expect("fwd");
-    let args = marshal(&fwd.params, &p, &[("o_partial", ArgValue::Ptr(0)), ("lse_partial", ArgValue::Ptr(0))]).expect("marshal");
+    let args = marshal(&fwd.params, &p, &[("o_partial", ArgValue::Ptr(0)), ("lse_partial", ArgValue::Ptr(0))])
+        .expect("marshal");
     assert_eq!(args.len(), fwd.params.len());
     assert_eq!(args[0], ArgValue::Ptr(d.q.addr));
 }
@@ -279,7 +281,14 @@ fn varlen_rules() {
     assert!(matches!(err(&sc, &d), E::Unexpected { arg, .. } if arg == "cu_seqlens_q"));
 }
 
-fn paged_descs<'a>(a: &mut Alloc, bt: &'a [i32], su: &'a [i32], batch: usize, pages: usize, ps: usize) -> LaunchDescs<'a> {
+fn paged_descs<'a>(
+    a: &mut Alloc,
+    bt: &'a [i32],
+    su: &'a [i32],
+    batch: usize,
+    pages: usize,
+    ps: usize,
+) -> LaunchDescs<'a> {
     let bf = ElemType::Bf16;
     let max_pages = bt.len() / batch.max(1);
     LaunchDescs {
@@ -313,9 +322,15 @@ fn paged_rules() {
     assert_eq!(p.arg("k_stride_batch"), Some(ArgValue::I64(16 * 2 * 128)));
 
     let bad = [4, 0, 5, 1, -1, -1];
-    assert_eq!(err(&s, &paged_descs(&mut a, &bad, &su, 2, 5, 16)), E::PageIndex { batch: 0, page: 2, entry: 5, num_pages: 5 });
+    assert_eq!(
+        err(&s, &paged_descs(&mut a, &bad, &su, 2, 5, 16)),
+        E::PageIndex { batch: 0, page: 2, entry: 5, num_pages: 5 }
+    );
     let neg = [4, 0, 2, -1, -1, -1];
-    assert_eq!(err(&s, &paged_descs(&mut a, &neg, &su, 2, 5, 16)), E::PageIndex { batch: 1, page: 0, entry: -1, num_pages: 5 });
+    assert_eq!(
+        err(&s, &paged_descs(&mut a, &neg, &su, 2, 5, 16)),
+        E::PageIndex { batch: 1, page: 0, entry: -1, num_pages: 5 }
+    );
     let long = [40, 49];
     assert!(matches!(err(&s, &paged_descs(&mut a, &bt, &long, 2, 5, 16)), E::SequsedK { batch: 1, value: 49, .. }));
     let negative = [40, -3];
@@ -398,8 +413,15 @@ fn grid_and_i32_limits() {
     let s = spec(KvLayout::Contiguous);
     let mut d = contiguous(&mut a, &s);
     let huge = 1usize << 31;
-    d.k = TensorDesc { shape: vec![2, huge, 2, 128], strides: vec![huge * 256, 256, 128, 1], capacity: u64::MAX, ..d.k };
-    d.v = TensorDesc { shape: vec![2, huge, 2, 128], strides: vec![huge * 256, 256, 128, 1], capacity: u64::MAX, addr: d.k.addr + (1u64 << 50), ..d.v };
+    d.k =
+        TensorDesc { shape: vec![2, huge, 2, 128], strides: vec![huge * 256, 256, 128, 1], capacity: u64::MAX, ..d.k };
+    d.v = TensorDesc {
+        shape: vec![2, huge, 2, 128],
+        strides: vec![huge * 256, 256, 128, 1],
+        capacity: u64::MAX,
+        addr: d.k.addr + (1u64 << 50),
+        ..d.v
+    };
     assert!(matches!(err(&s, &d), E::TooLarge { what, .. } if what == "seqlen_k"));
 }
 
@@ -495,12 +517,31 @@ fn every_example_spec_plans_with_its_abi() {
             continue;
         }
         let Ok(spec) = attnc_dsl::parse_file(&p) else { continue };
-        let m = attnc_lower::compile(&spec, &attnc_lower::CompileOptions::new(attnc_lower::Arch::Sm90a)).expect("compiles");
+        let m =
+            attnc_lower::compile(&spec, &attnc_lower::CompileOptions::new(attnc_lower::Arch::Sm90a)).expect("compiles");
         for k in &m.kernels {
             for param in &k.params {
                 let (name, ty) = param.split_once(':').unwrap_or((param, ""));
-                let known = ["q", "k", "v", "o", "batch", "seqlen_q", "seqlen_k", "num_splits", "lse", "o_partial", "lse_partial", "cu_seqlens_q", "cu_seqlens_k", "block_table", "block_table_stride", "seqused_k", "sinks"]
-                    .contains(&name)
+                let known = [
+                    "q",
+                    "k",
+                    "v",
+                    "o",
+                    "batch",
+                    "seqlen_q",
+                    "seqlen_k",
+                    "num_splits",
+                    "lse",
+                    "o_partial",
+                    "lse_partial",
+                    "cu_seqlens_q",
+                    "cu_seqlens_k",
+                    "block_table",
+                    "block_table_stride",
+                    "seqused_k",
+                    "sinks",
+                ]
+                .contains(&name)
                     || name.contains("_stride_")
                     || name.starts_with("aux_")
                     || name.starts_with("param_")
@@ -535,7 +576,14 @@ fn tensor_maps_marshal_in_abi_position() {
     assert_eq!(p.arg("batch"), Some(ArgValue::I32(2)));
     let boxes: Vec<TmaBox> = ["q", "k", "v"]
         .iter()
-        .map(|t| TmaBox { param: format!("tmap_{t}"), tensor: (*t).into(), box_cols: 64, box_rows: 128, swizzle_bytes: 128, pack_group: 1 })
+        .map(|t| TmaBox {
+            param: format!("tmap_{t}"),
+            tensor: (*t).into(),
+            box_cols: 64,
+            box_rows: 128,
+            swizzle_bytes: 128,
+            pack_group: 1,
+        })
         .collect();
     p.tensor_maps = plan_tensor_maps(&boxes, &d).expect("encodable");
     assert_eq!(p.tensor_maps.iter().map(|e| e.param.as_str()).collect::<Vec<_>>(), ["tmap_q", "tmap_k", "tmap_v"]);
@@ -545,8 +593,17 @@ fn tensor_maps_marshal_in_abi_position() {
     // What `run` does after the driver encoded each map: pass them as extra args.
     let fake = |i: u64| ArgValue::TensorMap(TensorMapArg([i; 16]));
     let extra = [("tmap_q", fake(1)), ("tmap_k", fake(2)), ("tmap_v", fake(3))];
-    let params: Vec<String> =
-        ["tmap_q:tensormap", "tmap_k:tensormap", "tmap_v:tensormap", "o:ptr", "o_stride_row:i64", "batch:i32", "seqlen_k:i32"].map(String::from).to_vec();
+    let params: Vec<String> = [
+        "tmap_q:tensormap",
+        "tmap_k:tensormap",
+        "tmap_v:tensormap",
+        "o:ptr",
+        "o_stride_row:i64",
+        "batch:i32",
+        "seqlen_k:i32",
+    ]
+    .map(String::from)
+    .to_vec();
     let args = marshal(&params, &p, &extra).expect("marshal");
     assert_eq!(args[..3], [fake(1), fake(2), fake(3)]);
     assert_eq!(args[3], ArgValue::Ptr(d.o.addr));
@@ -561,7 +618,14 @@ fn tensor_maps_marshal_in_abi_position() {
 #[test]
 fn tensor_maps_over_varlen_and_their_rejections() {
     use crate::tma::{plan_tensor_maps, TmaBox, TmaRule};
-    let bx = |t: &str, rows: u32| TmaBox { param: format!("tmap_{t}"), tensor: t.into(), box_cols: 64, box_rows: rows, swizzle_bytes: 128, pack_group: 1 };
+    let bx = |t: &str, rows: u32| TmaBox {
+        param: format!("tmap_{t}"),
+        tensor: t.into(),
+        box_cols: 64,
+        box_rows: rows,
+        swizzle_bytes: 128,
+        pack_group: 1,
+    };
     let mut s = spec(KvLayout::Varlen);
     s.lse = true;
     let mut a = Alloc::new();
@@ -574,7 +638,9 @@ fn tensor_maps_over_varlen_and_their_rejections() {
     assert_eq!(m[2].global_address, d.o.addr);
     // Box rows over 256: a typed error naming the tensor and the map.
     match plan_tensor_maps(&[bx("k", 512)], &d) {
-        Err(crate::RuntimeError::Validation(E::TensorMap { arg, param, rule: TmaRule::BoxDim, value: 512, .. })) => {
+        Err(crate::RuntimeError::Validation(E::TensorMap {
+            arg, param, rule: TmaRule::BoxDim, value: 512, ..
+        })) => {
             assert_eq!((arg.as_str(), param.as_str()), ("k", "tmap_k"))
         }
         other => panic!("{other:?}"),
@@ -623,11 +689,14 @@ fn a_persistent_kernel_gets_one_cta_per_slot_at_most() {
     assert_eq!(p.fwd_grid, [tiles as u32, 1, 1]);
 }
 
-
 /// Marshals `fwd`'s arguments for plan `p` with a placeholder for each tensor map the
 /// plan encodes (the driver encodes real ones at launch), plus `extra`; every parameter
 /// must be filled.
-fn marshal_with_placeholder_maps<'a>(fwd: &attnc_lower::KernelInfo, p: &'a LaunchPlan, mut extra: Vec<(&'a str, ArgValue)>) -> Vec<ArgValue> {
+fn marshal_with_placeholder_maps<'a>(
+    fwd: &attnc_lower::KernelInfo,
+    p: &'a LaunchPlan,
+    mut extra: Vec<(&'a str, ArgValue)>,
+) -> Vec<ArgValue> {
     for (i, e) in p.tensor_maps.iter().enumerate() {
         extra.push((e.param.as_str(), ArgValue::TensorMap(crate::tma::TensorMapArg([i as u64 + 1; 16]))));
     }
@@ -669,7 +738,13 @@ fn the_blackwell_forward_marshals_and_plans_a_persistent_grid() {
     assert!(meta.combine().is_none());
     let mut a = Alloc::new();
     let d = contiguous(&mut a, &s);
-    let ks = KernelShape { block_m: fwd.block_m, block_n: fwd.block_n, combine_block_m: None, ctas_per_sm: 1, persistent: true };
+    let ks = KernelShape {
+        block_m: fwd.block_m,
+        block_n: fwd.block_n,
+        combine_block_m: None,
+        ctas_per_sm: 1,
+        persistent: true,
+    };
     let mut p = plan(&s, &ks, 148, 0, &d).expect("valid");
     assert_eq!((p.fwd_grid[1], p.fwd_grid[2]), (1, 1));
     assert!(p.fwd_grid[0] >= 1 && p.fwd_grid[0] <= 148);
@@ -713,7 +788,13 @@ fn the_blackwell_paged_split_forward_marshals_with_page_boxes() {
     let bt = [4, 0, 2, 1, -1, -1];
     let su = [40, 16];
     let d = paged_descs(&mut a, &bt, &su, 2, 5, 16);
-    let ks = KernelShape { block_m: fwd.block_m, block_n: fwd.block_n, combine_block_m: Some(combine_bm), ctas_per_sm: 1, persistent: true };
+    let ks = KernelShape {
+        block_m: fwd.block_m,
+        block_n: fwd.block_n,
+        combine_block_m: Some(combine_bm),
+        ctas_per_sm: 1,
+        persistent: true,
+    };
     let mut p = plan(&s, &ks, 148, 0, &d).expect("valid");
     assert_eq!(p.num_splits, 2);
     assert!(p.combine_grid.is_some());
@@ -725,7 +806,11 @@ fn the_blackwell_paged_split_forward_marshals_with_page_boxes() {
         assert_eq!(strides, [2 * 128 * 2, 128 * 2, 16 * 2 * 128 * 2], "{t}: row, head, page strides (bytes)");
         assert_eq!(boxes, [64, 16, 1, 1]);
     }
-    marshal_with_placeholder_maps(fwd, &p, vec![("o_partial", ArgValue::Ptr(0x1000)), ("lse_partial", ArgValue::Ptr(0x2000))]);
+    marshal_with_placeholder_maps(
+        fwd,
+        &p,
+        vec![("o_partial", ArgValue::Ptr(0x1000)), ("lse_partial", ArgValue::Ptr(0x2000))],
+    );
 }
 
 #[test]
@@ -741,7 +826,13 @@ fn the_blackwell_row_gather_marshals_pointers_and_one_map() {
     let bt = [4, 0, 2, 1, -1, -1];
     let su = [7, 3];
     let d = paged_descs(&mut a, &bt, &su, 2, 5, 3);
-    let ks = KernelShape { block_m: fwd.block_m, block_n: fwd.block_n, combine_block_m: None, ctas_per_sm: 1, persistent: true };
+    let ks = KernelShape {
+        block_m: fwd.block_m,
+        block_n: fwd.block_n,
+        combine_block_m: None,
+        ctas_per_sm: 1,
+        persistent: true,
+    };
     let mut p = plan(&s, &ks, 148, 0, &d).expect("valid");
     p.tensor_maps = plan_tensor_maps(&fwd.tensor_maps, &d).expect("encodable");
     assert_eq!(p.tensor_maps.len(), 2);

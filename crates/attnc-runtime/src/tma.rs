@@ -213,11 +213,23 @@ pub fn encode_args(b: &TmaBox, desc: &TensorDesc) -> Result<TmaEncode, Validatio
     let data_type = match desc.dtype {
         ElemType::Bf16 => TmaDataType::Bfloat16,
         ElemType::F16 => TmaDataType::Float16,
-        other => return Err(broken(b, TmaRule::DataType, format!("the element size of {other}, bytes"), other.bytes() as u64)),
+        other => {
+            return Err(broken(
+                b,
+                TmaRule::DataType,
+                format!("the element size of {other}, bytes"),
+                other.bytes() as u64,
+            ))
+        }
     };
     let eb = desc.dtype.bytes() as u64;
     if desc.shape.len() != desc.strides.len() {
-        return Err(broken(b, TmaRule::Rank, "the stride count (differs from the shape's rank)", desc.strides.len() as u64));
+        return Err(broken(
+            b,
+            TmaRule::Rank,
+            "the stride count (differs from the shape's rank)",
+            desc.strides.len() as u64,
+        ));
     }
     // [batch, seqlen, heads, d] with strides in elements; rank 3 is batch 1.
     let (shape, strides): ([u64; 4], [u64; 4]) = match (desc.shape.as_slice(), desc.strides.as_slice()) {
@@ -242,17 +254,29 @@ pub fn encode_args(b: &TmaBox, desc: &TensorDesc) -> Result<TmaEncode, Validatio
     let filler = span_bytes.div_ceil(16).saturating_mul(16).max(16);
     let stride_names = ["row", "head", "batch"];
     let mut global_strides = [0u64; 3];
-    for (j, (n, s)) in [(shape[1], strides[1]), (shape[2], strides[2]), (shape[0], strides[0])].into_iter().enumerate() {
+    for (j, (n, s)) in [(shape[1], strides[1]), (shape[2], strides[2]), (shape[0], strides[0])].into_iter().enumerate()
+    {
         let bytes = if n <= 1 { filler } else { s.saturating_mul(eb) };
         if bytes % 16 != 0 {
-            return Err(broken(b, TmaRule::StrideMultiple, format!("globalStrides[{j}] ({} stride, bytes)", stride_names[j]), bytes));
+            return Err(broken(
+                b,
+                TmaRule::StrideMultiple,
+                format!("globalStrides[{j}] ({} stride, bytes)", stride_names[j]),
+                bytes,
+            ));
         }
         if bytes >= MAX_GLOBAL_STRIDE {
-            return Err(broken(b, TmaRule::StrideRange, format!("globalStrides[{j}] ({} stride, bytes)", stride_names[j]), bytes));
+            return Err(broken(
+                b,
+                TmaRule::StrideRange,
+                format!("globalStrides[{j}] ({} stride, bytes)", stride_names[j]),
+                bytes,
+            ));
         }
         global_strides[j] = bytes;
     }
-    let swizzle = TmaSwizzle::from_bytes(b.swizzle_bytes).ok_or_else(|| broken(b, TmaRule::Swizzle, "swizzle_bytes", u64::from(b.swizzle_bytes)))?;
+    let swizzle = TmaSwizzle::from_bytes(b.swizzle_bytes)
+        .ok_or_else(|| broken(b, TmaRule::Swizzle, "swizzle_bytes", u64::from(b.swizzle_bytes)))?;
     for (what, n) in [("box_cols (boxDim[0])", b.box_cols), ("box_rows (boxDim[1])", b.box_rows)] {
         if n == 0 || n > MAX_BOX_DIM {
             return Err(broken(b, TmaRule::BoxDim, what, u64::from(n)));
@@ -263,7 +287,12 @@ pub fn encode_args(b: &TmaBox, desc: &TensorDesc) -> Result<TmaEncode, Validatio
         return Err(broken(b, TmaRule::BoxColsBytes, "box_cols x element bytes", inner));
     }
     if swizzle != TmaSwizzle::None && inner > u64::from(swizzle.bytes()) {
-        return Err(broken(b, TmaRule::SwizzleSpan, format!("box_cols x element bytes (swizzle {} B)", swizzle.bytes()), inner));
+        return Err(broken(
+            b,
+            TmaRule::SwizzleSpan,
+            format!("box_cols x element bytes (swizzle {} B)", swizzle.bytes()),
+            inner,
+        ));
     }
     let g = b.pack_group.max(1);
     if g == 1 {
@@ -288,7 +317,12 @@ pub fn encode_args(b: &TmaBox, desc: &TensorDesc) -> Result<TmaEncode, Validatio
         return Err(broken(b, TmaRule::DimRange, format!("heads (not a multiple of the pack group {g})"), heads));
     }
     if b.box_rows % g != 0 {
-        return Err(broken(b, TmaRule::BoxDim, format!("box_rows (not a multiple of the pack group {g})"), u64::from(b.box_rows)));
+        return Err(broken(
+            b,
+            TmaRule::BoxDim,
+            format!("box_rows (not a multiple of the pack group {g})"),
+            u64::from(b.box_rows),
+        ));
     }
     let [row_stride, head_stride, batch_stride] = global_strides;
     let group_stride = head_stride.saturating_mul(u64::from(g));
@@ -321,7 +355,10 @@ pub fn plan_tensor_maps(boxes: &[TmaBox], d: &LaunchDescs) -> Result<Vec<TmaEnco
                 "v" => &d.v,
                 "o" => &d.o,
                 other => {
-                    return Err(RuntimeError::Abi(format!("tensor map `{}` describes `{other}`, which is not q, k, v or o", b.param)))
+                    return Err(RuntimeError::Abi(format!(
+                        "tensor map `{}` describes `{other}`, which is not q, k, v or o",
+                        b.param
+                    )))
                 }
             };
             Ok(encode_args(b, desc)?)
@@ -366,7 +403,9 @@ pub fn encode(gpu: &Gpu, a: &TmaEncode) -> Result<TensorMapArg, RuntimeError> {
             )
         };
         crate::cuda::check("cuTensorMapEncodeTiled", r).map_err(|e| match e {
-            RuntimeError::Cuda { code, message, .. } => RuntimeError::TensorMapEncode { code, message, args: Box::new(a.clone()) },
+            RuntimeError::Cuda { code, message, .. } => {
+                RuntimeError::TensorMapEncode { code, message, args: Box::new(a.clone()) }
+            }
             other => other,
         })?;
         Ok(TensorMapArg(map.opaque))
@@ -378,7 +417,14 @@ mod tests {
     use super::*;
 
     fn bx(tensor: &str, cols: u32, rows: u32, swizzle: u32) -> TmaBox {
-        TmaBox { param: format!("tmap_{tensor}"), tensor: tensor.into(), box_cols: cols, box_rows: rows, swizzle_bytes: swizzle, pack_group: 1 }
+        TmaBox {
+            param: format!("tmap_{tensor}"),
+            tensor: tensor.into(),
+            box_cols: cols,
+            box_rows: rows,
+            swizzle_bytes: swizzle,
+            pack_group: 1,
+        }
     }
 
     fn rule(r: Result<TmaEncode, ValidationError>) -> TmaRule {
@@ -498,11 +544,26 @@ mod tests {
     fn a_driver_refusal_names_the_tensor_and_every_argument() {
         let d = TensorDesc::contiguous(ElemType::Bf16, &[2, 1000, 8, 128], BASE, 0);
         let args = encode_args(&bx("v", 64, 128, 128), &d).expect("encodes");
-        let e = RuntimeError::TensorMapEncode { code: "CUDA_ERROR_INVALID_VALUE".into(), message: "invalid argument".into(), args: Box::new(args) };
+        let e = RuntimeError::TensorMapEncode {
+            code: "CUDA_ERROR_INVALID_VALUE".into(),
+            message: "invalid argument".into(),
+            args: Box::new(args),
+        };
         let t = e.to_string();
-        for part in ["for v (tensor map `tmap_v`)", "CUDA_ERROR_INVALID_VALUE", "tensorDataType=BFLOAT16", "globalAddress=0x7f0000000000", "globalDim=[128, 1000, 8, 2]",
-            "globalStrides=[2048, 256, 2048000]", "boxDim=[64, 128, 1, 1]", "elementStrides=[1, 1, 1, 1]", "interleave=NONE", "swizzle=128B", "l2Promotion=L2_256B", "oobFill=NONE"]
-        {
+        for part in [
+            "for v (tensor map `tmap_v`)",
+            "CUDA_ERROR_INVALID_VALUE",
+            "tensorDataType=BFLOAT16",
+            "globalAddress=0x7f0000000000",
+            "globalDim=[128, 1000, 8, 2]",
+            "globalStrides=[2048, 256, 2048000]",
+            "boxDim=[64, 128, 1, 1]",
+            "elementStrides=[1, 1, 1, 1]",
+            "interleave=NONE",
+            "swizzle=128B",
+            "l2Promotion=L2_256B",
+            "oobFill=NONE",
+        ] {
             assert!(t.contains(part), "{part} missing from: {t}");
         }
     }

@@ -147,7 +147,12 @@ fn check_view(arg: &str, d: &TensorDesc, rank: usize, layout: &str, device: usiz
         return Err(ValidationError::BadView { arg: arg.into(), shape: d.shape.clone(), strides: d.strides.clone() });
     }
     if d.shape.len() != rank {
-        return Err(ValidationError::Rank { arg: arg.into(), expected: rank, found: d.shape.len(), layout: layout.into() });
+        return Err(ValidationError::Rank {
+            arg: arg.into(),
+            expected: rank,
+            found: d.shape.len(),
+            layout: layout.into(),
+        });
     }
     if d.device != device {
         return Err(ValidationError::WrongDevice { arg: arg.into(), expected: device, found: d.device });
@@ -191,13 +196,23 @@ fn check_align(arg: &str, d: &TensorDesc, align: u64) -> V<()> {
         return Ok(());
     }
     if d.addr % align != 0 {
-        return Err(ValidationError::Alignment { arg: arg.into(), what: "the base address".into(), value: d.addr, align });
+        return Err(ValidationError::Alignment {
+            arg: arg.into(),
+            what: "the base address".into(),
+            value: d.addr,
+            align,
+        });
     }
     let eb = d.dtype.bytes() as u64;
     for (i, (&n, &s)) in d.shape.iter().zip(&d.strides).enumerate().take(d.shape.len().saturating_sub(1)) {
         let bytes = s as u64 * eb;
         if n > 1 && bytes % align != 0 {
-            return Err(ValidationError::Alignment { arg: arg.into(), what: format!("the stride of dim {i} in bytes"), value: bytes, align });
+            return Err(ValidationError::Alignment {
+                arg: arg.into(),
+                what: format!("the stride of dim {i} in bytes"),
+                value: bytes,
+                align,
+            });
         }
     }
     Ok(())
@@ -217,7 +232,11 @@ fn check_index(arg: &str, h: &HostIndex, rank: usize, layout: &str, device: usiz
     if !h.desc.is_contiguous() || h.desc.numel() != h.values.len() as u128 {
         return Err(ValidationError::CuSeqlens {
             arg: arg.into(),
-            detail: format!("host copy has {} values for shape {:?} (index tensors are contiguous)", h.values.len(), h.desc.shape),
+            detail: format!(
+                "host copy has {} values for shape {:?} (index tensors are contiguous)",
+                h.values.len(),
+                h.desc.shape
+            ),
         });
     }
     Ok(())
@@ -238,7 +257,10 @@ fn present<'x, T>(arg: &str, x: &'x Option<T>, why: &str) -> V<&'x T> {
 fn check_cu(arg: &str, cu: &HostIndex, batch: usize, rows: usize) -> V<usize> {
     let v = cu.values;
     if v.len() != batch + 1 {
-        return Err(ValidationError::CuSeqlens { arg: arg.into(), detail: format!("has {} entries, expected batch + 1 = {}", v.len(), batch + 1) });
+        return Err(ValidationError::CuSeqlens {
+            arg: arg.into(),
+            detail: format!("has {} entries, expected batch + 1 = {}", v.len(), batch + 1),
+        });
     }
     if v[0] < 0 {
         return Err(ValidationError::CuSeqlens { arg: arg.into(), detail: format!("starts at {}", v[0]) });
@@ -246,7 +268,10 @@ fn check_cu(arg: &str, cu: &HostIndex, batch: usize, rows: usize) -> V<usize> {
     let mut longest = 0usize;
     for i in 0..batch {
         if v[i + 1] < v[i] {
-            return Err(ValidationError::CuSeqlens { arg: arg.into(), detail: format!("decreases at {}: {} then {}", i + 1, v[i], v[i + 1]) });
+            return Err(ValidationError::CuSeqlens {
+                arg: arg.into(),
+                detail: format!("decreases at {}: {} then {}", i + 1, v[i], v[i + 1]),
+            });
         }
         longest = longest.max((v[i + 1] - v[i]) as usize);
     }
@@ -277,7 +302,9 @@ pub fn plan(spec: &Spec, ks: &KernelShape, sm_count: u32, device: usize, d: &Lau
     let (rank_q, rank_kv, lname) = match spec.kv_layout {
         KvLayout::Contiguous => (4, 4, "contiguous: [batch, seqlen, heads, head_dim]"),
         KvLayout::Varlen => (3, 3, "varlen: [total_tokens, heads, head_dim]"),
-        KvLayout::Paged { .. } => (4, 4, "paged: q/o [batch, seqlen_q, heads, head_dim], k/v [num_pages, page_size, kv_heads, head_dim]"),
+        KvLayout::Paged { .. } => {
+            (4, 4, "paged: q/o [batch, seqlen_q, heads, head_dim], k/v [num_pages, page_size, kv_heads, head_dim]")
+        }
     };
     check_qkvo("q", &d.q, dt, rank_q, lname, device)?;
     check_qkvo("k", &d.k, dt, rank_kv, lname, device)?;
@@ -286,7 +313,13 @@ pub fn plan(spec: &Spec, ks: &KernelShape, sm_count: u32, device: usize, d: &Lau
     let hq_found = d.q.shape[rank_q - 2];
     let hk_found = d.k.shape[rank_kv - 2];
     if hq_found != qh || hk_found != kvh {
-        return Err(ValidationError::GqaRatio { q_heads: hq_found, kv_heads: hk_found, spec_q: spec.q_heads, spec_kv: spec.kv_heads, group: group as u32 });
+        return Err(ValidationError::GqaRatio {
+            q_heads: hq_found,
+            kv_heads: hk_found,
+            spec_q: spec.q_heads,
+            spec_kv: spec.kv_heads,
+            group: group as u32,
+        });
     }
     check_tail("q", &d.q, &[(qh, "q_heads"), (dqk, "head_dim_qk")])?;
     check_tail("k", &d.k, &[(kvh, "kv_heads"), (dqk, "head_dim_qk")])?;
@@ -295,7 +328,11 @@ pub fn plan(spec: &Spec, ks: &KernelShape, sm_count: u32, device: usize, d: &Lau
     match spec.kv_layout {
         KvLayout::Contiguous => {
             for a in ["cu_seqlens_q", "cu_seqlens_k"] {
-                absent(a, if a.ends_with('q') { &d.cu_seqlens_q } else { &d.cu_seqlens_k }, "the spec's KV layout is contiguous")?;
+                absent(
+                    a,
+                    if a.ends_with('q') { &d.cu_seqlens_q } else { &d.cu_seqlens_k },
+                    "the spec's KV layout is contiguous",
+                )?;
             }
             absent("block_table", &d.block_table, "the spec's KV layout is contiguous")?;
             absent("seqused_k", &d.seqused_k, "the spec's KV layout is contiguous")?;
@@ -315,7 +352,10 @@ pub fn plan(spec: &Spec, ks: &KernelShape, sm_count: u32, device: usize, d: &Lau
             check_index("cu_seqlens_k", ck, 1, "[batch + 1]", device)?;
             let b = cq.values.len().saturating_sub(1);
             if cq.values.is_empty() {
-                return Err(ValidationError::CuSeqlens { arg: "cu_seqlens_q".into(), detail: "is empty (needs batch + 1 entries)".into() });
+                return Err(ValidationError::CuSeqlens {
+                    arg: "cu_seqlens_q".into(),
+                    detail: "is empty (needs batch + 1 entries)".into(),
+                });
             }
             let (tq, tk) = (d.q.shape[0], d.k.shape[0]);
             too_large("total_q", tq as u64, I32_LIMIT)?;
@@ -332,7 +372,11 @@ pub fn plan(spec: &Spec, ks: &KernelShape, sm_count: u32, device: usize, d: &Lau
             let ps = page_size as usize;
             let (b, sq, num_pages) = (d.q.shape[0], d.q.shape[1], d.k.shape[0]);
             check_dims("k", &d.k, &[(num_pages, "num_pages"), (ps, "page_size (from the spec)")])?;
-            check_dims("v", &d.v, &[(num_pages, "num_pages"), (ps, "page_size (from the spec)"), (kvh, "kv_heads"), (dv, "head_dim_v")])?;
+            check_dims(
+                "v",
+                &d.v,
+                &[(num_pages, "num_pages"), (ps, "page_size (from the spec)"), (kvh, "kv_heads"), (dv, "head_dim_v")],
+            )?;
             check_dims("o", &d.o, &[(b, "batch"), (sq, "seqlen_q"), (qh, "q_heads"), (dv, "head_dim_v")])?;
             too_large("num_pages", num_pages as u64, I32_LIMIT)?;
             let bt = present("block_table", &d.block_table, "paged KV needs block_table [batch, max_pages]")?;
@@ -409,7 +453,10 @@ pub fn plan(spec: &Spec, ks: &KernelShape, sm_count: u32, device: usize, d: &Lau
     // ---- aux tensors
     for (name, _) in &d.aux {
         if spec.aux_decl(name).is_none() {
-            return Err(ValidationError::Aux { name: name.clone(), detail: "the spec declares no such aux tensor".into() });
+            return Err(ValidationError::Aux {
+                name: name.clone(),
+                detail: "the spec declares no such aux tensor".into(),
+            });
         }
         if d.aux.iter().filter(|a| &a.0 == name).count() > 1 {
             return Err(ValidationError::Aux { name: name.clone(), detail: "given more than once".into() });
@@ -443,15 +490,24 @@ pub fn plan(spec: &Spec, ks: &KernelShape, sm_count: u32, device: usize, d: &Lau
             dims.push(n);
         }
         if !t.is_contiguous() {
-            return Err(ValidationError::Aux { name: decl.name.clone(), detail: "must be row-major contiguous".into() });
+            return Err(ValidationError::Aux {
+                name: decl.name.clone(),
+                detail: "must be row-major contiguous".into(),
+            });
         }
         let empty_launch = batch == 0 || max_sq == 0;
         if !empty_launch && dims.contains(&0) {
-            return Err(ValidationError::Aux { name: decl.name.clone(), detail: format!("a dim is 0 ({dims:?}): nothing to index") });
+            return Err(ValidationError::Aux {
+                name: decl.name.clone(),
+                detail: format!("a dim is 0 ({dims:?}): nothing to index"),
+            });
         }
         let total = dims.iter().fold(1u64, |a, &n| a.saturating_mul(n));
         if total > I32_LIMIT {
-            return Err(ValidationError::Aux { name: decl.name.clone(), detail: format!("{total} elements, more than 2^31 - 1") });
+            return Err(ValidationError::Aux {
+                name: decl.name.clone(),
+                detail: format!("{total} elements, more than 2^31 - 1"),
+            });
         }
         aux_args.push((format!("aux_{}", decl.name), ArgValue::Ptr(t.addr)));
         for (j, n) in dims.iter().enumerate() {
@@ -462,7 +518,10 @@ pub fn plan(spec: &Spec, ks: &KernelShape, sm_count: u32, device: usize, d: &Lau
     // ---- params
     for (name, _) in &d.params {
         if spec.param(name).is_none() {
-            return Err(ValidationError::Param { name: name.clone(), detail: "the spec declares no such param".into() });
+            return Err(ValidationError::Param {
+                name: name.clone(),
+                detail: "the spec declares no such param".into(),
+            });
         }
         if d.params.iter().filter(|p| &p.0 == name).count() > 1 {
             return Err(ValidationError::Param { name: name.clone(), detail: "given more than once".into() });
@@ -480,7 +539,10 @@ pub fn plan(spec: &Spec, ks: &KernelShape, sm_count: u32, device: usize, d: &Lau
             }
             (_, ParamValue::Int(i)) => ArgValue::I32(*i),
             (_, ParamValue::Float(_)) => {
-                return Err(ValidationError::Param { name: p.name.clone(), detail: format!("is {}, given a float", p.ty) })
+                return Err(ValidationError::Param {
+                    name: p.name.clone(),
+                    detail: format!("is {}, given a float", p.ty),
+                })
             }
         };
         param_args.push((format!("param_{}", p.name), a));
@@ -495,13 +557,19 @@ pub fn plan(spec: &Spec, ks: &KernelShape, sm_count: u32, device: usize, d: &Lau
     too_large("heads (grid y)", grid_y, GRID_YZ_LIMIT)?;
     let kv_tiles = (max_sk as u64).div_ceil(u64::from(ks.block_n.max(1))).min(u64::from(u32::MAX)) as u32;
     let choice = match (spec.split_kv, d.num_splits) {
-        (SplitKv::None, None | Some(1)) => SplitChoice { num_splits: 1, reason: "none (the spec does not split KV)".into() },
+        (SplitKv::None, None | Some(1)) => {
+            SplitChoice { num_splits: 1, reason: "none (the spec does not split KV)".into() }
+        }
         (SplitKv::None, Some(n)) => {
-            return Err(ValidationError::Splits { detail: format!("{n} requested, but the spec has no split-KV (add `split n` or `split auto`)") })
+            return Err(ValidationError::Splits {
+                detail: format!("{n} requested, but the spec has no split-KV (add `split n` or `split auto`)"),
+            })
         }
         (_, Some(n)) => SplitChoice { num_splits: n, reason: format!("{n} (requested at launch)") },
         (SplitKv::Fixed(n), None) => SplitChoice { num_splits: n, reason: format!("{n} (fixed by the spec)") },
-        (SplitKv::Auto, None) => auto_num_splits(grid_x * grid_y * batch as u64, sm_count.saturating_mul(ks.ctas_per_sm.max(1)), kv_tiles),
+        (SplitKv::Auto, None) => {
+            auto_num_splits(grid_x * grid_y * batch as u64, sm_count.saturating_mul(ks.ctas_per_sm.max(1)), kv_tiles)
+        }
     };
     let ns = choice.num_splits;
     if ns == 0 || ns > MAX_SPLITS {
@@ -531,7 +599,12 @@ pub fn plan(spec: &Spec, ks: &KernelShape, sm_count: u32, device: usize, d: &Lau
     if let Some(s) = &d.sinks {
         inputs.push(("sinks", s));
     }
-    for (n, h) in [("cu_seqlens_q", &d.cu_seqlens_q), ("cu_seqlens_k", &d.cu_seqlens_k), ("block_table", &d.block_table), ("seqused_k", &d.seqused_k)] {
+    for (n, h) in [
+        ("cu_seqlens_q", &d.cu_seqlens_q),
+        ("cu_seqlens_k", &d.cu_seqlens_k),
+        ("block_table", &d.block_table),
+        ("seqused_k", &d.seqused_k),
+    ] {
         if let Some(h) = h {
             inputs.push((n, &h.desc));
         }

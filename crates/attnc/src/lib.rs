@@ -24,8 +24,8 @@ pub use attnc_lower as lower;
 pub use attnc_runtime as runtime;
 
 pub use attnc_ir::{
-    mask_facts, validate, Align, DType, Expr, KvLayout, Mask, MaskFacts, Scale, SoftmaxOptions,
-    Spec, SpecError, SplitKv, TileClass, Window,
+    mask_facts, validate, Align, DType, Expr, KvLayout, Mask, MaskFacts, Scale, SoftmaxOptions, Spec, SpecError,
+    SplitKv, TileClass, Window,
 };
 pub use attnc_lower::ptxas::{self, PtxasError, PtxasReport};
 pub use attnc_lower::{
@@ -69,10 +69,7 @@ impl From<Diagnostics> for Error {
 }
 
 /// `.attn` file → PTX module in one call.
-pub fn compile_file(
-    path: impl AsRef<Path>,
-    opts: &CompileOptions,
-) -> Result<CompiledModule, Error> {
+pub fn compile_file(path: impl AsRef<Path>, opts: &CompileOptions) -> Result<CompiledModule, Error> {
     let spec = load_spec(path)?;
     Ok(compile(&spec, opts)?)
 }

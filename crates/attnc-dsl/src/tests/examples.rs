@@ -14,11 +14,7 @@ pub(crate) fn examples() -> &'static [(String, String)] {
     static FILES: OnceLock<Vec<(String, String)>> = OnceLock::new();
     FILES.get_or_init(|| {
         let mut files: Vec<(String, String)> = std::fs::read_dir(examples_dir())
-            .map(|rd| {
-                rd.filter_map(Result::ok)
-                    .map(|e| e.path())
-                    .collect::<Vec<_>>()
-            })
+            .map(|rd| rd.filter_map(Result::ok).map(|e| e.path()).collect::<Vec<_>>())
             .unwrap_or_default()
             .into_iter()
             .filter(|p| p.extension().is_some_and(|e| e == "attn"))
@@ -43,49 +39,27 @@ fn example(name: &str) -> Spec {
 #[test]
 fn every_example_parses_round_trips_and_has_a_header() {
     let files = examples();
-    assert!(
-        files.len() >= 12,
-        "only {} examples in {}",
-        files.len(),
-        examples_dir().display()
-    );
+    assert!(files.len() >= 12, "only {} examples in {}", files.len(), examples_dir().display());
     for (name, text) in files {
         let spec = example(name);
-        assert_eq!(
-            format!("{}.attn", spec.name),
-            *name,
-            "the variant is named after its file"
-        );
+        assert_eq!(format!("{}.attn", spec.name), *name, "the variant is named after its file");
         let header: Vec<&str> = text.lines().take_while(|l| l.starts_with("//")).collect();
         assert!(
             header.len() >= 2 && header[0].starts_with(&format!("// {name} — ")),
             "{name}: needs a comment header `// {name} — what it is`"
         );
-        assert!(
-            header.iter().any(|l| l.contains("Used in")),
-            "{name}: the header should say where it is used"
-        );
+        assert!(header.iter().any(|l| l.contains("Used in")), "{name}: the header should say where it is used");
         let printed = print(&spec);
-        assert_eq!(
-            parse(&printed).ok().as_ref(),
-            Some(&spec),
-            "{name} does not round-trip:\n{printed}"
-        );
+        assert_eq!(parse(&printed).ok().as_ref(), Some(&spec), "{name} does not round-trip:\n{printed}");
     }
 }
 
 #[test]
 fn examples_mean_what_their_headers_say() {
     let s = example("gemma2.attn");
-    assert_eq!(
-        (s.head_dim_qk, s.q_heads, s.kv_heads, s.pack_gqa),
-        (256, 16, 8, true)
-    );
+    assert_eq!((s.head_dim_qk, s.q_heads, s.kv_heads, s.pack_gqa), (256, 16, 8, true));
     assert_eq!(s.mask.causal, Some(Align::TopLeft));
-    assert_eq!(
-        s.mask.window.map(|w| (w.left, w.right)),
-        Some((Some(4095), Some(0)))
-    );
+    assert_eq!(s.mask.window.map(|w| (w.left, w.right)), Some((Some(4095), Some(0))));
     assert!(matches!(&s.score_mod, Some(e) if matches!(&e.kind, ExprKind::Call(Func::Softcap, _))));
 
     let s = example("sinks.attn");
@@ -94,28 +68,13 @@ fn examples_mean_what_their_headers_say() {
     assert_eq!(s.mask.window.and_then(|w| w.left), Some(127));
 
     let s = example("gqa_decode_paged.attn");
-    assert_eq!(
-        (s.q_heads, s.kv_heads, s.pack_gqa, s.lse),
-        (32, 8, true, true)
-    );
-    assert_eq!(
-        (s.kv_layout, s.split_kv),
-        (KvLayout::Paged { page_size: 16 }, SplitKv::Auto)
-    );
+    assert_eq!((s.q_heads, s.kv_heads, s.pack_gqa, s.lse), (32, 8, true, true));
+    assert_eq!((s.kv_layout, s.split_kv), (KvLayout::Paged { page_size: 16 }, SplitKv::Auto));
 
     let s = example("deepseek.attn");
     assert_eq!((s.head_dim_qk, s.head_dim_v), (192, 128));
-    assert_eq!(
-        example("causal_bottom_right.attn").mask.causal,
-        Some(Align::BottomRight)
-    );
-    assert_eq!(
-        example("sliding_window.attn")
-            .mask
-            .window
-            .and_then(|w| w.left),
-        Some(4096)
-    );
+    assert_eq!(example("causal_bottom_right.attn").mask.causal, Some(Align::BottomRight));
+    assert_eq!(example("sliding_window.attn").mask.window.and_then(|w| w.left), Some(4096));
     assert_eq!(example("prefix_lm.attn").params.len(), 1);
     assert_eq!(example("document_mask.attn").aux.len(), 1);
     assert!(example("chunked_local.attn").mask.predicate.is_some());

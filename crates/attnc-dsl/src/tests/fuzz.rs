@@ -20,11 +20,7 @@ fn check(bytes: &[u8]) -> Result<(), TestCaseError> {
             prop_assert!(!ds.is_empty() && ds.len() <= crate::MAX_DIAGNOSTICS);
             let lines = bytes.iter().filter(|b| **b == b'\n').count() + 1;
             for d in &ds {
-                prop_assert!(
-                    d.line >= 1 && d.line <= lines && d.col >= 1 && d.caret_len >= 1,
-                    "{:?}",
-                    d
-                );
+                prop_assert!(d.line >= 1 && d.line <= lines && d.col >= 1 && d.caret_len >= 1, "{:?}", d);
                 prop_assert!(!d.message.is_empty());
                 prop_assert!(!d.source_line.contains('\n'));
                 let shown = d.to_string();
@@ -142,18 +138,14 @@ const VOCAB: &[&str] = &[
 ];
 
 fn token_soup() -> impl Strategy<Value = String> {
-    (
-        any::<bool>(),
-        prop::collection::vec(prop::sample::select(VOCAB), 0..80),
-    )
-        .prop_map(|(wrap, toks)| {
-            let body = toks.join(" ");
-            if wrap {
-                format!("attention x {{\n head_dim 128\n heads 8\n{body}\n}}")
-            } else {
-                body
-            }
-        })
+    (any::<bool>(), prop::collection::vec(prop::sample::select(VOCAB), 0..80)).prop_map(|(wrap, toks)| {
+        let body = toks.join(" ");
+        if wrap {
+            format!("attention x {{\n head_dim 128\n heads 8\n{body}\n}}")
+        } else {
+            body
+        }
+    })
 }
 
 #[derive(Clone, Debug)]
@@ -173,8 +165,7 @@ fn mutation() -> impl Strategy<Value = Mutation> {
         (pos, 1usize..40).prop_map(|(p, n)| Mutation::Delete(p, n)),
         (pos, prop::collection::vec(any::<u8>(), 1..8)).prop_map(|(p, b)| Mutation::Insert(p, b)),
         (pos, prop::sample::select(VOCAB)).prop_map(|(p, t)| Mutation::Token(p, t)),
-        (pos, any::<usize>(), any::<usize>(), 1usize..200)
-            .prop_map(|(p, f, s, n)| Mutation::Splice(p, f, s, n)),
+        (pos, any::<usize>(), any::<usize>(), 1usize..200).prop_map(|(p, f, s, n)| Mutation::Splice(p, f, s, n)),
         (pos, any::<usize>(), 1usize..80).prop_map(|(p, s, n)| Mutation::Duplicate(p, s, n)),
     ]
 }

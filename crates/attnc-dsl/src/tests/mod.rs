@@ -43,8 +43,5 @@ pub(crate) fn err_at(src: &str, line: usize, col: usize, msg: &str) -> Diagnosti
 
 /// Cases for the property tests: `ATTNC_FUZZ_CASES` or 2000.
 pub(crate) fn cases() -> u32 {
-    std::env::var("ATTNC_FUZZ_CASES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(2000)
+    std::env::var("ATTNC_FUZZ_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(2000)
 }

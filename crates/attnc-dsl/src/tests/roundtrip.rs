@@ -9,46 +9,17 @@ use crate::{parse, print};
 use attnc_ir::check::is_reserved;
 use attnc_ir::spec::SUPPORTED_HEAD_DIMS;
 use attnc_ir::{
-    Align, AuxDecl, AuxDim, BinOp, DType, Expr, ExprContext, Func, KvLayout, Mask, ParamDecl,
-    Scale, SoftmaxOptions, Spec, SplitKv, Ty, UnOp, Var, Window,
+    Align, AuxDecl, AuxDim, BinOp, DType, Expr, ExprContext, Func, KvLayout, Mask, ParamDecl, Scale, SoftmaxOptions,
+    Spec, SplitKv, Ty, UnOp, Var, Window,
 };
 use proptest::prelude::*;
 
-const INT_VARS: [Var; 9] = [
-    Var::B,
-    Var::H,
-    Var::Hkv,
-    Var::Q,
-    Var::K,
-    Var::SeqlenQ,
-    Var::SeqlenK,
-    Var::QHeads,
-    Var::KvHeads,
-];
-const FLOAT_FUNCS: [Func; 8] = [
-    Func::Abs,
-    Func::Exp,
-    Func::Exp2,
-    Func::Log,
-    Func::Log2,
-    Func::Sqrt,
-    Func::Tanh,
-    Func::Sigmoid,
-];
-const SPECIAL_FLOATS: [f64; 12] = [
-    0.0,
-    -0.0,
-    1.0,
-    -2.5,
-    0.1,
-    1e-7,
-    1e16,
-    5e-324,
-    f32::MAX as f64,
-    f32::MIN as f64,
-    f64::MIN_POSITIVE,
-    50.0,
-];
+const INT_VARS: [Var; 9] =
+    [Var::B, Var::H, Var::Hkv, Var::Q, Var::K, Var::SeqlenQ, Var::SeqlenK, Var::QHeads, Var::KvHeads];
+const FLOAT_FUNCS: [Func; 8] =
+    [Func::Abs, Func::Exp, Func::Exp2, Func::Log, Func::Log2, Func::Sqrt, Func::Tanh, Func::Sigmoid];
+const SPECIAL_FLOATS: [f64; 12] =
+    [0.0, -0.0, 1.0, -2.5, 0.1, 1e-7, 1e16, 5e-324, f32::MAX as f64, f32::MIN as f64, f64::MIN_POSITIVE, 50.0];
 
 /// Builds expressions from a choice sequence; choices past the end read as 0, which
 /// always selects a leaf.
@@ -61,19 +32,8 @@ pub(crate) struct Gen<'a> {
 }
 
 impl<'a> Gen<'a> {
-    pub(crate) fn new(
-        choices: &'a [u32],
-        params: &'a [ParamDecl],
-        aux: &'a [AuxDecl],
-        ctx: ExprContext,
-    ) -> Self {
-        Gen {
-            choices,
-            i: 0,
-            params,
-            aux,
-            ctx,
-        }
+    pub(crate) fn new(choices: &'a [u32], params: &'a [ParamDecl], aux: &'a [AuxDecl], ctx: ExprContext) -> Self {
+        Gen { choices, i: 0, params, aux, ctx }
     }
     fn raw(&mut self) -> u32 {
         let c = self.choices.get(self.i).copied().unwrap_or(0);
@@ -138,8 +98,7 @@ impl<'a> Gen<'a> {
         match ty {
             Ty::Int => match self.pick(7) {
                 0 => {
-                    let op =
-                        [BinOp::Add, BinOp::Sub, BinOp::Mul, BinOp::Div, BinOp::Rem][self.pick(5)];
+                    let op = [BinOp::Add, BinOp::Sub, BinOp::Mul, BinOp::Div, BinOp::Rem][self.pick(5)];
                     Expr::binary(op, self.expr(Ty::Int, d), self.expr(Ty::Int, d))
                 }
                 1 => Expr::unary(UnOp::Neg, self.expr(Ty::Int, d)),
@@ -148,14 +107,9 @@ impl<'a> Gen<'a> {
                     Expr::call(f, vec![self.expr(Ty::Int, d), self.expr(Ty::Int, d)])
                 }
                 3 => Expr::call(Func::Abs, vec![self.expr(Ty::Int, d)]),
-                4 => Expr::call(
-                    Func::Select,
-                    vec![
-                        self.expr(Ty::Bool, d),
-                        self.expr(Ty::Int, d),
-                        self.expr(Ty::Int, d),
-                    ],
-                ),
+                4 => {
+                    Expr::call(Func::Select, vec![self.expr(Ty::Bool, d), self.expr(Ty::Int, d), self.expr(Ty::Int, d)])
+                }
                 5 => Expr::call(Func::ToInt, vec![self.expr(Ty::Float, d)]),
                 _ if !self.aux.is_empty() => {
                     let a = &self.aux[self.pick(self.aux.len())];
@@ -180,24 +134,13 @@ impl<'a> Gen<'a> {
                 }
                 4 => Expr::call(
                     Func::Select,
-                    vec![
-                        self.expr(Ty::Bool, d),
-                        self.expr(Ty::Float, d),
-                        self.expr(Ty::Float, d),
-                    ],
+                    vec![self.expr(Ty::Bool, d), self.expr(Ty::Float, d), self.expr(Ty::Float, d)],
                 ),
                 _ => Expr::call(Func::ToFloat, vec![self.expr(Ty::Int, d)]),
             },
             Ty::Bool => match self.pick(4) {
                 0 => {
-                    let op = [
-                        BinOp::Lt,
-                        BinOp::Le,
-                        BinOp::Gt,
-                        BinOp::Ge,
-                        BinOp::Eq,
-                        BinOp::Ne,
-                    ][self.pick(6)];
+                    let op = [BinOp::Lt, BinOp::Le, BinOp::Gt, BinOp::Ge, BinOp::Eq, BinOp::Ne][self.pick(6)];
                     let t = [Ty::Int, Ty::Float][self.pick(2)];
                     Expr::binary(op, self.expr(t, d), self.expr(t, d))
                 }
@@ -256,19 +199,11 @@ pub(crate) fn spec_strategy() -> impl Strategy<Value = Spec> {
         prop::collection::vec((decl_name(), any::<bool>()), 0..5),
         prop::collection::vec((decl_name(), prop::collection::vec(aux_dim(), 1..=4)), 0..3),
     );
-    let window_bound = prop_oneof![
-        Just(None),
-        (0u64..=64).prop_map(Some),
-        (0u64..=attnc_ir::MAX_WINDOW).prop_map(Some)
-    ];
+    let window_bound =
+        prop_oneof![Just(None), (0u64..=64).prop_map(Some), (0u64..=attnc_ir::MAX_WINDOW).prop_map(Some)];
     let mask = (
         prop::option::of(prop_oneof![Just(Align::TopLeft), Just(Align::BottomRight)]),
-        prop::option::of((
-            window_bound.clone(),
-            window_bound,
-            any::<bool>(),
-            any::<bool>(),
-        )),
+        prop::option::of((window_bound.clone(), window_bound, any::<bool>(), any::<bool>())),
         prop::option::of(prop::collection::vec(any::<u32>(), 0..48)),
         prop::option::of(prop::collection::vec(any::<u32>(), 0..48)),
     );
@@ -280,16 +215,9 @@ pub(crate) fn spec_strategy() -> impl Strategy<Value = Spec> {
             Just(KvLayout::Varlen),
             (1u32..=65536).prop_map(|page_size| KvLayout::Paged { page_size })
         ],
-        prop_oneof![
-            Just(SplitKv::None),
-            Just(SplitKv::Auto),
-            (1u32..=256).prop_map(SplitKv::Fixed)
-        ],
+        prop_oneof![Just(SplitKv::None), Just(SplitKv::Auto), (1u32..=256).prop_map(SplitKv::Fixed)],
         any::<bool>(),
-        (
-            prop_oneof![Just(0.0), 0.0f64..=1.0, Just(1.0)],
-            prop_oneof![Just(0.0), 0.0f64..=64.0, Just(64.0)],
-        ),
+        (prop_oneof![Just(0.0), 0.0f64..=1.0, Just(1.0)], prop_oneof![Just(0.0), 0.0f64..=64.0, Just(64.0)]),
     );
     (shape, decls, mask, rest).prop_map(|(shape, decls, mask, rest)| {
         let (name, hd, kv, group, pack, fp16) = shape;
@@ -315,51 +243,22 @@ pub(crate) fn spec_strategy() -> impl Strategy<Value = Spec> {
         let (params, aux) = decls;
         spec.params = params
             .into_iter()
-            .map(|(n, int)| ParamDecl {
-                name: fresh(n),
-                ty: if int { Ty::Int } else { Ty::Float },
-            })
+            .map(|(n, int)| ParamDecl { name: fresh(n), ty: if int { Ty::Int } else { Ty::Float } })
             .collect();
-        spec.aux = aux
-            .into_iter()
-            .map(|(n, dims)| AuxDecl {
-                name: fresh(n),
-                dims,
-            })
-            .collect();
+        spec.aux = aux.into_iter().map(|(n, dims)| AuxDecl { name: fresh(n), dims }).collect();
 
         let (causal, window, pred, score) = mask;
         spec.mask = Mask {
             causal,
             window: window.map(|(l, r, use_right, br)| {
-                let (left, right) = if l.is_none() && r.is_none() {
-                    (Some(0), None)
-                } else {
-                    (l, r)
-                };
-                let right = if use_right {
-                    right
-                } else {
-                    right.filter(|_| left.is_none())
-                };
-                let own = if br {
-                    Align::BottomRight
-                } else {
-                    Align::TopLeft
-                };
-                Window {
-                    left,
-                    right,
-                    align: causal.unwrap_or(own),
-                }
+                let (left, right) = if l.is_none() && r.is_none() { (Some(0), None) } else { (l, r) };
+                let right = if use_right { right } else { right.filter(|_| left.is_none()) };
+                let own = if br { Align::BottomRight } else { Align::TopLeft };
+                Window { left, right, align: causal.unwrap_or(own) }
             }),
-            predicate: pred.map(|c| {
-                Gen::new(&c, &spec.params, &spec.aux, ExprContext::Mask).expr(Ty::Bool, 5)
-            }),
+            predicate: pred.map(|c| Gen::new(&c, &spec.params, &spec.aux, ExprContext::Mask).expr(Ty::Bool, 5)),
         };
-        spec.score_mod = score.map(|c| {
-            Gen::new(&c, &spec.params, &spec.aux, ExprContext::ScoreMod).expr(Ty::Float, 5)
-        });
+        spec.score_mod = score.map(|c| Gen::new(&c, &spec.params, &spec.aux, ExprContext::ScoreMod).expr(Ty::Float, 5));
 
         let (scale, sinks, kv_layout, split_kv, lse, (exp2_emulation, rescale_threshold)) = rest;
         spec.scale = scale.map_or(Scale::Default, Scale::Value);
@@ -368,15 +267,8 @@ pub(crate) fn spec_strategy() -> impl Strategy<Value = Spec> {
         spec.split_kv = split_kv;
         spec.lse = lse;
         // Conditional rescaling may let P grow to 2^threshold; fp16 overflows past 2^15.
-        let rescale_threshold = if fp16 {
-            rescale_threshold.min(15.0)
-        } else {
-            rescale_threshold
-        };
-        spec.softmax = SoftmaxOptions {
-            exp2_emulation,
-            rescale_threshold,
-        };
+        let rescale_threshold = if fp16 { rescale_threshold.min(15.0) } else { rescale_threshold };
+        spec.softmax = SoftmaxOptions { exp2_emulation, rescale_threshold };
         spec
     })
 }
@@ -416,14 +308,6 @@ fn huge_boolean_expressions_check_in_linear_time() {
         7,
         "type error: `+` needs int or float operands, found bool",
     );
-    err_at(
-        &body(&format!(
-            "mask k{} + 1",
-            " + k".repeat(30) + &" && q < k".repeat(30)
-        )),
-        4,
-        6,
-        "`&&`",
-    );
+    err_at(&body(&format!("mask k{} + 1", " + k".repeat(30) + &" && q < k".repeat(30))), 4, 6, "`&&`");
     assert!(t.elapsed().as_secs() < 10, "{:?}", t.elapsed());
 }

@@ -5,9 +5,9 @@ use attnc_ir::Spec;
 use serde::Serialize;
 use std::fmt;
 
+pub mod abi;
 pub mod blackwell;
 pub mod hopper;
-pub mod abi;
 pub mod portable;
 pub mod sw128;
 
@@ -182,11 +182,7 @@ pub fn compile(spec: &Spec, opts: &CompileOptions) -> Result<CompiledModule, Low
                 }
             }
             let Some(f) = chosen else {
-                return Err(LowerError::Unsupported {
-                    family: FamilyKind::Portable,
-                    arch,
-                    reason: reasons.join("; "),
-                });
+                return Err(LowerError::Unsupported { family: FamilyKind::Portable, arch, reason: reasons.join("; ") });
             };
             (f, if reasons.is_empty() { None } else { Some(reasons.join("; ")) })
         }

@@ -25,7 +25,12 @@ pub fn mn_major_step_offset(kk: u32) -> u32 {
 
 /// Shared address of the 16-byte chunk `chunk` (0..8) of row `row` in the column block
 /// at `base`: `base + row·128 + (chunk ^ row % 8)·16`.
-pub fn emit_chunk_addr<'ctx>(kb: &Kb<'ctx>, base: IntValue<'ctx>, row: IntValue<'ctx>, chunk: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+pub fn emit_chunk_addr<'ctx>(
+    kb: &Kb<'ctx>,
+    base: IntValue<'ctx>,
+    row: IntValue<'ctx>,
+    chunk: IntValue<'ctx>,
+) -> R<IntValue<'ctx>> {
     let sw = kb.xor(chunk, kb.and(row, kb.i32c(7), "")?, "")?;
     kb.add(base, kb.add(kb.mul(row, kb.i32c(ROW_BYTES as i64), "")?, kb.mul(sw, kb.i32c(16), "")?, "")?, "")
 }

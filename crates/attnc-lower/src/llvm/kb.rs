@@ -13,9 +13,7 @@ use inkwell::builder::{Builder, BuilderError};
 use inkwell::context::Context;
 use inkwell::module::Module;
 use inkwell::types::{BasicMetadataTypeEnum, BasicTypeEnum, StructType};
-use inkwell::values::{
-    BasicMetadataValueEnum, BasicValueEnum, FloatValue, FunctionValue, IntValue, PointerValue,
-};
+use inkwell::values::{BasicMetadataValueEnum, BasicValueEnum, FloatValue, FunctionValue, IntValue, PointerValue};
 use inkwell::{FloatPredicate, IntPredicate};
 
 impl From<BuilderError> for LowerError {
@@ -169,13 +167,25 @@ impl<'ctx> Kb<'ctx> {
     pub fn icmp(&self, p: IntPredicate, a: IntValue<'ctx>, b: IntValue<'ctx>, n: &str) -> R<IntValue<'ctx>> {
         Ok(self.b.build_int_compare(p, a, b, n)?)
     }
-    pub fn select<V: Into<BasicValueEnum<'ctx>>>(&self, c: IntValue<'ctx>, a: V, b: V, n: &str) -> R<BasicValueEnum<'ctx>> {
+    pub fn select<V: Into<BasicValueEnum<'ctx>>>(
+        &self,
+        c: IntValue<'ctx>,
+        a: V,
+        b: V,
+        n: &str,
+    ) -> R<BasicValueEnum<'ctx>> {
         Ok(self.b.build_select(c, a.into(), b.into(), n)?)
     }
     pub fn select_i(&self, c: IntValue<'ctx>, a: IntValue<'ctx>, b: IntValue<'ctx>, n: &str) -> R<IntValue<'ctx>> {
         Ok(self.select(c, a, b, n)?.into_int_value())
     }
-    pub fn select_f(&self, c: IntValue<'ctx>, a: FloatValue<'ctx>, b: FloatValue<'ctx>, n: &str) -> R<FloatValue<'ctx>> {
+    pub fn select_f(
+        &self,
+        c: IntValue<'ctx>,
+        a: FloatValue<'ctx>,
+        b: FloatValue<'ctx>,
+        n: &str,
+    ) -> R<FloatValue<'ctx>> {
         Ok(self.select(c, a, b, n)?.into_float_value())
     }
     pub fn smin(&self, a: IntValue<'ctx>, b: IntValue<'ctx>, n: &str) -> R<IntValue<'ctx>> {
@@ -276,15 +286,8 @@ impl<'ctx> Kb<'ctx> {
         args: &[BasicMetadataValueEnum<'ctx>],
         name: &str,
     ) -> R<BasicValueEnum<'ctx>> {
-        let asm = self.ctx.create_inline_asm(
-            ty,
-            text.to_string(),
-            constraints.to_string(),
-            side_effects,
-            false,
-            None,
-            false,
-        );
+        let asm =
+            self.ctx.create_inline_asm(ty, text.to_string(), constraints.to_string(), side_effects, false, None, false);
         let call = self.b.build_indirect_call(ty, asm, args, name)?;
         match call.try_as_basic_value() {
             inkwell::values::ValueKind::Basic(v) => Ok(v),

@@ -50,9 +50,7 @@ pub fn emit_ptx(module: &Module<'_>, arch: Arch) -> Result<(String, String, f64,
     module.set_data_layout(&tm.get_target_data().get_data_layout());
     let opts = PassBuilderOptions::create();
     opts.set_loop_unrolling(true);
-    module
-        .run_passes(PIPELINE, &tm, opts)
-        .map_err(|e| LowerError::Llvm(format!("optimization pipeline: {e}")))?;
+    module.run_passes(PIPELINE, &tm, opts).map_err(|e| LowerError::Llvm(format!("optimization pipeline: {e}")))?;
     let optimize_ms = t0.elapsed().as_secs_f64() * 1e3;
     let t1 = std::time::Instant::now();
     let ir = module.print_to_string().to_string();

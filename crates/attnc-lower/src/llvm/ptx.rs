@@ -36,7 +36,18 @@ impl<'ctx> Kb<'ctx> {
             &text,
             "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f",
             false,
-            &[a[0].into(), a[1].into(), a[2].into(), a[3].into(), b[0].into(), b[1].into(), c[0].into(), c[1].into(), c[2].into(), c[3].into()],
+            &[
+                a[0].into(),
+                a[1].into(),
+                a[2].into(),
+                a[3].into(),
+                b[0].into(),
+                b[1].into(),
+                c[0].into(),
+                c[1].into(),
+                c[2].into(),
+                c[3].into(),
+            ],
             name,
         )?;
         let mut out = [c[0]; 4];
@@ -50,7 +61,13 @@ impl<'ctx> Kb<'ctx> {
     /// row addresses given by lanes 0–7, 8–15, 16–23, 24–31, at `smem_addr + offset`.
     /// The constant offset goes into the instruction's immediate so one base register
     /// serves a whole tile (LLVM would otherwise hoist one register per address).
-    pub fn ldmatrix_x4(&self, smem_addr: IntValue<'ctx>, offset: i64, trans: bool, name: &str) -> R<[IntValue<'ctx>; 4]> {
+    pub fn ldmatrix_x4(
+        &self,
+        smem_addr: IntValue<'ctx>,
+        offset: i64,
+        trans: bool,
+        name: &str,
+    ) -> R<[IntValue<'ctx>; 4]> {
         let i = self.ctx.i32_type();
         let ret = self.struct_of(i.into(), 4);
         let ty = ret.fn_type(&[i.into()], false);
@@ -68,7 +85,12 @@ impl<'ctx> Kb<'ctx> {
 
     /// `cp.async.cg.shared.global` of 16 bytes; `src_bytes` < 16 zero-fills the rest
     /// (0 = a pure zero fill, used for rows past the end).
-    pub fn cp_async_16(&self, smem_addr: IntValue<'ctx>, gmem_addr: IntValue<'ctx>, src_bytes: IntValue<'ctx>) -> R<()> {
+    pub fn cp_async_16(
+        &self,
+        smem_addr: IntValue<'ctx>,
+        gmem_addr: IntValue<'ctx>,
+        src_bytes: IntValue<'ctx>,
+    ) -> R<()> {
         self.asm_void(
             "cp.async.cg.shared.global [$0], [$1], 16, $2;",
             "r,l,r,~{memory}",
@@ -93,7 +115,14 @@ impl<'ctx> Kb<'ctx> {
         let i = self.ctx.i32_type();
         let ty = f.fn_type(&[f.into(), i.into()], false);
         Ok(self
-            .asm(ty, "shfl.sync.bfly.b32 $0, $1, $2, 0x1f, 0xffffffff;", "=f,f,r", true, &[v.into(), self.i32c(lane_mask as i64).into()], name)?
+            .asm(
+                ty,
+                "shfl.sync.bfly.b32 $0, $1, $2, 0x1f, 0xffffffff;",
+                "=f,f,r",
+                true,
+                &[v.into(), self.i32c(lane_mask as i64).into()],
+                name,
+            )?
             .into_float_value())
     }
 
@@ -172,7 +201,13 @@ impl<'ctx> Kb<'ctx> {
 
     /// Packs two f32 into one b32 of two 16-bit values (`lo` in the low half), rounding
     /// to nearest even.
-    pub fn pack_half2(&self, dtype: DType, lo: FloatValue<'ctx>, hi: FloatValue<'ctx>, name: &str) -> R<IntValue<'ctx>> {
+    pub fn pack_half2(
+        &self,
+        dtype: DType,
+        lo: FloatValue<'ctx>,
+        hi: FloatValue<'ctx>,
+        name: &str,
+    ) -> R<IntValue<'ctx>> {
         let i = self.ctx.i32_type();
         let f = self.ctx.f32_type();
         let ty = i.fn_type(&[f.into(), f.into()], false);

@@ -70,7 +70,8 @@ impl<'ctx> Kb<'ctx> {
             Some(t) => t.fn_type(&tys, false),
             None => self.ctx.void_type().fn_type(&tys, false),
         };
-        let asm = self.ctx.create_inline_asm(fn_ty, text.to_string(), constraints.to_string(), true, false, None, false);
+        let asm =
+            self.ctx.create_inline_asm(fn_ty, text.to_string(), constraints.to_string(), true, false, None, false);
         let call = self.b.build_indirect_call(fn_ty, asm, args, name)?;
         if convergent {
             let kind = Attribute::get_named_enum_kind_id("convergent");
@@ -93,7 +94,10 @@ impl<'ctx> Kb<'ctx> {
     /// allocates `ncols` TMEM columns (a power of two in 32..=512) and the hardware writes
     /// the TMEM address to shared memory at `slot`.
     pub fn tmem_alloc(&self, slot: IntValue<'ctx>, ncols: u32) -> R<()> {
-        assert!(ncols.is_power_of_two() && (32..=512).contains(&ncols), "TMEM allocations are 32..=512 columns, a power of two");
+        assert!(
+            ncols.is_power_of_two() && (32..=512).contains(&ncols),
+            "TMEM allocations are 32..=512 columns, a power of two"
+        );
         self.asm_v(
             &format!("tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [$0], {ncols};"),
             "r,~{memory}",
@@ -106,7 +110,12 @@ impl<'ctx> Kb<'ctx> {
         self.asm_v("tcgen05.relinquish_alloc_permit.cta_group::1.sync.aligned;", "~{memory}", true, &[])
     }
     pub fn tmem_dealloc(&self, taddr: IntValue<'ctx>, ncols: u32) -> R<()> {
-        self.asm_v(&format!("tcgen05.dealloc.cta_group::1.sync.aligned.b32 $0, {ncols};"), "r,~{memory}", true, &[taddr.into()])
+        self.asm_v(
+            &format!("tcgen05.dealloc.cta_group::1.sync.aligned.b32 $0, {ncols};"),
+            "r,~{memory}",
+            true,
+            &[taddr.into()],
+        )
     }
     /// `tcgen05.fence::before_thread_sync`: orders this thread's prior tcgen05 operations
     /// before a following synchronization (mbarrier arrive, bar.sync).
@@ -287,7 +296,13 @@ impl<'ctx> Kb<'ctx> {
     }
     /// 4-D TMA load of one box into shared memory at `dst`, completing `bytes` of
     /// transactions on `mbar`. Coordinates are innermost first (elements).
-    pub fn tma_load_4d(&self, dst: IntValue<'ctx>, tmap: IntValue<'ctx>, c: [IntValue<'ctx>; 4], mbar: IntValue<'ctx>) -> R<()> {
+    pub fn tma_load_4d(
+        &self,
+        dst: IntValue<'ctx>,
+        tmap: IntValue<'ctx>,
+        c: [IntValue<'ctx>; 4],
+        mbar: IntValue<'ctx>,
+    ) -> R<()> {
         self.asm_v(
             "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1, {$2, $3, $4, $5}], [$6];",
             "r,l,r,r,r,r,r,~{memory}",
@@ -297,7 +312,13 @@ impl<'ctx> Kb<'ctx> {
     }
 
     /// 5-D TMA load (coordinates innermost first), as [`Kb::tma_load_4d`].
-    pub fn tma_load_5d(&self, dst: IntValue<'ctx>, tmap: IntValue<'ctx>, c: [IntValue<'ctx>; 5], mbar: IntValue<'ctx>) -> R<()> {
+    pub fn tma_load_5d(
+        &self,
+        dst: IntValue<'ctx>,
+        tmap: IntValue<'ctx>,
+        c: [IntValue<'ctx>; 5],
+        mbar: IntValue<'ctx>,
+    ) -> R<()> {
         self.asm_v(
             "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1, {$2, $3, $4, $5, $6}], [$7];",
             "r,l,r,r,r,r,r,r,~{memory}",
@@ -357,18 +378,27 @@ impl<'ctx> Kb<'ctx> {
 
     pub fn ld_shared_b32(&self, addr: IntValue<'ctx>, name: &str) -> R<IntValue<'ctx>> {
         let t = self.ctx.i32_type();
-        let v = self.asm_call(Some(t.into()), "ld.shared.b32 $0, [$1];", "=r,r,~{memory}", false, &[addr.into()], name)?;
+        let v =
+            self.asm_call(Some(t.into()), "ld.shared.b32 $0, [$1];", "=r,r,~{memory}", false, &[addr.into()], name)?;
         Ok(v.map(|v| v.into_int_value()).unwrap_or_else(|| self.i32c(0)))
     }
     pub fn ld_shared_f32(&self, addr: IntValue<'ctx>, name: &str) -> R<FloatValue<'ctx>> {
         let t = self.ctx.f32_type();
-        let v = self.asm_call(Some(t.into()), "ld.shared.f32 $0, [$1];", "=f,r,~{memory}", false, &[addr.into()], name)?;
+        let v =
+            self.asm_call(Some(t.into()), "ld.shared.f32 $0, [$1];", "=f,r,~{memory}", false, &[addr.into()], name)?;
         Ok(v.map(|v| v.into_float_value()).unwrap_or_else(|| self.f32c(0.0)))
     }
     /// `ld.volatile.shared.b32`: never hoisted or merged (by LLVM or ptxas).
     pub fn ld_volatile_shared_b32(&self, addr: IntValue<'ctx>, name: &str) -> R<IntValue<'ctx>> {
         let t = self.ctx.i32_type();
-        let v = self.asm_call(Some(t.into()), "ld.volatile.shared.b32 $0, [$1];", "=r,r,~{memory}", false, &[addr.into()], name)?;
+        let v = self.asm_call(
+            Some(t.into()),
+            "ld.volatile.shared.b32 $0, [$1];",
+            "=r,r,~{memory}",
+            false,
+            &[addr.into()],
+            name,
+        )?;
         Ok(v.map(|v| v.into_int_value()).unwrap_or_else(|| self.i32c(0)))
     }
     pub fn st_shared_b32(&self, addr: IntValue<'ctx>, v: IntValue<'ctx>) -> R<()> {
@@ -489,7 +519,11 @@ pub(crate) mod tests {
             kb.cta_barrier()?;
             let d = kb.i32c(0);
             let a = SmemOperand { lo: kb.i32c(0x0001_0040), hi: 0x4000_4040, add: 2 };
-            let b = SmemOperand { lo: kb.or(kb.i32c(0x0001_0000), kb.and(x, kb.i32c(0x3f00), "")?, "")?, hi: 0x4000_4040, add: 0 };
+            let b = SmemOperand {
+                lo: kb.or(kb.i32c(0x0001_0000), kb.and(x, kb.i32c(0x3f00), "")?, "")?,
+                hi: 0x4000_4040,
+                add: 0,
+            };
             let acc = kb.icmp(inkwell::IntPredicate::NE, x, kb.i32c(0), "")?;
             let acc = kb.zext32(acc, "")?;
             kb.tcgen05_fence_after()?;

@@ -74,7 +74,13 @@ const LN2: f64 = std::f64::consts::LN_2;
 /// Whether one element of a partial tile is allowed: its key inside seqlen_k and the
 /// spec's mask predicate (if any) true. What every family computes per element of a
 /// tile the analysis could not classify as full.
-pub fn allowed<'ctx>(kb: &Kb<'ctx>, spec: &Spec, predicate: Option<&Expr>, vars: &ElemVars<'ctx>, args: &VariantArgs<'ctx>) -> R<IntValue<'ctx>> {
+pub fn allowed<'ctx>(
+    kb: &Kb<'ctx>,
+    spec: &Spec,
+    predicate: Option<&Expr>,
+    vars: &ElemVars<'ctx>,
+    args: &VariantArgs<'ctx>,
+) -> R<IntValue<'ctx>> {
     let inside = kb.icmp(inkwell::IntPredicate::SLT, vars.k, vars.seqlen_k, "k_in_bounds")?;
     match predicate {
         Some(p) => kb.and(inside, gen(kb, spec, p, vars, args)?.int(), "allowed"),
@@ -98,7 +104,13 @@ pub fn modded_score_log2<'ctx>(
 }
 
 /// Emits `e` for one element.
-pub fn gen<'ctx>(kb: &Kb<'ctx>, spec: &Spec, e: &Expr, vars: &ElemVars<'ctx>, args: &VariantArgs<'ctx>) -> R<Val<'ctx>> {
+pub fn gen<'ctx>(
+    kb: &Kb<'ctx>,
+    spec: &Spec,
+    e: &Expr,
+    vars: &ElemVars<'ctx>,
+    args: &VariantArgs<'ctx>,
+) -> R<Val<'ctx>> {
     Ok(match &e.kind {
         ExprKind::Int(v) => Val::Int(kb.i32c(*v)),
         ExprKind::Float(v) => Val::Float(kb.f32c(*v)),
@@ -267,7 +279,9 @@ fn call<'ctx>(kb: &Kb<'ctx>, f: Func, v: &[Val<'ctx>]) -> R<Val<'ctx>> {
     let x = v[0];
     Ok(match f {
         Func::Min | Func::Max => match (x, v[1]) {
-            (Val::Int(a), Val::Int(b)) => Val::Int(if f == Func::Min { kb.smin(a, b, "min")? } else { kb.smax(a, b, "max")? }),
+            (Val::Int(a), Val::Int(b)) => {
+                Val::Int(if f == Func::Min { kb.smin(a, b, "min")? } else { kb.smax(a, b, "max")? })
+            }
             (a, b) => {
                 let (a, b) = (a.float(), b.float());
                 Val::Float(if f == Func::Min { kb.fmin(a, b, "fmin")? } else { kb.fmax(a, b, "fmax")? })

@@ -324,8 +324,16 @@ impl<'ctx> Ctx<'_, 'ctx> {
                         AVal::Int(self.select_range(only_false, b, r)?)
                     }
                     (AVal::Bool(a), AVal::Bool(b)) => AVal::Bool(Tri {
-                        can_true: kb.or(kb.and(c.can_true, a.can_true, "")?, kb.and(c.can_false, b.can_true, "")?, "")?,
-                        can_false: kb.or(kb.and(c.can_true, a.can_false, "")?, kb.and(c.can_false, b.can_false, "")?, "")?,
+                        can_true: kb.or(
+                            kb.and(c.can_true, a.can_true, "")?,
+                            kb.and(c.can_false, b.can_true, "")?,
+                            "",
+                        )?,
+                        can_false: kb.or(
+                            kb.and(c.can_true, a.can_false, "")?,
+                            kb.and(c.can_false, b.can_false, "")?,
+                            "",
+                        )?,
                     }),
                     (AVal::Float, _) | (_, AVal::Float) => AVal::Float,
                     _ => AVal::Bool(self.unknown()),

@@ -51,7 +51,13 @@ fn load_i32_at<'ctx>(kb: &Kb<'ctx>, base: IntValue<'ctx>, idx: IntValue<'ctx>, n
 impl<'ctx> BatchView<'ctx> {
     /// The per-element variables of query `q` (head `h`, KV head `hkv`) against key `k`
     /// of this batch entry, without a score.
-    pub fn elem_vars(&self, hkv: IntValue<'ctx>, q: IntValue<'ctx>, h: IntValue<'ctx>, k: IntValue<'ctx>) -> ElemVars<'ctx> {
+    pub fn elem_vars(
+        &self,
+        hkv: IntValue<'ctx>,
+        q: IntValue<'ctx>,
+        h: IntValue<'ctx>,
+        k: IntValue<'ctx>,
+    ) -> ElemVars<'ctx> {
         ElemVars { b: self.b, h, hkv, q, k, seqlen_q: self.seqlen_q, seqlen_k: self.seqlen_k, score: None }
     }
 }
@@ -100,11 +106,7 @@ pub fn q_row_offset<'ctx>(
 ) -> R<IntValue<'ctx>> {
     let row = match bv.q_start {
         Some(s) => kb.mul(kb.sext64(kb.add(s, q, "")?, "")?, st.row, "")?,
-        None => kb.add(
-            kb.mul(kb.sext64(bv.b, "")?, st.batch, "")?,
-            kb.mul(kb.sext64(q, "")?, st.row, "")?,
-            "",
-        )?,
+        None => kb.add(kb.mul(kb.sext64(bv.b, "")?, st.batch, "")?, kb.mul(kb.sext64(q, "")?, st.row, "")?, "")?,
     };
     kb.add(row, kb.mul(kb.sext64(h, "")?, st.head, "")?, "q_row")
 }

@@ -50,7 +50,13 @@ impl<'a, 'ctx> KeyTiles<'a, 'ctx> {
     }
 
     /// First tile index in [from, end) that is not empty, or `end`.
-    pub fn next_nonempty(&self, kb: &mut Kb<'ctx>, from: IntValue<'ctx>, end: IntValue<'ctx>, name: &str) -> R<IntValue<'ctx>> {
+    pub fn next_nonempty(
+        &self,
+        kb: &mut Kb<'ctx>,
+        from: IntValue<'ctx>,
+        end: IntValue<'ctx>,
+        name: &str,
+    ) -> R<IntValue<'ctx>> {
         if self.spec.mask.is_none() {
             return Ok(from);
         }
@@ -74,7 +80,13 @@ impl<'a, 'ctx> KeyTiles<'a, 'ctx> {
     }
 
     /// One past the last non-empty tile in [lo, end), or `lo` when none.
-    pub fn prev_nonempty(&self, kb: &mut Kb<'ctx>, lo: IntValue<'ctx>, end: IntValue<'ctx>, name: &str) -> R<IntValue<'ctx>> {
+    pub fn prev_nonempty(
+        &self,
+        kb: &mut Kb<'ctx>,
+        lo: IntValue<'ctx>,
+        end: IntValue<'ctx>,
+        name: &str,
+    ) -> R<IntValue<'ctx>> {
         if self.spec.mask.is_none() {
             return Ok(end);
         }

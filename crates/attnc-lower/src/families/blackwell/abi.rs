@@ -37,7 +37,6 @@ pub fn set_launch_bounds(kb: &Kb<'_>, threads: u32) -> R<()> {
     Ok(())
 }
 
-
 /// The ordered parameter list of the forward kernel. Tensor maps come first, so their
 /// PTX names are `<kernel>_param_0..2`.
 pub fn forward_params(spec: &attnc_ir::Spec) -> Vec<(String, ParamTy)> {
@@ -103,7 +102,6 @@ pub fn forward_params(spec: &attnc_ir::Spec) -> Vec<(String, ParamTy)> {
     p
 }
 
-
 /// How the runtime must encode one tensor map (`cuTensorMapEncodeTiled`): rank 4 over
 /// the `[batch, seqlen, heads, d]` tensor, innermost first; with pack_gqa, Q is rank 5
 /// `{d, G, seqlen, kv_heads, batch}` so one box holds 128/G positions × G heads.
@@ -165,37 +163,42 @@ fn tensor_maps_all(spec: &attnc_ir::Spec) -> Vec<TensorMapSpec> {
         ("v", spec.head_dim_v, lk, "kv_heads", kv_batch, kv_rows),
         ("o", spec.head_dim_v, lq, "q_heads", batch, super::config::BLOCK_M),
     ]
-        .into_iter()
-        .map(|(t, d, len, heads, batch, rows)| {
-            let packed = (t == "q" || t == "o") && spec.pack_gqa;
-            let (global_dims, global_strides_bytes, box_dims) = if packed {
-                (
-                    vec![d.to_string(), g.to_string(), len.into(), "kv_heads".into(), batch.into()],
-                    vec![format!("2*{t}_stride_head"), format!("2*{t}_stride_row"), format!("2*{g}*{t}_stride_head"), format!("2*{t}_stride_batch")],
-                    vec![super::config::TMA_BOX_COLS, g, super::config::BLOCK_M / g, 1, 1],
-                )
-            } else {
-                (
-                    vec![d.to_string(), len.into(), heads.into(), batch.into()],
-                    vec![format!("2*{t}_stride_row"), format!("2*{t}_stride_head"), format!("2*{t}_stride_batch")],
-                    vec![super::config::TMA_BOX_COLS, rows, 1, 1],
-                )
-            };
-            TensorMapSpec {
-                param: format!("tmap_{t}"),
-                tensor: t.into(),
-                data_type: dt.into(),
-                element_strides: vec![1; global_dims.len()],
-                global_dims,
-                global_strides_bytes,
-                box_dims,
-                interleave: "CU_TENSOR_MAP_INTERLEAVE_NONE".into(),
-                swizzle: "CU_TENSOR_MAP_SWIZZLE_128B".into(),
-                l2_promotion: "CU_TENSOR_MAP_L2_PROMOTION_L2_256B".into(),
-                oob_fill: "CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE".into(),
-            }
-        })
-        .collect()
+    .into_iter()
+    .map(|(t, d, len, heads, batch, rows)| {
+        let packed = (t == "q" || t == "o") && spec.pack_gqa;
+        let (global_dims, global_strides_bytes, box_dims) = if packed {
+            (
+                vec![d.to_string(), g.to_string(), len.into(), "kv_heads".into(), batch.into()],
+                vec![
+                    format!("2*{t}_stride_head"),
+                    format!("2*{t}_stride_row"),
+                    format!("2*{g}*{t}_stride_head"),
+                    format!("2*{t}_stride_batch"),
+                ],
+                vec![super::config::TMA_BOX_COLS, g, super::config::BLOCK_M / g, 1, 1],
+            )
+        } else {
+            (
+                vec![d.to_string(), len.into(), heads.into(), batch.into()],
+                vec![format!("2*{t}_stride_row"), format!("2*{t}_stride_head"), format!("2*{t}_stride_batch")],
+                vec![super::config::TMA_BOX_COLS, rows, 1, 1],
+            )
+        };
+        TensorMapSpec {
+            param: format!("tmap_{t}"),
+            tensor: t.into(),
+            data_type: dt.into(),
+            element_strides: vec![1; global_dims.len()],
+            global_dims,
+            global_strides_bytes,
+            box_dims,
+            interleave: "CU_TENSOR_MAP_INTERLEAVE_NONE".into(),
+            swizzle: "CU_TENSOR_MAP_SWIZZLE_128B".into(),
+            l2_promotion: "CU_TENSOR_MAP_L2_PROMOTION_L2_256B".into(),
+            oob_fill: "CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE".into(),
+        }
+    })
+    .collect()
 }
 
 /// The tensor maps in the runtime's encoding terms: rank 4, or for pack-GQA Q rank 5

@@ -236,8 +236,17 @@ impl Config {
         let tma_store_o = stores_o_by_tma(spec);
         let mut kv_slots = 8;
         while kv_slots > 2 {
-            let trial =
-                Config { d_qk, d_v, kv_slots, q_tiles, regs: RegBudget::DEFAULT, pv_order: PvOrder::Fenced, lpt: false, gather: false, tma_store_o };
+            let trial = Config {
+                d_qk,
+                d_v,
+                kv_slots,
+                q_tiles,
+                regs: RegBudget::DEFAULT,
+                pv_order: PvOrder::Fenced,
+                lpt: false,
+                gather: false,
+                tma_store_o,
+            };
             if trial.smem().request <= Arch::Sm100a.max_smem_per_block() {
                 break;
             }
@@ -253,7 +262,17 @@ impl Config {
             _ => RegBudget::DEFAULT,
         };
         let gather = gathers(spec);
-        let cfg = Config { d_qk, d_v, kv_slots, q_tiles, regs, pv_order: PvOrder::Fenced, lpt: spec.mask.causal.is_some(), gather, tma_store_o };
+        let cfg = Config {
+            d_qk,
+            d_v,
+            kv_slots,
+            q_tiles,
+            regs,
+            pv_order: PvOrder::Fenced,
+            lpt: spec.mask.causal.is_some(),
+            gather,
+            tma_store_o,
+        };
         cfg.check()?;
         Ok(cfg)
     }
@@ -293,7 +312,15 @@ impl Config {
         let mut v: Vec<Bar> = (0..self.q_tiles).map(Bar::QFull).collect();
         v.push(Bar::QEmpty);
         for i in 0..self.q_tiles {
-            v.extend([Bar::SFull(i), Bar::PFull(i), Bar::Stats(i), Bar::OFull(i), Bar::FinalFull(i), Bar::FinalEmpty(i), Bar::PvDone(i)]);
+            v.extend([
+                Bar::SFull(i),
+                Bar::PFull(i),
+                Bar::Stats(i),
+                Bar::OFull(i),
+                Bar::FinalFull(i),
+                Bar::FinalEmpty(i),
+                Bar::PvDone(i),
+            ]);
         }
         v.extend((0..self.kv_slots).map(Bar::KvFull));
         v.extend((0..self.kv_slots).map(Bar::KvEmpty));
@@ -335,7 +362,20 @@ impl Config {
         } else {
             None
         };
-        SmemLayout { q: [0, q_tile_bytes], q_tile_bytes, kv, kv_slot_bytes, bars, tmem_slot, scalars, stats, alpha, o_stage, used, request: used + 1024 }
+        SmemLayout {
+            q: [0, q_tile_bytes],
+            q_tile_bytes,
+            kv,
+            kv_slot_bytes,
+            bars,
+            tmem_slot,
+            scalars,
+            stats,
+            alpha,
+            o_stage,
+            used,
+            request: used + 1024,
+        }
     }
 
     pub fn tmem(&self) -> TmemMap {
@@ -354,7 +394,8 @@ impl Config {
 
     /// The warps of each role, with their register budget.
     pub fn roles(&self) -> Vec<(Role, std::ops::Range<u32>, u32)> {
-        let second = if self.q_tiles == 2 { (Role::Softmax(1), self.regs.softmax) } else { (Role::Idle, self.regs.other) };
+        let second =
+            if self.q_tiles == 2 { (Role::Softmax(1), self.regs.softmax) } else { (Role::Idle, self.regs.other) };
         vec![
             (Role::Softmax(0), 0..4, self.regs.softmax),
             (second.0, 4..8, second.1),

@@ -187,7 +187,15 @@ mod tests {
     fn instr_desc_qk_bf16_m128_n128() {
         // D f32 (1<<4) | A bf16 (1<<7) | B bf16 (1<<10) | K-major both | N/8=16 (<<17)
         // | M/16=8 (<<24)
-        let d = InstrDesc { m: 128, n: 128, a: AbType::Bf16, b: AbType::Bf16, d: DFormat::F32, a_major: Major::K, b_major: Major::K };
+        let d = InstrDesc {
+            m: 128,
+            n: 128,
+            a: AbType::Bf16,
+            b: AbType::Bf16,
+            d: DFormat::F32,
+            a_major: Major::K,
+            b_major: Major::K,
+        };
         assert_eq!(d.encode(), 0x0820_0490);
         assert_eq!(d.validate(), Ok(()));
     }
@@ -195,7 +203,15 @@ mod tests {
     #[test]
     fn instr_desc_pv_f16_m128_n64_b_mn_major() {
         // D f32 (0x10) | f16 A/B (0) | B MN-major (1<<16) | N/8=8 (<<17 = 0x10_0000) | M/16=8
-        let d = InstrDesc { m: 128, n: 64, a: AbType::F16, b: AbType::F16, d: DFormat::F32, a_major: Major::K, b_major: Major::Mn };
+        let d = InstrDesc {
+            m: 128,
+            n: 64,
+            a: AbType::F16,
+            b: AbType::F16,
+            d: DFormat::F32,
+            a_major: Major::K,
+            b_major: Major::Mn,
+        };
         assert_eq!(d.encode(), 0x0811_0010);
         let d128 = InstrDesc { n: 128, a: AbType::Bf16, b: AbType::Bf16, ..d };
         // 0x10 | 0x80 | 0x400 | 0x1_0000 | 16<<17 = 0x20_0000 | 0x0800_0000
@@ -204,7 +220,15 @@ mod tests {
 
     #[test]
     fn instr_desc_every_field_lands_on_its_bits() {
-        let base = InstrDesc { m: 64, n: 8, a: AbType::F16, b: AbType::F16, d: DFormat::F16, a_major: Major::K, b_major: Major::K };
+        let base = InstrDesc {
+            m: 64,
+            n: 8,
+            a: AbType::F16,
+            b: AbType::F16,
+            d: DFormat::F16,
+            a_major: Major::K,
+            b_major: Major::K,
+        };
         assert_eq!(base.encode(), (1 << 17) | (4 << 24));
         assert_eq!(InstrDesc { d: DFormat::F32, ..base }.encode() ^ base.encode(), 1 << 4);
         assert_eq!(InstrDesc { a: AbType::Bf16, ..base }.encode() ^ base.encode(), 1 << 7);

@@ -20,10 +20,12 @@ mod epilogue;
 mod softmax;
 
 use super::abi::{self, ParamTy};
-use super::config::{Bar, Config, PvOrder, BAR_EPILOGUE, BAR_EXP, BLOCK_M, BLOCK_N, THREADS, TMA_BOX_BYTES, TMA_BOX_COLS};
+use super::config::{
+    Bar, Config, PvOrder, BAR_EPILOGUE, BAR_EXP, BLOCK_M, BLOCK_N, THREADS, TMA_BOX_BYTES, TMA_BOX_COLS,
+};
 use super::desc::{DFormat, InstrDesc, Major, SmemDesc};
-use crate::families::sw128::{emit_chunk_addr, k_major_step_offset, mn_major_step_offset};
 use super::schedule::{emit_section_heads, emit_tile_coords, WorkTile};
+use crate::families::sw128::{emit_chunk_addr, k_major_step_offset, mn_major_step_offset};
 use crate::families::{KernelInfo, LowerError};
 use crate::llvm::kb::{Kb, Slot, R};
 use crate::llvm::tcgen05::{Acc, SmemOperand};
@@ -265,7 +267,11 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         let b0 = self.cfg.bar_index(make(0));
         // One Q tile: the stage is always 0 and tile 1's barriers do not exist.
         let stride = if self.cfg.q_tiles == 2 { self.cfg.bar_index(make(1)) - b0 } else { 0 };
-        let off = kb.add(kb.i32c((self.cfg.smem().bars + 8 * b0) as i64), kb.mul(stage, kb.i32c(8 * stride as i64), "")?, "")?;
+        let off = kb.add(
+            kb.i32c((self.cfg.smem().bars + 8 * b0) as i64),
+            kb.mul(stage, kb.i32c(8 * stride as i64), "")?,
+            "",
+        )?;
         kb.add(self.smem, off, "mbar")
     }
 
@@ -284,7 +290,11 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
     fn ring(&self, kb: &Kb<'ctx>, pos: IntValue<'ctx>) -> R<(IntValue<'ctx>, IntValue<'ctx>)> {
         let s = self.cfg.kv_slots;
         let slot = kb.and(pos, kb.i32c((s - 1) as i64), "kv_slot")?;
-        let par = kb.and(kb.b.build_right_shift(pos, kb.i32c(s.trailing_zeros() as i64), false, "")?, kb.i32c(1), "kv_parity")?;
+        let par = kb.and(
+            kb.b.build_right_shift(pos, kb.i32c(s.trailing_zeros() as i64), false, "")?,
+            kb.i32c(1),
+            "kv_parity",
+        )?;
         Ok((slot, par))
     }
 
@@ -643,7 +653,12 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
     }
 
     /// `for idx in 0..n { body(idx) }`.
-    fn for_n(&self, kb: &mut Kb<'ctx>, n: IntValue<'ctx>, body: impl FnOnce(&mut Kb<'ctx>, IntValue<'ctx>) -> R<()>) -> R<()> {
+    fn for_n(
+        &self,
+        kb: &mut Kb<'ctx>,
+        n: IntValue<'ctx>,
+        body: impl FnOnce(&mut Kb<'ctx>, IntValue<'ctx>) -> R<()>,
+    ) -> R<()> {
         kb.for_range(kb.i32c(0), n, "kv_idx", body)
     }
 
@@ -682,7 +697,8 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                         kb.mbar_arrive_expect_tx(full, Config::boxes(spec.head_dim_qk) * TMA_BOX_BYTES)?;
                         let prow = kb.add(row0, kb.i32c((i * BLOCK_M) as i64), "")?;
                         for cb in 0..Config::boxes(spec.head_dim_qk) {
-                            let dst = kb.add(self.smem, kb.i32c((layout.q[i as usize] + cb * TMA_BOX_BYTES) as i64), "")?;
+                            let dst =
+                                kb.add(self.smem, kb.i32c((layout.q[i as usize] + cb * TMA_BOX_BYTES) as i64), "")?;
                             let c0 = kb.i32c((cb * TMA_BOX_COLS) as i64);
                             if spec.pack_gqa {
                                 // Box {64, G, 128/G}: packed row r = position·G + head-in-group.
@@ -713,7 +729,12 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
     /// the page when pages hold whole tiles, else one box per page; pages past the
     /// sequence's last are clamped to it (their rows are past seqlen_k: masked, and
     /// their V rows zeroed before P·V, see `zero_v_tail`).
-    fn kv_boxes(&self, kb: &mut Kb<'ctx>, wt: &WorkTile<'ctx>, j: IntValue<'ctx>) -> R<Vec<(IntValue<'ctx>, IntValue<'ctx>)>> {
+    fn kv_boxes(
+        &self,
+        kb: &mut Kb<'ctx>,
+        wt: &WorkTile<'ctx>,
+        j: IntValue<'ctx>,
+    ) -> R<Vec<(IntValue<'ctx>, IntValue<'ctx>)>> {
         let key0 = kb.add(wt.k_start, kb.mul(j, kb.i32c(BLOCK_N as i64), "")?, "key0")?;
         let KvLayout::Paged { page_size } = self.spec.kv_layout else {
             return Ok(vec![(key0, wt.tma_b)]);
@@ -791,7 +812,11 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         kb.section(&format!("role: {} row gather (cp.async, warp {})", t.to_uppercase(), if is_v { 15 } else { 14 }))?;
         let d = if is_v { spec.head_dim_v } else { spec.head_dim_qk };
         let base = self.arg(t)?;
-        let (sb, sr, sh) = (self.arg(&format!("{t}_stride_batch"))?, self.arg(&format!("{t}_stride_row"))?, self.arg(&format!("{t}_stride_head"))?);
+        let (sb, sr, sh) = (
+            self.arg(&format!("{t}_stride_batch"))?,
+            self.arg(&format!("{t}_stride_row"))?,
+            self.arg(&format!("{t}_stride_head"))?,
+        );
         let kv_pos = kb.slot_i32("gather_kv_pos", kb.i32c(0))?;
         let ps = kb.i32c(page_size as i64);
         self.persistent(kb, |kb, wt| {
@@ -800,7 +825,8 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             let bt_row = kb.mul(kb.sext64(wt.b, "")?, self.arg("block_table_stride")?, "bt_row")?;
             let base_pos = kb.get_i(kv_pos, "kv_base")?;
             let n = self.for_each_kv_tile(kb, &wt, |kb, j, idx| {
-                let pos = kb.add(kb.add(base_pos, kb.mul(idx, kb.i32c(2), "")?, "")?, kb.i32c(is_v as i64), "gather_pos")?;
+                let pos =
+                    kb.add(kb.add(base_pos, kb.mul(idx, kb.i32c(2), "")?, "")?, kb.i32c(is_v as i64), "gather_pos")?;
                 let (slot, par) = self.ring(kb, pos)?;
                 let n0 = kb.mul(j, kb.i32c(BLOCK_N as i64), "n0")?;
                 let lane = kb.and(kb.opaque_i32(kb.sreg("tid.x", "")?, "")?, kb.i32c(31), "lane")?;
@@ -835,7 +861,16 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                         let bytes = kb.select_i(valid, kb.i32c(16), kb.i32c(0), "")?;
                         let row_gaddr = kb.add(base, kb.mul(off, kb.i64c(2), "")?, "")?;
                         let s_row = emit_chunk_addr(kb, dst0, r, chunk)?;
-                        crate::variant::layout::cp_async_row_chunks(kb, s_row, TMA_BOX_BYTES, row_gaddr, base, chunk, d, bytes)?;
+                        crate::variant::layout::cp_async_row_chunks(
+                            kb,
+                            s_row,
+                            TMA_BOX_BYTES,
+                            row_gaddr,
+                            base,
+                            chunk,
+                            d,
+                            bytes,
+                        )?;
                         Ok(())
                     })?;
                 }

@@ -84,7 +84,11 @@ pub fn compile(spec: &Spec, arch: Arch) -> Result<CompiledModule, LowerError> {
     if let Some(reason) = kernel_unsupported_reason(spec, arch) {
         return Err(LowerError::Unsupported { family: FamilyKind::Blackwell, arch, reason });
     }
-    let cfg = Config::for_spec(spec).map_err(|reason| LowerError::Unsupported { family: FamilyKind::Blackwell, arch, reason })?;
+    let cfg = Config::for_spec(spec).map_err(|reason| LowerError::Unsupported {
+        family: FamilyKind::Blackwell,
+        arch,
+        reason,
+    })?;
     compile_with_config(spec, arch, &cfg)
 }
 

@@ -160,7 +160,8 @@ mod tests {
         assert!((t.emulated_bf16.mean - t.rounded_bf16.mean).abs() < 0.05 * t.rounded_bf16.mean, "{t}");
         assert_eq!(t.flushed, t.flush_band_inputs);
         if std::env::var_os("ATTNC_WRITE_RESULTS").is_some() {
-            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/results/2026-11-23-blackwell-exp2-emulation-error.md");
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../docs/results/2026-11-23-blackwell-exp2-emulation-error.md");
             let doc = format!(
                 "# Blackwell family: exp2 emulation accuracy (FA4 Table 2)\n\n\
                  Date: 2026-11-23. Device: none (CPU model). Command: \

@@ -284,7 +284,8 @@ pub fn run(cfg: &Config, sc: &Scenario, seed: u64) -> Result<(), String> {
 
 /// Runs the roles' op lists under one random schedule.
 fn simulate(cfg: &Config, procs: &[(String, Vec<Op>)], seed: u64) -> Result<(), String> {
-    let mut bars: BTreeMap<Bar, Mbar> = cfg.mbarriers().into_iter().map(|b| (b, Mbar::new(model_count(cfg, b)))).collect();
+    let mut bars: BTreeMap<Bar, Mbar> =
+        cfg.mbarriers().into_iter().map(|b| (b, Mbar::new(model_count(cfg, b)))).collect();
     let mut pc = vec![0usize; procs.len()];
     // Async completions: TMA loads (any order), per-thread FIFO commits and cp.async.
     let mut tma: Vec<Bar> = Vec::new();
@@ -361,7 +362,9 @@ fn simulate(cfg: &Config, procs: &[(String, Vec<Op>)], seed: u64) -> Result<(), 
                     Op::Wait { b, parity, expect } => {
                         let seen = &bars[&b].done[parity as usize];
                         if expect != Tag::None && !seen.contains(&expect) {
-                            return Err(format!("{name}: wait on {b:?} (parity {parity}) passed on {seen:?}, expected {expect:?}"));
+                            return Err(format!(
+                                "{name}: wait on {b:?} (parity {parity}) passed on {seen:?}, expected {expect:?}"
+                            ));
                         }
                     }
                     Op::Arrive { b, tag } => arrive(&mut bars, b, tag, &mut released),
@@ -386,7 +389,10 @@ fn simulate(cfg: &Config, procs: &[(String, Vec<Op>)], seed: u64) -> Result<(), 
                     }
                     Op::Refill { pos } => {
                         if pos >= cfg.kv_slots && !released.contains(&(pos - cfg.kv_slots)) {
-                            return Err(format!("{name}: refills ring position {pos} before {} was released", pos - cfg.kv_slots));
+                            return Err(format!(
+                                "{name}: refills ring position {pos} before {} was released",
+                                pos - cfg.kv_slots
+                            ));
                         }
                     }
                 }
@@ -438,14 +444,8 @@ mod tests {
     /// wait passing on another phase's data, no slot refilled before its release.
     #[test]
     fn no_deadlock_or_aliasing_under_random_timing() {
-        let scenarios = [
-            vec![1],
-            vec![3],
-            vec![0, 2, 0, 1],
-            vec![5, 1, 4],
-            vec![9, 0, 0, 7, 2],
-            vec![1, 1, 1, 1, 1, 1],
-        ];
+        let scenarios =
+            [vec![1], vec![3], vec![0, 2, 0, 1], vec![5, 1, 4], vec![9, 0, 0, 7, 2], vec![1, 1, 1, 1, 1, 1]];
         for (name, cfg) in configs() {
             for tiles in &scenarios {
                 for v_tail in [false, true] {

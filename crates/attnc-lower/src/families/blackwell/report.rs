@@ -125,7 +125,11 @@ pub fn report(spec: &Spec) -> Result<Report, String> {
         });
     }
     for i in 0..tiles {
-        tmem.push(TmemRow { name: format!("O{i}"), cols: (t.o[i], t.o[i] + cfg.d_v), what: format!("O{i} accumulator (f32)") });
+        tmem.push(TmemRow {
+            name: format!("O{i}"),
+            cols: (t.o[i], t.o[i] + cfg.d_v),
+            what: format!("O{i} accumulator (f32)"),
+        });
     }
     if t.used < t.alloc {
         tmem.push(TmemRow { name: "free".into(), cols: (t.used, t.alloc), what: "unused".into() });
@@ -222,7 +226,11 @@ pub fn report(spec: &Spec) -> Result<Report, String> {
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "blackwell schedule: {} (d {}/{}, {} threads)", self.name, self.d_qk, self.d_v, self.threads)?;
-        writeln!(f, "  tiles: {} x {BLOCK_M} query rows per CTA, {BLOCK_N} keys per K/V tile, {}", self.q_tiles, self.tile_order)?;
+        writeln!(
+            f,
+            "  tiles: {} x {BLOCK_M} query rows per CTA, {BLOCK_N} keys per K/V tile, {}",
+            self.q_tiles, self.tile_order
+        )?;
         writeln!(f, "  K/V ring: {} slots; PV/S order: {}", self.kv_slots, self.pv_order)?;
         writeln!(f, "  K/V loads: {}", self.kv_loads)?;
         if let Some(s) = &self.split_kv {
@@ -238,7 +246,11 @@ impl fmt::Display for Report {
         )?;
         let c = &self.cycles;
         writeln!(f, "cycles per 128x128 tile (one Q tile, B200 per-SM rates):")?;
-        writeln!(f, "  MMA {:>7.1}   shared memory {:>7.1}   exp MUFU {:>7.1}   exp FMA {:>7.1}   bound: {}", c.mma, c.smem, c.exp_mufu, c.exp_fma, c.bound)?;
+        writeln!(
+            f,
+            "  MMA {:>7.1}   shared memory {:>7.1}   exp MUFU {:>7.1}   exp FMA {:>7.1}   bound: {}",
+            c.mma, c.smem, c.exp_mufu, c.exp_fma, c.bound
+        )?;
         writeln!(f, "TMEM columns ({} allocated):", self.tmem_alloc)?;
         for r in &self.tmem {
             writeln!(f, "  {:>3}..{:<3} {:<8} {}", r.cols.0, r.cols.1, r.name, r.what)?;

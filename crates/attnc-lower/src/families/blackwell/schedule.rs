@@ -91,16 +91,44 @@ pub fn emit_tile_coords<'ctx>(
         let m_rev = kb.udiv(within, nh, "")?;
         let h = kb.add(h0, kb.urem(within, nh, "")?, "tile_h")?;
         let m = kb.sub(kb.sub(num_m, kb.i32c(1), "")?, m_rev, "tile_m")?;
-        Ok(WorkTile { m, h, b, rows: seqlen_q, seqlen_q, seqlen_k, q_start: kb.i32c(0), k_start: kb.i32c(0), tma_b: b, split: kb.i32c(0) })
+        Ok(WorkTile {
+            m,
+            h,
+            b,
+            rows: seqlen_q,
+            seqlen_q,
+            seqlen_k,
+            q_start: kb.i32c(0),
+            k_start: kb.i32c(0),
+            tma_b: b,
+            split: kb.i32c(0),
+        })
     } else {
         let m = kb.urem(r, num_m, "tile_m")?;
         let h = kb.udiv(r, num_m, "tile_h")?;
-        Ok(WorkTile { m, h, b, rows: seqlen_q, seqlen_q, seqlen_k, q_start: kb.i32c(0), k_start: kb.i32c(0), tma_b: b, split: kb.i32c(0) })
+        Ok(WorkTile {
+            m,
+            h,
+            b,
+            rows: seqlen_q,
+            seqlen_q,
+            seqlen_k,
+            q_start: kb.i32c(0),
+            k_start: kb.i32c(0),
+            tma_b: b,
+            split: kb.i32c(0),
+        })
     }
 }
 
 /// Emits [`section_heads`] from the runtime seqlen_k.
-pub fn emit_section_heads<'ctx>(kb: &Kb<'ctx>, seqlen_k: IntValue<'ctx>, d_qk: u32, d_v: u32, heads: u32) -> R<IntValue<'ctx>> {
+pub fn emit_section_heads<'ctx>(
+    kb: &Kb<'ctx>,
+    seqlen_k: IntValue<'ctx>,
+    d_qk: u32,
+    d_v: u32,
+    heads: u32,
+) -> R<IntValue<'ctx>> {
     let sk = kb.smax(kb.sext64(seqlen_k, "")?, kb.i64c(1), "")?;
     let per_head = kb.mul(sk, kb.i64c((d_qk + d_v) as i64 * 2), "")?;
     let n = kb.b.build_int_unsigned_div(kb.i64c(L2_SECTION_BYTES), per_head, "")?;

@@ -115,7 +115,8 @@ fn split_kv_writes_partials_and_brings_the_combine_kernel() {
     let m = compile(&spec, Arch::Sm100a).expect("compiles");
     let names: Vec<&str> = m.kernels.iter().map(|k| k.name.as_str()).collect();
     assert_eq!(names, ["attnc_split_decode_fwd", "attnc_split_decode_combine"]);
-    let params: Vec<String> = m.kernels[0].params.iter().map(|p| p.split(':').next().unwrap_or("").to_string()).collect();
+    let params: Vec<String> =
+        m.kernels[0].params.iter().map(|p| p.split(':').next().unwrap_or("").to_string()).collect();
     for p in ["num_splits", "o_partial", "lse_partial"] {
         assert!(params.iter().any(|x| x == p), "forward has no {p}: {params:?}");
     }
@@ -142,7 +143,11 @@ fn paged_kv_loads_pages_by_tma() {
     assert_eq!(abi::tma_boxes(&small)[2].box_rows, 8);
     let big = variants().into_iter().find(|s| s.name == "paged_256").expect("variant");
     let m = compile(&big, Arch::Sm100a).expect("compiles");
-    assert_eq!(count(&m.ptx, "cp.async.bulk.tensor.4d.shared::cluster"), 4, "TMA count (d 64: one box per Q tile, K and V)");
+    assert_eq!(
+        count(&m.ptx, "cp.async.bulk.tensor.4d.shared::cluster"),
+        4,
+        "TMA count (d 64: one box per Q tile, K and V)"
+    );
     assert_eq!(abi::tensor_maps(&big)[1].box_dims, [64, 128, 1, 1]);
     let mut contiguous = Spec::new("c", 128, 4);
     contiguous.mask.causal = Some(Align::TopLeft);
@@ -159,7 +164,9 @@ fn small_pages_are_gathered_by_two_warps() {
     assert!(cfg.gather);
     assert_eq!(cfg.bar_count(config::Bar::KvFull(0)), 32);
     let m = compile(&spec, Arch::Sm100a).expect("compiles");
-    for needle in ["cp.async.cg.shared.global", "cp.async.mbarrier.arrive.noinc.shared::cta.b64", "fence.proxy.async.shared::cta"] {
+    for needle in
+        ["cp.async.cg.shared.global", "cp.async.mbarrier.arrive.noinc.shared::cta.b64", "fence.proxy.async.shared::cta"]
+    {
         assert!(m.ptx.contains(needle), "no `{needle}`");
     }
     // Only Q by TMA: 2 Q tiles x 2 column boxes.
@@ -225,7 +232,9 @@ fn unsupported_variants_say_why() {
     s.split_kv = SplitKv::Fixed(2);
     assert_eq!(kernel_unsupported_reason(&s, Arch::Sm100a), None);
     // Every page size runs: TMA boxes where they can follow the pages, else a gather.
-    for (page, tma) in [(16, true), (8, true), (128, true), (384, true), (4, false), (1, false), (48, false), (192, false)] {
+    for (page, tma) in
+        [(16, true), (8, true), (128, true), (384, true), (4, false), (1, false), (48, false), (192, false)]
+    {
         let mut p = Spec::new("x", 128, 8);
         p.kv_layout = KvLayout::Paged { page_size: page };
         assert_eq!(kernel_unsupported_reason(&p, Arch::Sm100a), None, "page {page}");

@@ -222,7 +222,10 @@ pub fn problems(spec: &Spec, cfg: &Config, v: &Verified) -> Vec<String> {
     }
     // O by TMA stores, or row stores (varlen, split-KV), as the configuration says.
     if cfg.tma_store_o != v.opcodes.contains_key("UTMASTG") {
-        p.push(format!("UTMASTG in the SASS: {}, the configuration stores O by TMA: {}", !cfg.tma_store_o, cfg.tma_store_o));
+        p.push(format!(
+            "UTMASTG in the SASS: {}, the configuration stores O by TMA: {}",
+            !cfg.tma_store_o, cfg.tma_store_o
+        ));
     }
     let (emulated, mufu_min) = expected_exp_counts(spec);
     if v.emulated_floor != emulated {
@@ -300,6 +303,9 @@ mod tests {
 
     #[test]
     fn tmem_allocs_are_read_from_ptx() {
-        assert_eq!(ptx_tmem_allocs("\ttcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%r3], 512;\n"), vec![512]);
+        assert_eq!(
+            ptx_tmem_allocs("\ttcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%r3], 512;\n"),
+            vec![512]
+        );
     }
 }

@@ -206,14 +206,23 @@ impl Config {
         match which {
             // TMA: the producer's one arrive.expect_tx; gather: one cp.async arrive per
             // lane of the two warps that copy the tensor.
-            RingBar::FullK | RingBar::FullV => if self.gather { 64 } else { 1 },
+            RingBar::FullK | RingBar::FullV => {
+                if self.gather {
+                    64
+                } else {
+                    1
+                }
+            }
             RingBar::EmptyK | RingBar::EmptyV => 4 * self.consumers,
         }
     }
 
     /// Why this configuration cannot run `spec`, or `None`.
     pub fn check(&self, spec: &Spec, max_smem: u32) -> Result<(), String> {
-        if !matches!((spec.head_dim_qk, spec.head_dim_v), (64, 64) | (96, 96) | (128, 128) | (192, 128) | (192, 192) | (256, 256)) {
+        if !matches!(
+            (spec.head_dim_qk, spec.head_dim_v),
+            (64, 64) | (96, 96) | (128, 128) | (192, 128) | (192, 192) | (256, 256)
+        ) {
             return Err(format!(
                 "head dims {}/{}: this family has tiles for 64, 96, 128, 192/128, 192 and 256",
                 spec.head_dim_qk, spec.head_dim_v
@@ -223,7 +232,10 @@ impl Config {
             return Err(format!("head_dim_v {} is not a wgmma N this family emits", spec.head_dim_v));
         }
         if !crate::llvm::wgmma::WGMMA_NS.contains(&self.block_n) || self.stages == 0 || self.consumers == 0 {
-            return Err(format!("block_n {} / stages {} / consumers {}: not a built shape", self.block_n, self.stages, self.consumers));
+            return Err(format!(
+                "block_n {} / stages {} / consumers {}: not a built shape",
+                self.block_n, self.stages, self.consumers
+            ));
         }
         if matches!(spec.kv_layout, KvLayout::Paged { .. }) != self.gather {
             return Err("paged KV needs the gather producer (and only paged KV uses it)".into());
@@ -264,7 +276,10 @@ mod tests {
         let l = c.smem(&s);
         // Q: 2 consumers × 2 column blocks × 64 rows × 128 B = 32 KiB; K, V: 2 stages ×
         // 2 blocks × 128 rows × 128 B = 64 KiB each; then 8 mbarriers (full/empty × K/V × 2 slots).
-        assert_eq!((l.q, l.q_per_consumer, l.k, l.k_per_stage, l.v, l.v_per_stage), (0, 16384, 32768, 32768, 98304, 32768));
+        assert_eq!(
+            (l.q, l.q_per_consumer, l.k, l.k_per_stage, l.v, l.v_per_stage),
+            (0, 16384, 32768, 32768, 98304, 32768)
+        );
         assert_eq!(l.bars, 163840);
         assert_eq!(l.used, 163840 + 64);
         assert_eq!(c.threads(), 384);

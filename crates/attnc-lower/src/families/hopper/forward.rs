@@ -19,9 +19,9 @@
 
 use super::config::{Config, RingBar, BOX_COLS, ROWS_PER_CONSUMER, ROW_BYTES};
 use super::desc::{Major, SmemDesc};
-use crate::families::sw128::{emit_chunk_addr, k_major_step_offset, mn_major_step_offset};
 use crate::families::abi::{ParamTy, TmaBox};
 use crate::families::portable::abi::{self as pabi, Args};
+use crate::families::sw128::{emit_chunk_addr, k_major_step_offset, mn_major_step_offset};
 use crate::families::KernelInfo;
 use crate::llvm::kb::{Kb, Slot, R};
 use crate::llvm::tcgen05::Acc;
@@ -60,7 +60,14 @@ pub fn tma_boxes(cfg: &Config) -> Vec<TmaBox> {
     }
     ["k", "v"]
         .into_iter()
-        .map(|t| TmaBox { param: format!("tmap_{t}"), tensor: t.into(), box_cols: BOX_COLS, box_rows: cfg.block_n, swizzle_bytes: 128, pack_group: 1 })
+        .map(|t| TmaBox {
+            param: format!("tmap_{t}"),
+            tensor: t.into(),
+            box_cols: BOX_COLS,
+            box_rows: cfg.block_n,
+            swizzle_bytes: 128,
+            pack_group: 1,
+        })
         .collect()
 }
 
@@ -129,7 +136,8 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         let g = match kb.module.get_global("attnc_smem") {
             Some(g) => g,
             None => {
-                let g = kb.module.add_global(kb.ctx.i8_type().array_type(0), Some(AddressSpace::from(3u16)), "attnc_smem");
+                let g =
+                    kb.module.add_global(kb.ctx.i8_type().array_type(0), Some(AddressSpace::from(3u16)), "attnc_smem");
                 g.set_alignment(1024);
                 g.set_linkage(inkwell::module::Linkage::External);
                 g
@@ -162,7 +170,8 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         let rows_total = if spec.pack_gqa { kb.mul(bv.seqlen_q, g, "rows_total")? } else { bv.seqlen_q };
         let row0 = kb.mul(m_block, kb.i32c(self.cfg.block_m() as i64), "row0")?;
         let hkv = if spec.pack_gqa { head_idx } else { kb.udiv(head_idx, g, "hkv")? };
-        let last_row = kb.sub(kb.smin(kb.add(row0, kb.i32c(self.cfg.block_m() as i64), "")?, rows_total, "")?, kb.i32c(1), "")?;
+        let last_row =
+            kb.sub(kb.smin(kb.add(row0, kb.i32c(self.cfg.block_m() as i64), "")?, rows_total, "")?, kb.i32c(1), "")?;
         let (tile_q, tile_h) = if spec.pack_gqa {
             let h_lo = kb.mul(hkv, g, "")?;
             ((kb.udiv(row0, g, "")?, kb.udiv(last_row, g, "")?), (h_lo, kb.add(h_lo, kb.i32c(group - 1), "")?))
@@ -186,7 +195,15 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
     }
 
     fn tiles<'b>(&'b self, cta: &'b Cta<'ctx>) -> KeyTiles<'b, 'ctx> {
-        KeyTiles { spec: self.spec, block_n: self.cfg.block_n, bv: cta.bv, hkv: cta.hkv, q: cta.tile_q, h: cta.tile_h, va: &cta.va }
+        KeyTiles {
+            spec: self.spec,
+            block_n: self.cfg.block_n,
+            bv: cta.bv,
+            hkv: cta.hkv,
+            q: cta.tile_q,
+            h: cta.tile_h,
+            va: &cta.va,
+        }
     }
 
     /// Shared address of ring barrier `which` for a run-time slot.
@@ -236,7 +253,9 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                 if cfg.gather {
                     kb.section("producer warpgroup: warps 0/2 gather K rows, 1/3 V rows (cp.async), half a tile each")?;
                     let warp = kb.udiv(tid, kb.i32c(32), "producer_warp")?;
-                    for (w, tensor, half) in [(0, KvTensor::K, 0), (1, KvTensor::V, 0), (2, KvTensor::K, 1), (3, KvTensor::V, 1)] {
+                    for (w, tensor, half) in
+                        [(0, KvTensor::K, 0), (1, KvTensor::V, 0), (2, KvTensor::K, 1), (3, KvTensor::V, 1)]
+                    {
                         let mine = kb.icmp(IntPredicate::EQ, warp, kb.i32c(w), "")?;
                         kb.if_then(mine, &format!("producer_w{w}"), |kb| self.producer_gather(kb, tensor, half))?;
                     }
@@ -274,23 +293,24 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             _ => (kb.i32c(0), cta.bv.b),
         };
         self.produce_tiles(kb, &tiles, begin, end, "produce", |kb, t, slot, free_parity| {
-                let row = kb.add(row_base, kb.mul(t, kb.i32c(cfg.block_n as i64), "")?, "key_row")?;
-                for (which, tmap, full, empty, d, base, per) in [
-                    ("K", tmap_k, RingBar::FullK, RingBar::EmptyK, spec.head_dim_qk, layout.k, layout.k_per_stage),
-                    ("V", tmap_v, RingBar::FullV, RingBar::EmptyV, spec.head_dim_v, layout.v, layout.v_per_stage),
-                ] {
-                    kb.section(&format!("TMA {which} tile -> ring slot"))?;
-                    let e = self.ring_bar(kb, cta.smem, empty, slot)?;
-                    kb.mbar_wait(e, free_parity)?;
-                    let f = self.ring_bar(kb, cta.smem, full, slot)?;
-                    kb.mbar_arrive_expect_tx(f, per)?;
-                    let dst0 = kb.add(cta.smem, kb.add(kb.i32c(base as i64), kb.mul(slot, kb.i32c(per as i64), "")?, "")?, "")?;
-                    for cb in 0..Config::col_blocks(d) {
-                        let dst = kb.add(dst0, kb.i32c((cb * cfg.block_n * ROW_BYTES) as i64), "tma_dst")?;
-                        kb.tma_load_4d(dst, tmap, [kb.i32c((cb * BOX_COLS) as i64), row, cta.hkv, batch_coord], f)?;
-                    }
+            let row = kb.add(row_base, kb.mul(t, kb.i32c(cfg.block_n as i64), "")?, "key_row")?;
+            for (which, tmap, full, empty, d, base, per) in [
+                ("K", tmap_k, RingBar::FullK, RingBar::EmptyK, spec.head_dim_qk, layout.k, layout.k_per_stage),
+                ("V", tmap_v, RingBar::FullV, RingBar::EmptyV, spec.head_dim_v, layout.v, layout.v_per_stage),
+            ] {
+                kb.section(&format!("TMA {which} tile -> ring slot"))?;
+                let e = self.ring_bar(kb, cta.smem, empty, slot)?;
+                kb.mbar_wait(e, free_parity)?;
+                let f = self.ring_bar(kb, cta.smem, full, slot)?;
+                kb.mbar_arrive_expect_tx(f, per)?;
+                let dst0 =
+                    kb.add(cta.smem, kb.add(kb.i32c(base as i64), kb.mul(slot, kb.i32c(per as i64), "")?, "")?, "")?;
+                for cb in 0..Config::col_blocks(d) {
+                    let dst = kb.add(dst0, kb.i32c((cb * cfg.block_n * ROW_BYTES) as i64), "tma_dst")?;
+                    kb.tma_load_4d(dst, tmap, [kb.i32c((cb * BOX_COLS) as i64), row, cta.hkv, batch_coord], f)?;
                 }
-                Ok(())
+            }
+            Ok(())
         })
     }
 
@@ -347,58 +367,73 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         let v_base = self.args.int("v")?;
         let bn = cfg.block_n as i64;
         self.produce_tiles(kb, &tiles, begin, end, "gather", |kb, t, slot, free_parity| {
-                let n0 = kb.mul(t, kb.i32c(bn), "n0")?;
-                let lane = kb.and(kb.opaque_i32(kb.sreg("tid.x", "")?, "")?, kb.i32c(31), "lane")?;
-                let sub_row = kb.udiv(lane, kb.i32c(8), "sub_row")?;
-                let chunk = kb.and(lane, kb.i32c(7), "chunk")?;
-                let (which, full, empty, d, base, per, tbase) = match tensor {
-                    KvTensor::K => ("K", RingBar::FullK, RingBar::EmptyK, spec.head_dim_qk, layout.k, layout.k_per_stage, k_base),
-                    KvTensor::V => ("V", RingBar::FullV, RingBar::EmptyV, spec.head_dim_v, layout.v, layout.v_per_stage, v_base),
-                };
-                {
-                    kb.section(&format!("gather {which} tile -> ring slot (cp.async)"))?;
-                    // This lane's rows 32i + lane: their offsets, one block-table read each,
-                    // all issued before the slot wait so their latency overlaps it.
-                    let mut own = Vec::new();
-                    let groups = cfg.block_n / 32;
-                    for i in (half * groups / 2)..((half + 1) * groups / 2) {
-                        let key = kb.add(n0, kb.add(lane, kb.i32c(32 * i as i64), "")?, "")?;
-                        let valid = kb.icmp(IntPredicate::SLT, key, cta.bv.seqlen_k, "")?;
-                        let key = kb.select_i(valid, key, kb.i32c(0), "key_clamped")?;
-                        let (ko, vo) = crate::variant::layout::kv_row_offsets(kb, spec, &cta.la, &cta.bv, &k_st, &v_st, key, cta.hkv)?;
-                        own.push((i, if which == "K" { ko } else { vo }));
-                    }
-                    kb.mbar_wait(self.ring_bar(kb, cta.smem, empty, slot)?, free_parity)?;
-                    let dst0 = kb.add(cta.smem, kb.add(kb.i32c(base as i64), kb.mul(slot, kb.i32c(per as i64), "")?, "")?, "")?;
-                    for &(i, own_off) in &own {
-                        // Rows 32i + 4j .. +3, j a run-time loop (an unrolled one keeps every
-                        // address live and spills the producer): this lane copies chunk
-                        // lane%8 of row 32i + 4j + lane/8, whose offset lane 4j + lane/8 holds.
-                        kb.for_range(kb.i32c(0), kb.i32c(8), "gather_rows", |kb, j| {
-                            let src = kb.add(kb.mul(j, kb.i32c(4), "")?, sub_row, "src_lane")?;
-                            let r = kb.add(kb.i32c(32 * i as i64), src, "row")?;
-                            let off = kb.shfl_idx_i64(own_off, src, "row_off")?;
-                            let key = kb.add(n0, r, "")?;
-                            let valid = kb.icmp(IntPredicate::SLT, key, cta.bv.seqlen_k, "")?;
-                            let bytes = kb.select_i(valid, kb.i32c(16), kb.i32c(0), "")?;
-                            let row_gaddr = kb.add(tbase, kb.mul(off, kb.i64c(2), "")?, "")?;
-                            let s_row = emit_chunk_addr(kb, dst0, r, chunk)?;
-                            // A head dim that is not a multiple of 64 leaves the last block's
-                            // tail chunks past d: zeroed too.
-                            let stride = cfg.block_n * ROW_BYTES;
-                            crate::variant::layout::cp_async_row_chunks(kb, s_row, stride, row_gaddr, tbase, chunk, d, bytes)?;
-                            Ok(())
-                        })?;
-                    }
-                    kb.cp_async_mbar_arrive_noinc(self.ring_bar(kb, cta.smem, full, slot)?)?;
+            let n0 = kb.mul(t, kb.i32c(bn), "n0")?;
+            let lane = kb.and(kb.opaque_i32(kb.sreg("tid.x", "")?, "")?, kb.i32c(31), "lane")?;
+            let sub_row = kb.udiv(lane, kb.i32c(8), "sub_row")?;
+            let chunk = kb.and(lane, kb.i32c(7), "chunk")?;
+            let (which, full, empty, d, base, per, tbase) = match tensor {
+                KvTensor::K => {
+                    ("K", RingBar::FullK, RingBar::EmptyK, spec.head_dim_qk, layout.k, layout.k_per_stage, k_base)
                 }
-                Ok(())
+                KvTensor::V => {
+                    ("V", RingBar::FullV, RingBar::EmptyV, spec.head_dim_v, layout.v, layout.v_per_stage, v_base)
+                }
+            };
+            {
+                kb.section(&format!("gather {which} tile -> ring slot (cp.async)"))?;
+                // This lane's rows 32i + lane: their offsets, one block-table read each,
+                // all issued before the slot wait so their latency overlaps it.
+                let mut own = Vec::new();
+                let groups = cfg.block_n / 32;
+                for i in (half * groups / 2)..((half + 1) * groups / 2) {
+                    let key = kb.add(n0, kb.add(lane, kb.i32c(32 * i as i64), "")?, "")?;
+                    let valid = kb.icmp(IntPredicate::SLT, key, cta.bv.seqlen_k, "")?;
+                    let key = kb.select_i(valid, key, kb.i32c(0), "key_clamped")?;
+                    let (ko, vo) =
+                        crate::variant::layout::kv_row_offsets(kb, spec, &cta.la, &cta.bv, &k_st, &v_st, key, cta.hkv)?;
+                    own.push((i, if which == "K" { ko } else { vo }));
+                }
+                kb.mbar_wait(self.ring_bar(kb, cta.smem, empty, slot)?, free_parity)?;
+                let dst0 =
+                    kb.add(cta.smem, kb.add(kb.i32c(base as i64), kb.mul(slot, kb.i32c(per as i64), "")?, "")?, "")?;
+                for &(i, own_off) in &own {
+                    // Rows 32i + 4j .. +3, j a run-time loop (an unrolled one keeps every
+                    // address live and spills the producer): this lane copies chunk
+                    // lane%8 of row 32i + 4j + lane/8, whose offset lane 4j + lane/8 holds.
+                    kb.for_range(kb.i32c(0), kb.i32c(8), "gather_rows", |kb, j| {
+                        let src = kb.add(kb.mul(j, kb.i32c(4), "")?, sub_row, "src_lane")?;
+                        let r = kb.add(kb.i32c(32 * i as i64), src, "row")?;
+                        let off = kb.shfl_idx_i64(own_off, src, "row_off")?;
+                        let key = kb.add(n0, r, "")?;
+                        let valid = kb.icmp(IntPredicate::SLT, key, cta.bv.seqlen_k, "")?;
+                        let bytes = kb.select_i(valid, kb.i32c(16), kb.i32c(0), "")?;
+                        let row_gaddr = kb.add(tbase, kb.mul(off, kb.i64c(2), "")?, "")?;
+                        let s_row = emit_chunk_addr(kb, dst0, r, chunk)?;
+                        // A head dim that is not a multiple of 64 leaves the last block's
+                        // tail chunks past d: zeroed too.
+                        let stride = cfg.block_n * ROW_BYTES;
+                        crate::variant::layout::cp_async_row_chunks(
+                            kb, s_row, stride, row_gaddr, tbase, chunk, d, bytes,
+                        )?;
+                        Ok(())
+                    })?;
+                }
+                kb.cp_async_mbar_arrive_noinc(self.ring_bar(kb, cta.smem, full, slot)?)?;
+            }
+            Ok(())
         })
     }
 
     /// Waits for a full barrier; after a cp.async gather, orders those (generic-proxy)
     /// writes before the wgmma's (async-proxy) reads.
-    fn wait_full(&self, kb: &Kb<'ctx>, cta: &Cta<'ctx>, which: RingBar, slot: IntValue<'ctx>, parity: IntValue<'ctx>) -> R<()> {
+    fn wait_full(
+        &self,
+        kb: &Kb<'ctx>,
+        cta: &Cta<'ctx>,
+        which: RingBar,
+        slot: IntValue<'ctx>,
+        parity: IntValue<'ctx>,
+    ) -> R<()> {
         kb.mbar_wait(self.ring_bar(kb, cta.smem, which, slot)?, parity)?;
         if self.cfg.gather {
             kb.fence_proxy_async_shared()?;
@@ -410,7 +445,13 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
 
     /// The two accumulator rows of this consumer thread (warp w of the warpgroup holds
     /// rows 16w..16w+15; lane l rows l/4 and l/4 + 8).
-    fn thread_rows(&self, kb: &Kb<'ctx>, cta: &Cta<'ctx>, ltid: IntValue<'ctx>, consumer: IntValue<'ctx>) -> R<[RowInfo<'ctx>; 2]> {
+    fn thread_rows(
+        &self,
+        kb: &Kb<'ctx>,
+        cta: &Cta<'ctx>,
+        ltid: IntValue<'ctx>,
+        consumer: IntValue<'ctx>,
+    ) -> R<[RowInfo<'ctx>; 2]> {
         let spec = self.spec;
         let group = spec.group_size() as i64;
         let lane = kb.and(ltid, kb.i32c(31), "lane")?;
@@ -437,7 +478,14 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
 
     /// The consumer's 64 rows of Q into shared memory (128-byte swizzled, K-major, as
     /// TMA would write them): cp.async, rows past the end zero-filled.
-    fn load_q(&self, kb: &mut Kb<'ctx>, cta: &Cta<'ctx>, ltid: IntValue<'ctx>, q_smem: IntValue<'ctx>, consumer: IntValue<'ctx>) -> R<()> {
+    fn load_q(
+        &self,
+        kb: &mut Kb<'ctx>,
+        cta: &Cta<'ctx>,
+        ltid: IntValue<'ctx>,
+        q_smem: IntValue<'ctx>,
+        consumer: IntValue<'ctx>,
+    ) -> R<()> {
         let spec = self.spec;
         let group = spec.group_size() as i64;
         let chunks_per_row = spec.head_dim_qk / 8;
@@ -504,7 +552,10 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         let mut st = State {
             o: (0..dv / 2).map(|i| kb.slot_f32(&format!("o{i}"), kb.f32c(0.0))).collect::<R<Vec<_>>>()?,
             p: (0..cfg.block_n / 4).map(|i| kb.slot_i32(&format!("p{i}"), kb.i32c(0))).collect::<R<Vec<_>>>()?,
-            m: [kb.slot_f32("row_max0", kb.f32c(f64::NEG_INFINITY))?, kb.slot_f32("row_max1", kb.f32c(f64::NEG_INFINITY))?],
+            m: [
+                kb.slot_f32("row_max0", kb.f32c(f64::NEG_INFINITY))?,
+                kb.slot_f32("row_max1", kb.f32c(f64::NEG_INFINITY))?,
+            ],
             l: [kb.slot_f32("row_sum0", kb.f32c(0.0))?, kb.slot_f32("row_sum1", kb.f32c(0.0))?],
         };
         if self.pingpong() {
@@ -525,9 +576,12 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             // wait above the softmax.
             let unmasked = tiles.unmasked(kb, begin)?;
             if cfg.split_mask {
-                kb.if_else(unmasked, "first_tile", |kb| self.first_step(kb, &env, &st, begin, Masking::None), |kb| {
-                    self.first_step(kb, &env, &st, begin, Masking::Always)
-                })?;
+                kb.if_else(
+                    unmasked,
+                    "first_tile",
+                    |kb| self.first_step(kb, &env, &st, begin, Masking::None),
+                    |kb| self.first_step(kb, &env, &st, begin, Masking::Always),
+                )?;
             } else {
                 self.first_step(kb, &env, &st, begin, Masking::Unless(unmasked))?;
             }
@@ -545,9 +599,12 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                     let p0 = kb.get_i(pos, "pos")?;
                     let unmasked = tiles.unmasked(kb, t)?;
                     if cfg.split_mask {
-                        kb.if_else(unmasked, "tile", |kb| self.step(kb, &env, &st, t, p0, Masking::None), |kb| {
-                            self.step(kb, &env, &st, t, p0, Masking::Always)
-                        })?;
+                        kb.if_else(
+                            unmasked,
+                            "tile",
+                            |kb| self.step(kb, &env, &st, t, p0, Masking::None),
+                            |kb| self.step(kb, &env, &st, t, p0, Masking::Always),
+                        )?;
                     } else {
                         self.step(kb, &env, &st, t, p0, Masking::Unless(unmasked))?;
                     }
@@ -607,7 +664,14 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
     }
 
     /// The first tile: S = Q·Kᵀ, its softmax, P packed into the carried slots.
-    fn first_step(&self, kb: &mut Kb<'ctx>, env: &StepEnv<'_, 'ctx>, st: &State<'ctx>, t: IntValue<'ctx>, masked: Masking<'ctx>) -> R<()> {
+    fn first_step(
+        &self,
+        kb: &mut Kb<'ctx>,
+        env: &StepEnv<'_, 'ctx>,
+        st: &State<'ctx>,
+        t: IntValue<'ctx>,
+        masked: Masking<'ctx>,
+    ) -> R<()> {
         let cta = env.cta;
         let (slot0, par0) = self.ring(kb, kb.i32c(0))?;
         kb.section("first tile: S = Q.K^T (wgmma ss)")?;
@@ -630,7 +694,15 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
     /// carried packed): issue S(t), issue O += P(t-1)·V(t-1), wait S, softmax S(t) → P(t)
     /// under the P·V, wait O, O *= α. `keep_alive` after the last wait keeps P(t-1)'s
     /// registers allocated until then.
-    fn step(&self, kb: &mut Kb<'ctx>, env: &StepEnv<'_, 'ctx>, st: &State<'ctx>, t: IntValue<'ctx>, pos: IntValue<'ctx>, masked: Masking<'ctx>) -> R<()> {
+    fn step(
+        &self,
+        kb: &mut Kb<'ctx>,
+        env: &StepEnv<'_, 'ctx>,
+        st: &State<'ctx>,
+        t: IntValue<'ctx>,
+        pos: IntValue<'ctx>,
+        masked: Masking<'ctx>,
+    ) -> R<()> {
         let cta = env.cta;
         let p1 = kb.add(pos, kb.i32c(1), "")?;
         let (slot0, par0) = self.ring(kb, pos)?;
@@ -710,7 +782,14 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
     /// the slot. Lane 0 arrives through a predicate inside the asm, not a branch: a
     /// divergent branch between two wgmma waits makes ptxas hoist the second wait above
     /// it (and so above the softmax).
-    fn release(&self, kb: &mut Kb<'ctx>, cta: &Cta<'ctx>, which: RingBar, slot: IntValue<'ctx>, ltid: IntValue<'ctx>) -> R<()> {
+    fn release(
+        &self,
+        kb: &mut Kb<'ctx>,
+        cta: &Cta<'ctx>,
+        which: RingBar,
+        slot: IntValue<'ctx>,
+        ltid: IntValue<'ctx>,
+    ) -> R<()> {
         let lane = kb.and(ltid, kb.i32c(31), "lane")?;
         let bar = self.ring_bar(kb, cta.smem, which, slot)?;
         kb.asm_call(
@@ -725,7 +804,13 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
     }
 
     /// Issues `S = Q·Kᵀ` for ring slot `slot` (uncommitted): d/16 wgmma ss, N = block_n.
-    fn gemm_s(&self, kb: &Kb<'ctx>, cta: &Cta<'ctx>, q_smem: IntValue<'ctx>, slot: IntValue<'ctx>) -> R<Vec<FloatValue<'ctx>>> {
+    fn gemm_s(
+        &self,
+        kb: &Kb<'ctx>,
+        cta: &Cta<'ctx>,
+        q_smem: IntValue<'ctx>,
+        slot: IntValue<'ctx>,
+    ) -> R<Vec<FloatValue<'ctx>>> {
         let spec = self.spec;
         let cfg = self.cfg;
         let layout = cfg.smem(spec);
@@ -773,7 +858,8 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         for j in 0..cfg.block_n / 16 {
             let b = kb.add(b0, kb.i64c((mn_major_step_offset(j) >> 4) as i64), "")?;
             let a = [p[4 * j as usize], p[4 * j as usize + 1], p[4 * j as usize + 2], p[4 * j as usize + 3]];
-            acc = kb.wgmma_rs(WgmmaType::from(spec.dtype), spec.head_dim_v, &acc, a, b, Acc::Accumulate, Major::Mn, "o")?;
+            acc =
+                kb.wgmma_rs(WgmmaType::from(spec.dtype), spec.head_dim_v, &acc, a, b, Acc::Accumulate, Major::Mn, "o")?;
         }
         Ok(acc)
     }
@@ -845,7 +931,8 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                 let slots: Vec<Slot<'ctx>> = s.iter().map(|v| kb.slot_f32("s", *v)).collect::<R<_>>()?;
                 let partial = kb.not(unmasked, "partial_tile")?;
                 kb.if_then(partial, "mask_tile", |kb| {
-                    let mut vals: Vec<FloatValue<'ctx>> = slots.iter().map(|sl| kb.get_f(*sl, "s")).collect::<R<_>>()?;
+                    let mut vals: Vec<FloatValue<'ctx>> =
+                        slots.iter().map(|sl| kb.get_f(*sl, "s")).collect::<R<_>>()?;
                     apply_mask(kb, &mut vals)?;
                     for (sl, v) in slots.iter().zip(vals) {
                         kb.set(*sl, v)?;
@@ -861,7 +948,8 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         // Row maxima over the quad (4 lanes share a row), in log2 units.
         let mut new_max = Vec::new();
         for half in 0..2usize {
-            let row: Vec<FloatValue<'ctx>> = s.iter().enumerate().filter(|(idx, _)| (idx % 4) / 2 == half).map(|(_, v)| *v).collect();
+            let row: Vec<FloatValue<'ctx>> =
+                s.iter().enumerate().filter(|(idx, _)| (idx % 4) / 2 == half).map(|(_, v)| *v).collect();
             let mut m = pairwise(kb, row, |kb, a, b| kb.fmax(a, b, ""))?;
             m = kb.fmax(m, kb.shfl_xor_f32(m, 1, "")?, "")?;
             m = kb.fmax(m, kb.shfl_xor_f32(m, 2, "")?, "tile_max")?;
@@ -907,7 +995,11 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             // foldable, l may be inf for all ptxas knows). ptxas otherwise interleaves the
             // 64 FMULs of the rescale with the exponentials, hoisting the wait for P·V
             // above them; this keeps the wait below the softmax.
-            late_alpha.push(if self.cfg.late_alpha { kb.fma(l, kb.f32c(0.0), alphas[half], "alpha_late")? } else { alphas[half] });
+            late_alpha.push(if self.cfg.late_alpha {
+                kb.fma(l, kb.f32c(0.0), alphas[half], "alpha_late")?
+            } else {
+                alphas[half]
+            });
         }
         Ok((s, [late_alpha[0], late_alpha[1]], rescale))
     }
@@ -919,7 +1011,13 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
     }
 
     /// O *= α per row, skipped as a whole when conditional rescaling kept every base.
-    fn rescale_o(&self, kb: &mut Kb<'ctx>, st: &State<'ctx>, alpha: [FloatValue<'ctx>; 2], rescale: Option<IntValue<'ctx>>) -> R<()> {
+    fn rescale_o(
+        &self,
+        kb: &mut Kb<'ctx>,
+        st: &State<'ctx>,
+        alpha: [FloatValue<'ctx>; 2],
+        rescale: Option<IntValue<'ctx>>,
+    ) -> R<()> {
         kb.section("rescale O")?;
         let o = st.o.clone();
         let body = |kb: &mut Kb<'ctx>| -> R<()> {
@@ -937,7 +1035,14 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
 
     // ------------------------------------------------------------------ epilogue
 
-    fn epilogue(&self, kb: &mut Kb<'ctx>, cta: &Cta<'ctx>, st: &mut State<'ctx>, ltid: IntValue<'ctx>, consumer: IntValue<'ctx>) -> R<()> {
+    fn epilogue(
+        &self,
+        kb: &mut Kb<'ctx>,
+        cta: &Cta<'ctx>,
+        st: &mut State<'ctx>,
+        ltid: IntValue<'ctx>,
+        consumer: IntValue<'ctx>,
+    ) -> R<()> {
         let spec = self.spec;
         kb.section("epilogue: O /= l, store O and LSE (or split partials)")?;
         let is_split = kb.icmp(IntPredicate::SGT, cta.num_splits, kb.i32c(1), "is_split")?;
@@ -951,11 +1056,8 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             let l = kb.fadd(l, kb.shfl_xor_f32(l, 1, "")?, "")?;
             let l = kb.fadd(l, kb.shfl_xor_f32(l, 2, "")?, "l_total")?;
             let m = kb.get_f(st.m[half], "m_final")?;
-            let sink_log2 = if spec.sinks {
-                Some(sink_log2(kb, self.args.int("sinks")?, row.h, Some(is_split))?)
-            } else {
-                None
-            };
+            let sink_log2 =
+                if spec.sinks { Some(sink_log2(kb, self.args.int("sinks")?, row.h, Some(is_split))?) } else { None };
             let (o_scale, lse) = finalize_row(kb, l, m, sink_log2)?;
             let o_vals: Vec<(u32, FloatValue<'ctx>, FloatValue<'ctx>)> = (0..spec.head_dim_v / 8)
                 .map(|i| {
@@ -981,7 +1083,14 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                         if spec.lse {
                             let first_lane = kb.icmp(IntPredicate::EQ, quad_col, kb.i32c(0), "")?;
                             kb.if_then(first_lane, "store_lse", |kb| {
-                                let off = lse_offset(kb, &cta.bv, self.args.int("lse_stride_batch")?, self.args.int("lse_stride_head")?, row.h, row.q)?;
+                                let off = lse_offset(
+                                    kb,
+                                    &cta.bv,
+                                    self.args.int("lse_stride_batch")?,
+                                    self.args.int("lse_stride_head")?,
+                                    row.h,
+                                    row.q,
+                                )?;
                                 let addr = kb.add(self.args.int("lse")?, kb.mul(off, kb.i64c(4), "")?, "")?;
                                 kb.st_global_f32(addr, lse)
                             })?;

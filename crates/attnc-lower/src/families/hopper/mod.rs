@@ -37,7 +37,11 @@ pub fn compile_with_config(spec: &Spec, arch: Arch, cfg: &Config) -> Result<Comp
     if let Some(reason) = unsupported_reason(spec, arch) {
         return Err(LowerError::Unsupported { family: FamilyKind::Hopper, arch, reason });
     }
-    cfg.check(spec, arch.max_smem_per_block()).map_err(|reason| LowerError::Unsupported { family: FamilyKind::Hopper, arch, reason })?;
+    cfg.check(spec, arch.max_smem_per_block()).map_err(|reason| LowerError::Unsupported {
+        family: FamilyKind::Hopper,
+        arch,
+        reason,
+    })?;
     let t0 = std::time::Instant::now();
     let ctx = Context::create();
     let mut kb = Kb::new(&ctx, &format!("attnc_{}", spec.name));

@@ -10,7 +10,6 @@ use attnc_ir::{KvLayout, Spec, Ty};
 use inkwell::types::BasicMetadataTypeEnum;
 use inkwell::values::{BasicValueEnum, IntValue};
 
-
 /// The ordered parameter list of the forward kernel.
 pub fn forward_params(spec: &Spec) -> Vec<(String, ParamTy)> {
     use ParamTy::*;
@@ -154,9 +153,7 @@ impl<'ctx> Args<'ctx> {
         let mut va = VariantArgs::default();
         for a in &spec.aux {
             let addr = self.int(&format!("aux_{}", a.name))?;
-            let dims = (0..a.dims.len())
-                .map(|j| self.int(&format!("aux_{}_dim{j}", a.name)))
-                .collect::<R<Vec<_>>>()?;
+            let dims = (0..a.dims.len()).map(|j| self.int(&format!("aux_{}_dim{j}", a.name))).collect::<R<Vec<_>>>()?;
             va.aux.push(AuxArg { addr, dims });
         }
         for p in &spec.params {
@@ -169,4 +166,3 @@ impl<'ctx> Args<'ctx> {
         Ok(va)
     }
 }
-

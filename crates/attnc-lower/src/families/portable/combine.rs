@@ -51,11 +51,16 @@ pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str) -> R<KernelInfo> 
     let max_sq = kb.sext64(la.seqlen_q, "")?;
     // Row index of split 0; split s adds s · batch · q_heads · max_sq.
     let row0 = kb.add(
-        kb.mul(kb.add(kb.mul(kb.sext64(b, "")?, kb.i64c(spec.q_heads as i64), "")?, kb.sext64(h, "")?, "")?, max_sq, "")?,
+        kb.mul(
+            kb.add(kb.mul(kb.sext64(b, "")?, kb.i64c(spec.q_heads as i64), "")?, kb.sext64(h, "")?, "")?,
+            max_sq,
+            "",
+        )?,
         kb.sext64(q, "")?,
         "row0",
     )?;
-    let split_stride = kb.mul(kb.mul(kb.sext64(batch, "")?, kb.i64c(spec.q_heads as i64), "")?, max_sq, "split_stride")?;
+    let split_stride =
+        kb.mul(kb.mul(kb.sext64(batch, "")?, kb.i64c(spec.q_heads as i64), "")?, max_sq, "split_stride")?;
     let lse_part = args.int("lse_partial")?;
     let o_part = args.int("o_partial")?;
 
@@ -112,7 +117,11 @@ pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str) -> R<KernelInfo> 
                 let r = split_row(kb, s)?;
                 let l = kb.ld_global_f32(kb.add(lse_part, kb.mul(r, kb.i64c(4), "")?, "")?, "lse_s")?;
                 let w = kb.ex2(kb.fsub(kb.fmul(l, kb.f32c(LOG2E), "")?, lse2, "")?, "w")?;
-                let addr = kb.add(o_part, kb.mul(kb.add(kb.mul(r, kb.i64c(dv as i64), "")?, kb.zext64(col, "")?, "")?, kb.i64c(4), "")?, "")?;
+                let addr = kb.add(
+                    o_part,
+                    kb.mul(kb.add(kb.mul(r, kb.i64c(dv as i64), "")?, kb.zext64(col, "")?, "")?, kb.i64c(4), "")?,
+                    "",
+                )?;
                 let [x0, x1] = kb.ld_global_v2_f32(addr, "o_s")?;
                 let a0 = kb.get_f(acc0, "")?;
                 let a1 = kb.get_f(acc1, "")?;

@@ -23,9 +23,11 @@ use super::config::Config;
 use crate::families::KernelInfo;
 use crate::llvm::kb::{Kb, Slot, R};
 use crate::variant::expr::{self as vexpr, VariantArgs};
-use crate::variant::tiles::KeyTiles;
-use crate::variant::layout::{batch_view, kv_row_offsets, lse_offset, partial_row, q_row_offset, BatchView, LayoutArgs, Strides};
+use crate::variant::layout::{
+    batch_view, kv_row_offsets, lse_offset, partial_row, q_row_offset, BatchView, LayoutArgs, Strides,
+};
 use crate::variant::softmax::{exp2_emulated, finalize_row, max_update, sink_log2};
+use crate::variant::tiles::KeyTiles;
 use attnc_ir::Spec;
 use inkwell::values::{FloatValue, IntValue};
 use inkwell::{AddressSpace, IntPredicate};
@@ -68,7 +70,13 @@ struct Fwd<'a, 'ctx> {
 pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, cfg: &Config, name: &str) -> R<KernelInfo> {
     let params = abi::forward_params(spec);
     let args = Args::begin(kb, name, &params)?;
-    kb.section(&format!("attnc portable forward: {} ({}x{} tiles, {} warps)", spec.name, cfg.block_m(), cfg.block_n, cfg.warps))?;
+    kb.section(&format!(
+        "attnc portable forward: {} ({}x{} tiles, {} warps)",
+        spec.name,
+        cfg.block_m(),
+        cfg.block_n,
+        cfg.warps
+    ))?;
     let f = Fwd::setup(kb, spec, cfg, args)?;
     if let Some(mut f) = f {
         f.run(kb)?;
@@ -109,18 +117,17 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
 
         let hkv = if pack { head_idx } else { kb.udiv(head_idx, g, "hkv")? };
         // The tile's q and h ranges for classification.
-        let last_row = kb.sub(kb.smin(kb.add(row0, kb.i32c(cfg.block_m() as i64), "")?, rows_total, "")?, kb.i32c(1), "")?;
+        let last_row =
+            kb.sub(kb.smin(kb.add(row0, kb.i32c(cfg.block_m() as i64), "")?, rows_total, "")?, kb.i32c(1), "")?;
         let (tile_q, tile_h) = if pack {
             let h_lo = kb.mul(hkv, g, "")?;
-            (
-                (kb.udiv(row0, g, "")?, kb.udiv(last_row, g, "")?),
-                (h_lo, kb.add(h_lo, kb.i32c(group - 1), "")?),
-            )
+            ((kb.udiv(row0, g, "")?, kb.udiv(last_row, g, "")?), (h_lo, kb.add(h_lo, kb.i32c(group - 1), "")?))
         } else {
             ((row0, last_row), (head_idx, head_idx))
         };
 
-        let smem_global = kb.module.add_global(kb.ctx.i8_type().array_type(0), Some(AddressSpace::from(3u16)), "attnc_smem");
+        let smem_global =
+            kb.module.add_global(kb.ctx.i8_type().array_type(0), Some(AddressSpace::from(3u16)), "attnc_smem");
         smem_global.set_alignment(128);
         smem_global.set_linkage(inkwell::module::Linkage::External);
         let smem64 = kb.b.build_ptr_to_int(smem_global.as_pointer_value(), kb.ctx.i64_type(), "")?;
@@ -265,12 +272,19 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         )?;
         kb.cp_async_wait(0)?;
         self.epilogue(kb)
-
     }
 
     /// The CTA's key-tile walk (classification, empty-tile skipping, split ranges).
     fn tiles(&self) -> KeyTiles<'_, 'ctx> {
-        KeyTiles { spec: self.spec, block_n: self.cfg.block_n, bv: self.bv, hkv: self.hkv, q: self.tile_q, h: self.tile_h, va: &self.va }
+        KeyTiles {
+            spec: self.spec,
+            block_n: self.cfg.block_n,
+            bv: self.bv,
+            hkv: self.hkv,
+            q: self.tile_q,
+            h: self.tile_h,
+            va: &self.va,
+        }
     }
 
     // ------------------------------------------------------------------ loads
@@ -289,7 +303,11 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         let rb = cfg.row_bytes(spec.head_dim_qk) as i64;
         for it in 0..total.div_ceil(cfg.threads()) {
             let c = kb.add(self.tid, kb.i32c((it * cfg.threads()) as i64), "q_chunk")?;
-            let guard = if (it + 1) * cfg.threads() > total { Some(kb.icmp(IntPredicate::SLT, c, kb.i32c(total as i64), "")?) } else { None };
+            let guard = if (it + 1) * cfg.threads() > total {
+                Some(kb.icmp(IntPredicate::SLT, c, kb.i32c(total as i64), "")?)
+            } else {
+                None
+            };
             let body = |kb: &mut Kb<'ctx>| -> R<()> {
                 let row = kb.udiv(c, kb.i32c(chunks_per_row as i64), "")?;
                 let chunk = kb.urem(c, kb.i32c(chunks_per_row as i64), "")?;
@@ -302,11 +320,8 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                 let gaddr = kb.add(q_base, kb.mul(off, kb.i64c(2), "")?, "")?;
                 let gaddr = kb.select_i(valid, gaddr, q_base, "")?;
                 let bytes = kb.select_i(valid, kb.i32c(16), kb.i32c(0), "")?;
-                let saddr = kb.add(
-                    kb.add(self.smem, kb.mul(row, kb.i32c(rb), "")?, "")?,
-                    kb.mul(chunk, kb.i32c(16), "")?,
-                    "",
-                )?;
+                let saddr =
+                    kb.add(kb.add(self.smem, kb.mul(row, kb.i32c(rb), "")?, "")?, kb.mul(chunk, kb.i32c(16), "")?, "")?;
                 kb.cp_async_16(saddr, gaddr, bytes)
             };
             match guard {
@@ -344,14 +359,19 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             )?;
             for it in 0..total.div_ceil(cfg.threads()) {
                 let c = kb.add(tid, kb.i32c((it * cfg.threads()) as i64), "kv_chunk")?;
-                let guard = if (it + 1) * cfg.threads() > total { Some(kb.icmp(IntPredicate::SLT, c, kb.i32c(total as i64), "")?) } else { None };
+                let guard = if (it + 1) * cfg.threads() > total {
+                    Some(kb.icmp(IntPredicate::SLT, c, kb.i32c(total as i64), "")?)
+                } else {
+                    None
+                };
                 let body = |kb: &mut Kb<'ctx>| -> R<()> {
                     let row = kb.udiv(c, kb.i32c(chunks_per_row as i64), "")?;
                     let chunk = kb.urem(c, kb.i32c(chunks_per_row as i64), "")?;
                     let key = kb.add(n0, row, "key")?;
                     let valid = kb.icmp(IntPredicate::SLT, key, self.bv.seqlen_k, "")?;
                     let key_c = kb.select_i(valid, key, kb.i32c(0), "")?;
-                    let (ko, vo) = kv_row_offsets(kb, spec, &self.la, &self.bv, &self.k_st, &self.v_st, key_c, self.hkv)?;
+                    let (ko, vo) =
+                        kv_row_offsets(kb, spec, &self.la, &self.bv, &self.k_st, &self.v_st, key_c, self.hkv)?;
                     let off = if which == "k" { ko } else { vo };
                     let off = kb.add(off, kb.mul(kb.zext64(chunk, "")?, kb.i64c(8), "")?, "")?;
                     let gaddr = kb.add(base, kb.mul(off, kb.i64c(2), "")?, "")?;
@@ -397,7 +417,8 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         let rbv = cfg.row_bytes(spec.head_dim_v) as i64;
         let bn = cfg.block_n as i64;
         // ldmatrix lane addresses (bytes): A from Q rows, B from K rows.
-        let q_row = kb.add(kb.mul(warp, kb.i32c(16 * mt_n as i64), "")?, kb.add(l8, kb.mul(l8_bit, kb.i32c(8), "")?, "")?, "")?;
+        let q_row =
+            kb.add(kb.mul(warp, kb.i32c(16 * mt_n as i64), "")?, kb.add(l8, kb.mul(l8_bit, kb.i32c(8), "")?, "")?, "")?;
         let q_lane = kb.add(
             self.smem,
             kb.add(kb.mul(q_row, kb.i32c(rbq), "")?, kb.mul(l16, kb.i32c(16), "")?, "")?,
@@ -444,9 +465,14 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                         let raw = s[mt][nt][idx];
                         let col = kb.add(col_base, kb.i32c((nt * 8 + e) as i64), "k_pos")?;
                         let v = match (&spec.score_mod, row) {
-                            (Some(m), Some(r)) => {
-                                vexpr::modded_score_log2(kb, spec, m, raw, self.bv.elem_vars(self.hkv, r.q, r.h, col), &self.va)?
-                            }
+                            (Some(m), Some(r)) => vexpr::modded_score_log2(
+                                kb,
+                                spec,
+                                m,
+                                raw,
+                                self.bv.elem_vars(self.hkv, r.q, r.h, col),
+                                &self.va,
+                            )?,
                             _ => kb.fmul(raw, kb.f32c(scale * LOG2E), "s_log2")?,
                         };
                         s[mt][nt][idx] = v;
@@ -460,7 +486,8 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             for row in s.iter_mut() {
                 for (nt, frag) in row.iter_mut().enumerate() {
                     for (e, v) in frag.iter_mut().enumerate() {
-                        let inside = kb.icmp(IntPredicate::SLT, kb.i32c((nt * 8 + e % 2) as i64), limit, "k_in_bounds")?;
+                        let inside =
+                            kb.icmp(IntPredicate::SLT, kb.i32c((nt * 8 + e % 2) as i64), limit, "k_in_bounds")?;
                         *v = kb.select_f(inside, *v, kb.f32c(f64::NEG_INFINITY), "s_masked")?;
                     }
                 }

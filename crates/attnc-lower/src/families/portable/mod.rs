@@ -90,7 +90,13 @@ mod tests {
             for arch in Arch::ALL {
                 let m = compile(&spec, arch).expect("compiles");
                 assert!(m.ptx.is_ascii(), "{}: the driver's PTX JIT rejects non-ASCII", spec.name);
-                for needle in ["mma.sync.aligned.m16n8k16", "ldmatrix.sync.aligned.m8n8.x4.shared.b16", "ldmatrix.sync.aligned.m8n8.x4.trans", "cp.async.cg.shared.global", "ex2.approx"] {
+                for needle in [
+                    "mma.sync.aligned.m16n8k16",
+                    "ldmatrix.sync.aligned.m8n8.x4.shared.b16",
+                    "ldmatrix.sync.aligned.m8n8.x4.trans",
+                    "cp.async.cg.shared.global",
+                    "ex2.approx",
+                ] {
                     assert!(m.ptx.contains(needle), "{} on {arch}: no {needle}", spec.name);
                 }
                 assert!(m.ptx.contains("// softmax"), "sections are marked");

@@ -118,7 +118,11 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                     } else {
                         (kb.mul(kb.sext64(wt.b, "")?, sb, "")?, q)
                     };
-                    let off = kb.add(kb.add(brow, kb.mul(kb.sext64(row_in, "")?, sr, "")?, "")?, kb.mul(kb.sext64(h, "")?, sh, "")?, "")?;
+                    let off = kb.add(
+                        kb.add(brow, kb.mul(kb.sext64(row_in, "")?, sr, "")?, "")?,
+                        kb.mul(kb.sext64(h, "")?, sh, "")?,
+                        "",
+                    )?;
                     let row_addr = kb.add(o_base, kb.mul(off, kb.i64c(2), "")?, "o_row")?;
                     self.store_o_rows(kb, i, any, opar, valid, lane_addr, row_addr, o_scale, RowOut::Half(spec.dtype))?;
                 }
@@ -174,7 +178,8 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         let spec = self.spec;
         let dv = spec.head_dim_v;
         let t = self.cfg.tmem();
-        let stage = self.cfg.smem().o_stage.ok_or_else(|| LowerError::Llvm("tma_store_o without an O staging box".into()))?;
+        let stage =
+            self.cfg.smem().o_stage.ok_or_else(|| LowerError::Llvm("tma_store_o without an O staging box".into()))?;
         kb.section("epilogue: O tile -> swizzled staging box -> TMA store")?;
         let leader = kb.icmp(IntPredicate::EQ, kb.and(self.tid, kb.i32c(127), "")?, kb.i32c(0), "o_store_leader")?;
         let stage_addr = kb.add(self.smem, kb.i32c(stage as i64), "o_stage")?;
@@ -206,8 +211,10 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                     "o_chunk",
                     |kb| {
                         let o = kb.tmem_load(lane_addr, t.o[i as usize] + col, CORR_CHUNK, CORR_CHUNK, "o")?;
-                        let x: Vec<FloatValue<'ctx>> = o.iter().map(|v| kb.fmul(kb.bits_f(*v, "")?, o_scale, "")).collect::<R<_>>()?;
-                        let packed = x.chunks(2).map(|p| kb.pack_half2(spec.dtype, p[0], p[1], "o2")).collect::<R<Vec<_>>>()?;
+                        let x: Vec<FloatValue<'ctx>> =
+                            o.iter().map(|v| kb.fmul(kb.bits_f(*v, "")?, o_scale, "")).collect::<R<_>>()?;
+                        let packed =
+                            x.chunks(2).map(|p| kb.pack_half2(spec.dtype, p[0], p[1], "o2")).collect::<R<Vec<_>>>()?;
                         write(kb, packed)
                     },
                     |kb| write(kb, vec![kb.i32c(0); 8]),
@@ -258,9 +265,12 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                 for c in (0..dv).step_by(CORR_CHUNK as usize) {
                     let o = kb.tmem_load(lane_addr, t.o[i as usize] + c, CORR_CHUNK, CORR_CHUNK, "o")?;
                     kb.if_then(valid, "store_o_row", |kb| {
-                        let x: Vec<FloatValue<'ctx>> = o.iter().map(|v| kb.fmul(kb.bits_f(*v, "")?, o_scale, "")).collect::<R<_>>()?;
+                        let x: Vec<FloatValue<'ctx>> =
+                            o.iter().map(|v| kb.fmul(kb.bits_f(*v, "")?, o_scale, "")).collect::<R<_>>()?;
                         let words: Vec<IntValue<'ctx>> = match out {
-                            RowOut::Half(dtype) => x.chunks(2).map(|p| kb.pack_half2(dtype, p[0], p[1], "o2")).collect::<R<_>>()?,
+                            RowOut::Half(dtype) => {
+                                x.chunks(2).map(|p| kb.pack_half2(dtype, p[0], p[1], "o2")).collect::<R<_>>()?
+                            }
                             RowOut::F32 => x.iter().map(|v| kb.f_bits(*v, "")).collect::<R<_>>()?,
                         };
                         for (k, quad) in words.chunks(4).enumerate() {

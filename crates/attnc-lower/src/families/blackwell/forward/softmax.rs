@@ -16,7 +16,16 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
     }
 
     pub(super) fn elem_vars(&self, wt: &WorkTile<'ctx>, row: &SoftmaxRow<'ctx>, k: IntValue<'ctx>) -> ElemVars<'ctx> {
-        ElemVars { b: wt.b, h: row.h, hkv: row.hkv, q: row.q, k, seqlen_q: wt.seqlen_q, seqlen_k: wt.seqlen_k, score: None }
+        ElemVars {
+            b: wt.b,
+            h: row.h,
+            hkv: row.hkv,
+            q: row.q,
+            k,
+            seqlen_q: wt.seqlen_q,
+            seqlen_k: wt.seqlen_k,
+            score: None,
+        }
     }
 
     pub(super) fn softmax(&self, kb: &mut Kb<'ctx>, stage: IntValue<'ctx>) -> R<()> {
@@ -40,7 +49,8 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         let f_cnt = kb.slot_i32("sm_final_count", kb.i32c(0))?;
         let row_max = kb.slot_f32("row_max", kb.f32c(f64::NEG_INFINITY))?;
         let row_sum = kb.slot_f32("row_sum", kb.f32c(0.0))?;
-        let chunk_slots: Vec<Slot<'ctx>> = (0..32).map(|c| kb.slot_f32(&format!("s{c}"), kb.f32c(0.0))).collect::<R<_>>()?;
+        let chunk_slots: Vec<Slot<'ctx>> =
+            (0..32).map(|c| kb.slot_f32(&format!("s{c}"), kb.f32c(0.0))).collect::<R<_>>()?;
         let kv_pos = kb.slot_i32("sm_kv_pos", kb.i32c(0))?;
         let layout = self.cfg.smem();
         self.persistent(kb, |kb, wt| {
@@ -165,7 +175,8 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         }
         self.exp_turn_end(kb, row)?;
         let sum = tree(kb, &p, |kb, a, b| kb.fadd(a, b, ""))?;
-        let packed: Vec<IntValue<'ctx>> = p.chunks(2).map(|q| kb.pack_half2(spec.dtype, q[0], q[1], "p2")).collect::<R<_>>()?;
+        let packed: Vec<IntValue<'ctx>> =
+            p.chunks(2).map(|q| kb.pack_half2(spec.dtype, q[0], q[1], "p2")).collect::<R<_>>()?;
         kb.tmem_store(row.s_taddr, row.p_off, &packed[..32])?;
         kb.tmem_store(row.s_taddr, row.p_off + 32, &packed[32..])?;
         self.finish_tile(kb, row, alpha, sum)
@@ -251,7 +262,8 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                 p.push(if is_emulated(col, e) { exp2_emulated(kb, x)? } else { kb.ex2(x, "p")? });
             }
             sums.push(tree(kb, &p, |kb, a, b| kb.fadd(a, b, ""))?);
-            let packed: Vec<IntValue<'ctx>> = p.chunks(2).map(|q| kb.pack_half2(spec.dtype, q[0], q[1], "p2")).collect::<R<_>>()?;
+            let packed: Vec<IntValue<'ctx>> =
+                p.chunks(2).map(|q| kb.pack_half2(spec.dtype, q[0], q[1], "p2")).collect::<R<_>>()?;
             kb.tmem_store(row.s_taddr, row.p_off + 16 * chunk, &packed)?;
         }
         self.exp_turn_end(kb, row)?;
@@ -262,7 +274,12 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
     /// The exponent base of this tile (conditional rescaling: the base moves only when
     /// some row of the warp grew by more than the threshold), the rescale factor alpha
     /// handed to the correction warpgroup through shared memory.
-    pub(super) fn row_base(&self, kb: &mut Kb<'ctx>, row: &SoftmaxRow<'ctx>, m_tile: FloatValue<'ctx>) -> R<(FloatValue<'ctx>, FloatValue<'ctx>)> {
+    pub(super) fn row_base(
+        &self,
+        kb: &mut Kb<'ctx>,
+        row: &SoftmaxRow<'ctx>,
+        m_tile: FloatValue<'ctx>,
+    ) -> R<(FloatValue<'ctx>, FloatValue<'ctx>)> {
         let opts = self.spec.softmax;
         kb.section("softmax: exponent base (warp-uniform rescale decision), alpha to correction")?;
         let old = kb.get_f(row.row_max, "m_old")?;
@@ -307,7 +324,13 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
     }
 
     /// P is written: make it visible to the MMA warp, update the row sum.
-    pub(super) fn finish_tile(&self, kb: &mut Kb<'ctx>, row: &SoftmaxRow<'ctx>, alpha: FloatValue<'ctx>, sum: FloatValue<'ctx>) -> R<()> {
+    pub(super) fn finish_tile(
+        &self,
+        kb: &mut Kb<'ctx>,
+        row: &SoftmaxRow<'ctx>,
+        alpha: FloatValue<'ctx>,
+        sum: FloatValue<'ctx>,
+    ) -> R<()> {
         kb.tmem_wait_st()?;
         kb.tcgen05_fence_before()?;
         kb.mbar_arrive(self.bar_stage(kb, Bar::PFull, row.stage)?)?;
@@ -320,7 +343,13 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         kb.add(self.smem, kb.add(kb.i32c(self.cfg.smem().alpha as i64), off, "")?, "alpha_addr")
     }
 
-    pub(super) fn stats_addr(&self, kb: &Kb<'ctx>, stats: u32, stage: IntValue<'ctx>, row: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+    pub(super) fn stats_addr(
+        &self,
+        kb: &Kb<'ctx>,
+        stats: u32,
+        stage: IntValue<'ctx>,
+        row: IntValue<'ctx>,
+    ) -> R<IntValue<'ctx>> {
         let off = kb.add(kb.mul(stage, kb.i32c((BLOCK_M * 8) as i64), "")?, kb.mul(row, kb.i32c(8), "")?, "")?;
         kb.add(self.smem, kb.add(kb.i32c(stats as i64), off, "")?, "stats_addr")
     }
