@@ -5,7 +5,7 @@
 //! Run: `cargo bench -p attnc --bench compile` (about 4 s per example, ~2 min for all). Examples that do
 //! not compile yet are reported and skipped.
 
-use attnc::{Arch, CompileOptions, FamilyChoice};
+use attnc::{Arch, CompileOptions};
 use criterion::{black_box, criterion_group, criterion_main, Criterion, SamplingMode};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -27,7 +27,7 @@ fn examples() -> Vec<PathBuf> {
 
 fn cold_compile(c: &mut Criterion) {
     let arch = Arch::Sm90a;
-    let opts = CompileOptions { arch, family: FamilyChoice::Auto };
+    let opts = CompileOptions::new(arch);
     let mut group = c.benchmark_group(format!("cold_dsl_to_ptx/{arch}"));
     // One compile is ~50-150 ms on 2 cores: flat sampling, 10 samples, a short window.
     group

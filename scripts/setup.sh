@@ -24,6 +24,16 @@ command -v cargo >/dev/null 2>&1 || [ -x "$HOME/.cargo/bin/cargo" ] \
     || die "cargo not found: install Rust with rustup (https://rustup.rs), then run this again"
 command -v python3 >/dev/null 2>&1 || die "python3 not found: apt-get install python3"
 command -v cc >/dev/null 2>&1 || die "no C compiler (cc) found: apt-get install gcc"
+# rustfmt and clippy: the test command checks formatting and lints.
+if [ -d "$HOME/.cargo/bin" ]; then export PATH="$HOME/.cargo/bin:$PATH"; fi
+for comp in rustfmt clippy; do
+    sub=$([ "$comp" = rustfmt ] && echo fmt || echo clippy)
+    if ! cargo "$sub" --version >/dev/null 2>&1; then
+        command -v rustup >/dev/null 2>&1 || die "cargo $sub is missing and rustup is not installed to add $comp"
+        say "rustup: adding the $comp component"
+        rustup component add "$comp" || die "rustup could not add $comp"
+    fi
+done
 
 # ---- apt packages -------------------------------------------------------------------------
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }

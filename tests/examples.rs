@@ -80,7 +80,7 @@ fn compiled() -> &'static Vec<Compiled> {
             let Ok(spec) = spec else { continue };
             for arch in Arch::ALL {
                 for choice in CHOICES {
-                    let opts = CompileOptions { arch, family: choice };
+                    let opts = CompileOptions::new(arch).family(choice);
                     let result = attnc::compile(spec, &opts).map_err(|e| e.to_string());
                     out.push(Compiled { example: name.clone(), arch, choice, result });
                 }

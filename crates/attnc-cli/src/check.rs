@@ -2,9 +2,9 @@
 //! anything that would not run well: spills, ptxas errors, shared memory over the arch's
 //! limit, or a register file too small for one CTA.
 
-use crate::{load, output, Reported};
+use crate::{load, output, Pass, Reported};
 use attnc::ptxas::{self, PtxasError};
-use attnc::{Arch, CompileOptions, FamilyChoice};
+use attnc::{Arch, CompileOptions, Direction, FamilyChoice};
 use std::path::PathBuf;
 
 /// 32-bit registers per SM on sm_80, sm_90 and sm_100.
@@ -15,6 +15,7 @@ const REG_GRANULE_PER_THREAD: u64 = 8;
 struct Row {
     file: String,
     arch: Arch,
+    pass: Direction,
     family: String,
     kernel: String,
     threads: Option<u32>,
@@ -26,7 +27,7 @@ struct Row {
     status: String,
 }
 
-pub fn run(files: &[PathBuf], archs: &[Arch], family: FamilyChoice, verbose: bool) -> Result<(), Reported> {
+pub fn run(files: &[PathBuf], archs: &[Arch], family: FamilyChoice, pass: Pass, verbose: bool) -> Result<(), Reported> {
     // Fail fast, with the install hint, when ptxas is missing.
     let ptxas_path = match ptxas::find_ptxas() {
         Ok(p) => p,
@@ -49,21 +50,25 @@ pub fn run(files: &[PathBuf], archs: &[Arch], family: FamilyChoice, verbose: boo
         };
         let fname =
             file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| file.display().to_string());
-        for &arch in archs {
-            let opts = CompileOptions { arch, family };
+        let units: Vec<(Arch, Direction)> =
+            archs.iter().flat_map(|&a| pass.directions(&spec).into_iter().map(move |d| (a, d))).collect();
+        for (arch, direction) in units {
+            let opts = CompileOptions::new(arch).family(family).direction(direction);
+            // `fname [arch]` and, beside a forward, the pass: `fname [arch bwd]`.
+            let at = if pass == Pass::Fwd { format!("[{arch}]") } else { format!("[{arch} {}]", direction.name()) };
             let module = match attnc::compile(&spec, &opts) {
                 Ok(m) => m,
                 Err(e) => {
-                    eprintln!("error: {} [{arch}]: {e}", file.display());
-                    problems.push(format!("{fname} [{arch}]: compile error"));
+                    eprintln!("error: {} {at}: {e}", file.display());
+                    problems.push(format!("{fname} {at}: compile error"));
                     continue;
                 }
             };
             let report = match ptxas::assemble_with(&ptxas_path, &module.ptx, arch) {
                 Ok(r) => r,
                 Err(e) => {
-                    eprintln!("error: {} [{arch}]: {e}", file.display());
-                    problems.push(format!("{fname} [{arch}]: ptxas failed"));
+                    eprintln!("error: {} {at}: {e}", file.display());
+                    problems.push(format!("{fname} {at}: ptxas failed"));
                     if let PtxasError::NotFound { .. } = e {
                         return Err(Reported);
                     }
@@ -72,17 +77,13 @@ pub fn run(files: &[PathBuf], archs: &[Arch], family: FamilyChoice, verbose: boo
             };
             if verbose {
                 for w in &report.warnings {
-                    eprintln!("{fname} [{arch}]: {w}");
+                    eprintln!("{fname} {at}: {w}");
                 }
-                eprintln!("---- ptxas -v, {fname} [{arch}] ----\n{}", report.log.trim_end());
+                eprintln!("---- ptxas -v, {fname} {at} ----\n{}", report.log.trim_end());
             }
             for f in &report.functions {
                 if f.spill_bytes() > 0 {
-                    problems.push(format!(
-                        "{fname} [{arch}]: device function {} spills {} bytes",
-                        f.name,
-                        f.spill_bytes()
-                    ));
+                    problems.push(format!("{fname} {at}: device function {} spills {} bytes", f.name, f.spill_bytes()));
                 }
             }
             for k in &report.kernels {
@@ -93,7 +94,7 @@ pub fn run(files: &[PathBuf], archs: &[Arch], family: FamilyChoice, verbose: boo
                 if k.spill_bytes() > 0 {
                     status.push("SPILLS".into());
                     problems.push(format!(
-                        "{fname} [{arch}]: kernel {} spills ({} bytes stored, {} loaded)",
+                        "{fname} {at}: kernel {} spills ({} bytes stored, {} loaded)",
                         k.name, k.spill_store_bytes, k.spill_load_bytes
                     ));
                 }
@@ -105,13 +106,13 @@ pub fn run(files: &[PathBuf], archs: &[Arch], family: FamilyChoice, verbose: boo
                     .find(|l| ["C7513", "C7515", "C7517"].iter().any(|c| l.contains(c)) && l.contains(&k.name))
                 {
                     status.push("WGMMA-SERIAL".into());
-                    problems.push(format!("{fname} [{arch}]: kernel {}: {}", k.name, line.trim()));
+                    problems.push(format!("{fname} {at}: kernel {}: {}", k.name, line.trim()));
                 }
                 let smem = k.smem_bytes + dynamic_smem.unwrap_or(0) as u64;
                 if smem > arch.max_smem_per_block() as u64 {
                     status.push("SMEM".into());
                     problems.push(format!(
-                        "{fname} [{arch}]: kernel {} needs {smem} bytes of shared memory, the limit is {}",
+                        "{fname} {at}: kernel {} needs {smem} bytes of shared memory, the limit is {}",
                         k.name,
                         arch.max_smem_per_block()
                     ));
@@ -121,14 +122,14 @@ pub fn run(files: &[PathBuf], archs: &[Arch], family: FamilyChoice, verbose: boo
                     if regs * t as u64 > REGISTER_FILE {
                         status.push("REGS".into());
                         problems.push(format!(
-                            "{fname} [{arch}]: kernel {} needs {} registers x {t} threads > {REGISTER_FILE}: one CTA does not fit an SM",
+                            "{fname} {at}: kernel {} needs {} registers x {t} threads > {REGISTER_FILE}: one CTA does not fit an SM",
                             k.name, k.registers
                         ));
                     }
                 }
                 if info.is_none() {
                     problems.push(format!(
-                        "{fname} [{arch}]: ptxas reports kernel {} that the compiled module does not describe",
+                        "{fname} {at}: ptxas reports kernel {} that the compiled module does not describe",
                         k.name
                     ));
                     status.push("UNKNOWN".into());
@@ -136,6 +137,7 @@ pub fn run(files: &[PathBuf], archs: &[Arch], family: FamilyChoice, verbose: boo
                 rows.push(Row {
                     file: fname.clone(),
                     arch,
+                    pass: direction,
                     family: module.family.to_string(),
                     kernel: k.name.clone(),
                     threads,
@@ -149,7 +151,7 @@ pub fn run(files: &[PathBuf], archs: &[Arch], family: FamilyChoice, verbose: boo
             }
             for info in &module.kernels {
                 if report.kernel(&info.name).is_none() {
-                    problems.push(format!("{fname} [{arch}]: kernel {} is missing from the PTX", info.name));
+                    problems.push(format!("{fname} {at}: kernel {} is missing from the PTX", info.name));
                 }
             }
         }
@@ -169,14 +171,27 @@ pub fn run(files: &[PathBuf], archs: &[Arch], family: FamilyChoice, verbose: boo
 }
 
 fn table(rows: &[Row]) -> String {
-    let header =
-        ["file", "arch", "family", "kernel", "threads", "regs", "spill B", "smem B", "dyn smem B", "stack B", "status"];
-    let cells: Vec<[String; 11]> = rows
+    let header = [
+        "file",
+        "arch",
+        "pass",
+        "family",
+        "kernel",
+        "threads",
+        "regs",
+        "spill B",
+        "smem B",
+        "dyn smem B",
+        "stack B",
+        "status",
+    ];
+    let cells: Vec<[String; 12]> = rows
         .iter()
         .map(|r| {
             [
                 r.file.clone(),
                 r.arch.to_string(),
+                r.pass.name().to_string(),
                 r.family.clone(),
                 r.kernel.clone(),
                 r.threads.map(|t| t.to_string()).unwrap_or_else(|| "-".into()),
@@ -196,7 +211,7 @@ fn table(rows: &[Row]) -> String {
         }
     }
     // Text columns left-aligned, numbers right-aligned.
-    let numeric = [false, false, false, false, true, true, true, true, true, true, false];
+    let numeric = [false, false, false, false, false, true, true, true, true, true, true, false];
     let fmt_row = |row: &[String]| -> String {
         let mut line = String::new();
         for (i, c) in row.iter().enumerate() {

@@ -1,7 +1,7 @@
 //! `attnc`: the command-line face of the attention-kernel compiler.
 //!
-//! - `attnc dump FILE.attn --arch sm_90a [--family auto] [--emit ir|llvm|ptx]`
-//! - `attnc check FILE.attn... --arch sm_80|sm_90a|sm_100a|all [--family auto]`
+//! - `attnc dump FILE.attn --arch sm_90a [--family auto] [--pass fwd|bwd|all] [--emit ir|llvm|ptx]`
+//! - `attnc check FILE.attn... --arch sm_80|sm_90a|sm_100a|all [--family auto] [--pass fwd|bwd|all]`
 //! - `attnc selftest [FILES|DIRS] [--quick] [--json OUT]` (GPU): every variant against
 //!   the f64 reference over a matrix of shapes
 //! - `attnc bench [--quick] [--suites ...] [--json OUT]` (GPU): the benchmark protocol
@@ -15,7 +15,7 @@ mod gpu;
 mod output;
 mod summary;
 
-use attnc::{Arch, CompileOptions, FamilyChoice};
+use attnc::{Arch, CompileOptions, Direction, FamilyChoice};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::{Path, PathBuf};
 
@@ -45,8 +45,8 @@ enum Command {
     /// (odd lengths, seqlen_q != seqlen_k, varlen, GQA, page sizes, splits); prints a
     /// table, optionally JSON; fails if any case fails.
     Selftest(gpu::SelftestArgs),
-    /// The benchmark protocol on the GPU (../shared/bench/PROTOCOL.md): copy/GEMM
-    /// ceilings, prefill TFLOP/s, decode TB/s, compile times; table and JSON.
+    /// The benchmark protocol on the GPU: copy/GEMM ceilings, prefill TFLOP/s, decode
+    /// TB/s, compile times; table and JSON.
     Bench(gpu::BenchArgs),
     /// The blackwell family's schedule for a variant: the FA4 cycle model per tile (MMA,
     /// shared memory, exponentials), the TMEM column map, warp roles with register
@@ -76,6 +76,10 @@ struct DumpArgs {
     /// Kernel family: auto (what the dispatcher would pick), portable, hopper or blackwell.
     #[arg(long, default_value = "auto", value_parser = parse_family, value_name = "FAMILY")]
     family: FamilyChoice,
+    /// Which pass: the forward, the backward, or all (the forward, then the backward
+    /// where the variant has one; each module printed after a comment line naming it).
+    #[arg(long, value_enum, default_value_t = Pass::Fwd)]
+    pass: Pass,
     /// What to print.
     #[arg(long, value_enum, default_value_t = Emit::Ptx)]
     emit: Emit,
@@ -95,6 +99,32 @@ enum Emit {
     Ptx,
 }
 
+/// The `--pass` of `dump` and `check`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Pass {
+    /// The forward.
+    Fwd,
+    /// The backward.
+    Bwd,
+    /// The forward, and the backward where the variant has one.
+    All,
+}
+
+impl Pass {
+    /// The directions to compile for `spec`: `All` leaves out a backward the variant
+    /// does not have (an inference layout); `Bwd` keeps it, so compiling it reports why.
+    pub fn directions(self, spec: &attnc::Spec) -> Vec<Direction> {
+        match self {
+            Pass::Fwd => vec![Direction::Forward],
+            Pass::Bwd => vec![Direction::Backward],
+            Pass::All => Direction::ALL
+                .into_iter()
+                .filter(|&d| attnc::lower::compile::pass_unsupported_reason(spec, d).is_none())
+                .collect(),
+        }
+    }
+}
+
 #[derive(Args, Debug)]
 struct CheckArgs {
     /// One or more .attn files.
@@ -106,6 +136,10 @@ struct CheckArgs {
     /// Kernel family: auto, portable, hopper or blackwell.
     #[arg(long, default_value = "auto", value_parser = parse_family, value_name = "FAMILY")]
     family: FamilyChoice,
+    /// Which pass: the forward, the backward (an error for a variant without one), or all
+    /// (the forward, and the backward where the variant has one).
+    #[arg(long, value_enum, default_value_t = Pass::Fwd)]
+    pass: Pass,
     /// Also print ptxas warnings and the full `ptxas -v` log.
     #[arg(short, long)]
     verbose: bool,
@@ -154,7 +188,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Dump(args) => dump(&args),
-        Command::Check(args) => check::run(&args.files, &args.arch.archs(), args.family, args.verbose),
+        Command::Check(args) => check::run(&args.files, &args.arch.archs(), args.family, args.pass, args.verbose),
         Command::Selftest(args) => gpu::selftest(&args),
         Command::Bench(args) => gpu::bench(&args),
         Command::Report(args) => report(&args),
@@ -176,32 +210,46 @@ pub fn load(path: &Path) -> Result<attnc::Spec, Reported> {
 
 fn dump(args: &DumpArgs) -> Result<(), Reported> {
     let spec = load(&args.file)?;
-    let opts = CompileOptions { arch: args.arch, family: args.family };
-    let compiled = attnc::compile(&spec, &opts);
-    let text = match args.emit {
-        Emit::Ir => {
-            let mut text = attnc::print_spec(&spec);
-            if !text.ends_with('\n') {
-                text.push('\n');
-            }
-            text.push_str(&summary::summary(&spec, &opts, compiled.as_ref().ok()));
-            text
+    let directions = args.pass.directions(&spec);
+    let several = directions.len() > 1;
+    let mut text = String::new();
+    if args.emit == Emit::Ir {
+        text = attnc::print_spec(&spec);
+        if !text.ends_with('\n') {
+            text.push('\n');
         }
-        Emit::Llvm | Emit::Ptx => match &compiled {
-            Ok(m) if args.emit == Emit::Llvm => m.llvm_ir.clone(),
-            Ok(m) => m.ptx.clone(),
-            Err(_) => String::new(),
-        },
-    };
-    // `--emit ir` prints the spec even when codegen fails; the error still fails the run.
-    if args.emit == Emit::Ir || compiled.is_ok() {
+    }
+    let mut failed = Vec::new();
+    for direction in directions {
+        let opts = CompileOptions::new(args.arch).family(args.family).direction(direction);
+        let compiled = attnc::compile(&spec, &opts);
+        match args.emit {
+            // `--emit ir` prints the spec and summary even when codegen fails; the error
+            // still fails the run.
+            Emit::Ir => text.push_str(&summary::summary(&spec, &opts, compiled.as_ref().ok())),
+            Emit::Llvm | Emit::Ptx => {
+                if let Ok(m) = &compiled {
+                    if several {
+                        text.push_str(&format!("// ==== attnc {direction} module ====\n"));
+                    }
+                    text.push_str(if args.emit == Emit::Llvm { &m.llvm_ir } else { &m.ptx });
+                }
+            }
+        }
+        if let Err(e) = compiled {
+            failed.push(e);
+        }
+    }
+    if args.emit == Emit::Ir || failed.is_empty() {
         output::emit(&text, args.output.as_deref())?;
     }
-    if let Err(e) = compiled {
-        eprintln!("error: {}: {e}", args.file.display());
-        return Err(Reported);
+    if failed.is_empty() {
+        return Ok(());
     }
-    Ok(())
+    for e in failed {
+        eprintln!("error: {}: {e}", args.file.display());
+    }
+    Err(Reported)
 }
 
 fn report(args: &ReportArgs) -> Result<(), Reported> {

@@ -2,7 +2,7 @@
 //! and why, the kernels with their launch shapes, and what the mask means for tiling.
 //! Written as .attn comments, so the whole output still parses.
 
-use attnc::{Align, CompileOptions, CompiledModule, FamilyChoice, KvLayout, Spec, SplitKv, TileClass};
+use attnc::{Align, CompileOptions, CompiledModule, KvLayout, Spec, SplitKv, TileClass};
 use std::fmt::Write;
 
 /// Line-comment marker of the .attn language.
@@ -10,11 +10,8 @@ const COMMENT: &str = "//";
 
 pub fn summary(spec: &Spec, opts: &CompileOptions, module: Option<&CompiledModule>) -> String {
     let mut lines: Vec<String> = Vec::new();
-    lines.push(format!("---- attnc summary for {} ----", opts.arch));
-    let requested = match opts.family {
-        FamilyChoice::Auto => "auto".to_string(),
-        FamilyChoice::Exactly(f) => f.to_string(),
-    };
+    lines.push(format!("---- attnc summary: {} pass for {} ----", opts.direction, opts.arch));
+    let requested = opts.family.name();
     match module {
         Some(m) => {
             lines.push(format!("family: {} (requested: {requested})", m.family));
@@ -25,7 +22,7 @@ pub fn summary(spec: &Spec, opts: &CompileOptions, module: Option<&CompiledModul
                 lines.push(format!(
                     "kernel {} ({}): {} threads, block_m {}, block_n {}, dynamic smem {} B, {} params",
                     k.name,
-                    k.role,
+                    k.describe_role(),
                     k.threads_per_block,
                     k.block_m,
                     k.block_n,

@@ -176,7 +176,7 @@ fn dump_llvm_and_ir() {
     let o = run(&["dump", EXAMPLE, "--arch", "sm_100a", "--family", "portable", "--emit", "ir"]);
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
     let out = text(&o.stdout);
-    assert!(out.contains("attnc summary for sm_100a"), "{}", show(&o));
+    assert!(out.contains("attnc summary: forward pass for sm_100a"), "{}", show(&o));
     assert!(out.contains("family: portable (requested: portable)"), "{}", show(&o));
     assert!(out.contains("mask: causal"), "{}", show(&o));
     assert!(out.contains("threads, block_m"), "{}", show(&o));

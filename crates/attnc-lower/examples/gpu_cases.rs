@@ -49,7 +49,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let group = spec.group_size();
         spec.kv_heads = spec.kv_heads.min(2);
         spec.q_heads = spec.kv_heads * group;
-        let module = compile(&spec, &CompileOptions { arch, family: FamilyChoice::Exactly(FamilyKind::Portable) })?;
+        let module = compile(&spec, &CompileOptions::new(arch).family(FamilyChoice::Exactly(FamilyKind::Portable)))?;
         std::fs::write(out.join(format!("{}.ptx", spec.name)), &module.ptx)?;
         if args.get(3).map(String::as_str) == Some("--ptx-only") {
             let t = module.timings;

@@ -6,10 +6,10 @@
 //! V N-contiguous in shared memory (MN-major descriptor).
 //! Usage: `cargo run -p attnc-lower --example wgmma_probe -- OUT.ptx [pv]`.
 
-use attnc_lower::families::hopper::desc::Major;
+use attnc_lower::families::common::sw128::{k_major_step_offset, mn_major_step_offset};
 use attnc_lower::families::hopper::desc::SmemDesc;
-use attnc_lower::families::sw128::{k_major_step_offset, mn_major_step_offset};
 use attnc_lower::llvm::kb::{Kb, R};
+use attnc_lower::llvm::operand::Major;
 use attnc_lower::llvm::tcgen05::Acc;
 use attnc_lower::llvm::wgmma::WgmmaType;
 use attnc_lower::{llvm::emit_ptx, Arch};

@@ -1,19 +1,28 @@
 //! attnc-lower: kernel families (schedules) and codegen.
 //!
 //! A *family* is one way of computing attention on a GPU (portable = FA2-style
-//! mma.sync; hopper = wgmma/TMA; blackwell = tcgen05/TMEM). Families share the variant
-//! code (masks, score modifications, paging, GQA) through [`variant`], and the LLVM
-//! plumbing (inline PTX, target machine, the optimization pipeline) through [`llvm`].
-//! [`compile`] turns a validated spec into a [`CompiledModule`]: PTX plus what the
-//! runtime needs to launch it (kernel names, launch shapes, the argument ABI).
+//! mma.sync; hopper = wgmma/TMA; blackwell = tcgen05/TMEM), with a forward and a
+//! backward direction. Families share the variant code (masks, score modifications and
+//! their derivatives, paging, GQA) through [`variant`], the code more than one family
+//! launches through [`families::common`], and the LLVM plumbing (inline PTX, target
+//! machine, the optimization pipeline) through [`llvm`]. [`compile()`] turns a validated
+//! spec and a direction into a [`CompiledModule`]: PTX plus what the runtime needs to
+//! launch it (kernel names and roles, launch shapes, the argument ABI).
+//!
+//! Layers, each importing only those listed before it: [`arch`], [`module`], [`error`];
+//! [`llvm`]; [`variant`]; [`families`] (`common`, then each family); [`compile()`].
+//! [`ptxas`] (the offline assembler driver) stands apart.
 
 pub mod arch;
+pub mod compile;
+pub mod error;
 pub mod families;
 pub mod llvm;
+pub mod module;
 pub mod ptxas;
 pub mod variant;
 
 pub use arch::Arch;
-pub use families::{
-    compile, CompileOptions, CompileTimings, CompiledModule, FamilyChoice, FamilyKind, KernelInfo, LowerError,
-};
+pub use compile::{compile, CompileOptions, FamilyChoice};
+pub use error::LowerError;
+pub use module::{CompileTimings, CompiledModule, Direction, FamilyKind, KernelInfo, KernelRole, TmaBox};

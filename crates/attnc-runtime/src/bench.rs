@@ -414,7 +414,7 @@ impl Helpers {
 
     /// Fills the whole allocation of `t` with N(0, scale²) values (its dtype; not i32).
     pub fn fill_normal(&self, rt: &Runtime, t: &Tensor, seed: u64, scale: f32) -> Result<(), RuntimeError> {
-        use crate::validate::ArgValue as A;
+        use crate::cuda::ArgValue as A;
         let kind = match t.dtype() {
             ElemType::Bf16 => 0,
             ElemType::F16 => 1,
@@ -430,7 +430,7 @@ impl Helpers {
 
     /// Copies `bytes` (a multiple of 16) from `src` to `dst` with 16-byte vectors.
     pub fn copy(&self, gpu: &Gpu, dst: u64, src: u64, bytes: usize) -> Result<(), RuntimeError> {
-        use crate::validate::ArgValue as A;
+        use crate::cuda::ArgValue as A;
         let n16 = (bytes / 16) as u64;
         let blocks = (u64::from(gpu.info.sm_count) * 8).max(1) as u32;
         gpu.launch(&self.copy, [blocks, 1, 1], 512, 0, &[A::Ptr(dst), A::Ptr(src), A::Ptr(n16)])
@@ -590,7 +590,6 @@ fn read_rows(rt: &Runtime, t: &Tensor, row_elems: usize, row0: usize, count: usi
     rt.download_f64(&view)
 }
 
-#[allow(clippy::too_many_arguments)]
 fn check_prefill(
     rt: &Runtime,
     spec: &Spec,
@@ -712,7 +711,6 @@ fn run_prefill(rt: &Runtime, h: &Helpers, opts: &BenchOptions, gemm: Option<f64>
 // ---------------------------------------------------------------------------------------
 // Decode.
 
-#[allow(clippy::too_many_arguments)]
 fn check_decode(
     rt: &Runtime,
     spec: &Spec,

@@ -7,12 +7,24 @@
 //! [`RuntimeError::NoDriver`], never a crash.
 
 use crate::error::RuntimeError;
-use crate::validate::ArgValue;
+use crate::tensor_map::TensorMapArg;
 use cudarc::driver::sys::{self, CUresult};
 use cudarc::driver::{result, CudaContext, CudaEvent, CudaStream};
 use serde::Serialize;
 use std::ffi::{c_void, CString};
 use std::sync::Arc;
+
+/// One kernel argument.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ArgValue {
+    Ptr(u64),
+    I64(i64),
+    I32(i32),
+    F32(f32),
+    /// An encoded TMA tensor map, passed by value (128 bytes, 64-byte aligned).
+    TensorMap(TensorMapArg),
+}
+
 
 /// Is libcuda loadable on this machine?
 pub fn driver_present() -> bool {

@@ -1,13 +1,13 @@
-//! The dispatcher: which kernel family runs a spec on this device. It walks the
-//! families fastest first (`attnc_lower::families::candidates`) and takes the first
+//! The dispatcher: which kernel family runs a direction of a spec on this device. It
+//! walks the families fastest first (`attnc_lower::compile::candidates`) and takes the first
 //! that both compiles the spec and that this runtime can launch; every family passed
 //! over leaves its reason, which the receipt carries. An explicit request for a family
 //! that cannot run is an error, never a silent substitute.
 
 use crate::error::RuntimeError;
 use attnc_ir::Spec;
-use attnc_lower::families::{candidates, unsupported_reason};
-use attnc_lower::{Arch, FamilyChoice, FamilyKind, LowerError};
+use attnc_lower::compile::{candidates, unsupported_reason};
+use attnc_lower::{Arch, Direction, FamilyChoice, FamilyKind, LowerError};
 
 /// Why the runtime will not launch `family` for `spec`, or `None`. Portable and hopper
 /// launch a tile grid (`ceil(rows / block_m), heads, batch x splits`), hopper with rank-4
@@ -33,16 +33,17 @@ pub struct Resolved {
     pub fallback_reason: Option<String>,
 }
 
-/// Resolves a family choice for `spec` on `arch`.
-pub fn resolve(spec: &Spec, arch: Arch, choice: FamilyChoice) -> Result<Resolved, RuntimeError> {
+/// Resolves a family choice for `direction` of `spec` on `arch`.
+pub fn resolve(spec: &Spec, arch: Arch, choice: FamilyChoice, direction: Direction) -> Result<Resolved, RuntimeError> {
     let explicit = matches!(choice, FamilyChoice::Exactly(_));
     let why_not = |f: FamilyKind| -> Option<String> {
-        unsupported_reason(f, spec, arch).or_else(|| runtime_unsupported_reason(f, spec, explicit).map(str::to_string))
+        unsupported_reason(f, spec, arch, direction)
+            .or_else(|| runtime_unsupported_reason(f, spec, explicit).map(str::to_string))
     };
     match choice {
         FamilyChoice::Exactly(f) => match why_not(f) {
             None => Ok(Resolved { family: f, fallback_reason: None }),
-            Some(reason) => Err(RuntimeError::Lower(LowerError::Unsupported { family: f, arch, reason })),
+            Some(reason) => Err(RuntimeError::Lower(LowerError::Unsupported { family: f, direction, arch, reason })),
         },
         FamilyChoice::Auto => {
             let mut passed = Vec::new();
@@ -55,11 +56,7 @@ pub fn resolve(spec: &Spec, arch: Arch, choice: FamilyChoice) -> Result<Resolved
                     Some(r) => passed.push(format!("{f}: {r}")),
                 }
             }
-            Err(RuntimeError::Lower(LowerError::Unsupported {
-                family: FamilyKind::Portable,
-                arch,
-                reason: passed.join("; "),
-            }))
+            Err(RuntimeError::Lower(LowerError::NoFamily { direction, arch, reason: passed.join("; ") }))
         }
     }
 }
@@ -72,7 +69,7 @@ mod tests {
     fn auto_on_blackwell_falls_back_to_portable_with_a_reason() {
         let mut spec = Spec::new("t", 128, 8);
         spec.mask.causal = Some(attnc_ir::Align::TopLeft);
-        let r = resolve(&spec, Arch::Sm100a, FamilyChoice::Auto).expect("resolves");
+        let r = resolve(&spec, Arch::Sm100a, FamilyChoice::Auto, Direction::Forward).expect("resolves");
         assert_eq!(r.family, FamilyKind::Portable);
         let why = r.fallback_reason.expect("a reason");
         assert!(why.contains("blackwell"), "{why}");
@@ -81,18 +78,20 @@ mod tests {
     #[test]
     fn blackwell_runs_only_when_asked_for() {
         let spec = Spec::new("t", 128, 8);
-        let r =
-            resolve(&spec, Arch::Sm100a, FamilyChoice::Exactly(FamilyKind::Blackwell)).expect("explicit request runs");
+        let r = resolve(&spec, Arch::Sm100a, FamilyChoice::Exactly(FamilyKind::Blackwell), Direction::Forward)
+            .expect("explicit request runs");
         assert_eq!(r, Resolved { family: FamilyKind::Blackwell, fallback_reason: None });
-        let auto = resolve(&spec, Arch::Sm100a, FamilyChoice::Auto).expect("resolves");
+        let auto = resolve(&spec, Arch::Sm100a, FamilyChoice::Auto, Direction::Forward).expect("resolves");
         assert_eq!(auto.family, FamilyKind::Portable);
         assert!(auto.fallback_reason.expect("a reason").contains("never run on a B200"));
         let mut packed = Spec::new("p", 128, 8);
         packed.kv_heads = 2;
         packed.pack_gqa = true;
-        let r = resolve(&packed, Arch::Sm100a, FamilyChoice::Exactly(FamilyKind::Blackwell)).expect("pack-GQA too");
+        let r = resolve(&packed, Arch::Sm100a, FamilyChoice::Exactly(FamilyKind::Blackwell), Direction::Forward)
+            .expect("pack-GQA too");
         assert_eq!(r.family, FamilyKind::Blackwell);
-        let ok = resolve(&spec, Arch::Sm90a, FamilyChoice::Exactly(FamilyKind::Portable)).expect("portable");
+        let ok = resolve(&spec, Arch::Sm90a, FamilyChoice::Exactly(FamilyKind::Portable), Direction::Forward)
+            .expect("portable");
         assert_eq!(ok, Resolved { family: FamilyKind::Portable, fallback_reason: None });
     }
 
@@ -109,8 +108,8 @@ mod tests {
     fn auto_on_hopper_follows_the_compiler() {
         // Whether hopper runs is now the compiler's call alone (the runtime can launch it).
         let spec = Spec::new("t", 64, 4);
-        let r = resolve(&spec, Arch::Sm90a, FamilyChoice::Auto).expect("resolves");
-        match unsupported_reason(FamilyKind::Hopper, &spec, Arch::Sm90a) {
+        let r = resolve(&spec, Arch::Sm90a, FamilyChoice::Auto, Direction::Forward).expect("resolves");
+        match unsupported_reason(FamilyKind::Hopper, &spec, Arch::Sm90a, Direction::Forward) {
             None => assert_eq!(r, Resolved { family: FamilyKind::Hopper, fallback_reason: None }),
             Some(why) => {
                 assert_eq!(r.family, FamilyKind::Portable);

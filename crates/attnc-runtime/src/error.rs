@@ -1,8 +1,8 @@
 //! Errors of the runtime. Launch arguments are checked before anything reaches the GPU;
 //! each [`ValidationError`] names the argument at fault.
 
-use crate::tensor::ElemType;
-use crate::tma::{TmaEncode, TmaRule};
+use crate::elem::ElemType;
+use crate::tensor_map::{TmaEncode, TmaRule};
 
 /// Anything that can go wrong in the runtime.
 #[derive(Debug, thiserror::Error)]

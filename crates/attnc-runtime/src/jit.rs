@@ -21,14 +21,14 @@ use crate::cache::{pack_sections, unpack_sections, CacheKey, Producer};
 use crate::cuda::{Function, Gpu, Image, Module};
 use crate::error::RuntimeError;
 use attnc_ir::Spec;
-use attnc_lower::families::abi::TmaBox;
-use attnc_lower::{CompileOptions, FamilyChoice, KernelInfo};
+use attnc_lower::{CompileOptions, Direction, FamilyChoice, KernelInfo, KernelRole, TmaBox};
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
 /// Version of the payload layout below.
 /// 2: `KernelMeta::tensor_maps` (entries of format 1 are rebuilt, not misread).
-pub const PAYLOAD_FORMAT: &str = "attnc-jit-payload-2";
+/// 3: typed kernel roles and notes, the module's direction.
+pub const PAYLOAD_FORMAT: &str = "attnc-jit-payload-3";
 
 /// attnc's version, as it enters cache keys.
 pub const ATTNC_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -41,24 +41,23 @@ pub fn llvm_version() -> String {
     format!("{a}.{b}.{c}")
 }
 
-/// The name of a family choice ("auto", "portable", ...).
-pub fn family_choice_name(f: FamilyChoice) -> String {
-    match f {
-        FamilyChoice::Auto => "auto".into(),
-        FamilyChoice::Exactly(k) => k.name().into(),
-    }
-}
-
-/// The cache key of `spec` compiled for `arch` with `family`, loaded by driver
-/// `driver_version`.
-pub fn kernel_key(spec: &Spec, arch: &str, family: FamilyChoice, driver_version: i32) -> CacheKey {
+/// The cache key of `direction` of `spec` compiled for `arch` with `family`, loaded by
+/// driver `driver_version`.
+pub fn kernel_key(
+    spec: &Spec,
+    arch: &str,
+    family: FamilyChoice,
+    direction: Direction,
+    driver_version: i32,
+) -> CacheKey {
     CacheKey::from_parts(&[
         ("format", PAYLOAD_FORMAT.to_string()),
         ("attnc", ATTNC_VERSION.to_string()),
         ("codegen", CODEGEN_FINGERPRINT.to_string()),
         ("llvm", llvm_version()),
         ("arch", arch.to_string()),
-        ("family", family_choice_name(family)),
+        ("family", family.name().to_string()),
+        ("direction", direction.name().to_string()),
         ("driver", driver_version.to_string()),
         ("spec", spec.cache_key()),
         // A tuning override changes the code for the same spec (dev sweeps only).
@@ -91,7 +90,10 @@ pub fn external_ptxas() -> Option<(std::path::PathBuf, String)> {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KernelMeta {
     pub name: String,
-    pub role: String,
+    pub role: KernelRole,
+    /// The family's note on this kernel (see `KernelInfo::note`).
+    #[serde(default)]
+    pub note: Option<String>,
     pub threads_per_block: u32,
     pub dynamic_smem_bytes: u32,
     pub block_m: u32,
@@ -110,7 +112,8 @@ impl From<&KernelInfo> for KernelMeta {
     fn from(k: &KernelInfo) -> Self {
         KernelMeta {
             name: k.name.clone(),
-            role: k.role.clone(),
+            role: k.role,
+            note: k.note.clone(),
             threads_per_block: k.threads_per_block,
             dynamic_smem_bytes: k.dynamic_smem_bytes,
             block_m: k.block_m,
@@ -127,6 +130,7 @@ impl From<&KernelInfo> for KernelMeta {
 pub struct ModuleMeta {
     pub requested: String,
     pub family: String,
+    pub direction: Direction,
     pub arch: String,
     pub fallback_reason: Option<String>,
     pub kernels: Vec<KernelMeta>,
@@ -136,13 +140,26 @@ pub struct ModuleMeta {
 }
 
 impl ModuleMeta {
-    /// The forward kernel (role "forward", with a parenthesized note for some families,
-    /// e.g. blackwell's "forward (persistent: ...)").
+    /// The kernel with `role`.
+    pub fn kernel(&self, role: KernelRole) -> Option<&KernelMeta> {
+        self.kernels.iter().find(|k| k.role == role)
+    }
+    /// The kernel that does the direction's main work (its grid and registers are what a
+    /// receipt reports): the forward, or the backward main loop.
+    pub fn main_role(&self) -> KernelRole {
+        match self.direction {
+            Direction::Forward => KernelRole::Forward,
+            Direction::Backward => KernelRole::BackwardMain,
+        }
+    }
+    pub fn main(&self) -> Option<&KernelMeta> {
+        self.kernel(self.main_role())
+    }
     pub fn forward(&self) -> Option<&KernelMeta> {
-        self.kernels.iter().find(|k| k.role.starts_with("forward"))
+        self.kernel(KernelRole::Forward)
     }
     pub fn combine(&self) -> Option<&KernelMeta> {
-        self.kernels.iter().find(|k| !k.role.starts_with("forward"))
+        self.kernel(KernelRole::Combine)
     }
 }
 
@@ -165,16 +182,24 @@ pub struct LoadedKernel {
     pub image: Image,
     pub times: BuildTimes,
     _module: Module,
-    pub(crate) forward: Function,
-    pub(crate) combine: Option<Function>,
-    pub forward_regs: Option<i32>,
-    /// Resident forward CTAs per SM (driver occupancy calculator; 1 when unknown).
-    pub forward_ctas_per_sm: u32,
+    /// Every kernel of the module, by role (the order of `meta.kernels`).
+    functions: Vec<(KernelRole, Function)>,
+    /// Registers per thread of the main kernel (`ModuleMeta::main`).
+    pub main_regs: Option<i32>,
+    /// Resident main-kernel CTAs per SM (driver occupancy calculator; 1 when unknown).
+    pub main_ctas_per_sm: u32,
+}
+
+impl LoadedKernel {
+    /// The loaded kernel with `role`.
+    pub(crate) fn function(&self, role: KernelRole) -> Option<&Function> {
+        self.functions.iter().find(|(r, _)| *r == role).map(|(_, f)| f)
+    }
 }
 
 impl std::fmt::Debug for LoadedKernel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "LoadedKernel({} {} {:?})", self.meta.family, self.meta.arch, self.image)
+        write!(f, "LoadedKernel({} {} {} {:?})", self.meta.family, self.meta.direction, self.meta.arch, self.image)
     }
 }
 
@@ -188,33 +213,29 @@ fn instantiate(
     times: BuildTimes,
 ) -> Result<LoadedKernel, RuntimeError> {
     let t = Instant::now();
-    let fwd_meta = meta.forward().ok_or_else(|| RuntimeError::Abi("the module has no forward kernel".into()))?.clone();
-    let name = fwd_meta.name.clone();
-    let module = gpu.load_module(image, kind, &name)?;
-    let prepare = |k: &KernelMeta| -> Result<Function, RuntimeError> {
+    let main_meta = meta
+        .main()
+        .ok_or_else(|| RuntimeError::Abi(format!("the {} module has no {} kernel", meta.direction, meta.main_role())))?
+        .clone();
+    let module = gpu.load_module(image, kind, &main_meta.name)?;
+    let mut functions = Vec::with_capacity(meta.kernels.len());
+    for k in &meta.kernels {
         let f = module.function(&k.name)?;
         if k.dynamic_smem_bytes > 48 * 1024 {
             f.set_max_dynamic_smem(k.dynamic_smem_bytes)?;
         }
-        Ok(f)
-    };
-    let forward = prepare(&fwd_meta)?;
-    let combine = meta.combine().map(prepare).transpose()?;
-    let forward_regs = forward.num_regs();
-    let forward_ctas_per_sm =
-        forward.max_active_blocks_per_sm(fwd_meta.threads_per_block, fwd_meta.dynamic_smem_bytes).unwrap_or(1).max(1);
+        functions.push((k.role, f));
+    }
+    let main = functions
+        .iter()
+        .find(|(r, _)| *r == main_meta.role)
+        .map(|(_, f)| f)
+        .ok_or_else(|| RuntimeError::Abi("main kernel not loaded".into()))?;
+    let main_regs = main.num_regs();
+    let main_ctas_per_sm =
+        main.max_active_blocks_per_sm(main_meta.threads_per_block, main_meta.dynamic_smem_bytes).unwrap_or(1).max(1);
     let times = BuildTimes { load_ms: t.elapsed().as_secs_f64() * 1e3, ..times };
-    Ok(LoadedKernel {
-        meta,
-        ptx,
-        image: kind,
-        times,
-        _module: module,
-        forward,
-        combine,
-        forward_regs,
-        forward_ctas_per_sm,
-    })
+    Ok(LoadedKernel { meta, ptx, image: kind, times, _module: module, functions, main_regs, main_ctas_per_sm })
 }
 
 /// The cache's producer of kernels.
@@ -222,6 +243,7 @@ pub struct KernelProducer<'a> {
     pub gpu: &'a Gpu,
     pub spec: &'a Spec,
     pub family: FamilyChoice,
+    pub direction: Direction,
 }
 
 impl Producer for KernelProducer<'_> {
@@ -245,21 +267,21 @@ impl Producer for KernelProducer<'_> {
 
     fn build(&self) -> Result<(LoadedKernel, Option<Vec<u8>>), RuntimeError> {
         let t = Instant::now();
-        let resolved = crate::dispatch::resolve(self.spec, self.gpu.arch, self.family)?;
-        let module = attnc_lower::compile(
-            self.spec,
-            &CompileOptions { arch: self.gpu.arch, family: FamilyChoice::Exactly(resolved.family) },
-        )?;
+        let resolved = crate::dispatch::resolve(self.spec, self.gpu.arch, self.family, self.direction)?;
+        let opts =
+            CompileOptions::new(self.gpu.arch).family(FamilyChoice::Exactly(resolved.family)).direction(self.direction);
+        let module = attnc_lower::compile(self.spec, &opts)?;
         let lower_ms = t.elapsed().as_secs_f64() * 1e3;
         let mut meta = ModuleMeta {
-            requested: family_choice_name(self.family),
+            requested: self.family.name().to_string(),
             family: module.family.name().to_string(),
+            direction: module.direction,
             arch: module.arch.name().to_string(),
             fallback_reason: resolved.fallback_reason.clone(),
             kernels: module.kernels.iter().map(KernelMeta::from).collect(),
             compiler: String::new(),
         };
-        let name = meta.forward().map(|k| k.name.clone()).unwrap_or_default();
+        let name = meta.main().map(|k| k.name.clone()).unwrap_or_default();
         let t = Instant::now();
         // Route 1: an external ptxas (see `external_ptxas`); any failure falls through to
         // the driver, with the reason kept for the error message.

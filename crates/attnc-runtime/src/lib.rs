@@ -20,8 +20,10 @@
 //! - [`cache`] — the memory + disk artifact cache (generic; CPU-tested);
 //! - [`cuda`] — the driver layer (context, stream, memory, modules, launches, events);
 //! - [`jit`] — spec → PTX → cubin → module, cache keys and payloads;
+//! - [`elem`] — element types;
 //! - [`tensor`] — device tensors, views, descriptors;
 //! - [`validate`] — launch validation (descriptor-level; CPU-tested);
+//! - [`tensor_map`] — a TMA tensor map as data (encode arguments, rules, bytes);
 //! - [`tma`] — TMA tensor maps: encode arguments and their checks (CPU-tested), the
 //!   driver's `cuTensorMapEncodeTiled`;
 //! - [`split`] — the split-KV heuristic;
@@ -33,6 +35,7 @@ pub mod bench;
 pub mod cache;
 pub mod cuda;
 pub mod dispatch;
+pub mod elem;
 pub mod error;
 pub mod hash;
 pub mod jit;
@@ -41,6 +44,7 @@ pub mod runtime;
 pub mod selftest;
 pub mod split;
 pub mod tensor;
+pub mod tensor_map;
 pub mod tma;
 pub mod validate;
 

@@ -6,9 +6,10 @@ use crate::error::RuntimeError;
 use crate::jit::{kernel_key, KernelProducer, LoadedKernel};
 use crate::receipt::{KernelConfig, Receipt, Timings};
 use crate::tensor::{contiguous_strides, ElemType, Element, IndexTensor, Tensor};
-use crate::validate::{marshal, plan, ArgValue, KernelShape, LaunchDescs, LaunchPlan, ParamValue};
+use crate::cuda::ArgValue;
+use crate::validate::{marshal, plan, KernelShape, LaunchDescs, LaunchPlan, ParamValue};
 use attnc_ir::Spec;
-use attnc_lower::{Arch, FamilyChoice};
+use attnc_lower::{Arch, Direction, FamilyChoice, KernelRole};
 use std::sync::{Arc, Mutex};
 
 pub(crate) struct Inner {
@@ -80,19 +81,31 @@ impl Runtime {
     /// The kernel of `spec` with a family choice: compiled once, then served from the
     /// memory cache (same process) or the disk cache (any process).
     pub fn kernel_with(&self, spec: &Spec, family: FamilyChoice) -> Result<Kernel, RuntimeError> {
-        let gpu = &self.inner.gpu;
-        let key = kernel_key(spec, gpu.arch.name(), family, gpu.info.driver_version);
-        let producer = KernelProducer { gpu, spec, family };
-        let (loaded, source) = self.inner.kernels.get_or_build(&key, &producer)?;
+        let (loaded, source, key) = self.module(spec, family, Direction::Forward)?;
         let fwd = loaded.meta.forward().ok_or_else(|| RuntimeError::Abi("no forward kernel".into()))?;
         let shape = KernelShape {
             block_m: fwd.block_m,
             block_n: fwd.block_n,
             combine_block_m: loaded.meta.combine().map(|c| c.block_m),
-            ctas_per_sm: loaded.forward_ctas_per_sm,
+            ctas_per_sm: loaded.main_ctas_per_sm,
             persistent: fwd.persistent,
         };
-        Ok(Kernel { rt: self.clone(), spec: spec.clone(), loaded, source, shape, key: key.hex() })
+        Ok(Kernel { rt: self.clone(), spec: spec.clone(), loaded, source, shape, key })
+    }
+
+    /// The loaded module of `direction` of `spec`: compiled once, then served from the
+    /// memory or disk cache; with where it came from and its cache key (hex).
+    fn module(
+        &self,
+        spec: &Spec,
+        family: FamilyChoice,
+        direction: Direction,
+    ) -> Result<(Arc<LoadedKernel>, CacheSource, String), RuntimeError> {
+        let gpu = &self.inner.gpu;
+        let key = kernel_key(spec, gpu.arch.name(), family, direction, gpu.info.driver_version);
+        let producer = KernelProducer { gpu, spec, family, direction };
+        let (loaded, source) = self.inner.kernels.get_or_build(&key, &producer)?;
+        Ok((loaded, source, key.hex()))
     }
 
     // ------------------------------------------------------------------ tensors
@@ -413,8 +426,8 @@ impl Kernel {
                 block_n: fwd.block_n,
                 threads: fwd.threads_per_block,
                 smem_bytes: fwd.dynamic_smem_bytes,
-                registers: self.loaded.forward_regs,
-                ctas_per_sm: self.loaded.forward_ctas_per_sm,
+                registers: self.loaded.main_regs,
+                ctas_per_sm: self.loaded.main_ctas_per_sm,
             },
             image: match self.loaded.image {
                 Image::Cubin => format!("cubin ({})", meta.compiler),
@@ -458,7 +471,7 @@ impl Kernel {
         ];
         extra.extend(maps);
         let fwd_args = marshal(&fwd.params, &plan, &extra).map_err(RuntimeError::Abi)?;
-        let combine = match (plan.combine_grid, meta.combine(), &self.loaded.combine) {
+        let combine = match (plan.combine_grid, meta.combine(), self.loaded.function(KernelRole::Combine)) {
             (Some(grid), Some(cm), Some(cf)) => {
                 Some((grid, cm, cf, marshal(&cm.params, &plan, &extra).map_err(RuntimeError::Abi)?))
             }
@@ -472,7 +485,9 @@ impl Kernel {
         if let Some((a, _, _)) = &events {
             gpu.record(a)?;
         }
-        gpu.launch(&self.loaded.forward, plan.fwd_grid, fwd.threads_per_block, fwd.dynamic_smem_bytes, &fwd_args)?;
+        let fwd_fn =
+            self.loaded.function(KernelRole::Forward).ok_or_else(|| RuntimeError::Abi("no forward kernel".into()))?;
+        gpu.launch(fwd_fn, plan.fwd_grid, fwd.threads_per_block, fwd.dynamic_smem_bytes, &fwd_args)?;
         if let Some((_, b, _)) = &events {
             gpu.record(b)?;
         }

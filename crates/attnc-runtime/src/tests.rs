@@ -3,7 +3,8 @@
 
 use crate::error::ValidationError as E;
 use crate::tensor::{ElemType, HostIndex, TensorDesc};
-use crate::validate::{marshal, plan, ArgValue, KernelShape, LaunchDescs, LaunchPlan, ParamValue};
+use crate::cuda::ArgValue;
+use crate::validate::{marshal, plan, KernelShape, LaunchDescs, LaunchPlan, ParamValue};
 use attnc_ir::{Align, AuxDecl, AuxDim, KvLayout, ParamDecl, Spec, SplitKv, Ty};
 
 const SMS: u32 = 132;
@@ -77,12 +78,10 @@ fn contiguous_plan_and_args() {
     assert_eq!(p.arg("seqlen_k"), Some(ArgValue::I32(100)));
     assert_eq!(p.arg("lse"), Some(ArgValue::Ptr(0)));
     // The real ABI of the portable family marshals completely.
-    let opts = attnc_lower::CompileOptions {
-        arch: attnc_lower::Arch::Sm90a,
-        family: attnc_lower::FamilyChoice::Exactly(attnc_lower::FamilyKind::Portable),
-    };
+    let opts = attnc_lower::CompileOptions::new(attnc_lower::Arch::Sm90a)
+        .family(attnc_lower::FamilyChoice::Exactly(attnc_lower::FamilyKind::Portable));
     let m = attnc_lower::compile(&s, &opts).expect("compiles");
-    let fwd = m.kernels.iter().find(|k| k.role == "forward").expect("fwd");
+    let fwd = m.kernel(attnc_lower::KernelRole::Forward).expect("fwd");
     let args = marshal(&fwd.params, &p, &[("o_partial", ArgValue::Ptr(0)), ("lse_partial", ArgValue::Ptr(0))])
         .expect("marshal");
     assert_eq!(args.len(), fwd.params.len());
@@ -656,7 +655,7 @@ fn the_sm90a_auto_family_marshals_with_its_tensor_maps() {
     use crate::tma::{plan_tensor_maps, TensorMapArg};
     let s = spec(KvLayout::Contiguous);
     let m = attnc_lower::compile(&s, &attnc_lower::CompileOptions::new(attnc_lower::Arch::Sm90a)).expect("compiles");
-    let fwd = m.kernels.iter().find(|k| k.role == "forward").expect("fwd");
+    let fwd = m.kernel(attnc_lower::KernelRole::Forward).expect("fwd");
     let mut a = Alloc::new();
     let d = contiguous(&mut a, &s);
     let mut p = check(&s, &d).expect("valid");
@@ -709,11 +708,12 @@ fn marshal_with_placeholder_maps<'a>(
 /// the runtime would cache for it.
 fn blackwell_module(s: &Spec) -> (attnc_lower::CompiledModule, crate::jit::ModuleMeta) {
     use attnc_lower::{Arch, CompileOptions, FamilyChoice, FamilyKind};
-    let opts = CompileOptions { arch: Arch::Sm100a, family: FamilyChoice::Exactly(FamilyKind::Blackwell) };
+    let opts = CompileOptions::new(Arch::Sm100a).family(FamilyChoice::Exactly(FamilyKind::Blackwell));
     let m = attnc_lower::compile(s, &opts).unwrap_or_else(|e| panic!("blackwell compiles {}: {e}", s.name));
     let meta = crate::jit::ModuleMeta {
         requested: "blackwell".into(),
         family: "blackwell".into(),
+        direction: attnc_lower::Direction::Forward,
         arch: "sm_100a".into(),
         fallback_reason: None,
         kernels: m.kernels.iter().map(crate::jit::KernelMeta::from).collect(),
@@ -730,7 +730,7 @@ fn the_blackwell_forward_marshals_and_plans_a_persistent_grid() {
     use crate::tma::plan_tensor_maps;
     let s = spec(KvLayout::Contiguous);
     let (m, meta) = blackwell_module(&s);
-    let fwd = m.kernels.iter().find(|k| k.role.starts_with("forward")).expect("fwd");
+    let fwd = m.kernel(attnc_lower::KernelRole::Forward).expect("fwd");
     assert!(fwd.persistent);
     assert_eq!(fwd.tensor_maps.iter().map(|b| b.tensor.as_str()).collect::<Vec<_>>(), ["q", "k", "v", "o"]);
     // The runtime finds it as the forward kernel, and no combine kernel.
@@ -758,7 +758,7 @@ fn the_blackwell_pack_gqa_q_map_is_rank_5() {
     let mut s = spec(KvLayout::Contiguous);
     s.pack_gqa = true;
     let (m, _) = blackwell_module(&s);
-    let fwd = m.kernels.iter().find(|k| k.role.starts_with("forward")).expect("fwd");
+    let fwd = m.kernel(attnc_lower::KernelRole::Forward).expect("fwd");
     let mut a = Alloc::new();
     let d = contiguous(&mut a, &s);
     let maps = plan_tensor_maps(&fwd.tensor_maps, &d).expect("encodable");
@@ -782,7 +782,7 @@ fn the_blackwell_paged_split_forward_marshals_with_page_boxes() {
     let mut s = spec(KvLayout::Paged { page_size: 16 });
     s.split_kv = SplitKv::Fixed(2);
     let (m, meta) = blackwell_module(&s);
-    let fwd = m.kernels.iter().find(|k| k.role.starts_with("forward")).expect("fwd");
+    let fwd = m.kernel(attnc_lower::KernelRole::Forward).expect("fwd");
     let combine_bm = meta.combine().map(|c| c.block_m).expect("a combine kernel");
     let mut a = Alloc::new();
     let bt = [4, 0, 2, 1, -1, -1];
@@ -820,7 +820,7 @@ fn the_blackwell_row_gather_marshals_pointers_and_one_map() {
     use crate::tma::plan_tensor_maps;
     let s = spec(KvLayout::Paged { page_size: 3 });
     let (m, _) = blackwell_module(&s);
-    let fwd = m.kernels.iter().find(|k| k.role.starts_with("forward")).expect("fwd");
+    let fwd = m.kernel(attnc_lower::KernelRole::Forward).expect("fwd");
     assert_eq!(fwd.tensor_maps.iter().map(|b| b.tensor.as_str()).collect::<Vec<_>>(), ["q", "o"]);
     let mut a = Alloc::new();
     let bt = [4, 0, 2, 1, -1, -1];

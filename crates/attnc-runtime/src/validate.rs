@@ -35,7 +35,8 @@
 use crate::error::ValidationError;
 use crate::split::{auto_num_splits, SplitChoice, MAX_SPLITS};
 use crate::tensor::{ElemType, HostIndex, TensorDesc};
-use crate::tma::{TensorMapArg, TmaEncode};
+use crate::cuda::ArgValue;
+use crate::tensor_map::TmaEncode;
 use attnc_ir::{AuxDim, KvLayout, Spec, SplitKv, Ty};
 use serde::Serialize;
 
@@ -44,17 +45,6 @@ use serde::Serialize;
 pub enum ParamValue {
     Int(i32),
     Float(f32),
-}
-
-/// One kernel argument.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum ArgValue {
-    Ptr(u64),
-    I64(i64),
-    I32(i32),
-    F32(f32),
-    /// An encoded TMA tensor map, passed by value (128 bytes, 64-byte aligned).
-    TensorMap(TensorMapArg),
 }
 
 /// What the launch needs to know about the compiled forward kernel.

@@ -7,12 +7,13 @@
 //! inline PTX, so the layout arithmetic stays visible and no pointer provenance rules
 //! get in the way.
 
-use crate::families::LowerError;
+use crate::error::LowerError;
+use inkwell::attributes::{Attribute, AttributeLoc};
 use inkwell::basic_block::BasicBlock;
 use inkwell::builder::{Builder, BuilderError};
 use inkwell::context::Context;
 use inkwell::module::Module;
-use inkwell::types::{BasicMetadataTypeEnum, BasicTypeEnum, StructType};
+use inkwell::types::{AnyType, BasicMetadataTypeEnum, BasicTypeEnum, StructType};
 use inkwell::values::{BasicMetadataValueEnum, BasicValueEnum, FloatValue, FunctionValue, IntValue, PointerValue};
 use inkwell::{FloatPredicate, IntPredicate};
 
@@ -23,6 +24,11 @@ impl From<BuilderError> for LowerError {
 }
 
 pub type R<T> = Result<T, LowerError>;
+
+/// Bytes of a CUtensorMap.
+pub const TENSOR_MAP_BYTES: u32 = 128;
+/// Alignment CUDA requires of a tensor map.
+pub const TENSOR_MAP_ALIGN: u32 = 64;
 
 /// A mutable scalar slot (promoted to a register by mem2reg): loop-carried state such
 /// as accumulators, running max and sum.
@@ -72,6 +78,32 @@ impl<'ctx> Kb<'ctx> {
             out.push(p);
         }
         Ok(out)
+    }
+
+    /// Marks parameter `index` of the current kernel (declared as a pointer) as a
+    /// by-value 128-byte, 64-byte-aligned aggregate: NVPTX prints it as
+    /// `.param .align 64 .b8 <kernel>_param_<index>[128]`, which is how a
+    /// `const __grid_constant__ CUtensorMap` parameter looks. The kernel never loads
+    /// through the pointer in LLVM IR; TMA instructions take the parameter's generic
+    /// address (`Kb::param_generic_addr`).
+    pub fn mark_tensor_map_param(&self, index: u32) -> R<()> {
+        let f = self.func()?;
+        let arr = self.ctx.i8_type().array_type(TENSOR_MAP_BYTES);
+        let byval = self.ctx.create_type_attribute(Attribute::get_named_enum_kind_id("byval"), arr.as_any_type_enum());
+        let align = self.ctx.create_enum_attribute(Attribute::get_named_enum_kind_id("align"), TENSOR_MAP_ALIGN as u64);
+        f.add_attribute(AttributeLoc::Param(index), byval);
+        f.add_attribute(AttributeLoc::Param(index), align);
+        Ok(())
+    }
+
+    /// `.maxntid threads, 1, 1` and `.minnctapersm 1` on the current kernel: ptxas then
+    /// sizes the launch register budget at 65536 / threads, the pool `setmaxnreg`
+    /// redistributes.
+    pub fn set_launch_bounds(&self, threads: u32) -> R<()> {
+        let f = self.func()?;
+        f.add_attribute(AttributeLoc::Function, self.ctx.create_string_attribute("nvvm.maxntid", &threads.to_string()));
+        f.add_attribute(AttributeLoc::Function, self.ctx.create_string_attribute("nvvm.minctasm", "1"));
+        Ok(())
     }
 
     pub fn func(&self) -> R<FunctionValue<'ctx>> {

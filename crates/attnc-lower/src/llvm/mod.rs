@@ -3,12 +3,13 @@
 //! wrappers ([`ptx`]).
 
 pub mod kb;
+pub mod operand;
 pub mod ptx;
 pub mod tcgen05;
 pub mod wgmma;
 
 use crate::arch::Arch;
-use crate::families::LowerError;
+use crate::error::LowerError;
 use inkwell::module::Module;
 use inkwell::passes::PassBuilderOptions;
 use inkwell::targets::{CodeModel, FileType, InitializationConfig, RelocMode, Target, TargetMachine, TargetTriple};

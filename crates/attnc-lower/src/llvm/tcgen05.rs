@@ -155,7 +155,7 @@ impl<'ctx> Kb<'ctx> {
         let ret = if n == 1 { i32t.into() } else { self.struct_of(i32t.into(), n as usize).into() };
         let v = self
             .asm_call(Some(ret), &text, &cons.join(","), true, &args, name)?
-            .ok_or_else(|| crate::families::LowerError::Llvm("tcgen05.ld returned nothing".into()))?;
+            .ok_or_else(|| crate::error::LowerError::Llvm("tcgen05.ld returned nothing".into()))?;
         if n == 1 {
             return Ok(vec![v.into_int_value()]);
         }
@@ -558,9 +558,9 @@ pub(crate) mod tests {
         let ptr: BasicMetadataTypeEnum = ctx.ptr_type(inkwell::AddressSpace::default()).into();
         let i64t: BasicMetadataTypeEnum = ctx.i64_type().into();
         let p = kb.begin_kernel("tma", &[(ptr, "tmap".into()), (i64t, "out".into())]).expect("kernel");
-        crate::families::blackwell::abi::mark_tensor_map_param(&kb, 0).expect("byval");
+        kb.mark_tensor_map_param(0).expect("byval");
         // setmaxnreg needs a known launch register count (ptxas drops it otherwise).
-        crate::families::blackwell::abi::set_launch_bounds(&kb, threads).expect("bounds");
+        kb.set_launch_bounds(threads).expect("bounds");
         let out = p[1].into_int_value();
         type Tail = for<'a> fn(&mut Kb<'a>, IntValue<'a>, IntValue<'a>, FloatValue<'a>) -> R<()>;
         fn body<'a>(kb: &mut Kb<'a>, out: IntValue<'a>, tail: Tail) -> R<()> {

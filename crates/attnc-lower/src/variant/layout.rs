@@ -70,7 +70,7 @@ pub fn batch_view<'ctx>(kb: &Kb<'ctx>, spec: &Spec, la: &LayoutArgs<'ctx>, b: In
         }
         KvLayout::Varlen => {
             let (Some(cq), Some(ck)) = (la.cu_seqlens_q, la.cu_seqlens_k) else {
-                return Err(crate::families::LowerError::Llvm("varlen without cu_seqlens".into()));
+                return Err(crate::error::LowerError::Llvm("varlen without cu_seqlens".into()));
             };
             let b1 = kb.add(b, kb.i32c(1), "")?;
             let q0 = load_i32_at(kb, cq, b, "q_start")?;
@@ -87,11 +87,32 @@ pub fn batch_view<'ctx>(kb: &Kb<'ctx>, spec: &Spec, la: &LayoutArgs<'ctx>, b: In
         }
         KvLayout::Paged { .. } => {
             let Some(su) = la.seqused_k else {
-                return Err(crate::families::LowerError::Llvm("paged without seqused_k".into()));
+                return Err(crate::error::LowerError::Llvm("paged without seqused_k".into()));
             };
             let sk = load_i32_at(kb, su, b, "seqlen_k.b")?;
             Ok(BatchView { b, seqlen_q: la.seqlen_q, seqlen_k: sk, q_start: None, k_start: None })
         }
+    }
+}
+
+/// Packed row `r` of a Q tile → (query position, head). With pack_gqa the heads of a
+/// KV group share a tile: row r is position r / G of head hkv·G + r % G; otherwise the
+/// row is the position and the head is the CTA's.
+pub fn packed_row<'ctx>(
+    kb: &Kb<'ctx>,
+    pack: bool,
+    group: i64,
+    r: IntValue<'ctx>,
+    head_idx: IntValue<'ctx>,
+    hkv: IntValue<'ctx>,
+) -> R<(IntValue<'ctx>, IntValue<'ctx>)> {
+    if pack {
+        let g = kb.i32c(group);
+        let q = kb.udiv(r, g, "q_pos")?;
+        let h = kb.add(kb.mul(hkv, g, "")?, kb.urem(r, g, "")?, "head")?;
+        Ok((q, h))
+    } else {
+        Ok((r, head_idx))
     }
 }
 
@@ -142,7 +163,7 @@ pub fn kv_row_offsets<'ctx>(
         }
         KvLayout::Paged { page_size } => {
             let (Some(bt), Some(bts)) = (la.block_table, la.block_table_stride) else {
-                return Err(crate::families::LowerError::Llvm("paged without a block table".into()));
+                return Err(crate::error::LowerError::Llvm("paged without a block table".into()));
             };
             let ps = kb.i32c(page_size as i64);
             let page_idx = kb.udiv(key, ps, "page_idx")?;
@@ -181,7 +202,6 @@ pub fn lse_offset<'ctx>(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 /// Row index of (split, batch entry, head, query) in the split-KV workspace
 /// `[split, batch, q_heads, max_seqlen_q]` (O partials add a d_v axis): what the
 /// combine kernel reads, so every family writing partials must agree on it.
@@ -206,7 +226,6 @@ pub fn partial_row<'ctx>(
 /// columns past `d` also copy 0 bytes (zero fill), from the tensor's `base` so a
 /// zero-byte copy still has a valid address. Shared by the warp-specialized families'
 /// cp.async gathers (paged K/V whose pages TMA cannot follow).
-#[allow(clippy::too_many_arguments)]
 pub fn cp_async_row_chunks<'ctx>(
     kb: &Kb<'ctx>,
     s_row: IntValue<'ctx>,

@@ -49,6 +49,8 @@
 //!   MN elements per 128-byte row, the next 64 (`m`) `LBO` bytes away, K rows 128 bytes
 //!   apart and 8-row K groups `SBO` apart.
 
+use crate::llvm::operand::Major;
+
 /// Element types of the `kind::f16` MMA.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AbType {
@@ -70,13 +72,6 @@ impl From<attnc_ir::DType> for AbType {
 pub enum DFormat {
     F16 = 0,
     F32 = 1,
-}
-
-/// Which dimension is contiguous in shared memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Major {
-    K = 0,
-    Mn = 1,
 }
 
 /// A `tcgen05.mma.cta_group::1.kind::f16` instruction descriptor.

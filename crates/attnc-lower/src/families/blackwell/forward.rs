@@ -19,16 +19,19 @@
 mod epilogue;
 mod softmax;
 
-use super::abi::{self, ParamTy};
+use super::abi;
 use super::config::{
     Bar, Config, PvOrder, BAR_EPILOGUE, BAR_EXP, BLOCK_M, BLOCK_N, THREADS, TMA_BOX_BYTES, TMA_BOX_COLS,
 };
-use super::desc::{DFormat, InstrDesc, Major, SmemDesc};
+use super::desc::{DFormat, InstrDesc, SmemDesc};
 use super::schedule::{emit_section_heads, emit_tile_coords, WorkTile};
-use crate::families::sw128::{emit_chunk_addr, k_major_step_offset, mn_major_step_offset};
-use crate::families::{KernelInfo, LowerError};
+use crate::error::LowerError;
+use crate::families::common::abi::{describe, ParamTy};
+use crate::families::common::sw128::{emit_chunk_addr, k_major_step_offset, mn_major_step_offset};
 use crate::llvm::kb::{Kb, Slot, R};
+use crate::llvm::operand::Major;
 use crate::llvm::tcgen05::{Acc, SmemOperand};
+use crate::module::{KernelInfo, KernelRole};
 use crate::variant::expr::{self as vexpr, AuxArg, ElemVars, Val, VariantArgs};
 use crate::variant::interval::{classify_tile, TileClassVals, TileRanges};
 use crate::variant::softmax::exp2_emulated;
@@ -88,10 +91,10 @@ pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, cfg: &Config, name: &str) -> 
     let values = kb.begin_kernel(name, &decl)?;
     for (i, (_, t)) in params.iter().enumerate() {
         if *t == ParamTy::TensorMap {
-            abi::mark_tensor_map_param(kb, i as u32)?;
+            kb.mark_tensor_map_param(i as u32)?;
         }
     }
-    abi::set_launch_bounds(kb, THREADS)?;
+    kb.set_launch_bounds(THREADS)?;
     kb.section(&format!(
         "attnc blackwell forward: {} (persistent, 2x{BLOCK_M} rows x {BLOCK_N} keys, 16 warps, {} kv slots)",
         spec.name, cfg.kv_slots
@@ -101,12 +104,13 @@ pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, cfg: &Config, name: &str) -> 
     kb.ret()?;
     Ok(KernelInfo {
         name: name.to_string(),
-        role: "forward (persistent: grid.x = min(SMs, work tiles), see docs/blackwell.md)".into(),
+        role: KernelRole::Forward,
+        note: Some("persistent: grid.x = min(SMs, work tiles), see docs/blackwell.md".into()),
         threads_per_block: THREADS,
         dynamic_smem_bytes: cfg.smem().request,
         block_m: cfg.tile_rows(),
         block_n: BLOCK_N,
-        params: abi::describe(&params),
+        params: describe(&params),
         tensor_maps: abi::tma_boxes(spec),
         persistent: true,
     })

@@ -25,8 +25,11 @@ pub mod schedule;
 pub mod verify;
 
 use crate::arch::Arch;
-use crate::families::{CompileTimings, CompiledModule, FamilyKind, LowerError};
-use crate::llvm::{emit_ptx, kb::Kb};
+use crate::error::LowerError;
+use crate::families::common::{abi::kernel_name, combine};
+use crate::families::{finish_module, Family};
+use crate::llvm::kb::Kb;
+use crate::module::{CompiledModule, Direction, FamilyKind};
 use attnc_ir::{Spec, SplitKv};
 use config::Config;
 use inkwell::context::Context;
@@ -35,8 +38,35 @@ use inkwell::context::Context;
 /// every accepted example must assemble without spills first).
 pub const DISPATCH_ENABLED: bool = true;
 
-/// Why this family cannot compile `spec` for `arch`, or `None`. The dispatcher then
-/// falls back to the portable family and records the reason in the receipt.
+/// The blackwell family (see the module docs).
+pub struct Blackwell;
+
+impl Family for Blackwell {
+    fn kind(&self) -> FamilyKind {
+        FamilyKind::Blackwell
+    }
+    fn unsupported_reason(&self, spec: &Spec, arch: Arch, direction: Direction) -> Option<String> {
+        match direction {
+            Direction::Forward => unsupported_reason(spec, arch),
+            Direction::Backward => Some("the blackwell backward is not built yet".into()),
+        }
+    }
+    fn compile(&self, spec: &Spec, arch: Arch, direction: Direction) -> Result<CompiledModule, LowerError> {
+        let unsupported = |reason| LowerError::Unsupported { family: FamilyKind::Blackwell, direction, arch, reason };
+        if direction == Direction::Backward {
+            return Err(unsupported(self.unsupported_reason(spec, arch, direction).unwrap_or_default()));
+        }
+        if let Some(reason) = kernel_unsupported_reason(spec, arch) {
+            return Err(unsupported(reason));
+        }
+        let cfg = Config::for_spec(spec).map_err(unsupported)?;
+        compile_with_config(spec, arch, &cfg)
+    }
+}
+
+/// Why the dispatcher may not pick the forward for `spec` on `arch`, or `None`. The
+/// dispatcher then falls back to the portable family and records the reason in the
+/// receipt.
 pub fn unsupported_reason(spec: &Spec, arch: Arch) -> Option<String> {
     if let Some(r) = kernel_unsupported_reason(spec, arch) {
         return Some(r);
@@ -47,7 +77,7 @@ pub fn unsupported_reason(spec: &Spec, arch: Arch) -> Option<String> {
     None
 }
 
-/// Why the kernel builder cannot compile `spec` for `arch`, or `None`.
+/// Why the forward kernel builder cannot compile `spec` for `arch`, or `None`.
 pub fn kernel_unsupported_reason(spec: &Spec, arch: Arch) -> Option<String> {
     if arch != Arch::Sm100a {
         return Some("needs sm_100a (tcgen05, tensor memory)".into());
@@ -75,31 +105,19 @@ pub fn effective_spec(spec: &Spec) -> (std::borrow::Cow<'_, Spec>, Option<String
     (std::borrow::Cow::Borrowed(spec), None)
 }
 
-/// Entry-point names: `attnc_<variant>_<kernel>`.
-pub fn kernel_name(spec: &Spec, what: &str) -> String {
-    format!("attnc_{}_{what}", spec.name)
-}
-
-pub fn compile(spec: &Spec, arch: Arch) -> Result<CompiledModule, LowerError> {
-    if let Some(reason) = kernel_unsupported_reason(spec, arch) {
-        return Err(LowerError::Unsupported { family: FamilyKind::Blackwell, arch, reason });
-    }
-    let cfg = Config::for_spec(spec).map_err(|reason| LowerError::Unsupported {
+/// Compiles the forward with an explicit configuration (e.g. `PvOrder::InOrderPipe`).
+pub fn compile_with_config(spec: &Spec, arch: Arch, cfg: &Config) -> Result<CompiledModule, LowerError> {
+    cfg.check().map_err(|reason| LowerError::Unsupported {
         family: FamilyKind::Blackwell,
+        direction: Direction::Forward,
         arch,
         reason,
     })?;
-    compile_with_config(spec, arch, &cfg)
-}
-
-/// Compiles with an explicit configuration (e.g. `PvOrder::InOrderPipe`).
-pub fn compile_with_config(spec: &Spec, arch: Arch, cfg: &Config) -> Result<CompiledModule, LowerError> {
-    cfg.check().map_err(|reason| LowerError::Unsupported { family: FamilyKind::Blackwell, arch, reason })?;
     build_module(spec, arch, cfg)
 }
 
-/// Lowers without checking the resource model (experiments with budgets ptxas honors but
-/// the register file could not hold).
+/// Lowers the forward without checking the resource model (experiments with budgets
+/// ptxas honors but the register file could not hold).
 pub(crate) fn build_module(spec: &Spec, arch: Arch, cfg: &Config) -> Result<CompiledModule, LowerError> {
     let t0 = std::time::Instant::now();
     let (eff, note) = effective_spec(spec);
@@ -108,20 +126,19 @@ pub(crate) fn build_module(spec: &Spec, arch: Arch, cfg: &Config) -> Result<Comp
     let mut kb = Kb::new(&ctx, &format!("attnc_{}", spec.name));
     let mut fwd = forward::build(&mut kb, spec, cfg, &kernel_name(spec, "fwd"))?;
     if let Some(n) = note {
-        // The receipt shows the forward kernel's role: say what the layout became.
-        fwd.role = format!("{}; {n}", fwd.role);
+        // The receipt shows the forward kernel's note: say what the layout became.
+        fwd.note = Some(match fwd.note.take() {
+            Some(old) => format!("{old}; {n}"),
+            None => n,
+        });
     }
     let mut kernels = vec![fwd];
     if spec.split_kv != SplitKv::None {
-        // Split partials go through the portable family's combine kernel (same workspace
-        // layout, `variant::layout::partial_row`).
-        let name = crate::families::portable::kernel_name(spec, "combine");
-        kernels.push(crate::families::portable::combine::build(&mut kb, spec, &name)?);
+        // Split partials go through the shared combine kernel (same workspace layout,
+        // `variant::layout::partial_row`).
+        kernels.push(combine::build(&mut kb, spec, &kernel_name(spec, "combine"))?);
     }
-    let build_ms = t0.elapsed().as_secs_f64() * 1e3;
-    let (llvm_ir, ptx, optimize_ms, codegen_ms) = emit_ptx(&kb.module, arch)?;
-    let timings = CompileTimings { build_ms, optimize_ms, codegen_ms };
-    Ok(CompiledModule { family: FamilyKind::Blackwell, arch, fallback_reason: None, kernels, llvm_ir, ptx, timings })
+    finish_module(&kb, FamilyKind::Blackwell, Direction::Forward, arch, kernels, t0)
 }
 
 #[cfg(test)]

@@ -67,7 +67,6 @@ pub struct WorkTile<'ctx> {
 }
 
 /// Emits [`tile_coords`]; `section` is the runtime section size in heads (LPT only).
-#[allow(clippy::too_many_arguments)]
 pub fn emit_tile_coords<'ctx>(
     kb: &Kb<'ctx>,
     t: IntValue<'ctx>,

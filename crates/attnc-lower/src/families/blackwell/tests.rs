@@ -3,6 +3,11 @@
 use super::*;
 use attnc_ir::{Align, KvLayout};
 
+/// The forward through the family contract.
+fn compile(spec: &Spec, arch: Arch) -> Result<CompiledModule, LowerError> {
+    Blackwell.compile(spec, arch, Direction::Forward)
+}
+
 fn variants() -> Vec<Spec> {
     let mut v = Vec::new();
     v.push(Spec::new("mha", 128, 4));
@@ -219,7 +224,8 @@ fn packed_gqa_loads_q_with_a_5d_box() {
     assert_eq!(kernel_unsupported_reason(&odd, Arch::Sm100a), None);
     let m = compile(&odd, Arch::Sm100a).expect("compiles unpacked");
     assert!(!m.ptx.contains("cp.async.bulk.tensor.5d."));
-    assert!(m.kernels[0].role.contains("pack_gqa off: 3 query heads"), "{}", m.kernels[0].role);
+    let note = m.kernels[0].note.clone().unwrap_or_default();
+    assert!(note.contains("pack_gqa off: 3 query heads"), "{note}");
     assert!(m.kernels[0].tensor_maps.iter().all(|b| b.pack_group == 1));
     assert!(effective_spec(&spec).1.is_none());
 }

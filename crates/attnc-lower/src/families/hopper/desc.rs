@@ -44,15 +44,6 @@ pub enum Swizzle {
     B32 = 3,
 }
 
-/// Which dimension of an operand is contiguous in shared memory; for wgmma's bf16/f16
-/// forms this is the `imm-trans-a` / `imm-trans-b` operand (K-major = 0, MN-major =
-/// 1 "transposed").
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Major {
-    K = 0,
-    Mn = 1,
-}
-
 /// A wgmma shared-memory matrix descriptor. Byte quantities; `encode` shifts them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SmemDesc {
@@ -109,7 +100,7 @@ impl SmemDesc {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::families::sw128::{k_major_step_offset, mn_major_step_offset};
+    use crate::families::common::sw128::{k_major_step_offset, mn_major_step_offset};
 
     #[test]
     fn q_tile_64x64_bf16_k_major_sw128() {

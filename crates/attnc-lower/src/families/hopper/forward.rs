@@ -18,17 +18,18 @@
 //! tiles are skipped by both, so the ring positions agree.
 
 use super::config::{Config, RingBar, BOX_COLS, ROWS_PER_CONSUMER, ROW_BYTES};
-use super::desc::{Major, SmemDesc};
-use crate::families::abi::{ParamTy, TmaBox};
-use crate::families::portable::abi::{self as pabi, Args};
-use crate::families::sw128::{emit_chunk_addr, k_major_step_offset, mn_major_step_offset};
-use crate::families::KernelInfo;
+use super::desc::SmemDesc;
+use crate::families::common::abi::{self as cabi, Args, ParamTy};
+use crate::families::common::epilogue::{finish_row, FragRow, RowStore};
+use crate::families::common::sw128::{emit_chunk_addr, k_major_step_offset, mn_major_step_offset};
 use crate::llvm::kb::{Kb, Slot, R};
+use crate::llvm::operand::Major;
 use crate::llvm::tcgen05::Acc;
 use crate::llvm::wgmma::WgmmaType;
+use crate::module::{KernelInfo, KernelRole, TmaBox};
 use crate::variant::expr::{self as vexpr, VariantArgs};
-use crate::variant::layout::{batch_view, lse_offset, partial_row, q_row_offset, BatchView, LayoutArgs};
-use crate::variant::softmax::{exp2_emulated, finalize_row, max_update, sink_log2};
+use crate::variant::layout::{batch_view, packed_row, q_row_offset, BatchView, LayoutArgs};
+use crate::variant::softmax::{exp2_emulated, max_update};
 use crate::variant::tiles::KeyTiles;
 use attnc_ir::{KvLayout, Spec};
 use inkwell::values::{FloatValue, IntValue};
@@ -48,7 +49,7 @@ pub fn forward_params(spec: &Spec, cfg: &Config) -> Vec<(String, ParamTy)> {
         p.push(("tmap_k".to_string(), ParamTy::TensorMap));
         p.push(("tmap_v".to_string(), ParamTy::TensorMap));
     }
-    p.extend(pabi::forward_params(spec));
+    p.extend(cabi::forward_params(spec));
     p
 }
 
@@ -76,10 +77,10 @@ pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, cfg: &Config, name: &str) -> 
     let args = Args::begin(kb, name, &params)?;
     if !cfg.gather {
         for i in 0..2 {
-            crate::families::blackwell::abi::mark_tensor_map_param(kb, i)?;
+            kb.mark_tensor_map_param(i)?;
         }
     }
-    crate::families::blackwell::abi::set_launch_bounds(kb, cfg.threads())?;
+    kb.set_launch_bounds(cfg.threads())?;
     kb.section(&format!(
         "attnc hopper forward: {} ({} consumer warpgroups x 64 rows, {} keys per tile, {} stages)",
         spec.name, cfg.consumers, cfg.block_n, cfg.stages
@@ -89,12 +90,13 @@ pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, cfg: &Config, name: &str) -> 
     kb.ret()?;
     Ok(KernelInfo {
         name: name.to_string(),
-        role: "forward".into(),
+        role: KernelRole::Forward,
+        note: None,
         threads_per_block: cfg.threads(),
         dynamic_smem_bytes: cfg.smem(spec).request,
         block_m: cfg.block_m(),
         block_n: cfg.block_n,
-        params: pabi::describe(&params),
+        params: cabi::describe(&params),
         tensor_maps: tma_boxes(cfg),
         persistent: false,
     })
@@ -121,14 +123,6 @@ struct Cta<'ctx> {
     tile_h: (IntValue<'ctx>, IntValue<'ctx>),
     num_splits: IntValue<'ctx>,
     split: IntValue<'ctx>,
-}
-
-/// One accumulator row of a consumer thread.
-#[derive(Clone, Copy)]
-struct RowInfo<'ctx> {
-    q: IntValue<'ctx>,
-    h: IntValue<'ctx>,
-    valid: IntValue<'ctx>,
 }
 
 impl<'a, 'ctx> Kernel<'a, 'ctx> {
@@ -451,7 +445,7 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         cta: &Cta<'ctx>,
         ltid: IntValue<'ctx>,
         consumer: IntValue<'ctx>,
-    ) -> R<[RowInfo<'ctx>; 2]> {
+    ) -> R<[FragRow<'ctx>; 2]> {
         let spec = self.spec;
         let group = spec.group_size() as i64;
         let lane = kb.and(ltid, kb.i32c(31), "lane")?;
@@ -464,14 +458,9 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         let mut out = Vec::new();
         for half in 0..2 {
             let r = kb.add(base, kb.i32c(8 * half), &format!("row{half}"))?;
-            let (q, h) = if spec.pack_gqa {
-                let g = kb.i32c(group);
-                (kb.udiv(r, g, "q_pos")?, kb.add(kb.mul(cta.hkv, g, "")?, kb.urem(r, g, "")?, "head")?)
-            } else {
-                (r, cta.head_idx)
-            };
+            let (q, h) = packed_row(kb, spec.pack_gqa, group, r, cta.head_idx, cta.hkv)?;
             let valid = kb.icmp(IntPredicate::SLT, r, cta.rows_total, "row_valid")?;
-            out.push(RowInfo { q, h, valid });
+            out.push(FragRow { q, h, valid });
         }
         Ok([out[0], out[1]])
     }
@@ -870,7 +859,7 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
     /// rescaling), P = 2^(s − base), the running sum. Returns P (f32, in the S
     /// registers: packing it is the caller's, see [`Kernel::pack_p`]), the per-row rescale
     /// factor of O and the rescale flag (conditional rescaling).
-    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    #[allow(clippy::type_complexity)]
     fn softmax(
         &self,
         kb: &mut Kb<'ctx>,
@@ -1046,91 +1035,30 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         let spec = self.spec;
         kb.section("epilogue: O /= l, store O and LSE (or split partials)")?;
         let is_split = kb.icmp(IntPredicate::SGT, cta.num_splits, kb.i32c(1), "is_split")?;
-        let o_st = self.args.strides("o")?;
-        let o_base = self.args.int("o")?;
         let ltid = kb.opaque_i32(ltid, "ltid_epilogue")?;
         let rows = self.thread_rows(kb, cta, ltid, consumer)?;
         let quad_col = kb.and(ltid, kb.i32c(3), "quad_col")?;
+        let store = RowStore { spec, args: &self.args, bv: &cta.bv, max_seqlen_q: cta.la.seqlen_q, is_split };
+        let split = |kb: &Kb<'ctx>| -> R<(IntValue<'ctx>, IntValue<'ctx>)> {
+            let nz = kb.sreg("nctaid.z", "")?;
+            Ok((cta.split, kb.udiv(nz, cta.num_splits, "batch")?))
+        };
         for (half, &row) in rows.iter().enumerate() {
             let l = kb.get_f(st.l[half], "")?;
-            let l = kb.fadd(l, kb.shfl_xor_f32(l, 1, "")?, "")?;
-            let l = kb.fadd(l, kb.shfl_xor_f32(l, 2, "")?, "l_total")?;
             let m = kb.get_f(st.m[half], "m_final")?;
-            let sink_log2 =
-                if spec.sinks { Some(sink_log2(kb, self.args.int("sinks")?, row.h, Some(is_split))?) } else { None };
-            let (o_scale, lse) = finalize_row(kb, l, m, sink_log2)?;
-            let o_vals: Vec<(u32, FloatValue<'ctx>, FloatValue<'ctx>)> = (0..spec.head_dim_v / 8)
+            let (o_scale, lse) = finish_row(kb, spec, &self.args, l, m, row.h, is_split)?;
+            // O normalized once, before the branches that store it.
+            let o_vals: Vec<(FloatValue<'ctx>, FloatValue<'ctx>)> = (0..spec.head_dim_v / 8)
                 .map(|i| {
                     let a = kb.get_f(st.o[(4 * i + 2 * half as u32) as usize], "")?;
                     let b = kb.get_f(st.o[(4 * i + 2 * half as u32 + 1) as usize], "")?;
-                    Ok((i, kb.fmul(a, o_scale, "")?, kb.fmul(b, o_scale, "")?))
+                    Ok((kb.fmul(a, o_scale, "")?, kb.fmul(b, o_scale, "")?))
                 })
                 .collect::<R<_>>()?;
-            kb.if_then(row.valid, "row_store", |kb| {
-                kb.if_else(
-                    is_split,
-                    "store_partial",
-                    |kb| self.store_partial(kb, cta, row, quad_col, &o_vals, lse),
-                    |kb| {
-                        let off = q_row_offset(kb, &cta.bv, &o_st, row.q, row.h)?;
-                        let row_addr = kb.add(o_base, kb.mul(off, kb.i64c(2), "")?, "o_row")?;
-                        for &(i, x0, x1) in &o_vals {
-                            let packed = kb.pack_half2(spec.dtype, x0, x1, "o_pair")?;
-                            let col = kb.add(kb.mul(quad_col, kb.i32c(2), "")?, kb.i32c(i as i64 * 8), "")?;
-                            let addr = kb.add(row_addr, kb.mul(kb.zext64(col, "")?, kb.i64c(2), "")?, "")?;
-                            kb.st_global_b32(addr, packed)?;
-                        }
-                        if spec.lse {
-                            let first_lane = kb.icmp(IntPredicate::EQ, quad_col, kb.i32c(0), "")?;
-                            kb.if_then(first_lane, "store_lse", |kb| {
-                                let off = lse_offset(
-                                    kb,
-                                    &cta.bv,
-                                    self.args.int("lse_stride_batch")?,
-                                    self.args.int("lse_stride_head")?,
-                                    row.h,
-                                    row.q,
-                                )?;
-                                let addr = kb.add(self.args.int("lse")?, kb.mul(off, kb.i64c(4), "")?, "")?;
-                                kb.st_global_f32(addr, lse)
-                            })?;
-                        }
-                        Ok(())
-                    },
-                )
-            })?;
+            let cols = |_: &Kb<'ctx>, i: u32| -> R<(FloatValue<'ctx>, FloatValue<'ctx>)> { Ok(o_vals[i as usize]) };
+            store.store(kb, row, quad_col, lse, &cols, &split)?;
         }
         Ok(())
-    }
-
-    /// Split-KV partials in the combine kernel's workspace layout (see the portable
-    /// family): O normalized by this split's sum (f32) and its LSE.
-    fn store_partial(
-        &self,
-        kb: &mut Kb<'ctx>,
-        cta: &Cta<'ctx>,
-        row: RowInfo<'ctx>,
-        quad_col: IntValue<'ctx>,
-        o_vals: &[(u32, FloatValue<'ctx>, FloatValue<'ctx>)],
-        lse: FloatValue<'ctx>,
-    ) -> R<()> {
-        let spec = self.spec;
-        let nz = kb.sreg("nctaid.z", "")?;
-        let batch = kb.udiv(nz, cta.num_splits, "batch")?;
-        let idx = partial_row(kb, cta.split, batch, cta.bv.b, spec.q_heads, row.h, cta.la.seqlen_q, row.q)?;
-        let o_part = self.args.int("o_partial")?;
-        let row_addr = kb.add(o_part, kb.mul(idx, kb.i64c(4 * spec.head_dim_v as i64), "")?, "")?;
-        for &(i, x0, x1) in o_vals {
-            let col = kb.add(kb.mul(quad_col, kb.i32c(2), "")?, kb.i32c(i as i64 * 8), "")?;
-            let addr = kb.add(row_addr, kb.mul(kb.zext64(col, "")?, kb.i64c(4), "")?, "")?;
-            kb.st_global_v2_f32(addr, x0, x1)?;
-        }
-        let first_lane = kb.icmp(IntPredicate::EQ, quad_col, kb.i32c(0), "")?;
-        let lse_part = self.args.int("lse_partial")?;
-        kb.if_then(first_lane, "store_lse_partial", |kb| {
-            let addr = kb.add(lse_part, kb.mul(idx, kb.i64c(4), "")?, "")?;
-            kb.st_global_f32(addr, lse)
-        })
     }
 }
 
@@ -1153,7 +1081,7 @@ fn pairwise<'ctx>(
         }
         vals = next;
     }
-    vals.pop().ok_or_else(|| crate::families::LowerError::Llvm("empty reduction".into()))
+    vals.pop().ok_or_else(|| crate::error::LowerError::Llvm("empty reduction".into()))
 }
 
 /// Which of K and V a gather producer warp copies.

@@ -7,53 +7,72 @@
 //! - [`forward`]: the kernel; [`config`]: tiles, roles, shared-memory layout;
 //! - [`desc`]: the wgmma shared-memory matrix descriptor.
 //!
-//! Split-KV reuses the portable family's combine kernel.
+//! Split-KV partials go through the shared combine kernel (`common::combine`).
 
 pub mod config;
 pub mod desc;
 pub mod forward;
 
 use crate::arch::Arch;
-use crate::families::{portable, CompileTimings, CompiledModule, FamilyKind, LowerError};
-use crate::llvm::{emit_ptx, kb::Kb};
+use crate::error::LowerError;
+use crate::families::common::{abi::kernel_name, combine};
+use crate::families::{finish_module, Family};
+use crate::llvm::kb::Kb;
+use crate::module::{CompiledModule, Direction, FamilyKind};
 use attnc_ir::{Spec, SplitKv};
 use config::Config;
 use inkwell::context::Context;
 
-/// Why this family cannot compile `spec` for `arch`, or `None`.
-pub fn unsupported_reason(spec: &Spec, arch: Arch) -> Option<String> {
+/// The hopper family (see the module docs).
+pub struct Hopper;
+
+impl Family for Hopper {
+    fn kind(&self) -> FamilyKind {
+        FamilyKind::Hopper
+    }
+    fn unsupported_reason(&self, spec: &Spec, arch: Arch, direction: Direction) -> Option<String> {
+        match direction {
+            Direction::Forward => forward_unsupported_reason(spec, arch),
+            Direction::Backward => Some("the hopper backward is not built yet".into()),
+        }
+    }
+    fn compile(&self, spec: &Spec, arch: Arch, direction: Direction) -> Result<CompiledModule, LowerError> {
+        if let Some(reason) = self.unsupported_reason(spec, arch, direction) {
+            return Err(LowerError::Unsupported { family: FamilyKind::Hopper, direction, arch, reason });
+        }
+        compile_with_config(spec, arch, &Config::for_spec(spec))
+    }
+}
+
+/// Why the forward cannot compile `spec` for `arch`, or `None`.
+pub fn forward_unsupported_reason(spec: &Spec, arch: Arch) -> Option<String> {
     if arch != Arch::Sm90a {
         return Some("needs sm_90a (wgmma, TMA)".into());
     }
     Config::for_spec(spec).check(spec, arch.max_smem_per_block()).err()
 }
 
-pub fn compile(spec: &Spec, arch: Arch) -> Result<CompiledModule, LowerError> {
-    compile_with_config(spec, arch, &Config::for_spec(spec))
-}
-
-/// Compiles with an explicit configuration (tuning; `compile` picks the default).
+/// Compiles the forward with an explicit configuration (tuning; the family's `compile`
+/// picks the default).
 pub fn compile_with_config(spec: &Spec, arch: Arch, cfg: &Config) -> Result<CompiledModule, LowerError> {
-    if let Some(reason) = unsupported_reason(spec, arch) {
-        return Err(LowerError::Unsupported { family: FamilyKind::Hopper, arch, reason });
+    let unsupported =
+        |reason| LowerError::Unsupported { family: FamilyKind::Hopper, direction: Direction::Forward, arch, reason };
+    if let Some(reason) = forward_unsupported_reason(spec, arch) {
+        return Err(unsupported(reason));
     }
-    cfg.check(spec, arch.max_smem_per_block()).map_err(|reason| LowerError::Unsupported {
-        family: FamilyKind::Hopper,
-        arch,
-        reason,
-    })?;
+    cfg.check(spec, arch.max_smem_per_block()).map_err(unsupported)?;
     let t0 = std::time::Instant::now();
     let ctx = Context::create();
     let mut kb = Kb::new(&ctx, &format!("attnc_{}", spec.name));
-    let mut kernels = vec![forward::build(&mut kb, spec, cfg, &portable::kernel_name(spec, "hopper_fwd"))?];
+    let mut kernels = vec![forward::build(&mut kb, spec, cfg, &kernel_name(spec, "hopper_fwd"))?];
     if spec.split_kv != SplitKv::None {
-        kernels.push(portable::combine::build(&mut kb, spec, &portable::kernel_name(spec, "combine"))?);
+        kernels.push(combine::build(&mut kb, spec, &kernel_name(spec, "combine"))?);
     }
-    let build_ms = t0.elapsed().as_secs_f64() * 1e3;
-    let (llvm_ir, ptx, optimize_ms, codegen_ms) = emit_ptx(&kb.module, arch)?;
-    let timings = CompileTimings { build_ms, optimize_ms, codegen_ms };
-    Ok(CompiledModule { family: FamilyKind::Hopper, arch, fallback_reason: None, kernels, llvm_ir, ptx, timings })
+    finish_module(&kb, FamilyKind::Hopper, Direction::Forward, arch, kernels, t0)
 }
+
+#[cfg(test)]
+mod wgmma_tests;
 
 #[cfg(test)]
 mod tests {
@@ -73,7 +92,8 @@ mod tests {
                 if causal {
                     s.mask.causal = Some(Align::BottomRight);
                 }
-                let m = compile(&s, Arch::Sm90a).unwrap_or_else(|e| panic!("d={dqk}/{dv}: {e}"));
+                let m =
+                    Hopper.compile(&s, Arch::Sm90a, Direction::Forward).unwrap_or_else(|e| panic!("d={dqk}/{dv}: {e}"));
                 assert!(m.ptx.contains("wgmma.mma_async") && m.ptx.contains("cp.async.bulk.tensor"));
                 let Ok(path) = &ptxas else {
                     assert!(std::env::var_os("CI").is_none(), "CI must have ptxas");

@@ -18,30 +18,20 @@
 //! Shared-memory rows are padded by 16 bytes, which makes every ldmatrix phase hit 32
 //! distinct banks for any head dim.
 
-use super::abi::{self, Args};
 use super::config::Config;
-use crate::families::KernelInfo;
+use crate::families::common::abi::{self, Args};
+use crate::families::common::epilogue::{finish_row, FragRow, RowStore};
 use crate::llvm::kb::{Kb, Slot, R};
+use crate::module::{KernelInfo, KernelRole};
 use crate::variant::expr::{self as vexpr, VariantArgs};
-use crate::variant::layout::{
-    batch_view, kv_row_offsets, lse_offset, partial_row, q_row_offset, BatchView, LayoutArgs, Strides,
-};
-use crate::variant::softmax::{exp2_emulated, finalize_row, max_update, sink_log2};
+use crate::variant::layout::{batch_view, kv_row_offsets, packed_row, q_row_offset, BatchView, LayoutArgs, Strides};
+use crate::variant::softmax::{exp2_emulated, max_update};
 use crate::variant::tiles::KeyTiles;
 use attnc_ir::Spec;
 use inkwell::values::{FloatValue, IntValue};
 use inkwell::{AddressSpace, IntPredicate};
 
 const LOG2E: f64 = std::f64::consts::LOG2_E;
-
-/// Per-thread facts about one of its accumulator rows.
-#[derive(Clone, Copy)]
-struct RowInfo<'ctx> {
-    /// Packed row index within the sequence (q position, or q·G + head-in-group).
-    q: IntValue<'ctx>,
-    h: IntValue<'ctx>,
-    valid: IntValue<'ctx>,
-}
 
 struct Fwd<'a, 'ctx> {
     spec: &'a Spec,
@@ -84,7 +74,8 @@ pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, cfg: &Config, name: &str) -> 
     kb.ret()?;
     Ok(KernelInfo {
         name: name.to_string(),
-        role: "forward".into(),
+        role: KernelRole::Forward,
+        note: None,
         threads_per_block: cfg.threads(),
         dynamic_smem_bytes: cfg.smem_bytes(spec),
         block_m: cfg.block_m(),
@@ -181,7 +172,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
     /// The rows this thread holds in accumulators, (m tile, half) → quad row g or
     /// g + 8, derived from `tid` where they are needed (recomputing a few integer ops
     /// beats keeping them live across the K/V loop).
-    fn thread_rows(&self, kb: &Kb<'ctx>, tid: IntValue<'ctx>) -> R<Vec<RowInfo<'ctx>>> {
+    fn thread_rows(&self, kb: &Kb<'ctx>, tid: IntValue<'ctx>) -> R<Vec<FragRow<'ctx>>> {
         let spec = self.spec;
         let group = spec.group_size() as i64;
         let lane = kb.and(tid, kb.i32c(31), "lane")?;
@@ -195,7 +186,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                 let r = kb.add(self.row0, local, &format!("row{mt}{half}"))?;
                 let (q, h) = packed_row(kb, spec.pack_gqa, group, r, self.head_idx, self.hkv)?;
                 let valid = kb.icmp(IntPredicate::SLT, r, self.rows_total, "row_valid")?;
-                rows.push(RowInfo { q, h, valid });
+                rows.push(FragRow { q, h, valid });
             }
         }
         Ok(rows)
@@ -648,119 +639,34 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         kb.section("epilogue: O /= l, store O and LSE (or split partials)")?;
         let num_splits = self.args.int("num_splits")?;
         let is_split = kb.icmp(IntPredicate::SGT, num_splits, kb.i32c(1), "is_split")?;
-        let o_st = self.args.strides("o")?;
-        let o_base = self.args.int("o")?;
-        let lse_base = self.args.int("lse")?;
-        let lse_sb = self.args.int("lse_stride_batch")?;
-        let lse_sh = self.args.int("lse_stride_head")?;
         let tid = kb.opaque_i32(self.tid, "tid_epilogue")?;
         let rows = self.thread_rows(kb, tid)?;
         let quad_col = self.quad_col(kb, tid)?;
+        let store = RowStore { spec, args: &self.args, bv: &self.bv, max_seqlen_q: self.la.seqlen_q, is_split };
+        // The split's index and the batch size, from the grid's z = batch x splits.
+        let split = |kb: &Kb<'ctx>| -> R<(IntValue<'ctx>, IntValue<'ctx>)> {
+            let z = kb.sreg("ctaid.z", "")?;
+            let nz = kb.sreg("nctaid.z", "")?;
+            let batch = kb.udiv(nz, num_splits, "batch")?;
+            Ok((kb.urem(z, num_splits, "")?, batch))
+        };
         for mt in 0..cfg.m_tiles {
             for half in 0..2u32 {
                 let ri = (mt * 2 + half) as usize;
                 let row = rows[ri];
                 let l = kb.get_f(self.row_sum[ri], "")?;
-                let l = kb.fadd(l, kb.shfl_xor_f32(l, 1, "")?, "")?;
-                let l = kb.fadd(l, kb.shfl_xor_f32(l, 2, "")?, "l_total")?;
                 let m = kb.get_f(self.row_max[ri], "m_final")?;
-                // With sinks (and no split) the sink logit joins the denominator here.
-                let sink_log2 = if spec.sinks {
-                    Some(sink_log2(kb, self.args.int("sinks")?, row.h, Some(is_split))?)
-                } else {
-                    None
+                let (o_scale, lse) = finish_row(kb, spec, &self.args, l, m, row.h, is_split)?;
+                // O normalized where it is stored (in each branch).
+                let cols = |kb: &Kb<'ctx>, dt: u32| -> R<(FloatValue<'ctx>, FloatValue<'ctx>)> {
+                    let x0 = kb.fmul(kb.get_f(self.o_slot(mt, dt, half * 2), "")?, o_scale, "")?;
+                    let x1 = kb.fmul(kb.get_f(self.o_slot(mt, dt, half * 2 + 1), "")?, o_scale, "")?;
+                    Ok((x0, x1))
                 };
-                let (o_scale, lse) = finalize_row(kb, l, m, sink_log2)?;
-                let store = |kb: &mut Kb<'ctx>| -> R<()> {
-                    kb.if_else(
-                        is_split,
-                        "store_partial",
-                        |kb| self.store_partial(kb, mt, half, row, quad_col, o_scale, lse),
-                        |kb| {
-                            // Final O in the element type.
-                            let off = q_row_offset(kb, &self.bv, &o_st, row.q, row.h)?;
-                            let row_addr = kb.add(o_base, kb.mul(off, kb.i64c(2), "")?, "o_row")?;
-                            for dt in 0..spec.head_dim_v / 8 {
-                                let x0 = kb.fmul(kb.get_f(self.o_slot(mt, dt, half * 2), "")?, o_scale, "")?;
-                                let x1 = kb.fmul(kb.get_f(self.o_slot(mt, dt, half * 2 + 1), "")?, o_scale, "")?;
-                                let packed = kb.pack_half2(spec.dtype, x0, x1, "o_pair")?;
-                                let col = kb.add(kb.mul(quad_col, kb.i32c(2), "")?, kb.i32c(dt as i64 * 8), "")?;
-                                let addr = kb.add(row_addr, kb.mul(kb.zext64(col, "")?, kb.i64c(2), "")?, "")?;
-                                kb.st_global_b32(addr, packed)?;
-                            }
-                            if spec.lse {
-                                let first_lane = kb.icmp(IntPredicate::EQ, quad_col, kb.i32c(0), "")?;
-                                kb.if_then(first_lane, "store_lse", |kb| {
-                                    let off = lse_offset(kb, &self.bv, lse_sb, lse_sh, row.h, row.q)?;
-                                    let addr = kb.add(lse_base, kb.mul(off, kb.i64c(4), "")?, "")?;
-                                    kb.st_global_f32(addr, lse)
-                                })?;
-                            }
-                            Ok(())
-                        },
-                    )
-                };
-                kb.if_then(row.valid, "row_store", store)?;
+                store.store(kb, row, quad_col, lse, &cols, &split)?;
             }
         }
         Ok(())
-    }
-
-    /// Split-KV partials: O normalized by this split's sum (f32) and its LSE, in the
-    /// workspace `[split, batch, q_heads, max_seqlen_q, d_v]` / `[split, batch, q_heads,
-    /// max_seqlen_q]`.
-    fn store_partial(
-        &self,
-        kb: &mut Kb<'ctx>,
-        mt: u32,
-        half: u32,
-        row: RowInfo<'ctx>,
-        quad_col: IntValue<'ctx>,
-        o_scale: FloatValue<'ctx>,
-        lse: FloatValue<'ctx>,
-    ) -> R<()> {
-        let spec = self.spec;
-        let z = kb.sreg("ctaid.z", "")?;
-        let nz = kb.sreg("nctaid.z", "")?;
-        let num_splits = self.args.int("num_splits")?;
-        let batch = kb.udiv(nz, num_splits, "batch")?;
-        let split = kb.urem(z, num_splits, "")?;
-        let idx = partial_row(kb, split, batch, self.bv.b, spec.q_heads, row.h, self.la.seqlen_q, row.q)?;
-        let o_part = self.args.int("o_partial")?;
-        let row_addr = kb.add(o_part, kb.mul(idx, kb.i64c(4 * spec.head_dim_v as i64), "")?, "")?;
-        for dt in 0..spec.head_dim_v / 8 {
-            let x0 = kb.fmul(kb.get_f(self.o_slot(mt, dt, half * 2), "")?, o_scale, "")?;
-            let x1 = kb.fmul(kb.get_f(self.o_slot(mt, dt, half * 2 + 1), "")?, o_scale, "")?;
-            let col = kb.add(kb.mul(quad_col, kb.i32c(2), "")?, kb.i32c(dt as i64 * 8), "")?;
-            let addr = kb.add(row_addr, kb.mul(kb.zext64(col, "")?, kb.i64c(4), "")?, "")?;
-            kb.st_global_v2_f32(addr, x0, x1)?;
-        }
-        let first_lane = kb.icmp(IntPredicate::EQ, quad_col, kb.i32c(0), "")?;
-        let lse_part = self.args.int("lse_partial")?;
-        kb.if_then(first_lane, "store_lse_partial", |kb| {
-            let addr = kb.add(lse_part, kb.mul(idx, kb.i64c(4), "")?, "")?;
-            kb.st_global_f32(addr, lse)
-        })
-    }
-}
-
-/// Packed row `r` → (query position, head). With pack_gqa the heads of a KV group
-/// share a tile: row r is position r / G of head hkv·G + r % G.
-fn packed_row<'ctx>(
-    kb: &Kb<'ctx>,
-    pack: bool,
-    group: i64,
-    r: IntValue<'ctx>,
-    head_idx: IntValue<'ctx>,
-    hkv: IntValue<'ctx>,
-) -> R<(IntValue<'ctx>, IntValue<'ctx>)> {
-    if pack {
-        let g = kb.i32c(group);
-        let q = kb.udiv(r, g, "q_pos")?;
-        let h = kb.add(kb.mul(hkv, g, "")?, kb.urem(r, g, "")?, "head")?;
-        Ok((q, h))
-    } else {
-        Ok((r, head_idx))
     }
 }
 

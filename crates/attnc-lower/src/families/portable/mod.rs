@@ -1,28 +1,48 @@
-//! The portable family: a FlashAttention-2-style forward on mma.sync m16n8k16,
-//! ldmatrix and cp.async (sm_80+, so it runs on A100, H100 and B200). It supports every
-//! variant the IR describes and is the correctness baseline and the fallback of the
-//! faster families.
+//! The portable family: FlashAttention-2's algorithm on mma.sync m16n8k16, ldmatrix and
+//! cp.async (sm_80+, so it runs on A100, H100 and B200). It supports every variant the
+//! IR describes and is the correctness baseline and the fallback of the faster families.
 //!
-//! - [`forward`]: the attention kernel (also writes split-KV partials);
-//! - [`combine`]: the split-KV combine kernel;
-//! - [`config`]: tile shapes and the shared-memory layout;
-//! - [`abi`]: the launch parameter lists.
+//! - [`forward`]: the attention kernel (also writes split-KV partials; the combine
+//!   kernel is `common::combine`);
+//! - [`config`]: tile shapes and the shared-memory layout.
 
-pub mod abi;
-pub mod combine;
 pub mod config;
 pub mod forward;
 
 use crate::arch::Arch;
-use crate::families::{CompileTimings, CompiledModule, FamilyKind, LowerError};
-use crate::llvm::{emit_ptx, kb::Kb};
+use crate::error::LowerError;
+use crate::families::common::{abi::kernel_name, combine};
+use crate::families::{finish_module, Family};
+use crate::llvm::kb::Kb;
+use crate::module::{CompiledModule, Direction, FamilyKind};
 use attnc_ir::{Spec, SplitKv};
 use config::Config;
 use inkwell::context::Context;
 
-/// Why this family cannot compile `spec`, or `None`. It covers the whole IR; the only
+/// The portable family (see the module docs).
+pub struct Portable;
+
+impl Family for Portable {
+    fn kind(&self) -> FamilyKind {
+        FamilyKind::Portable
+    }
+    fn unsupported_reason(&self, spec: &Spec, arch: Arch, direction: Direction) -> Option<String> {
+        match direction {
+            Direction::Forward => forward_unsupported_reason(spec, arch),
+            Direction::Backward => Some("the portable backward is not built yet".into()),
+        }
+    }
+    fn compile(&self, spec: &Spec, arch: Arch, direction: Direction) -> Result<CompiledModule, LowerError> {
+        if let Some(reason) = self.unsupported_reason(spec, arch, direction) {
+            return Err(LowerError::Unsupported { family: FamilyKind::Portable, direction, arch, reason });
+        }
+        compile_with_config(spec, arch, &Config::for_spec(spec, arch))
+    }
+}
+
+/// Why the forward cannot compile `spec`, or `None`. It covers the whole IR; the only
 /// limit is shared memory per CTA.
-pub fn unsupported_reason(spec: &Spec, arch: Arch) -> Option<String> {
+pub fn forward_unsupported_reason(spec: &Spec, arch: Arch) -> Option<String> {
     let cfg = Config::for_spec(spec, arch);
     let smem = cfg.smem_bytes(spec);
     if smem > arch.max_smem_per_block() {
@@ -34,31 +54,23 @@ pub fn unsupported_reason(spec: &Spec, arch: Arch) -> Option<String> {
     None
 }
 
-/// Entry-point names: `attnc_<variant>_<kernel>`.
-pub fn kernel_name(spec: &Spec, what: &str) -> String {
-    format!("attnc_{}_{what}", spec.name)
-}
-
-pub fn compile(spec: &Spec, arch: Arch) -> Result<CompiledModule, LowerError> {
-    compile_with_config(spec, arch, &Config::for_spec(spec, arch))
-}
-
-/// Compiles with an explicit tile configuration (for tuning; `compile` picks the
-/// measured default).
+/// Compiles the forward with an explicit tile configuration (for tuning; the family's
+/// `compile` picks the measured default).
 pub fn compile_with_config(spec: &Spec, arch: Arch, cfg: &Config) -> Result<CompiledModule, LowerError> {
-    cfg.check(spec).map_err(|reason| LowerError::Unsupported { family: FamilyKind::Portable, arch, reason })?;
+    cfg.check(spec).map_err(|reason| LowerError::Unsupported {
+        family: FamilyKind::Portable,
+        direction: Direction::Forward,
+        arch,
+        reason,
+    })?;
     let t0 = std::time::Instant::now();
     let ctx = Context::create();
     let mut kb = Kb::new(&ctx, &format!("attnc_{}", spec.name));
-    let cfg = cfg.clone();
-    let mut kernels = vec![forward::build(&mut kb, spec, &cfg, &kernel_name(spec, "fwd"))?];
+    let mut kernels = vec![forward::build(&mut kb, spec, cfg, &kernel_name(spec, "fwd"))?];
     if spec.split_kv != SplitKv::None {
         kernels.push(combine::build(&mut kb, spec, &kernel_name(spec, "combine"))?);
     }
-    let build_ms = t0.elapsed().as_secs_f64() * 1e3;
-    let (llvm_ir, ptx, optimize_ms, codegen_ms) = emit_ptx(&kb.module, arch)?;
-    let timings = CompileTimings { build_ms, optimize_ms, codegen_ms };
-    Ok(CompiledModule { family: FamilyKind::Portable, arch, fallback_reason: None, kernels, llvm_ir, ptx, timings })
+    finish_module(&kb, FamilyKind::Portable, Direction::Forward, arch, kernels, t0)
 }
 
 #[cfg(test)]
@@ -88,7 +100,7 @@ mod tests {
     fn ptx_is_ascii_and_has_the_promised_instructions() {
         for spec in variants() {
             for arch in Arch::ALL {
-                let m = compile(&spec, arch).expect("compiles");
+                let m = Portable.compile(&spec, arch, Direction::Forward).expect("compiles");
                 assert!(m.ptx.is_ascii(), "{}: the driver's PTX JIT rejects non-ASCII", spec.name);
                 for needle in [
                     "mma.sync.aligned.m16n8k16",
@@ -115,7 +127,7 @@ mod tests {
             let mut s = Spec::new("x", dqk, 4);
             s.head_dim_v = dv;
             for arch in Arch::ALL {
-                assert_eq!(unsupported_reason(&s, arch), None, "d={dqk}/{dv} on {arch}");
+                assert_eq!(forward_unsupported_reason(&s, arch), None, "d={dqk}/{dv} on {arch}");
             }
         }
     }

@@ -72,7 +72,6 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn epilogue(
         &self,
         kb: &mut Kb<'ctx>,
@@ -163,7 +162,6 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
     /// `r·128 + (c ^ r%8)·16`, the layout a TMA box has), fences the async proxy, and
     /// thread 0 stores the box. TMA clips rows past the sequence and columns past d, so
     /// no row test is needed; a work tile without key tiles stores zeros.
-    #[allow(clippy::too_many_arguments)]
     fn store_o_tma(
         &self,
         kb: &mut Kb<'ctx>,
@@ -201,7 +199,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                 let write = |kb: &mut Kb<'ctx>, packed: Vec<IntValue<'ctx>>| -> R<()> {
                     for (h, quad) in packed.chunks(4).enumerate() {
                         let chunk = kb.i32c((2 * c16 + h as u32) as i64);
-                        let a = crate::families::sw128::emit_chunk_addr(kb, stage_addr, row, chunk)?;
+                        let a = crate::families::common::sw128::emit_chunk_addr(kb, stage_addr, row, chunk)?;
                         kb.st_shared_v4_b32(a, [quad[0], quad[1], quad[2], quad[3]])?;
                     }
                     Ok(())
@@ -240,7 +238,6 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
     /// written with 16-byte stores at `row_addr` (rows past the tile's end skip the
     /// stores; the TMEM loads are warp-collective and run regardless). A work tile
     /// without key tiles writes zeros.
-    #[allow(clippy::too_many_arguments)]
     fn store_o_rows(
         &self,
         kb: &mut Kb<'ctx>,
@@ -297,7 +294,6 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
     /// Split-KV: this split's O (normalized by its own sum, f32) and LSE into the combine
     /// kernel's workspace (`variant::layout::partial_row`); a split without key tiles
     /// writes O = 0 and LSE = −∞.
-    #[allow(clippy::too_many_arguments)]
     fn store_partial(
         &self,
         kb: &mut Kb<'ctx>,

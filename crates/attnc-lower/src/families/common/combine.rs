@@ -6,8 +6,8 @@
 //! `O = Σ_s exp(lse_s − lse) · O_s`.
 
 use super::abi::{self, Args};
-use crate::families::KernelInfo;
 use crate::llvm::kb::{Kb, R};
+use crate::module::{KernelInfo, KernelRole};
 use crate::variant::layout::{batch_view, q_row_offset};
 use attnc_ir::Spec;
 use inkwell::values::IntValue;
@@ -158,7 +158,8 @@ pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str) -> R<KernelInfo> 
     kb.ret()?;
     Ok(KernelInfo {
         name: name.to_string(),
-        role: "split-KV combine".into(),
+        role: KernelRole::Combine,
+        note: None,
         threads_per_block: ROWS_PER_CTA * 32,
         dynamic_smem_bytes: 0,
         block_m: ROWS_PER_CTA,

@@ -1,14 +1,50 @@
-//! The launch ABI of the portable family: the parameter list of each kernel, in order.
-//! The runtime marshals arguments from this list, so it is the single source of truth
-//! (names appear in the PTX as `<kernel>_param_<i>` in the same order).
+//! The kernel-entry ABI every family shares: typed parameters in order, the parameter
+//! lists of the kernels more than one family launches (the tile-grid forward's scalar
+//! part, the combine, the backward kernels), kernel names, and [`Args`], the declared
+//! parameters by name. The runtime marshals arguments from these lists
+//! (`KernelInfo::params` as `name:type` strings), so they are the single source of truth;
+//! names appear in the PTX as `<kernel>_param_<i>` in the same order.
 
-pub use crate::families::abi::{describe, ParamTy};
 use crate::llvm::kb::{Kb, R};
 use crate::variant::expr::{AuxArg, Val, VariantArgs};
 use crate::variant::layout::{LayoutArgs, Strides};
 use attnc_ir::{KvLayout, Spec, Ty};
 use inkwell::types::BasicMetadataTypeEnum;
 use inkwell::values::{BasicValueEnum, IntValue};
+
+/// The machine type of a kernel parameter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParamTy {
+    /// A 128-byte CUtensorMap passed by value (`.param .align 64 .b8 [128]`).
+    TensorMap,
+    /// A device address (u64); 0 where the tensor is absent.
+    Ptr,
+    I64,
+    I32,
+    F32,
+}
+
+impl ParamTy {
+    pub fn name(self) -> &'static str {
+        match self {
+            ParamTy::TensorMap => "tensormap",
+            ParamTy::Ptr => "ptr",
+            ParamTy::I64 => "i64",
+            ParamTy::I32 => "i32",
+            ParamTy::F32 => "f32",
+        }
+    }
+}
+
+/// "name:type" strings for `KernelInfo::params`.
+pub fn describe(params: &[(String, ParamTy)]) -> Vec<String> {
+    params.iter().map(|(n, t)| format!("{n}:{}", t.name())).collect()
+}
+
+/// Entry-point names: `attnc_<variant>_<kernel>`.
+pub fn kernel_name(spec: &Spec, what: &str) -> String {
+    format!("attnc_{}_{what}", spec.name)
+}
 
 /// The ordered parameter list of the forward kernel.
 pub fn forward_params(spec: &Spec) -> Vec<(String, ParamTy)> {
@@ -37,7 +73,7 @@ pub fn forward_params(spec: &Spec) -> Vec<(String, ParamTy)> {
 
 /// Parameters every kernel reading the variant needs: layout metadata, sinks, aux
 /// tensors and scalar params.
-fn variant_params(spec: &Spec, p: &mut Vec<(String, ParamTy)>) {
+pub fn variant_params(spec: &Spec, p: &mut Vec<(String, ParamTy)>) {
     use ParamTy::*;
     let mut add = |n: String, t: ParamTy| p.push((n, t));
     match spec.kv_layout {
@@ -123,7 +159,7 @@ impl<'ctx> Args<'ctx> {
             .iter()
             .position(|n| n == name)
             .map(|i| self.values[i])
-            .ok_or_else(|| crate::families::LowerError::Llvm(format!("kernel has no parameter `{name}`")))
+            .ok_or_else(|| crate::error::LowerError::Llvm(format!("kernel has no parameter `{name}`")))
     }
     pub fn int(&self, name: &str) -> R<IntValue<'ctx>> {
         Ok(self.get(name)?.into_int_value())

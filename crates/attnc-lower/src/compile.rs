@@ -1,0 +1,133 @@
+//! The one entry point of lowering: a validated spec, a direction and a family choice
+//! become a [`CompiledModule`]. Fails closed: an explicitly requested family that cannot
+//! compile the spec is an error, `Auto` falls back along [`candidates`] and records why.
+
+use crate::arch::Arch;
+use crate::error::LowerError;
+use crate::families::family;
+use crate::module::{CompiledModule, Direction, FamilyKind};
+use attnc_ir::{KvLayout, Spec, SplitKv};
+
+/// Which family to compile with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum FamilyChoice {
+    /// The family the dispatcher would pick on the arch.
+    #[default]
+    Auto,
+    Exactly(FamilyKind),
+}
+
+impl FamilyChoice {
+    /// "auto", "portable", ...
+    pub fn name(self) -> &'static str {
+        match self {
+            FamilyChoice::Auto => "auto",
+            FamilyChoice::Exactly(k) => k.name(),
+        }
+    }
+}
+
+impl std::str::FromStr for FamilyChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "auto" {
+            return Ok(FamilyChoice::Auto);
+        }
+        FamilyKind::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .map(FamilyChoice::Exactly)
+            .ok_or_else(|| format!("unknown family `{s}`: expected auto, portable, hopper or blackwell"))
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CompileOptions {
+    pub arch: Arch,
+    pub family: FamilyChoice,
+    pub direction: Direction,
+}
+
+impl CompileOptions {
+    /// The forward with the dispatcher's family choice.
+    pub fn new(arch: Arch) -> Self {
+        CompileOptions { arch, family: FamilyChoice::Auto, direction: Direction::Forward }
+    }
+    pub fn direction(self, direction: Direction) -> Self {
+        CompileOptions { direction, ..self }
+    }
+    pub fn family(self, family: FamilyChoice) -> Self {
+        CompileOptions { family, ..self }
+    }
+}
+
+/// Why `direction` of `spec` does not exist for any family, or `None`. Paged KV and
+/// split-KV are inference layouts: a model trains on contiguous or varlen K/V, and a
+/// split only divides the forward's work, so neither has a backward.
+pub fn pass_unsupported_reason(spec: &Spec, direction: Direction) -> Option<String> {
+    if direction == Direction::Forward {
+        return None;
+    }
+    if let KvLayout::Paged { .. } = spec.kv_layout {
+        return Some("paged KV is an inference layout (train on contiguous or varlen K/V)".into());
+    }
+    if spec.split_kv != SplitKv::None {
+        return Some("split-KV is an inference layout (its splits divide the forward's work; drop `split`)".into());
+    }
+    None
+}
+
+/// Which families could run on `arch`, fastest first.
+pub fn candidates(arch: Arch) -> &'static [FamilyKind] {
+    match arch {
+        Arch::Sm80 => &[FamilyKind::Portable],
+        Arch::Sm90a => &[FamilyKind::Hopper, FamilyKind::Portable],
+        Arch::Sm100a => &[FamilyKind::Blackwell, FamilyKind::Portable],
+    }
+}
+
+/// Why `family` cannot compile `direction` of `spec` for `arch`, or `None` when it can.
+pub fn unsupported_reason(family_kind: FamilyKind, spec: &Spec, arch: Arch, direction: Direction) -> Option<String> {
+    family(family_kind).unsupported_reason(spec, arch, direction)
+}
+
+/// The family `choice` resolves to for `direction` of `spec` on `arch`, and why faster
+/// candidates were passed over (`None` when none was).
+pub fn choose_family(
+    spec: &Spec,
+    arch: Arch,
+    direction: Direction,
+    choice: FamilyChoice,
+) -> Result<(FamilyKind, Option<String>), LowerError> {
+    match choice {
+        FamilyChoice::Exactly(f) => match unsupported_reason(f, spec, arch, direction) {
+            Some(reason) => Err(LowerError::Unsupported { family: f, direction, arch, reason }),
+            None => Ok((f, None)),
+        },
+        FamilyChoice::Auto => {
+            let mut reasons = Vec::new();
+            for &f in candidates(arch) {
+                match unsupported_reason(f, spec, arch, direction) {
+                    None => return Ok((f, (!reasons.is_empty()).then(|| reasons.join("; ")))),
+                    Some(r) => reasons.push(format!("{f}: {r}")),
+                }
+            }
+            Err(LowerError::NoFamily { direction, arch, reason: reasons.join("; ") })
+        }
+    }
+}
+
+/// Lowers `opts.direction` of a spec to PTX with the chosen (or best available) family.
+pub fn compile(spec: &Spec, opts: &CompileOptions) -> Result<CompiledModule, LowerError> {
+    if let Err(errors) = attnc_ir::validate(spec) {
+        let msgs: Vec<String> = errors.iter().map(|e| e.message.clone()).collect();
+        return Err(LowerError::InvalidSpec(msgs.join("; ")));
+    }
+    if let Some(reason) = pass_unsupported_reason(spec, opts.direction) {
+        return Err(LowerError::NoSuchPass { direction: opts.direction, reason });
+    }
+    let (kind, fallback_reason) = choose_family(spec, opts.arch, opts.direction, opts.family)?;
+    let mut module = family(kind).compile(spec, opts.arch, opts.direction)?;
+    module.fallback_reason = fallback_reason;
+    Ok(module)
+}

@@ -1,0 +1,13 @@
+//! What more than one family uses, in one place, so that no family imports another:
+//!
+//! - [`abi`]: the kernel-entry ABI (typed parameter lists, [`abi::Args`], kernel names);
+//! - [`combine`]: the split-KV combine kernel every family's split partials go through;
+//! - [`epilogue`]: the final store of a row held in mma/wgmma accumulator fragments (O
+//!   normalized, LSE, or a split's partials);
+//! - [`sw128`]: the 128-byte-swizzled tile layout TMA writes and both tensor-core
+//!   descriptor formats read.
+
+pub mod abi;
+pub mod combine;
+pub mod epilogue;
+pub mod sw128;

@@ -1,0 +1,221 @@
+//! What a compile produces: the module (PTX plus the facts the runtime needs to launch
+//! each kernel) and the vocabulary both directions and every family share: which family,
+//! which direction, which role a kernel plays. Nothing here knows how a kernel is built,
+//! so families, the compile entry point and the runtime all depend on this module and it
+//! depends on none of them.
+
+use crate::arch::Arch;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A kernel family: one way of computing attention on a GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum FamilyKind {
+    /// FlashAttention-2-style: mma.sync m16n8k16, ldmatrix, cp.async. Runs on sm_80+.
+    Portable,
+    /// Warp-specialized wgmma/TMA (sm_90a).
+    Hopper,
+    /// FA4 pipeline with tcgen05/TMEM (sm_100a).
+    Blackwell,
+}
+
+impl FamilyKind {
+    pub const ALL: [FamilyKind; 3] = [FamilyKind::Portable, FamilyKind::Hopper, FamilyKind::Blackwell];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FamilyKind::Portable => "portable",
+            FamilyKind::Hopper => "hopper",
+            FamilyKind::Blackwell => "blackwell",
+        }
+    }
+}
+
+impl fmt::Display for FamilyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Which pass of attention a module computes. The forward and the backward of a variant
+/// are separate modules (cached and loaded separately: inference never pays for the
+/// backward's compile).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Direction {
+    /// O (and LSE) from Q, K, V.
+    #[default]
+    Forward,
+    /// dQ, dK, dV (and the gradients of sinks and learnable aux tensors) from Q, K, V,
+    /// O, LSE and dO.
+    Backward,
+}
+
+impl Direction {
+    pub const ALL: [Direction; 2] = [Direction::Forward, Direction::Backward];
+
+    /// The short name the CLI uses (`--pass fwd|bwd`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Direction::Forward => "fwd",
+            Direction::Backward => "bwd",
+        }
+    }
+}
+
+impl fmt::Display for Direction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Direction::Forward => "forward",
+            Direction::Backward => "backward",
+        })
+    }
+}
+
+/// What one kernel of a module does. The runtime launches kernels by role, so a role is
+/// a type, not a description string.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum KernelRole {
+    /// The attention forward: O and LSE, or one split's partials.
+    Forward,
+    /// Merges split-KV partials into O (and LSE).
+    Combine,
+    /// Backward, first kernel: `D = rowsum(dO ∘ O)` per query row, and the f32 dQ
+    /// accumulator cleared.
+    BackwardPreprocess,
+    /// Backward main loop: dK and dV per KV tile, dQ accumulated in f32, gradients of
+    /// sinks and learnable aux tensors.
+    BackwardMain,
+    /// Backward, last kernel: the f32 dQ accumulator converted to the element type.
+    DqConvert,
+}
+
+impl KernelRole {
+    pub fn name(self) -> &'static str {
+        match self {
+            KernelRole::Forward => "forward",
+            KernelRole::Combine => "split-KV combine",
+            KernelRole::BackwardPreprocess => "backward preprocess",
+            KernelRole::BackwardMain => "backward",
+            KernelRole::DqConvert => "dQ convert",
+        }
+    }
+
+    /// The direction whose module holds kernels of this role.
+    pub fn direction(self) -> Direction {
+        match self {
+            KernelRole::Forward | KernelRole::Combine => Direction::Forward,
+            KernelRole::BackwardPreprocess | KernelRole::BackwardMain | KernelRole::DqConvert => Direction::Backward,
+        }
+    }
+}
+
+impl fmt::Display for KernelRole {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One TMA tensor map a kernel takes by value (a `tensormap` parameter), as the runtime
+/// must encode it with `cuTensorMapEncodeTiled` from the launch's tensor: rank 4 (or 5,
+/// see `pack_group`) over `[batch, seqlen, heads, d]`, innermost first
+/// (`{d, seqlen, heads, batch}`; with varlen the packed `[total, heads, d]` tensor as
+/// batch 1), strides in bytes, elementStrides 1, no interleave, out-of-bounds elements
+/// read as zero.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TmaBox {
+    /// The kernel parameter that receives the map (e.g. `tmap_q`).
+    pub param: String,
+    /// The tensor it describes: `q`, `k`, `v` or `o`.
+    pub tensor: String,
+    /// Box extent along d, elements (× 2 bytes ≤ the swizzle span).
+    pub box_cols: u32,
+    /// Box extent along the sequence, rows (≤ 256).
+    pub box_rows: u32,
+    /// `CU_TENSOR_MAP_SWIZZLE_*` span in bytes: 0 (none), 32, 64 or 128.
+    pub swizzle_bytes: u32,
+    /// 1: the rank-4 map above. G > 1 (pack-GQA Q): rank 5 over
+    /// `{d, G, seqlen, kv_heads, batch}` with the box `{box_cols, G, box_rows / G, 1, 1}`,
+    /// so one box holds `box_rows / G` positions of all G heads of a KV group.
+    #[serde(default = "one")]
+    pub pack_group: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// One `.entry` of a module and how to launch it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct KernelInfo {
+    /// The PTX entry name.
+    pub name: String,
+    pub role: KernelRole,
+    /// What the family changed or wants the reader of a receipt to know about this
+    /// kernel (e.g. "persistent grid", "pack_gqa off: ..."); `None` for nothing.
+    pub note: Option<String>,
+    pub threads_per_block: u32,
+    /// Dynamic shared memory to request at launch, bytes.
+    pub dynamic_smem_bytes: u32,
+    /// Rows of Q (packed rows with pack_gqa) one CTA handles; for a backward main kernel,
+    /// the rows of one Q tile of its inner loop.
+    pub block_m: u32,
+    /// Keys per inner-loop tile; for a backward main kernel, the keys one CTA owns.
+    pub block_n: u32,
+    /// The kernel's parameter list in order (documentation and runtime ABI check).
+    pub params: Vec<String>,
+    /// How to encode each `tensormap` parameter (empty for kernels without TMA).
+    pub tensor_maps: Vec<TmaBox>,
+    /// A persistent kernel walks the work tiles (`ceil(rows / block_m) x heads x batch`)
+    /// itself: its grid is `[min(tiles, SMs x CTAs per SM), 1, 1]`, not one CTA a tile.
+    pub persistent: bool,
+}
+
+impl KernelInfo {
+    /// The role with the family's note, as receipts and summaries print it.
+    pub fn describe_role(&self) -> String {
+        match &self.note {
+            Some(n) => format!("{} ({n})", self.role),
+            None => self.role.to_string(),
+        }
+    }
+}
+
+/// The result of lowering one spec, in one direction, for one arch.
+#[derive(Clone, Debug)]
+pub struct CompiledModule {
+    pub family: FamilyKind,
+    pub direction: Direction,
+    pub arch: Arch,
+    /// Why the requested family was not used (auto or explicit fallback).
+    pub fallback_reason: Option<String>,
+    pub kernels: Vec<KernelInfo>,
+    /// The optimized LLVM IR, as text.
+    pub llvm_ir: String,
+    pub ptx: String,
+    /// Where the compile time went.
+    pub timings: CompileTimings,
+}
+
+impl CompiledModule {
+    /// The first kernel with `role`.
+    pub fn kernel(&self, role: KernelRole) -> Option<&KernelInfo> {
+        self.kernels.iter().find(|k| k.role == role)
+    }
+}
+
+/// Wall-clock time of each lowering phase, in milliseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct CompileTimings {
+    /// Building the LLVM IR (the family's schedule and the variant code).
+    pub build_ms: f64,
+    /// LLVM's optimization pipeline.
+    pub optimize_ms: f64,
+    /// NVPTX instruction selection, register allocation and PTX printing.
+    pub codegen_ms: f64,
+}
+
+impl CompileTimings {
+    pub fn total_ms(&self) -> f64 {
+        self.build_ms + self.optimize_ms + self.codegen_ms
+    }
+}
