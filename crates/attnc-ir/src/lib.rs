@@ -18,8 +18,9 @@ pub mod spec;
 pub use analysis::{classify, int_range, mask_facts, truth, IntRange, MaskFacts, TileClass, TileQuery, Tri};
 pub use check::{validate, ExprContext, Field, SpecError, MAX_SEQLEN, MAX_WINDOW};
 pub use expr::{BinOp, Expr, ExprKind, Func, Span, Ty, UnOp, Var};
+pub use eval::{AuxData, AuxTensor};
 pub use reference::{random_inputs, reference_forward, rel_l2, Inputs, ReferenceError, SeqOutput, Sequence};
 pub use spec::{
-    Align, AuxDecl, AuxDim, DType, KvLayout, Mask, ParamDecl, Scale, SoftmaxOptions, Spec, SplitKv, Window,
+    Align, AuxDecl, AuxDim, AuxElem, DType, KvLayout, Mask, ParamDecl, Scale, SoftmaxOptions, Spec, SplitKv, Window,
     SUPPORTED_HEAD_DIMS,
 };

@@ -29,7 +29,7 @@
 use crate::check::{type_of, ExprContext};
 use crate::eval::{eval, AuxTensor, Env, Value};
 use crate::expr::{Expr, Ty};
-use crate::spec::{AuxDim, DType, Spec};
+use crate::spec::{AuxDim, AuxElem, DType, Spec};
 
 /// One batch entry, in logical layout.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -214,6 +214,14 @@ fn prepare<'a>(spec: &'a Spec, inputs: &'a Inputs) -> Result<Ctx<'a>, ReferenceE
             return Err(ReferenceError::Aux(format!(
                 "aux tensor `{}` must have dims {want:?}, found {:?}",
                 decl.name, t.dims
+            )));
+        }
+        if t.data.elem() != decl.elem {
+            return Err(ReferenceError::Aux(format!(
+                "aux tensor `{}` is declared {} but holds {} data",
+                decl.name,
+                decl.elem.name(),
+                t.data.elem().name()
             )));
         }
         let n = product(&t.dims, &decl.name)?;
@@ -521,8 +529,11 @@ impl Rng {
 /// - int params: uniform in `0..=max seqlen_k` (a prefix length, a window, ...);
 ///   float params: uniform in [0.5, 2); override with [`Inputs::set_param`] or
 ///   [`random_inputs_with_params`];
-/// - aux tensors (dims resolved for this batch): document-id-like small ints, non-decreasing
-///   along the last dimension (starting at 0 or 1, growing by 1 with probability 1/8).
+/// - int aux tensors (dims resolved for this batch): document-id-like small ints,
+///   non-decreasing along the last dimension (starting at 0 or 1, growing by 1 with
+///   probability 1/8);
+/// - float aux tensors: normal · 0.5 rounded to f32 (what a kernel reads), so a bias moves
+///   logits by about the spread of the scores themselves and its effect shows in tests.
 ///
 /// Deterministic in `seed`. Sizes are not checked beyond what fits in memory.
 pub fn random_inputs(spec: &Spec, seqlens: &[(usize, usize)], seed: u64) -> Inputs {
@@ -556,6 +567,10 @@ pub fn random_inputs(spec: &Spec, seqlens: &[(usize, usize)], seed: u64) -> Inpu
         .map(|decl| {
             let dims = resolve_aux_dims(spec, &decl.dims, seqlens);
             let n = dims.iter().fold(1usize, |a, &d| a.saturating_mul(d));
+            if decl.elem == AuxElem::Float {
+                let data = (0..n).map(|_| (0.5 * rng.normal()) as f32 as f64).collect();
+                return AuxTensor::float(dims, data);
+            }
             let last = dims.last().copied().unwrap_or(1).max(1);
             let mut id = 0i32;
             let data = (0..n)
@@ -568,7 +583,7 @@ pub fn random_inputs(spec: &Spec, seqlens: &[(usize, usize)], seed: u64) -> Inpu
                     id
                 })
                 .collect();
-            AuxTensor { dims, data }
+            AuxTensor::int(dims, data)
         })
         .collect();
     let sinks = spec.sinks.then(|| (0..qh).map(|_| rng.normal() as f32 as f64).collect());

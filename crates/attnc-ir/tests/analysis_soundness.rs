@@ -23,8 +23,8 @@ fn base_spec(q_heads: u32, kv_heads: u32) -> Spec {
         ParamDecl { name: "p1".into(), ty: Ty::Int },
     ];
     s.aux = vec![
-        AuxDecl { name: "doc".into(), dims: vec![AuxDim::Batch, AuxDim::MaxSeqlenK] },
-        AuxDecl { name: "tbl".into(), dims: vec![AuxDim::Fixed(5)] },
+        AuxDecl::int("doc", vec![AuxDim::Batch, AuxDim::MaxSeqlenK]),
+        AuxDecl::int("tbl", vec![AuxDim::Fixed(5)]),
     ];
     s
 }
@@ -175,7 +175,7 @@ fn aux(c: &Case) -> Vec<AuxTensor> {
     let maxk = (c.seqlen_k.0 + c.seqlen_k.1 - 1) as usize;
     let n = nb * maxk;
     let data = (0..n).map(|i| c.aux_data[i % c.aux_data.len()]).collect();
-    vec![AuxTensor { dims: vec![nb, maxk], data }, AuxTensor { dims: vec![5], data: c.aux_data[..5].to_vec() }]
+    vec![AuxTensor::int(vec![nb, maxk], data), AuxTensor::int(vec![5], c.aux_data[..5].to_vec())]
 }
 
 /// Calls `f` with the environment of every element (and every seqlen) of the case.

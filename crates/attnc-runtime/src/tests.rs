@@ -429,7 +429,7 @@ fn grid_and_i32_limits() {
 fn params_aux_sinks() {
     let mut s = spec(KvLayout::Contiguous);
     s.params = vec![ParamDecl { name: "prefix".into(), ty: Ty::Int }, ParamDecl { name: "cap".into(), ty: Ty::Float }];
-    s.aux = vec![AuxDecl { name: "doc".into(), dims: vec![AuxDim::Batch, AuxDim::MaxSeqlenK] }];
+    s.aux = vec![AuxDecl::int("doc", vec![AuxDim::Batch, AuxDim::MaxSeqlenK])];
     s.sinks = true;
     let mut a = Alloc::new();
     let base = |a: &mut Alloc| {
