@@ -241,10 +241,7 @@ fn call(e: &Expr, f: Func, args: &[Expr], wrt: &Wrt) -> Option<Expr> {
             };
             let g = sub(Expr::float(1.0), mul(t.clone(), t.clone()));
             let du_term = du.map_or_else(|| Expr::float(0.0), |du| mul(g.clone(), du));
-            let dc_term = dc.map_or_else(
-                || Expr::float(0.0),
-                |dc| mul(sub(t, mul(div(u.clone(), c.clone()), g)), dc),
-            );
+            let dc_term = dc.map_or_else(|| Expr::float(0.0), |dc| mul(sub(t, mul(div(u.clone(), c.clone()), g)), dc));
             nonzero(add(du_term, dc_term))
         }
     }
@@ -463,10 +460,8 @@ mod tests {
     /// A spec with a learnable `w: float[4]` and a plain float aux `c: float[4]`.
     fn spec(m: Expr) -> Spec {
         let mut s = Spec::new("d", 64, 2);
-        s.aux = vec![
-            AuxDecl::float("w", vec![AuxDim::Fixed(4)], true),
-            AuxDecl::float("c", vec![AuxDim::Fixed(4)], false),
-        ];
+        s.aux =
+            vec![AuxDecl::float("w", vec![AuxDim::Fixed(4)], true), AuxDecl::float("c", vec![AuxDim::Fixed(4)], false)];
         s.score_mod = Some(m);
         s
     }
@@ -534,10 +529,8 @@ mod tests {
         assert_eq!(d_score(tie(Func::Min), -1.0), 2.0);
         assert_eq!(d_score(tie(Func::Max), 1.0), 2.0);
         // select differentiates the branch taken.
-        let sel = Expr::call(
-            Func::Select,
-            vec![bin(BinOp::Gt, score(), f(0.0)), bin(BinOp::Mul, f(3.0), score()), f(5.0)],
-        );
+        let sel =
+            Expr::call(Func::Select, vec![bin(BinOp::Gt, score(), f(0.0)), bin(BinOp::Mul, f(3.0), score()), f(5.0)]);
         assert_eq!(d_score(sel.clone(), 1.0), 3.0);
         assert_eq!(d_score(sel, -1.0), 0.0);
         // int() is piecewise constant: zero, also through float() and aux indices.
@@ -604,7 +597,8 @@ mod tests {
         assert_eq!(ds, bin(BinOp::Sub, f(1.0), bin(BinOp::Mul, t.clone(), t)));
         // Gemma-style softcap after a sum keeps the quotient of a division.
         let q = bin(BinOp::Div, score(), Expr::aux("w", vec![Expr::int(0)]));
-        let ds = derivative(&bin(BinOp::Add, q.clone(), f(1.0)), &Wrt::Aux { name: "w".into(), index: vec![Expr::int(0)] });
+        let ds =
+            derivative(&bin(BinOp::Add, q.clone(), f(1.0)), &Wrt::Aux { name: "w".into(), index: vec![Expr::int(0)] });
         assert!(contains(&ds, &q), "{ds:?}");
     }
 

@@ -73,10 +73,7 @@ fn float_expr() -> BoxedStrategy<Expr> {
 
 fn spec(m: Expr) -> Spec {
     let mut s = Spec::new("fd", 64, 2);
-    s.aux = vec![
-        AuxDecl::float("w", vec![AuxDim::Fixed(3)], true),
-        AuxDecl::float("c", vec![AuxDim::QHeads], false),
-    ];
+    s.aux = vec![AuxDecl::float("w", vec![AuxDim::Fixed(3)], true), AuxDecl::float("c", vec![AuxDim::QHeads], false)];
     s.score_mod = Some(m);
     s
 }
@@ -94,7 +91,19 @@ fn point() -> impl Strategy<Value = Point> {
 
 fn value(spec: &Spec, e: &Expr, score: f64, w: &[f64; 3], k: i32) -> f64 {
     let aux = [AuxTensor::float(vec![3], w.to_vec()), AuxTensor::float(vec![2], vec![0.75, -1.25])];
-    let env = Env { score, q: 4, k, h: 1, hkv: 1, q_heads: 2, kv_heads: 2, seqlen_q: 8, seqlen_k: 8, aux: &aux, ..Env::default() };
+    let env = Env {
+        score,
+        q: 4,
+        k,
+        h: 1,
+        hkv: 1,
+        q_heads: 2,
+        kv_heads: 2,
+        seqlen_q: 8,
+        seqlen_k: 8,
+        aux: &aux,
+        ..Env::default()
+    };
     eval(spec, e, &env).as_float()
 }
 
@@ -103,7 +112,19 @@ fn value(spec: &Spec, e: &Expr, score: f64, w: &[f64; 3], k: i32) -> f64 {
 /// composition of smooth functions.
 fn decisions(spec: &Spec, m: &Expr, score: f64, w: &[f64; 3], k: i32) -> Vec<Value> {
     let aux = [AuxTensor::float(vec![3], w.to_vec()), AuxTensor::float(vec![2], vec![0.75, -1.25])];
-    let env = Env { score, q: 4, k, h: 1, hkv: 1, q_heads: 2, kv_heads: 2, seqlen_q: 8, seqlen_k: 8, aux: &aux, ..Env::default() };
+    let env = Env {
+        score,
+        q: 4,
+        k,
+        h: 1,
+        hkv: 1,
+        q_heads: 2,
+        kv_heads: 2,
+        seqlen_q: 8,
+        seqlen_k: 8,
+        aux: &aux,
+        ..Env::default()
+    };
     let mut out = Vec::new();
     m.walk(&mut |n| match &n.kind {
         ExprKind::Call(Func::ToInt, _) => out.push(eval(spec, n, &env)),

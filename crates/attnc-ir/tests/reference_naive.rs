@@ -475,7 +475,9 @@ fn mismatched_inputs_are_errors_not_panics() {
     assert!(reference_forward(&spec, &x).is_err());
     let mut x = good.clone();
     x.aux[0] = AuxTensor::float(x.aux[0].dims.clone(), vec![0.0; x.aux[0].data.len()]);
-    assert!(matches!(reference_forward(&spec, &x), Err(ReferenceError::Aux(m)) if m.contains("declared int but holds float")));
+    assert!(
+        matches!(reference_forward(&spec, &x), Err(ReferenceError::Aux(m)) if m.contains("declared int but holds float"))
+    );
     let mut x = good.clone();
     x.aux.clear();
     assert!(reference_forward(&spec, &x).is_err());
@@ -528,12 +530,8 @@ fn mismatched_inputs_are_errors_not_panics() {
         let _ = reference_forward(&spec, &x);
     }
     // An empty batch is fine.
-    let empty = Inputs {
-        seqs: vec![],
-        params: vec![Value::Int(0)],
-        aux: vec![AuxTensor::int(vec![0], vec![])],
-        sinks: None,
-    };
+    let empty =
+        Inputs { seqs: vec![], params: vec![Value::Int(0)], aux: vec![AuxTensor::int(vec![0], vec![])], sinks: None };
     assert_eq!(reference_forward(&spec, &empty).unwrap(), vec![]);
     let _ = Sequence::default();
 }

@@ -304,10 +304,8 @@ fn float_and_learnable_aux_tensors() {
             AuxDecl::float("gate", vec![AuxDim::MaxSeqlenQ], false),
         ]
     );
-    let idx = Expr::call(
-        Func::Min,
-        vec![Expr::call(Func::Abs, vec![bin(BinOp::Sub, v(Var::Q), v(Var::K))]), Expr::int(31)],
-    );
+    let idx =
+        Expr::call(Func::Min, vec![Expr::call(Func::Abs, vec![bin(BinOp::Sub, v(Var::Q), v(Var::K))]), Expr::int(31)]);
     assert_eq!(s.score_mod, Some(bin(BinOp::Add, v(Var::Score), Expr::aux("bias", vec![v(Var::H), idx]))));
     let text = print(&s);
     assert!(text.contains("  aux bias: float[q_heads, 32] learnable\n  aux gate: float[seqlen_q]\n"), "{text}");

@@ -9,8 +9,8 @@ use crate::{parse, print};
 use attnc_ir::check::is_reserved;
 use attnc_ir::spec::SUPPORTED_HEAD_DIMS;
 use attnc_ir::{
-    Align, AuxDecl, AuxDim, AuxElem, BinOp, DType, Expr, ExprContext, Func, KvLayout, Mask, ParamDecl, Scale, SoftmaxOptions,
-    Spec, SplitKv, Ty, UnOp, Var, Window,
+    Align, AuxDecl, AuxDim, AuxElem, BinOp, DType, Expr, ExprContext, Func, KvLayout, Mask, ParamDecl, Scale,
+    SoftmaxOptions, Spec, SplitKv, Ty, UnOp, Var, Window,
 };
 use proptest::prelude::*;
 
@@ -151,9 +151,7 @@ impl<'a> Gen<'a> {
                     vec![self.expr(Ty::Bool, d), self.expr(Ty::Float, d), self.expr(Ty::Float, d)],
                 ),
                 5 => Expr::call(Func::ToFloat, vec![self.expr(Ty::Int, d)]),
-                _ if self.in_to_int == 0 => {
-                    self.aux_read(AuxElem::Float, d).unwrap_or_else(|| self.leaf(Ty::Float))
-                }
+                _ if self.in_to_int == 0 => self.aux_read(AuxElem::Float, d).unwrap_or_else(|| self.leaf(Ty::Float)),
                 _ => self.leaf(Ty::Float),
             },
             Ty::Bool => match self.pick(4) {
