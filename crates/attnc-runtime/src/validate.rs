@@ -37,7 +37,7 @@ use crate::error::ValidationError;
 use crate::split::{auto_num_splits, SplitChoice, MAX_SPLITS};
 use crate::tensor::{ElemType, HostIndex, TensorDesc};
 use crate::tma::{TensorMapArg, TmaEncode};
-use attnc_ir::{AuxDim, AuxElem, KvLayout, Spec, SplitKv, Ty};
+use attnc_ir::{AuxDim, KvLayout, Spec, SplitKv, Ty};
 use serde::Serialize;
 
 /// A scalar param value.
@@ -470,8 +470,8 @@ pub fn plan(spec: &Spec, ks: &KernelShape, sm_count: u32, device: usize, d: &Lau
         };
         let arg = format!("aux `{}`", decl.name);
         let elem = match decl.elem {
-            AuxElem::Int => ElemType::I32,
-            AuxElem::Float => ElemType::F32,
+            attnc_ir::AuxElem::Int => ElemType::I32,
+            attnc_ir::AuxElem::Float => ElemType::F32,
         };
         check_dtype(&arg, t, elem)?;
         check_view(&arg, t, decl.dims.len(), "the declared dims", device)?;
