@@ -122,7 +122,8 @@ def run_case(cdir, modules):
         keep.append(sk_t)
         args["sinks"] = sk_t.data_ptr()
     for a in meta["aux"]:
-        at = torch.tensor(np.array(a["data"], dtype=np.int32), device=dev)
+        elem = np.float32 if a.get("elem") == "float" else np.int32
+        at = torch.tensor(np.array(a["data"], dtype=elem), device=dev)
         keep.append(at)
         args["aux_" + a["name"]] = at.data_ptr()
         for j, d in enumerate(a["dims"]):

@@ -10,6 +10,15 @@ use attnc_ir::{
     Spec, SpecError, SplitKv, Var, Window,
 };
 
+/// Where the parts of one aux declaration are.
+#[derive(Clone, Copy)]
+struct AuxLocs {
+    name: Span,
+    elem: Span,
+    dims: Span,
+    learnable: Option<Span>,
+}
+
 /// Where each part of the spec came from, for validation errors.
 #[derive(Default)]
 struct Locs {
@@ -21,8 +30,7 @@ struct Locs {
     pack_gqa: Option<Span>,
     /// (name, whole declaration)
     params: Vec<(Span, Span)>,
-    /// (name, dims)
-    aux: Vec<(Span, Span)>,
+    aux: Vec<AuxLocs>,
     causal: Option<Span>,
     window: Option<Span>,
     window_align: Option<Span>,
@@ -64,11 +72,13 @@ impl Locs {
                     },
                 )
             }
-            Field::Aux(i) => self.aux.get(i).map_or(h, |(name, dims)| {
+            Field::Aux(i) => self.aux.get(i).map_or(h, |a| {
                 if m.contains("cannot name") || m.contains("declared twice") {
-                    *name
+                    a.name
+                } else if m.contains("cannot be learnable") {
+                    a.learnable.unwrap_or(a.elem)
                 } else {
-                    *dims
+                    a.dims
                 }
             }),
             Field::Causal => self.causal.or(self.mask).unwrap_or(h),
@@ -142,8 +152,13 @@ pub(crate) fn build(raw: Raw, src: &str) -> Result<Spec, Vec<PErr>> {
     for a in &raw.aux {
         b.check_name(&a.name, a.name_span, ("an aux tensor", "aux tensor"), &declared);
         declared.push((a.name.clone(), a.name_span));
-        b.aux.push(AuxDecl { name: a.name.clone(), dims: a.dims.iter().map(|(d, _)| *d).collect() });
-        locs.aux.push((a.name_span, a.dims_span));
+        b.aux.push(AuxDecl {
+            name: a.name.clone(),
+            dims: a.dims.iter().map(|(d, _)| *d).collect(),
+            elem: a.elem,
+            learnable: a.learnable.is_some(),
+        });
+        locs.aux.push(AuxLocs { name: a.name_span, elem: a.elem_span, dims: a.dims_span, learnable: a.learnable });
     }
     b.causal_is_param = b.params.iter().any(|p| p.name == "causal");
 

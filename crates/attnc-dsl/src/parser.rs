@@ -11,7 +11,7 @@
 
 use crate::diag::{line_col, one_of, suggest};
 use crate::lexer::{lex, Tok, Token, P};
-use attnc_ir::{Align, BinOp, DType, KvLayout, SoftmaxOptions, Span, SplitKv, Ty, UnOp};
+use attnc_ir::{Align, AuxElem, BinOp, DType, KvLayout, SoftmaxOptions, Span, SplitKv, Ty, UnOp};
 
 /// Deepest nesting of parentheses, calls, indexing and unary operators, and deepest
 /// expression tree, the parser accepts. Deeper input is a diagnostic, never a stack
@@ -91,9 +91,14 @@ pub(crate) struct RawParam {
 pub(crate) struct RawAux {
     pub name: String,
     pub name_span: Span,
+    pub elem: AuxElem,
+    /// `int` / `float`
+    pub elem_span: Span,
     pub dims: Vec<(attnc_ir::AuxDim, Span)>,
     /// `[...]`
     pub dims_span: Span,
+    /// The `learnable` keyword, when present.
+    pub learnable: Option<Span>,
 }
 
 #[derive(Clone, Debug)]
@@ -518,11 +523,8 @@ impl<'a> Parser<'a> {
             "aux" => {
                 let (name, name_span) = self.ident("an aux tensor name")?;
                 self.expect(P::Colon)?;
-                if *self.peek() != Tok::Ident("int") {
-                    self.note("`int` (aux tensors hold i32 values)");
-                    return Err(self.fail());
-                }
-                self.bump();
+                let (elem, elem_span) = self.choice(&["int", "float"])?;
+                let elem = if elem == "int" { AuxElem::Int } else { AuxElem::Float };
                 let open = self.expect(P::LBracket)?;
                 let mut dims = Vec::new();
                 let close = loop {
@@ -531,7 +533,16 @@ impl<'a> Parser<'a> {
                         break self.expect(P::RBracket)?;
                     }
                 };
-                self.raw.aux.push(RawAux { name: name.to_string(), name_span, dims, dims_span: open.to(close) });
+                let learnable = self.eat_word("learnable");
+                self.raw.aux.push(RawAux {
+                    name: name.to_string(),
+                    name_span,
+                    elem,
+                    elem_span,
+                    dims,
+                    dims_span: open.to(close),
+                    learnable,
+                });
             }
             "mask" => {
                 let start = self.span();

@@ -39,7 +39,8 @@ pub fn print(spec: &Spec) -> String {
     }
     for a in &spec.aux {
         let dims: Vec<String> = a.dims.iter().map(|d| d.name()).collect();
-        line(format!("aux {}: int[{}]", a.name, dims.join(", ")));
+        let learnable = if a.learnable { " learnable" } else { "" };
+        line(format!("aux {}: {}[{}]{learnable}", a.name, a.elem.name(), dims.join(", ")));
     }
     if !spec.mask.is_none() {
         line(format!("mask {}", mask(spec)));

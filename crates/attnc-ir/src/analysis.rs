@@ -18,7 +18,8 @@
 //! 2. variables `b, h, hkv, q, k, seqlen_q, seqlen_k`: the query's ranges;
 //!    `q_heads`, `kv_heads`: the query's points;
 //! 3. int param: its range in `TileQuery::params` (a point when known at launch), else TOP;
-//! 4. aux element `t[...]`: TOP; `int(float)`: TOP;
+//! 4. element `t[...]` of an int aux tensor: TOP; `int(float)`: TOP; an element of a float
+//!    aux tensor is a float (not analyzed, so comparisons on it are Unknown, rule 11);
 //! 5. `a + b`, `a - b`, `-a`, `a * b` (min/max of the 4 corner products): computed exactly
 //!    in i64; if the result leaves i32 range → TOP (ints wrap);
 //! 6. `a / b` (floor): divisor range contains 0 → TOP; otherwise min/max of the 4 corner
@@ -55,7 +56,7 @@
 
 use crate::eval::{floor_div, floor_rem};
 use crate::expr::{BinOp, Expr, ExprKind, Func, Ty, UnOp, Var};
-use crate::spec::{Mask, Spec};
+use crate::spec::{AuxElem, Mask, Spec};
 
 /// How much of a tile the mask allows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -406,7 +407,10 @@ impl Analyzer<'_> {
                 },
                 None => AVal::Any,
             },
-            ExprKind::Aux { .. } => AVal::Int(IntRange::TOP),
+            ExprKind::Aux { name, .. } => match self.spec.aux_decl(name).map(|d| d.elem) {
+                Some(AuxElem::Float) => AVal::Float,
+                _ => AVal::Int(IntRange::TOP),
+            },
             ExprKind::Unary(op, a) => match (op, self.value(a)) {
                 (UnOp::Neg, AVal::Int(r)) => AVal::Int(neg(r)),
                 (UnOp::Neg, AVal::Float) => AVal::Float,

@@ -5,7 +5,7 @@
 //! message too.
 
 use crate::expr::{BinOp, Expr, ExprKind, Func, Span, Ty, UnOp, Var};
-use crate::spec::{KvLayout, Spec, SplitKv, SUPPORTED_HEAD_DIMS};
+use crate::spec::{AuxElem, KvLayout, Spec, SplitKv, SUPPORTED_HEAD_DIMS};
 use std::collections::HashSet;
 use std::fmt;
 
@@ -140,7 +140,7 @@ impl TypeChecker<'_> {
                 for i in index {
                     self.expect(i, Ty::Int, "an aux index")?;
                 }
-                Ok(Ty::Int)
+                Ok(decl.elem.ty())
             }
             ExprKind::Unary(op, a) => {
                 let t = self.ty(a)?;
@@ -242,12 +242,68 @@ impl TypeChecker<'_> {
 }
 
 /// The type of an expression in a context, or the first type error.
+///
+/// In a mask, a value read from a float aux tensor may only reach the mask's result
+/// through a comparison (`bias[h, 0] > 0.5`): converting it with `int(...)` (to index,
+/// to do int arithmetic) is an error pointing at the read. Masks are where tiles are
+/// skipped and the backward treats the mask as constant; keeping float data to
+/// thresholds makes that explicit and leaves the int side of masks (what the interval
+/// analysis bounds) free of float data.
 pub fn type_of(spec: &Spec, e: &Expr, ctx: ExprContext) -> Result<Ty, SpecError> {
     let field = match ctx {
         ExprContext::Mask => Field::Mask,
         ExprContext::ScoreMod => Field::ScoreMod,
     };
-    TypeChecker { spec, ctx, field }.ty(e)
+    let t = TypeChecker { spec, ctx, field }.ty(e)?;
+    if ctx == ExprContext::Mask {
+        uncompared_float_aux(spec, e)?;
+    }
+    Ok(t)
+}
+
+/// The first read of a float aux tensor in `e` whose value is not yet compared (it may
+/// still flow into an `int(...)`), or an error for a read that does flow into one.
+/// Linear: each node is visited once.
+fn uncompared_float_aux<'e>(spec: &Spec, e: &'e Expr) -> Result<Option<&'e Expr>, SpecError> {
+    Ok(match &e.kind {
+        ExprKind::Aux { name, index } => {
+            for i in index {
+                uncompared_float_aux(spec, i)?;
+            }
+            let float = spec.aux_decl(name).is_some_and(|d| d.elem == AuxElem::Float);
+            float.then_some(e)
+        }
+        ExprKind::Unary(_, a) => uncompared_float_aux(spec, a)?,
+        ExprKind::Binary(op, a, b) => {
+            let (x, y) = (uncompared_float_aux(spec, a)?, uncompared_float_aux(spec, b)?);
+            if op.is_comparison() {
+                None
+            } else {
+                x.or(y)
+            }
+        }
+        ExprKind::Call(f, args) => {
+            let mut first = None;
+            for a in args {
+                first = first.or(uncompared_float_aux(spec, a)?);
+            }
+            if let (Func::ToInt, Some(read)) = (f, first) {
+                let name = match &read.kind {
+                    ExprKind::Aux { name, .. } => name.as_str(),
+                    _ => "",
+                };
+                return Err(SpecError {
+                    field: Field::Mask,
+                    span: Some(read.span),
+                    message: format!(
+                        "float aux tensor `{name}` flows into `int(...)` in a mask: expected it only in a comparison (as in `{name}[...] > 0.5`)"
+                    ),
+                });
+            }
+            first
+        }
+        _ => None,
+    })
 }
 
 fn is_ident(s: &str) -> bool {
@@ -319,6 +375,17 @@ pub fn validate(spec: &Spec) -> Result<(), Vec<SpecError>> {
         }
         if a.dims.is_empty() || a.dims.len() > 4 {
             err(Field::Aux(i), format!("aux tensor `{}` needs 1 to 4 dimensions", a.name));
+        }
+        if a.learnable && a.elem != AuxElem::Float {
+            err(
+                Field::Aux(i),
+                format!(
+                    "aux tensor `{}` is {} and cannot be learnable: expected a float tensor (`aux {}: float[...] learnable`)",
+                    a.name,
+                    a.elem.name(),
+                    a.name
+                ),
+            );
         }
         for d in &a.dims {
             if let crate::spec::AuxDim::Fixed(n) = d {

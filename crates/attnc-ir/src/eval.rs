@@ -3,7 +3,7 @@
 //! must agree with it (ints wrap at 32 bits, floor division, clamped aux indices).
 
 use crate::expr::{BinOp, Expr, ExprKind, Func, UnOp, Var};
-use crate::spec::Spec;
+use crate::spec::{AuxElem, Spec};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Value {
@@ -36,26 +36,99 @@ impl Value {
     }
 }
 
-/// A bound aux tensor: row-major i32 data with its resolved dimensions.
+/// The elements of a bound aux tensor: i32 for `int` tensors, f64 for `float` ones (the
+/// reference computes in f64; kernels get f32).
+#[derive(Clone, Debug, PartialEq)]
+pub enum AuxData {
+    Int(Vec<i32>),
+    Float(Vec<f64>),
+}
+
+impl Default for AuxData {
+    fn default() -> Self {
+        AuxData::Int(Vec::new())
+    }
+}
+
+impl AuxData {
+    pub fn len(&self) -> usize {
+        match self {
+            AuxData::Int(v) => v.len(),
+            AuxData::Float(v) => v.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Which declaration this data fits.
+    pub fn elem(&self) -> AuxElem {
+        match self {
+            AuxData::Int(_) => AuxElem::Int,
+            AuxData::Float(_) => AuxElem::Float,
+        }
+    }
+    pub fn ints(&self) -> Option<&[i32]> {
+        match self {
+            AuxData::Int(v) => Some(v),
+            AuxData::Float(_) => None,
+        }
+    }
+    pub fn ints_mut(&mut self) -> Option<&mut Vec<i32>> {
+        match self {
+            AuxData::Int(v) => Some(v),
+            AuxData::Float(_) => None,
+        }
+    }
+    pub fn floats(&self) -> Option<&[f64]> {
+        match self {
+            AuxData::Float(v) => Some(v),
+            AuxData::Int(_) => None,
+        }
+    }
+    pub fn floats_mut(&mut self) -> Option<&mut Vec<f64>> {
+        match self {
+            AuxData::Float(v) => Some(v),
+            AuxData::Int(_) => None,
+        }
+    }
+}
+
+/// A bound aux tensor: row-major data with its resolved dimensions.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct AuxTensor {
     pub dims: Vec<usize>,
-    pub data: Vec<i32>,
+    pub data: AuxData,
 }
 
 impl AuxTensor {
-    /// Reads with each index clamped into its dimension (the language's rule).
-    pub fn get(&self, index: &[i32]) -> i32 {
+    pub fn int(dims: Vec<usize>, data: Vec<i32>) -> AuxTensor {
+        AuxTensor { dims, data: AuxData::Int(data) }
+    }
+    pub fn float(dims: Vec<usize>, data: Vec<f64>) -> AuxTensor {
+        AuxTensor { dims, data: AuxData::Float(data) }
+    }
+
+    /// The row-major offset of the element `index` reads, each index clamped into its
+    /// dimension (the language's rule); `None` when that offset is not inside the data
+    /// (a malformed tensor), which reads as 0.
+    pub fn flat_index(&self, index: &[i32]) -> Option<usize> {
         let mut flat = 0usize;
         for (i, &n) in index.iter().zip(&self.dims) {
             // (dims beyond i32 must not make clamp's bounds cross, nor the offset overflow)
             let c = (*i).clamp(0, n.saturating_sub(1).min(i32::MAX as usize) as i32) as usize;
-            flat = match flat.checked_mul(n).and_then(|f| f.checked_add(c)) {
-                Some(f) => f,
-                None => return 0,
-            };
+            flat = flat.checked_mul(n)?.checked_add(c)?;
         }
-        self.data.get(flat).copied().unwrap_or(0)
+        (flat < self.data.len()).then_some(flat)
+    }
+
+    /// Reads with each index clamped into its dimension: `Value::Int` from an int tensor,
+    /// `Value::Float` from a float one (0 of that type when the tensor is malformed).
+    pub fn get(&self, index: &[i32]) -> Value {
+        let at = self.flat_index(index);
+        match &self.data {
+            AuxData::Int(v) => Value::Int(at.and_then(|i| v.get(i).copied()).unwrap_or(0)),
+            AuxData::Float(v) => Value::Float(at.and_then(|i| v.get(i).copied()).unwrap_or(0.0)),
+        }
     }
 }
 
@@ -128,8 +201,12 @@ pub fn eval(spec: &Spec, e: &Expr, env: &Env) -> Value {
         }
         ExprKind::Aux { name, index } => {
             let idx: Vec<i32> = index.iter().map(|i| eval(spec, i, env).as_int()).collect();
-            let v = spec.aux_index(name).and_then(|i| env.aux.get(i)).map(|t| t.get(&idx)).unwrap_or(0);
-            Value::Int(v)
+            let decl = spec.aux_index(name);
+            match decl.and_then(|i| env.aux.get(i)) {
+                Some(t) => t.get(&idx),
+                None if decl.is_some_and(|i| spec.aux[i].elem == AuxElem::Float) => Value::Float(0.0),
+                None => Value::Int(0),
+            }
         }
         ExprKind::Unary(op, a) => {
             let a = eval(spec, a, env);
@@ -273,12 +350,19 @@ mod tests {
 
     #[test]
     fn aux_indices_clamp() {
-        let t = AuxTensor { dims: vec![2, 3], data: (0..6).collect() };
-        assert_eq!(t.get(&[1, 2]), 5);
-        assert_eq!(t.get(&[-4, 9]), 2);
-        assert_eq!(t.get(&[7, -1]), 3);
-        // absurd dims never panic
-        let huge = AuxTensor { dims: vec![usize::MAX / 3, usize::MAX], data: vec![] };
-        assert_eq!(huge.get(&[5, 7]), 0);
+        let t = AuxTensor::int(vec![2, 3], (0..6).collect());
+        assert_eq!(t.get(&[1, 2]), Value::Int(5));
+        assert_eq!(t.get(&[-4, 9]), Value::Int(2));
+        assert_eq!(t.get(&[7, -1]), Value::Int(3));
+        assert_eq!(t.flat_index(&[7, -1]), Some(3));
+        let f = AuxTensor::float(vec![2, 3], (0..6).map(|x| x as f64 * 0.5).collect());
+        assert_eq!(f.get(&[1, 2]), Value::Float(2.5));
+        assert_eq!(f.get(&[-1, 7]), Value::Float(1.0));
+        // absurd dims or short data never panic
+        let huge = AuxTensor::int(vec![usize::MAX / 3, usize::MAX], vec![]);
+        assert_eq!(huge.get(&[5, 7]), Value::Int(0));
+        assert_eq!(huge.flat_index(&[5, 7]), None);
+        let short = AuxTensor::float(vec![4], vec![1.0]);
+        assert_eq!(short.get(&[3]), Value::Float(0.0));
     }
 }

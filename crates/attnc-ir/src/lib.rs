@@ -5,21 +5,31 @@
 //! - [`expr`]: the typed expression language of masks and score modifications;
 //! - [`check`]: the type checker and the validity rules of a spec;
 //! - [`eval`]: concrete evaluation, the definition of an expression's meaning;
+//! - [`deriv`]: symbolic derivatives of score modifications (for the backward pass);
 //! - [`analysis`]: tile mask analysis (Full / Partial / Empty) by interval arithmetic;
-//! - [`reference`](mod@reference): the f64 CPU reference executor, the definition of a variant's output.
+//! - [`reference`](mod@reference): the f64 CPU reference executor, the definition of a variant's output,
+//!   and its backward (gradients of Q, K, V, sinks and learnable aux tensors);
+//! - [`gradcheck`]: finite-difference checks of the reference backward.
 
 pub mod analysis;
 pub mod check;
+pub mod deriv;
 pub mod eval;
 pub mod expr;
+pub mod gradcheck;
 pub mod reference;
 pub mod spec;
 
 pub use analysis::{classify, int_range, mask_facts, truth, IntRange, MaskFacts, TileClass, TileQuery, Tri};
 pub use check::{validate, ExprContext, Field, SpecError, MAX_SEQLEN, MAX_WINDOW};
+pub use deriv::{score_mod_grad, simplify, AuxGradTerm, ScoreModGrad};
+pub use eval::{AuxData, AuxTensor};
 pub use expr::{BinOp, Expr, ExprKind, Func, Span, Ty, UnOp, Var};
-pub use reference::{random_inputs, reference_forward, rel_l2, Inputs, ReferenceError, SeqOutput, Sequence};
+pub use reference::{
+    random_inputs, reference_backward, reference_forward, rel_l2, Grads, Inputs, ReferenceError, SeqGrads, SeqOutput,
+    Sequence,
+};
 pub use spec::{
-    Align, AuxDecl, AuxDim, DType, KvLayout, Mask, ParamDecl, Scale, SoftmaxOptions, Spec, SplitKv, Window,
+    Align, AuxDecl, AuxDim, AuxElem, DType, KvLayout, Mask, ParamDecl, Scale, SoftmaxOptions, Spec, SplitKv, Window,
     SUPPORTED_HEAD_DIMS,
 };

@@ -27,9 +27,11 @@
 //! Every input is checked first ([`ReferenceError`]); the executor never panics.
 
 use crate::check::{type_of, ExprContext};
+use crate::deriv::{score_mod_grad, AuxGradTerm};
 use crate::eval::{eval, AuxTensor, Env, Value};
 use crate::expr::{Expr, Ty};
-use crate::spec::{AuxDim, DType, Spec};
+use crate::spec::{AuxDim, AuxElem, DType, Spec};
+use std::collections::HashMap;
 
 /// One batch entry, in logical layout.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -216,6 +218,14 @@ fn prepare<'a>(spec: &'a Spec, inputs: &'a Inputs) -> Result<Ctx<'a>, ReferenceE
                 decl.name, t.dims
             )));
         }
+        if t.data.elem() != decl.elem {
+            return Err(ReferenceError::Aux(format!(
+                "aux tensor `{}` is declared {} but holds {} data",
+                decl.name,
+                decl.elem.name(),
+                t.data.elem().name()
+            )));
+        }
         let n = product(&t.dims, &decl.name)?;
         if t.data.len() != n {
             return Err(ReferenceError::Length {
@@ -265,81 +275,175 @@ fn prepare<'a>(spec: &'a Spec, inputs: &'a Inputs) -> Result<Ctx<'a>, ReferenceE
     })
 }
 
+/// The environment of one (batch entry, q head); `q`, `k` and `score` are set per element.
+fn head_env<'a>(ctx: &Ctx<'a>, b: usize, h: usize) -> Env<'a> {
+    let seq = &ctx.inputs.seqs[b];
+    Env {
+        b: b as i32,
+        h: h as i32,
+        hkv: (h / ctx.group) as i32,
+        q: 0,
+        k: 0,
+        score: 0.0,
+        seqlen_q: seq.seqlen_q as i32,
+        seqlen_k: seq.seqlen_k as i32,
+        q_heads: ctx.qh as i32,
+        kv_heads: ctx.kvh as i32,
+        params: &ctx.inputs.params,
+        aux: &ctx.inputs.aux,
+    }
+}
+
+/// One contributing key of a row: its index, the scaled score and the logit after the
+/// score modification (never −∞).
+#[derive(Clone, Copy, Debug)]
+struct Logit {
+    j: usize,
+    score: f64,
+    s: f64,
+}
+
+/// The contributing keys of query row `i` of head `h` (steps 1 and 2 of the module docs):
+/// allowed by the mask, logit not −∞. `env` must be [`head_env`]'s for this head.
+fn row_logits(ctx: &Ctx, env: &mut Env, b: usize, h: usize, i: usize, row: &mut Vec<Logit>) {
+    let seq = &ctx.inputs.seqs[b];
+    let (dqk, hkv) = (ctx.dqk, h / ctx.group);
+    row.clear();
+    env.q = i as i32;
+    let qrow = &seq.q[(i * ctx.qh + h) * dqk..][..dqk];
+    for j in 0..seq.seqlen_k {
+        env.k = j as i32;
+        if let Some(p) = &ctx.pred {
+            if !eval(ctx.spec, p, env).as_bool() {
+                continue;
+            }
+        }
+        let krow = &seq.k[(j * ctx.kvh + hkv) * dqk..][..dqk];
+        let dot: f64 = qrow.iter().zip(krow).map(|(a, b)| a * b).sum();
+        let score = ctx.scale * dot;
+        let s = match ctx.score_mod {
+            Some(sm) => {
+                env.score = score;
+                eval(ctx.spec, sm, env).as_float()
+            }
+            None => score,
+        };
+        if s != f64::NEG_INFINITY {
+            row.push(Logit { j, score, s });
+        }
+    }
+}
+
+/// What the softmax of one row is (steps 3 and 4).
+enum RowSoftmax {
+    /// No contributing logit: `o = 0`, `lse = −∞`.
+    Empty,
+    /// A NaN or +∞ logit: everything the row produces is NaN.
+    Nan,
+    /// `m` the max logit, `denom` the denominator (sink included), `sink` the sink logit
+    /// if it contributes.
+    Finite { m: f64, denom: f64, sink: Option<f64> },
+}
+
+fn row_softmax(row: &[Logit], sink: Option<f64>) -> RowSoftmax {
+    let sink = sink.filter(|s| *s != f64::NEG_INFINITY);
+    let logits = row.iter().map(|r| r.s).chain(sink);
+    if logits.clone().any(|s| s.is_nan() || s == f64::INFINITY) {
+        return RowSoftmax::Nan;
+    }
+    let Some(m) = logits.reduce(f64::max) else {
+        return RowSoftmax::Empty;
+    };
+    let mut denom = sink.map_or(0.0, |s| (s - m).exp());
+    for r in row {
+        denom += (r.s - m).exp();
+    }
+    RowSoftmax::Finite { m, denom, sink }
+}
+
+/// `o = Σ_j exp(s_j − m) · v_j / denom` for a finite row, into `out` (`[d_v]`, zeroed).
+fn row_output(ctx: &Ctx, b: usize, hkv: usize, row: &[Logit], m: f64, denom: f64, out: &mut [f64]) {
+    let seq = &ctx.inputs.seqs[b];
+    let dv = ctx.dv;
+    for r in row {
+        let p = (r.s - m).exp();
+        let vrow = &seq.v[(r.j * ctx.kvh + hkv) * dv..][..dv];
+        for (acc, x) in out.iter_mut().zip(vrow) {
+            *acc += p * x;
+        }
+    }
+    out.iter_mut().for_each(|x| *x /= denom);
+}
+
 /// One (batch entry, q head)'s result: `o` as `[seqlen_q, d_v]` and `lse` as `[seqlen_q]`.
 type HeadOut = (Vec<f64>, Vec<f64>);
 
 fn head(ctx: &Ctx, b: usize, h: usize) -> HeadOut {
     let seq = &ctx.inputs.seqs[b];
-    let (sq, sk, dqk, dv) = (seq.seqlen_q, seq.seqlen_k, ctx.dqk, ctx.dv);
-    let hkv = h / ctx.group;
+    let (sq, dv) = (seq.seqlen_q, ctx.dv);
     let sink = ctx.inputs.sinks.as_ref().and_then(|s| s.get(h).copied());
-    let mut env = Env {
-        b: b as i32,
-        h: h as i32,
-        hkv: hkv as i32,
-        q: 0,
-        k: 0,
-        score: 0.0,
-        seqlen_q: sq as i32,
-        seqlen_k: sk as i32,
-        q_heads: ctx.qh as i32,
-        kv_heads: ctx.kvh as i32,
-        params: &ctx.inputs.params,
-        aux: &ctx.inputs.aux,
-    };
+    let mut env = head_env(ctx, b, h);
     let mut o = vec![0.0; sq * dv];
     let mut lse = vec![f64::NEG_INFINITY; sq];
-    // (key index, logit) of the contributing keys of one row.
-    let mut row: Vec<(usize, f64)> = Vec::with_capacity(sk);
+    let mut row: Vec<Logit> = Vec::with_capacity(seq.seqlen_k);
     for i in 0..sq {
-        row.clear();
-        env.q = i as i32;
-        let qrow = &seq.q[(i * ctx.qh + h) * dqk..][..dqk];
-        for j in 0..sk {
-            env.k = j as i32;
-            if let Some(p) = &ctx.pred {
-                if !eval(ctx.spec, p, &env).as_bool() {
-                    continue;
-                }
-            }
-            let krow = &seq.k[(j * ctx.kvh + hkv) * dqk..][..dqk];
-            let dot: f64 = qrow.iter().zip(krow).map(|(a, b)| a * b).sum();
-            let score = ctx.scale * dot;
-            let s = match ctx.score_mod {
-                Some(sm) => {
-                    env.score = score;
-                    eval(ctx.spec, sm, &env).as_float()
-                }
-                None => score,
-            };
-            if s != f64::NEG_INFINITY {
-                row.push((j, s));
-            }
-        }
-        let sink = sink.filter(|s| *s != f64::NEG_INFINITY);
-        let logits = row.iter().map(|r| r.1).chain(sink);
+        row_logits(ctx, &mut env, b, h, i, &mut row);
         let out = &mut o[i * dv..][..dv];
-        if logits.clone().any(|s| s.is_nan() || s == f64::INFINITY) {
-            out.fill(f64::NAN);
-            lse[i] = f64::NAN;
-            continue;
-        }
-        let Some(m) = logits.reduce(f64::max) else {
-            continue; // nothing contributes: o = 0, lse = -inf
-        };
-        let mut denom = sink.map_or(0.0, |s| (s - m).exp());
-        for &(j, s) in &row {
-            let p = (s - m).exp();
-            denom += p;
-            let vrow = &seq.v[(j * ctx.kvh + hkv) * dv..][..dv];
-            for (acc, x) in out.iter_mut().zip(vrow) {
-                *acc += p * x;
+        match row_softmax(&row, sink) {
+            RowSoftmax::Empty => {}
+            RowSoftmax::Nan => {
+                out.fill(f64::NAN);
+                lse[i] = f64::NAN;
+            }
+            RowSoftmax::Finite { m, denom, .. } => {
+                row_output(ctx, b, h / ctx.group, &row, m, denom, out);
+                lse[i] = m + denom.ln();
             }
         }
-        out.iter_mut().for_each(|x| *x /= denom);
-        lse[i] = m + denom.ln();
     }
     (o, lse)
+}
+
+/// Worker threads for `items` work items of total `cost` (multiply-adds): 1 for small work.
+fn worker_count(items: usize, cost: f64) -> usize {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(items).min(64);
+    if cost < 4.0e6 {
+        1
+    } else {
+        threads.max(1)
+    }
+}
+
+/// `f` applied to every item, on `threads` scoped threads (strided), results in item
+/// order; `None` where a worker failed (it panicked: a bug, reported as
+/// [`ReferenceError::Internal`] by the callers).
+fn parallel_map<T: Sync, R: Send>(items: &[T], threads: usize, f: &(dyn Fn(&T) -> R + Sync)) -> Vec<Option<R>> {
+    let mut results: Vec<Option<R>> = (0..items.len()).map(|_| None).collect();
+    if threads <= 1 {
+        for (n, it) in items.iter().enumerate() {
+            results[n] = Some(f(it));
+        }
+        return results;
+    }
+    let chunks: Vec<Vec<(usize, R)>> = std::thread::scope(|scope| {
+        let work = move |t: usize| -> Vec<(usize, R)> {
+            (t..items.len()).step_by(threads).map(|n| (n, f(&items[n]))).collect()
+        };
+        let handles: Vec<_> = (0..threads)
+            .map(|t| std::thread::Builder::new().spawn_scoped(scope, move || work(t)).map_err(|_| t))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| match h {
+                Ok(handle) => handle.join().unwrap_or_default(),
+                Err(t) => work(t), // could not spawn: do it here
+            })
+            .collect()
+    });
+    for (n, r) in chunks.into_iter().flatten() {
+        results[n] = Some(r);
+    }
+    results
 }
 
 /// Runs the forward pass of `spec` on `inputs`: one output per sequence.
@@ -350,35 +454,8 @@ pub fn reference_forward(spec: &Spec, inputs: &Inputs) -> Result<Vec<SeqOutput>,
     let items: Vec<(usize, usize)> = (0..inputs.seqs.len()).flat_map(|b| (0..ctx.qh).map(move |h| (b, h))).collect();
     let cost: f64 =
         inputs.seqs.iter().map(|s| s.seqlen_q as f64 * s.seqlen_k as f64 * (ctx.qh * (ctx.dqk + ctx.dv)) as f64).sum();
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(items.len()).min(64);
-
-    let mut results: Vec<Option<HeadOut>> = vec![None; items.len()];
-    if threads <= 1 || cost < 4.0e6 {
-        for (n, &(b, h)) in items.iter().enumerate() {
-            results[n] = Some(head(&ctx, b, h));
-        }
-    } else {
-        let ctx = &ctx;
-        let items = &items;
-        let chunks: Vec<Vec<(usize, HeadOut)>> = std::thread::scope(|scope| {
-            let work = move |t: usize| -> Vec<(usize, HeadOut)> {
-                (t..items.len()).step_by(threads).map(|n| (n, head(ctx, items[n].0, items[n].1))).collect()
-            };
-            let handles: Vec<_> = (0..threads)
-                .map(|t| std::thread::Builder::new().spawn_scoped(scope, move || work(t)).map_err(|_| t))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| match h {
-                    Ok(handle) => handle.join().unwrap_or_default(),
-                    Err(t) => work(t), // could not spawn: do it here
-                })
-                .collect()
-        });
-        for (n, r) in chunks.into_iter().flatten() {
-            results[n] = Some(r);
-        }
-    }
+    let ctx = &ctx;
+    let mut results = parallel_map(&items, worker_count(items.len(), cost), &|&(b, h)| head(ctx, b, h));
 
     let mut out: Vec<SeqOutput> = inputs
         .seqs
@@ -397,6 +474,263 @@ pub fn reference_forward(spec: &Spec, inputs: &Inputs) -> Result<Vec<SeqOutput>,
         dst.lse[h * sq..][..sq].copy_from_slice(&lse);
     }
     Ok(out)
+}
+
+// ---------------------------------------------------------------------------------------
+// Backward.
+
+/// Gradients for one batch entry, in the layouts of its [`Sequence`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SeqGrads {
+    /// `[seqlen_q, q_heads, d_qk]`.
+    pub dq: Vec<f64>,
+    /// `[seqlen_k, kv_heads, d_qk]`.
+    pub dk: Vec<f64>,
+    /// `[seqlen_k, kv_heads, d_v]`.
+    pub dv: Vec<f64>,
+}
+
+/// Everything [`reference_backward`] computes.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Grads {
+    /// One per batch entry.
+    pub seqs: Vec<SeqGrads>,
+    /// `[q_heads]`, present exactly when `spec.sinks`.
+    pub dsinks: Option<Vec<f64>>,
+    /// One per aux declaration (declaration order): `Some` (same length as the tensor's
+    /// data) for a learnable tensor, `None` otherwise.
+    pub daux: Vec<Option<Vec<f64>>>,
+}
+
+/// The gradient of one (batch entry, KV head): the rows of its query heads, its keys and
+/// values, its heads' sink gradients and its aux gradient contributions.
+struct GroupGrads {
+    /// `[group, seqlen_q, d_qk]`.
+    dq: Vec<f64>,
+    /// `[seqlen_k, d_qk]`, `[seqlen_k, d_v]`.
+    dk: Vec<f64>,
+    dv: Vec<f64>,
+    /// `[group]`.
+    dsink: Vec<f64>,
+    /// Per aux declaration, this group's contributions by element (each summed in the
+    /// group's fixed order).
+    daux: Vec<HashMap<usize, f64>>,
+}
+
+/// The spec's derivatives, with each aux term's declaration slot resolved.
+struct Derivs {
+    d_score: Option<Expr>,
+    terms: Vec<(usize, AuxGradTerm)>,
+}
+
+fn group_backward(ctx: &Ctx, derivs: &Derivs, d_out: &[Vec<f64>], b: usize, hkv: usize) -> GroupGrads {
+    let seq = &ctx.inputs.seqs[b];
+    let (sq, sk, dqk, dv, group) = (seq.seqlen_q, seq.seqlen_k, ctx.dqk, ctx.dv, ctx.group);
+    let mut g = GroupGrads {
+        dq: vec![0.0; group * sq * dqk],
+        dk: vec![0.0; sk * dqk],
+        dv: vec![0.0; sk * dv],
+        dsink: vec![0.0; group],
+        daux: vec![HashMap::new(); ctx.spec.aux.len()],
+    };
+    let mut row: Vec<Logit> = Vec::with_capacity(sk);
+    let mut o = vec![0.0; dv];
+    let mut idx: Vec<i32> = Vec::new();
+    for gi in 0..group {
+        let h = hkv * group + gi;
+        let sink = ctx.inputs.sinks.as_ref().and_then(|s| s.get(h).copied());
+        let mut env = head_env(ctx, b, h);
+        for i in 0..sq {
+            row_logits(ctx, &mut env, b, h, i, &mut row);
+            let softmax = row_softmax(&row, sink);
+            let dq = &mut g.dq[(gi * sq + i) * dqk..][..dqk];
+            let qrow = &seq.q[(i * ctx.qh + h) * dqk..][..dqk];
+            let dorow = &d_out[b][(i * ctx.qh + h) * dv..][..dv];
+            // The aux elements this row's keys read, with what to add to each.
+            let mut add_aux = |env: &mut Env, score: f64, j: usize, ds: f64, daux: &mut [HashMap<usize, f64>]| {
+                env.k = j as i32;
+                env.score = score;
+                for (slot, t) in &derivs.terms {
+                    idx.clear();
+                    idx.extend(t.index.iter().map(|e| eval(ctx.spec, e, env).as_int()));
+                    let Some(flat) = ctx.inputs.aux[*slot].flat_index(&idx) else { continue };
+                    let d = if ds.is_nan() { f64::NAN } else { ds * eval(ctx.spec, &t.d, env).as_float() };
+                    *daux[*slot].entry(flat).or_insert(0.0) += d;
+                }
+            };
+            let (m, denom) = match softmax {
+                RowSoftmax::Empty => continue,
+                RowSoftmax::Nan => {
+                    // NaN for everything the row touches: its dq, the keys and values it
+                    // saw, the sink, the aux elements its score modification read.
+                    dq.fill(f64::NAN);
+                    for r in &row {
+                        g.dk[r.j * dqk..][..dqk].fill(f64::NAN);
+                        g.dv[r.j * dv..][..dv].fill(f64::NAN);
+                        add_aux(&mut env, r.score, r.j, f64::NAN, &mut g.daux);
+                    }
+                    if sink.is_some_and(|s| s != f64::NEG_INFINITY) {
+                        g.dsink[gi] = f64::NAN;
+                    }
+                    continue;
+                }
+                RowSoftmax::Finite { m, denom, sink } => {
+                    o.fill(0.0);
+                    row_output(ctx, b, hkv, &row, m, denom, &mut o);
+                    if let Some(s) = sink {
+                        // dL/dsink = −P_sink · D.
+                        let d: f64 = dorow.iter().zip(&o).map(|(a, b)| a * b).sum();
+                        g.dsink[gi] -= (s - m).exp() / denom * d;
+                    }
+                    (m, denom)
+                }
+            };
+            // D = dO · O; for each key dP = dO · v, dS = P (dP − D).
+            let d_row: f64 = dorow.iter().zip(&o).map(|(a, b)| a * b).sum();
+            for r in &row {
+                let p = (r.s - m).exp() / denom;
+                let vrow = &seq.v[(r.j * ctx.kvh + hkv) * dv..][..dv];
+                let dp: f64 = dorow.iter().zip(vrow).map(|(a, b)| a * b).sum();
+                let ds = p * (dp - d_row);
+                for (acc, x) in g.dv[r.j * dv..][..dv].iter_mut().zip(dorow) {
+                    *acc += p * x;
+                }
+                let dscore = match &derivs.d_score {
+                    Some(e) => {
+                        env.k = r.j as i32;
+                        env.score = r.score;
+                        ds * eval(ctx.spec, e, &env).as_float()
+                    }
+                    None => ds,
+                };
+                let c = ctx.scale * dscore;
+                let krow = &seq.k[(r.j * ctx.kvh + hkv) * dqk..][..dqk];
+                for (acc, x) in dq.iter_mut().zip(krow) {
+                    *acc += c * x;
+                }
+                for (acc, x) in g.dk[r.j * dqk..][..dqk].iter_mut().zip(qrow) {
+                    *acc += c * x;
+                }
+                if !derivs.terms.is_empty() {
+                    add_aux(&mut env, r.score, r.j, ds, &mut g.daux);
+                }
+            }
+        }
+    }
+    g
+}
+
+/// The gradients of the loss `L = Σ_b Σ d_out[b] ∘ O[b]` (O from [`reference_forward`])
+/// with respect to Q, K, V, the sinks and every learnable aux tensor. `d_out[b]` is
+/// `[seqlen_q, q_heads, d_v]`, like O.
+///
+/// With `P` the softmax of a row (sink in the denominator), `s` its logits after the
+/// score modification `m`, `score = scale · q·k`:
+/// - `dV = Pᵀ · dO`, `dP = dO · Vᵀ`, `D = rowsum(dO ∘ O)`, `dS = P ∘ (dP − D)` (the
+///   gradient with respect to the modded logit `s`);
+/// - `dScore = dS · ∂m/∂score` ([`crate::deriv::score_mod_grad`]; `dS` itself without a
+///   score modification), `dQ = scale · dScore · K`, `dK = scale · dScoreᵀ · Q`; with GQA,
+///   dK and dV sum over the query heads sharing the KV head;
+/// - `dsink_h = −Σ_{b, i} P_sink(b, h, i) · D(b, h, i)`;
+/// - a learnable aux tensor gets, for every contributing (b, h, q, k) and every read site
+///   of it in `m`, `dS · ∂m/∂(site)` added at the element the site reads (clamped index).
+///
+/// Special cases, consistent with the forward: masked keys and keys whose logit is −∞
+/// get no gradient (nor does a sink of −∞); a row with no contributing logit contributes
+/// nothing; a row with a NaN or +∞ logit (its O is NaN) makes NaN everything it touches:
+/// its dQ row, the dK/dV rows of its contributing keys, its head's sink gradient (when the
+/// sink contributes) and the aux elements its keys read. Masks contribute no gradient
+/// (they are piecewise constant). The KV layout and split-KV do not matter (the math is
+/// logical; paged and split layouts are inference layouts, and the reference computes
+/// their math like a contiguous one).
+///
+/// Work is spread over threads by (sequence, KV head), so each dK/dV row has one owner;
+/// sink and aux gradients add the groups' contributions in a fixed order, so the result
+/// does not depend on the thread count.
+pub fn reference_backward(spec: &Spec, inputs: &Inputs, d_out: &[Vec<f64>]) -> Result<Grads, ReferenceError> {
+    let ctx = prepare(spec, inputs)?;
+    if d_out.len() != inputs.seqs.len() {
+        return Err(ReferenceError::Length {
+            what: "d_out (one per sequence)".into(),
+            expected: inputs.seqs.len(),
+            found: d_out.len(),
+        });
+    }
+    for (b, (s, d)) in inputs.seqs.iter().zip(d_out).enumerate() {
+        let what = format!("sequence {b}: d_out");
+        let n = product(&[s.seqlen_q, ctx.qh, ctx.dv], &what)?;
+        if d.len() != n {
+            return Err(ReferenceError::Length { what, expected: n, found: d.len() });
+        }
+    }
+    let grad = score_mod_grad(spec);
+    let mut terms = Vec::new();
+    for t in grad.as_ref().map_or(&[][..], |g| &g.aux) {
+        let slot = spec
+            .aux_index(&t.aux)
+            .ok_or_else(|| ReferenceError::Internal(format!("derivative reads undeclared aux `{}`", t.aux)))?;
+        terms.push((slot, t.clone()));
+    }
+    let derivs = Derivs { d_score: grad.map(|g| g.d_score), terms };
+    for e in derivs.d_score.iter().chain(derivs.terms.iter().map(|t| &t.1.d)) {
+        if !matches!(type_of(spec, e, ExprContext::ScoreMod), Ok(Ty::Float)) {
+            return Err(ReferenceError::Internal(format!("a derivative does not type-check: {e:?}")));
+        }
+    }
+
+    let items: Vec<(usize, usize)> = (0..inputs.seqs.len()).flat_map(|b| (0..ctx.kvh).map(move |h| (b, h))).collect();
+    let cost: f64 = inputs
+        .seqs
+        .iter()
+        .map(|s| s.seqlen_q as f64 * s.seqlen_k as f64 * (ctx.qh * 2 * (ctx.dqk + ctx.dv)) as f64)
+        .sum();
+    let (ctx, derivs) = (&ctx, &derivs);
+    let mut results =
+        parallel_map(&items, worker_count(items.len(), cost), &|&(b, hkv)| group_backward(ctx, derivs, d_out, b, hkv));
+
+    let (qh, kvh, dqk, dv, group) = (ctx.qh, ctx.kvh, ctx.dqk, ctx.dv, ctx.group);
+    let mut seqs: Vec<SeqGrads> = inputs
+        .seqs
+        .iter()
+        .map(|s| SeqGrads {
+            dq: vec![0.0; s.seqlen_q * qh * dqk],
+            dk: vec![0.0; s.seqlen_k * kvh * dqk],
+            dv: vec![0.0; s.seqlen_k * kvh * dv],
+        })
+        .collect();
+    let mut dsinks = spec.sinks.then(|| vec![0.0; qh]);
+    let mut daux: Vec<Option<Vec<f64>>> =
+        spec.aux.iter().zip(&inputs.aux).map(|(d, t)| d.learnable.then(|| vec![0.0; t.data.len()])).collect();
+    for (n, &(b, hkv)) in items.iter().enumerate() {
+        let Some(g) = results[n].take() else {
+            return Err(ReferenceError::Internal(format!("worker for sequence {b}, kv head {hkv} failed")));
+        };
+        let (sq, sk) = (inputs.seqs[b].seqlen_q, inputs.seqs[b].seqlen_k);
+        let dst = &mut seqs[b];
+        for gi in 0..group {
+            let h = hkv * group + gi;
+            for i in 0..sq {
+                dst.dq[(i * qh + h) * dqk..][..dqk].copy_from_slice(&g.dq[(gi * sq + i) * dqk..][..dqk]);
+            }
+            if let Some(ds) = &mut dsinks {
+                ds[h] += g.dsink[gi];
+            }
+        }
+        for j in 0..sk {
+            dst.dk[(j * kvh + hkv) * dqk..][..dqk].copy_from_slice(&g.dk[j * dqk..][..dqk]);
+            dst.dv[(j * kvh + hkv) * dv..][..dv].copy_from_slice(&g.dv[j * dv..][..dv]);
+        }
+        for (slot, contrib) in g.daux.into_iter().enumerate() {
+            if let Some(Some(acc)) = daux.get_mut(slot) {
+                for (flat, v) in contrib {
+                    if let Some(x) = acc.get_mut(flat) {
+                        *x += v;
+                    }
+                }
+            }
+        }
+    }
+    Ok(Grads { seqs, dsinks, daux })
 }
 
 /// Relative L2 error `‖a − b‖₂ / ‖b‖₂` (`b` is the reference). Pairs that are identical
@@ -521,8 +855,11 @@ impl Rng {
 /// - int params: uniform in `0..=max seqlen_k` (a prefix length, a window, ...);
 ///   float params: uniform in [0.5, 2); override with [`Inputs::set_param`] or
 ///   [`random_inputs_with_params`];
-/// - aux tensors (dims resolved for this batch): document-id-like small ints, non-decreasing
-///   along the last dimension (starting at 0 or 1, growing by 1 with probability 1/8).
+/// - int aux tensors (dims resolved for this batch): document-id-like small ints,
+///   non-decreasing along the last dimension (starting at 0 or 1, growing by 1 with
+///   probability 1/8);
+/// - float aux tensors: normal · 0.5 rounded to f32 (what a kernel reads), so a bias moves
+///   logits by about the spread of the scores themselves and its effect shows in tests.
 ///
 /// Deterministic in `seed`. Sizes are not checked beyond what fits in memory.
 pub fn random_inputs(spec: &Spec, seqlens: &[(usize, usize)], seed: u64) -> Inputs {
@@ -556,6 +893,10 @@ pub fn random_inputs(spec: &Spec, seqlens: &[(usize, usize)], seed: u64) -> Inpu
         .map(|decl| {
             let dims = resolve_aux_dims(spec, &decl.dims, seqlens);
             let n = dims.iter().fold(1usize, |a, &d| a.saturating_mul(d));
+            if decl.elem == AuxElem::Float {
+                let data = (0..n).map(|_| (0.5 * rng.normal()) as f32 as f64).collect();
+                return AuxTensor::float(dims, data);
+            }
             let last = dims.last().copied().unwrap_or(1).max(1);
             let mut id = 0i32;
             let data = (0..n)
@@ -568,7 +909,7 @@ pub fn random_inputs(spec: &Spec, seqlens: &[(usize, usize)], seed: u64) -> Inpu
                     id
                 })
                 .collect();
-            AuxTensor { dims, data }
+            AuxTensor::int(dims, data)
         })
         .collect();
     let sinks = spec.sinks.then(|| (0..qh).map(|_| rng.normal() as f32 as f64).collect());

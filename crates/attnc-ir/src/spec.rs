@@ -178,11 +178,58 @@ impl AuxDim {
     }
 }
 
-/// An integer (i32) tensor read by masks or score modifications, e.g. document ids.
+/// The element type of an aux tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+pub enum AuxElem {
+    /// i32 at launch (document ids, buckets, ...); reads are `int` expressions.
+    #[default]
+    Int,
+    /// f32 at launch (bias tables, slopes, ...); reads are `float` expressions. In a mask
+    /// a float aux value may only be compared (see [`crate::check`]).
+    Float,
+}
+
+impl AuxElem {
+    /// The DSL spelling (`int` / `float`).
+    pub fn name(self) -> &'static str {
+        match self {
+            AuxElem::Int => "int",
+            AuxElem::Float => "float",
+        }
+    }
+    /// The expression type a read of such a tensor has.
+    pub fn ty(self) -> Ty {
+        match self {
+            AuxElem::Int => Ty::Int,
+            AuxElem::Float => Ty::Float,
+        }
+    }
+}
+
+/// A tensor read by masks or score modifications: i32 (document ids) or f32 (a bias
+/// table). A `learnable` tensor (float only) gets a gradient from the backward pass: the
+/// derivative of the loss with respect to each of its elements, through the score
+/// modification (masks only compare values, so they contribute no gradient).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct AuxDecl {
     pub name: String,
     pub dims: Vec<AuxDim>,
+    /// Absent in specs serialized before float aux tensors existed: `Int`.
+    #[serde(default)]
+    pub elem: AuxElem,
+    #[serde(default)]
+    pub learnable: bool,
+}
+
+impl AuxDecl {
+    /// An i32 tensor (not learnable).
+    pub fn int(name: &str, dims: Vec<AuxDim>) -> AuxDecl {
+        AuxDecl { name: name.to_string(), dims, elem: AuxElem::Int, learnable: false }
+    }
+    /// An f32 tensor, learnable or not.
+    pub fn float(name: &str, dims: Vec<AuxDim>, learnable: bool) -> AuxDecl {
+        AuxDecl { name: name.to_string(), dims, elem: AuxElem::Float, learnable }
+    }
 }
 
 /// Numerical options of the softmax (FA4's ideas); defaults are exact.
@@ -278,6 +325,14 @@ impl Spec {
     }
     pub fn aux_index(&self, name: &str) -> Option<usize> {
         self.aux.iter().position(|a| a.name == name)
+    }
+    /// Whether some aux tensor is float.
+    pub fn has_float_aux(&self) -> bool {
+        self.aux.iter().any(|a| a.elem == AuxElem::Float)
+    }
+    /// Whether some aux tensor is learnable (the backward has aux gradients to write).
+    pub fn has_learnable_aux(&self) -> bool {
+        self.aux.iter().any(|a| a.learnable)
     }
 
     /// A stable text key for caching: the Debug rendering of the spec with its name and

@@ -223,7 +223,7 @@ fn prefix_lm_is_exact() {
 #[test]
 fn aux_masks_are_never_full_but_still_skip_what_causality_excludes() {
     let mut s = spec();
-    s.aux.push(AuxDecl { name: "doc".into(), dims: vec![AuxDim::Batch, AuxDim::MaxSeqlenK] });
+    s.aux.push(AuxDecl::int("doc", vec![AuxDim::Batch, AuxDim::MaxSeqlenK]));
     s.mask.causal = Some(Align::TopLeft);
     s.mask.predicate = Some(Expr::binary(
         BinOp::Eq,

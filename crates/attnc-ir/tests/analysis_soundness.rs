@@ -2,7 +2,8 @@
 //! for random masks (causal / window with random alignment, random typed predicates using
 //! every operator) and random small tiles, `Full` ⇒ every element allowed, `Empty` ⇒ none,
 //! and for *every* sub-expression the interval contains each concrete value and a definite
-//! truth equals each concrete truth. A second property does the same for arbitrary
+//! truth equals each concrete truth (masks also compare elements of a float aux tensor,
+//! which the analysis leaves Unknown). A second property does the same for arbitrary
 //! (ill-typed) expression trees.
 
 use attnc_ir::analysis::{classify, int_range, truth, IntRange, TileClass, TileQuery, Tri};
@@ -23,8 +24,9 @@ fn base_spec(q_heads: u32, kv_heads: u32) -> Spec {
         ParamDecl { name: "p1".into(), ty: Ty::Int },
     ];
     s.aux = vec![
-        AuxDecl { name: "doc".into(), dims: vec![AuxDim::Batch, AuxDim::MaxSeqlenK] },
-        AuxDecl { name: "tbl".into(), dims: vec![AuxDim::Fixed(5)] },
+        AuxDecl::int("doc", vec![AuxDim::Batch, AuxDim::MaxSeqlenK]),
+        AuxDecl::int("tbl", vec![AuxDim::Fixed(5)]),
+        AuxDecl::float("bias", vec![AuxDim::QHeads, AuxDim::Fixed(3)], true),
     ];
     s
 }
@@ -54,13 +56,24 @@ fn float_of(e: Expr) -> Expr {
 }
 
 /// Float expressions built on int ones (never analyzed, but must not break soundness).
-fn float_expr(int: BoxedStrategy<Expr>) -> BoxedStrategy<Expr> {
-    prop_oneof![
+/// With `aux`, they may read the float aux tensor `bias` (a mask may only compare those
+/// values, so only comparisons get them).
+fn float_expr(int: BoxedStrategy<Expr>, aux: bool) -> BoxedStrategy<Expr> {
+    let plain = prop_oneof![
         int.clone().prop_map(float_of),
         Just(Expr::param("fp")),
         (-4.0f64..4.0).prop_map(Expr::float),
         int.clone().prop_map(|i| Expr::binary(BinOp::Mul, float_of(i), Expr::param("fp"))),
-        int.prop_map(|i| Expr::call(Func::Tanh, vec![float_of(i)])),
+        int.clone().prop_map(|i| Expr::call(Func::Tanh, vec![float_of(i)])),
+    ];
+    if !aux {
+        return plain.boxed();
+    }
+    let read = (int.clone(), int.clone()).prop_map(|(i, j)| Expr::aux("bias", vec![i, j]));
+    prop_oneof![
+        3 => plain,
+        2 => read.clone(),
+        1 => (read, int).prop_map(|(r, i)| Expr::binary(BinOp::Mul, r, float_of(i))),
     ]
     .boxed()
 }
@@ -78,7 +91,7 @@ fn int_expr() -> BoxedStrategy<Expr> {
                 2 => (cond, inner.clone(), inner.clone()).prop_map(|(c, a, b)| Expr::call(Func::Select, vec![c, a, b])),
                 1 => (inner.clone(), inner.clone()).prop_map(|(i, j)| Expr::aux("doc", vec![i, j])),
                 1 => inner.clone().prop_map(|i| Expr::aux("tbl", vec![i])),
-                1 => float_expr(inner.clone()).prop_map(|f| Expr::call(Func::ToInt, vec![f])),
+                1 => float_expr(inner.clone(), false).prop_map(|f| Expr::call(Func::ToInt, vec![f])),
             ]
         })
         .boxed()
@@ -88,7 +101,8 @@ fn bool_expr() -> BoxedStrategy<Expr> {
     let leaf = prop_oneof![
         8 => (cmp_op(), int_expr(), int_expr()).prop_map(|(op, a, b)| Expr::binary(op, a, b)),
         1 => any::<bool>().prop_map(Expr::bool),
-        1 => (cmp_op(), float_expr(int_expr()), float_expr(int_expr())).prop_map(|(op, a, b)| Expr::binary(op, a, b)),
+        2 => (cmp_op(), float_expr(int_expr(), true), float_expr(int_expr(), true))
+            .prop_map(|(op, a, b)| Expr::binary(op, a, b)),
     ];
     leaf.prop_recursive(3, 12, 3, |inner| {
         prop_oneof![
@@ -175,7 +189,13 @@ fn aux(c: &Case) -> Vec<AuxTensor> {
     let maxk = (c.seqlen_k.0 + c.seqlen_k.1 - 1) as usize;
     let n = nb * maxk;
     let data = (0..n).map(|i| c.aux_data[i % c.aux_data.len()]).collect();
-    vec![AuxTensor { dims: vec![nb, maxk], data }, AuxTensor { dims: vec![5], data: c.aux_data[..5].to_vec() }]
+    let qh = c.spec.q_heads as usize;
+    let bias = (0..qh * 3).map(|i| c.aux_data[i % c.aux_data.len()] as f64 * 0.25 - 0.3).collect();
+    vec![
+        AuxTensor::int(vec![nb, maxk], data),
+        AuxTensor::int(vec![5], c.aux_data[..5].to_vec()),
+        AuxTensor::float(vec![qh, 3], bias),
+    ]
 }
 
 /// Calls `f` with the environment of every element (and every seqlen) of the case.
@@ -308,7 +328,7 @@ fn untyped_expr() -> BoxedStrategy<Expr> {
             (prop::sample::select(vec![UnOp::Neg, UnOp::Not]), inner.clone()).prop_map(|(op, a)| Expr::unary(op, a)),
             (prop::sample::select(Func::ALL.to_vec()), prop::collection::vec(inner.clone(), 0..4))
                 .prop_map(|(f, args)| Expr::call(f, args)),
-            (prop::sample::select(vec!["doc", "tbl", "zzz"]), prop::collection::vec(inner.clone(), 0..3))
+            (prop::sample::select(vec!["doc", "tbl", "bias", "zzz"]), prop::collection::vec(inner.clone(), 0..3))
                 .prop_map(|(name, idx)| Expr::aux(name, idx)),
         ]
     })

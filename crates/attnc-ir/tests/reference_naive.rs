@@ -251,8 +251,8 @@ fn prefix_lm_with_an_int_param() {
 #[test]
 fn document_masks_with_aux_tensors() {
     for (n, mut spec) in specs("doc").into_iter().enumerate() {
-        spec.aux.push(AuxDecl { name: "docq".into(), dims: vec![AuxDim::Batch, AuxDim::MaxSeqlenQ] });
-        spec.aux.push(AuxDecl { name: "dock".into(), dims: vec![AuxDim::Batch, AuxDim::MaxSeqlenK] });
+        spec.aux.push(AuxDecl::int("docq", vec![AuxDim::Batch, AuxDim::MaxSeqlenQ]));
+        spec.aux.push(AuxDecl::int("dock", vec![AuxDim::Batch, AuxDim::MaxSeqlenK]));
         spec.mask.predicate = Some(Expr::binary(
             BinOp::Eq,
             Expr::aux("docq", vec![Expr::var(Var::B), Expr::var(Var::Q)]),
@@ -264,24 +264,27 @@ fn document_masks_with_aux_tensors() {
         let maxq = inputs.aux[0].dims[1];
         let maxk = inputs.aux[1].dims[1];
         for (b, _) in SEQLENS.iter().enumerate() {
+            let docq = inputs.aux[0].data.ints_mut().expect("int aux");
             for i in 0..maxq {
-                inputs.aux[0].data[b * maxq + i] = ((i + b) / 3) as i32;
+                docq[b * maxq + i] = ((i + b) / 3) as i32;
             }
+            let dock = inputs.aux[1].data.ints_mut().expect("int aux");
             for j in 0..maxk {
-                inputs.aux[1].data[b * maxk + j] = (j / 4) as i32 + (b % 2) as i32;
+                dock[b * maxk + j] = (j / 4) as i32 + (b % 2) as i32;
             }
         }
-        let (dq, dk) = (inputs.aux[0].clone(), inputs.aux[1].clone());
+        let ids = |t: &AuxTensor| t.data.ints().expect("int aux").to_vec();
+        let (dq, dk) = (ids(&inputs.aux[0]), ids(&inputs.aux[1]));
         let causal = spec.mask.causal.is_some();
         let mask = move |b: usize, _: usize, i: i64, j: i64, _: i64, _: i64| {
-            dq.data[b * maxq + i as usize] == dk.data[b * maxk + j as usize] && (!causal || j <= i)
+            dq[b * maxq + i as usize] == dk[b * maxk + j as usize] && (!causal || j <= i)
         };
         run(&spec, &inputs, &mask, &no_mod, "document mask");
         // The random ids of random_inputs too.
         let inputs = random_inputs(&spec, SEQLENS, 650 + n as u64);
-        let (dq, dk) = (inputs.aux[0].clone(), inputs.aux[1].clone());
+        let (dq, dk) = (ids(&inputs.aux[0]), ids(&inputs.aux[1]));
         let mask = move |b: usize, _: usize, i: i64, j: i64, _: i64, _: i64| {
-            dq.data[b * maxq + i as usize] == dk.data[b * maxk + j as usize] && (!causal || j <= i)
+            dq[b * maxq + i as usize] == dk[b * maxk + j as usize] && (!causal || j <= i)
         };
         run(&spec, &inputs, &mask, &no_mod, "document mask (random ids)");
     }
@@ -410,7 +413,7 @@ fn random_inputs_are_deterministic_and_rounded() {
     spec.kv_heads = 2;
     spec.sinks = true;
     spec.params = vec![ParamDecl { name: "n".into(), ty: Ty::Int }, ParamDecl { name: "x".into(), ty: Ty::Float }];
-    spec.aux = vec![AuxDecl { name: "t".into(), dims: vec![AuxDim::Batch, AuxDim::MaxSeqlenK, AuxDim::Fixed(2)] }];
+    spec.aux = vec![AuxDecl::int("t", vec![AuxDim::Batch, AuxDim::MaxSeqlenK, AuxDim::Fixed(2)])];
     for dtype in [DType::Bf16, DType::Fp16] {
         spec.dtype = dtype;
         let a = random_inputs(&spec, &[(7, 13), (2, 3)], 7);
@@ -444,7 +447,7 @@ fn mismatched_inputs_are_errors_not_panics() {
     let mut spec = Spec::new("e", 16, 4);
     spec.kv_heads = 2;
     spec.params = vec![ParamDecl { name: "n".into(), ty: Ty::Int }];
-    spec.aux = vec![AuxDecl { name: "t".into(), dims: vec![AuxDim::Batch] }];
+    spec.aux = vec![AuxDecl::int("t", vec![AuxDim::Batch])];
     let good = random_inputs(&spec, &[(3, 5), (2, 2)], 1);
     assert!(reference_forward(&spec, &good).is_ok());
 
@@ -465,11 +468,16 @@ fn mismatched_inputs_are_errors_not_panics() {
     assert!(x.set_param(&spec, "n", Value::Int(2)).is_ok());
     let mut x = good.clone();
     x.aux[0].dims = vec![3];
-    x.aux[0].data.push(0);
+    x.aux[0].data.ints_mut().expect("int aux").push(0);
     assert!(matches!(reference_forward(&spec, &x), Err(ReferenceError::Aux(_))));
     let mut x = good.clone();
-    x.aux[0].data.pop();
+    x.aux[0].data.ints_mut().expect("int aux").pop();
     assert!(reference_forward(&spec, &x).is_err());
+    let mut x = good.clone();
+    x.aux[0] = AuxTensor::float(x.aux[0].dims.clone(), vec![0.0; x.aux[0].data.len()]);
+    assert!(
+        matches!(reference_forward(&spec, &x), Err(ReferenceError::Aux(m)) if m.contains("declared int but holds float"))
+    );
     let mut x = good.clone();
     x.aux.clear();
     assert!(reference_forward(&spec, &x).is_err());
@@ -522,12 +530,8 @@ fn mismatched_inputs_are_errors_not_panics() {
         let _ = reference_forward(&spec, &x);
     }
     // An empty batch is fine.
-    let empty = Inputs {
-        seqs: vec![],
-        params: vec![Value::Int(0)],
-        aux: vec![AuxTensor { dims: vec![0], data: vec![] }],
-        sinks: None,
-    };
+    let empty =
+        Inputs { seqs: vec![], params: vec![Value::Int(0)], aux: vec![AuxTensor::int(vec![0], vec![])], sinks: None };
     assert_eq!(reference_forward(&spec, &empty).unwrap(), vec![]);
     let _ = Sequence::default();
 }

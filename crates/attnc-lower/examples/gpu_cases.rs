@@ -89,7 +89,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .aux
                 .iter()
                 .zip(&inputs.aux)
-                .map(|(a, t)| serde_json::json!({"name": a.name, "dims": t.dims, "data": t.data}))
+                .map(|(a, t)| {
+                    let data = match &t.data {
+                        attnc_ir::AuxData::Int(d) => serde_json::json!(d),
+                        attnc_ir::AuxData::Float(d) => serde_json::json!(d),
+                    };
+                    serde_json::json!({"name": a.name, "elem": a.elem.name(), "dims": t.dims, "data": data})
+                })
                 .collect();
             let meta = serde_json::json!({
                 "case": case,

@@ -22,7 +22,7 @@ use crate::receipt::Receipt;
 use crate::runtime::{Params, Runtime};
 use crate::tensor::{ElemType, IndexTensor, Tensor};
 use crate::validate::ParamValue;
-use attnc_ir::eval::Value;
+use attnc_ir::eval::{AuxData, Value};
 use attnc_ir::reference::{random_inputs, reference_forward, rel_l2, round_to_dtype, Inputs, Rng, SeqOutput};
 use attnc_ir::{KvLayout, Spec, SplitKv};
 use serde::Serialize;
@@ -545,7 +545,11 @@ pub fn build_tensors(rt: &Runtime, spec: &Spec, inputs: &Inputs, seed: u64) -> R
     };
     let mut aux = Vec::new();
     for (decl, t) in spec.aux.iter().zip(&inputs.aux) {
-        aux.push((decl.name.clone(), rt.upload(&t.data, &t.dims)?));
+        let tensor = match &t.data {
+            AuxData::Int(d) => rt.upload(d, &t.dims)?,
+            AuxData::Float(d) => rt.upload_f64(ElemType::F32, d, &t.dims)?,
+        };
+        aux.push((decl.name.clone(), tensor));
     }
     let params = spec
         .params

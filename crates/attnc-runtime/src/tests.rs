@@ -425,10 +425,32 @@ fn grid_and_i32_limits() {
 }
 
 #[test]
+fn float_aux_tensors_are_f32() {
+    let mut s = spec(KvLayout::Contiguous);
+    s.aux = vec![
+        AuxDecl::int("doc", vec![AuxDim::Batch, AuxDim::MaxSeqlenK]),
+        AuxDecl::float("bias", vec![AuxDim::QHeads, AuxDim::Fixed(32)], true),
+    ];
+    let mut a = Alloc::new();
+    let mut d = contiguous(&mut a, &s);
+    d.aux = vec![("doc".into(), a.t(ElemType::I32, &[2, 100])), ("bias".into(), a.t(ElemType::F32, &[8, 32]))];
+    let p = check(&s, &d).expect("valid");
+    assert_eq!(p.arg("aux_bias_dim0"), Some(ArgValue::I32(8)));
+    assert_eq!(p.arg("aux_bias_dim1"), Some(ArgValue::I32(32)));
+    d.aux[1].1 = a.t(ElemType::I32, &[8, 32]);
+    assert!(matches!(
+        err(&s, &d),
+        E::DType { arg, expected: ElemType::F32, found: ElemType::I32 } if arg == "aux `bias`"
+    ));
+    d.aux[1].1 = a.t(ElemType::F32, &[8, 31]);
+    assert!(matches!(err(&s, &d), E::Aux { name, .. } if name == "bias"));
+}
+
+#[test]
 fn params_aux_sinks() {
     let mut s = spec(KvLayout::Contiguous);
     s.params = vec![ParamDecl { name: "prefix".into(), ty: Ty::Int }, ParamDecl { name: "cap".into(), ty: Ty::Float }];
-    s.aux = vec![AuxDecl { name: "doc".into(), dims: vec![AuxDim::Batch, AuxDim::MaxSeqlenK] }];
+    s.aux = vec![AuxDecl::int("doc", vec![AuxDim::Batch, AuxDim::MaxSeqlenK])];
     s.sinks = true;
     let mut a = Alloc::new();
     let base = |a: &mut Alloc| {

@@ -4,7 +4,8 @@
 //!
 //! Works on [`TensorDesc`]s and host slices only — no device — so every rule is tested
 //! on the CPU. What is checked, and why it rules out out-of-bounds accesses:
-//! - dtypes: Q, K, V, O of the spec's dtype; LSE, sinks f32; aux, index tensors i32;
+//! - dtypes: Q, K, V, O of the spec's dtype; LSE, sinks f32; int aux and index tensors
+//!   i32, float aux tensors f32;
 //! - shapes per layout (below), the spec's head dims and heads (GQA ratio);
 //! - views: unit stride in the last dim; the farthest element a view can reach lies
 //!   inside its allocation (`span ≤ capacity`), so every in-range index is in bounds;
@@ -458,7 +459,11 @@ pub fn plan(spec: &Spec, ks: &KernelShape, sm_count: u32, device: usize, d: &Lau
             return Err(ValidationError::Aux { name: decl.name.clone(), detail: "missing".into() });
         };
         let arg = format!("aux `{}`", decl.name);
-        check_dtype(&arg, t, ElemType::I32)?;
+        let elem = match decl.elem {
+            attnc_ir::AuxElem::Int => ElemType::I32,
+            attnc_ir::AuxElem::Float => ElemType::F32,
+        };
+        check_dtype(&arg, t, elem)?;
         check_view(&arg, t, decl.dims.len(), "the declared dims", device)?;
         check_align(&arg, t, 4)?;
         let mut dims = Vec::new();

@@ -64,12 +64,9 @@ fn declarations() {
     assert_eq!(
         s.aux,
         vec![
-            AuxDecl { name: "doc".into(), dims: vec![AuxDim::Batch, AuxDim::MaxSeqlenK] },
-            AuxDecl {
-                name: "blocks".into(),
-                dims: vec![AuxDim::Batch, AuxDim::MaxSeqlenQ, AuxDim::QHeads, AuxDim::Fixed(7)]
-            },
-            AuxDecl { name: "per_kv".into(), dims: vec![AuxDim::KvHeads] },
+            AuxDecl::int("doc", vec![AuxDim::Batch, AuxDim::MaxSeqlenK]),
+            AuxDecl::int("blocks", vec![AuxDim::Batch, AuxDim::MaxSeqlenQ, AuxDim::QHeads, AuxDim::Fixed(7)]),
+            AuxDecl::int("per_kv", vec![AuxDim::KvHeads]),
         ]
     );
 }
@@ -290,4 +287,44 @@ fn printer_output_is_canonical() {
     let text = print(&s);
     assert!(text.contains("  score -(1.0)\n"), "{text}");
     assert!(text.contains("  mask window(left=1, align=bottom_right) && q - (k + -1) - -(-3)\n"), "{text}");
+}
+
+#[test]
+fn float_and_learnable_aux_tensors() {
+    let s = ok(&body(
+        "aux doc: int[batch, seqlen_k]\naux bias: float[q_heads, 32] learnable\naux gate: float[seqlen_q]\n\
+         mask causal && doc[b, q] == doc[b, k] && gate[q] > 0.5\n\
+         score score + bias[h, min(abs(q - k), 31)]",
+    ));
+    assert_eq!(
+        s.aux,
+        vec![
+            AuxDecl::int("doc", vec![AuxDim::Batch, AuxDim::MaxSeqlenK]),
+            AuxDecl::float("bias", vec![AuxDim::QHeads, AuxDim::Fixed(32)], true),
+            AuxDecl::float("gate", vec![AuxDim::MaxSeqlenQ], false),
+        ]
+    );
+    let idx =
+        Expr::call(Func::Min, vec![Expr::call(Func::Abs, vec![bin(BinOp::Sub, v(Var::Q), v(Var::K))]), Expr::int(31)]);
+    assert_eq!(s.score_mod, Some(bin(BinOp::Add, v(Var::Score), Expr::aux("bias", vec![v(Var::H), idx]))));
+    let text = print(&s);
+    assert!(text.contains("  aux bias: float[q_heads, 32] learnable\n  aux gate: float[seqlen_q]\n"), "{text}");
+    assert_eq!(parse(&text).ok(), Some(s));
+    // A float aux may be compared in a mask however its value was computed, and read
+    // freely in a score; `learnable` may be spread over lines inside brackets only.
+    ok(&body("aux g: float[4]\nmask select(q < k, g[q] * 2.0, -g[k]) >= min(g[0], 1.0) || k < q"));
+    ok(&body("aux g: float[4] learnable\nscore score * exp(g[int(score)]) + float(int(g[q]))"));
+    ok(&body("aux g: float[\n  4\n] learnable"));
+    // The keyword is not reserved.
+    let s = ok(&body("param learnable: int\naux learnable_x: float[4]\nmask k < learnable"));
+    assert!(!s.aux[0].learnable);
+}
+
+#[test]
+fn cache_key_sees_aux_element_type_and_learnability() {
+    let int = ok(&body("aux t: int[4]"));
+    let float = ok(&body("aux t: float[4]"));
+    let learnable = ok(&body("aux t: float[4] learnable"));
+    let keys = [int.cache_key(), float.cache_key(), learnable.cache_key()];
+    assert!(keys[0] != keys[1] && keys[1] != keys[2] && keys[0] != keys[2], "{keys:?}");
 }

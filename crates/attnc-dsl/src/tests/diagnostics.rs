@@ -134,7 +134,8 @@ fn aux_and_param_declarations() {
         "expected a dimension (batch, seqlen_q, seqlen_k, q_heads, kv_heads or a size), found `]`",
     );
     err_at(&body("aux t: int[batchh]"), 4, 12, "found `batchh` (did you mean `batch`?)");
-    err_at(&body("aux t: float[4]"), 4, 8, "expected `int` (aux tensors hold i32 values), found `float`");
+    err_at(&body("aux t: bool[4]"), 4, 8, "expected `int` or `float`, found `bool`");
+    err_at(&body("aux t: float[4] learned"), 4, 17, "expected `learnable` or end of line, found `learned`");
     err_at(&body("param p: bool"), 4, 10, "expected `int` or `float`, found `bool`");
     err_at(&body("param p int"), 4, 9, "expected `:`, found `int`");
     err_at(
@@ -150,6 +151,86 @@ fn aux_and_param_declarations() {
         5,
         5,
         "`p` is already declared at 4:7: expected a new name for this aux tensor",
+    );
+}
+
+// ---- float aux tensors: each misuse, rendered with its source line and caret ----------
+
+/// Asserts the whole rendered diagnostic list (message, location, source line, caret).
+#[track_caller]
+fn renders(lines: &str, expected: &str) {
+    let src = body(lines);
+    let e = parse_named("t.attn", &src).unwrap_err();
+    assert_eq!(e.to_string(), expected, "\n{e}");
+}
+
+#[test]
+fn float_aux_misuse() {
+    renders(
+        "aux doc: int[batch, seqlen_k] learnable",
+        "error: aux tensor `doc` is int and cannot be learnable: expected a float tensor (`aux doc: float[...] learnable`)
+  --> t.attn:4:31
+   |
+ 4 | aux doc: int[batch, seqlen_k] learnable
+   |                               ^^^^^^^^^",
+    );
+    // In a mask a float value may only be compared.
+    renders(
+        "aux bias: float[q_heads, 32]\nmask k <= q + int(bias[h, 0] * 8.0)",
+        "error: float aux tensor `bias` flows into `int(...)` in a mask: expected it only in a comparison (as in `bias[...] > 0.5`)
+  --> t.attn:5:19
+   |
+ 5 | mask k <= q + int(bias[h, 0] * 8.0)
+   |                   ^^^^^^^^^^",
+    );
+    renders(
+        "aux doc: int[batch, seqlen_k]\naux w: float[4]\nmask doc[b, int(select(q < k, w[0], w[1]))] == 0",
+        "error: float aux tensor `w` flows into `int(...)` in a mask: expected it only in a comparison (as in `w[...] > 0.5`)
+  --> t.attn:6:31
+   |
+ 6 | mask doc[b, int(select(q < k, w[0], w[1]))] == 0
+   |                               ^^^^",
+    );
+    // Reads are floats: strict typing applies.
+    renders(
+        "aux bias: float[q_heads]\nscore score + bias[h] * q",
+        "error: type error: `*` mixes float and int; convert one side with float(...)
+  --> t.attn:5:15
+   |
+ 5 | score score + bias[h] * q
+   |               ^^^^^^^^^^^",
+    );
+    renders(
+        "aux bias: float[q_heads]\naux doc: int[4]\nmask doc[bias[h]] == 0",
+        "error: type error: expected int for an aux index, found float (convert with int(...))
+  --> t.attn:6:10
+   |
+ 6 | mask doc[bias[h]] == 0
+   |          ^^^^^^^",
+    );
+    renders(
+        "aux bias: float[q_heads]\nmask bias[h]",
+        "error: type error: a mask must be bool, found float
+  --> t.attn:5:6
+   |
+ 5 | mask bias[h]
+   |      ^^^^^^^",
+    );
+    renders(
+        "aux bias: float[q_heads]\nmask bias[h] == 1",
+        "error: type error: `==` mixes float and int; convert one side with float(...)
+  --> t.attn:5:6
+   |
+ 5 | mask bias[h] == 1
+   |      ^^^^^^^^^^^^",
+    );
+    renders(
+        "aux bias: float[q_heads] learnable learnable",
+        "error: expected end of line, found `learnable`
+  --> t.attn:4:36
+   |
+ 4 | aux bias: float[q_heads] learnable learnable
+   |                                    ^^^^^^^^^",
     );
 }
 

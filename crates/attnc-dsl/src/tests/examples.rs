@@ -1,7 +1,7 @@
 //! Every file in `dsl-examples/` parses, round-trips and says what it is.
 
 use crate::{parse, parse_file, print};
-use attnc_ir::{Align, ExprKind, Func, KvLayout, Spec, SplitKv};
+use attnc_ir::{Align, AuxDecl, AuxDim, Expr, ExprKind, Func, KvLayout, Scale, Spec, SplitKv};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -81,4 +81,14 @@ fn examples_mean_what_their_headers_say() {
     assert!(example("alibi.attn").score_mod.is_some());
     assert!(example("mha.attn").mask.is_none());
     assert!(example("fa4_numerics.attn").softmax.exp2_emulation > 0.0);
+
+    let s = example("t5_bias.attn");
+    assert_eq!(s.aux, vec![AuxDecl::float("bias", vec![AuxDim::QHeads, AuxDim::Fixed(32)], true)]);
+    assert_eq!((s.scale, s.mask.causal), (Scale::Value(1.0), Some(Align::TopLeft)));
+    let g = attnc_ir::score_mod_grad(&s).expect("a score mod");
+    assert_eq!((g.d_score, g.aux.len()), (Expr::float(1.0), 1));
+    let s = example("alibi_learned.attn");
+    assert_eq!(s.aux, vec![AuxDecl::float("slopes", vec![AuxDim::QHeads], true)]);
+    let g = attnc_ir::score_mod_grad(&s).expect("a score mod");
+    assert_eq!(crate::print_expr(&g.aux[0].d), "-float(q - k)");
 }

@@ -58,6 +58,8 @@ const VOCAB: &[&str] = &[
     ":",
     "int",
     "float",
+    "learnable",
+    "bias",
     "[",
     "]",
     "batch",

@@ -9,8 +9,8 @@ use crate::{parse, print};
 use attnc_ir::check::is_reserved;
 use attnc_ir::spec::SUPPORTED_HEAD_DIMS;
 use attnc_ir::{
-    Align, AuxDecl, AuxDim, BinOp, DType, Expr, ExprContext, Func, KvLayout, Mask, ParamDecl, Scale, SoftmaxOptions,
-    Spec, SplitKv, Ty, UnOp, Var, Window,
+    Align, AuxDecl, AuxDim, AuxElem, BinOp, DType, Expr, ExprContext, Func, KvLayout, Mask, ParamDecl, Scale,
+    SoftmaxOptions, Spec, SplitKv, Ty, UnOp, Var, Window,
 };
 use proptest::prelude::*;
 
@@ -29,11 +29,13 @@ pub(crate) struct Gen<'a> {
     params: &'a [ParamDecl],
     aux: &'a [AuxDecl],
     ctx: ExprContext,
+    /// Inside `int(...)` in a mask: no float aux reads (they may only be compared there).
+    in_to_int: u32,
 }
 
 impl<'a> Gen<'a> {
     pub(crate) fn new(choices: &'a [u32], params: &'a [ParamDecl], aux: &'a [AuxDecl], ctx: ExprContext) -> Self {
-        Gen { choices, i: 0, params, aux, ctx }
+        Gen { choices, i: 0, params, aux, ctx, in_to_int: 0 }
     }
     fn raw(&mut self) -> u32 {
         let c = self.choices.get(self.i).copied().unwrap_or(0);
@@ -90,6 +92,17 @@ impl<'a> Gen<'a> {
         }
     }
 
+    /// A read of an aux tensor of this element type, if one is declared.
+    fn aux_read(&mut self, elem: AuxElem, d: u32) -> Option<Expr> {
+        let of: Vec<&AuxDecl> = self.aux.iter().filter(|a| a.elem == elem).collect();
+        if of.is_empty() {
+            return None;
+        }
+        let a = of[self.pick(of.len())];
+        let (name, n) = (a.name.clone(), a.dims.len());
+        Some(Expr::aux(&name, (0..n).map(|_| self.expr(Ty::Int, d)).collect()))
+    }
+
     pub(crate) fn expr(&mut self, ty: Ty, depth: u32) -> Expr {
         if depth == 0 || self.done() || self.pick(4) == 0 {
             return self.leaf(ty);
@@ -110,15 +123,16 @@ impl<'a> Gen<'a> {
                 4 => {
                     Expr::call(Func::Select, vec![self.expr(Ty::Bool, d), self.expr(Ty::Int, d), self.expr(Ty::Int, d)])
                 }
-                5 => Expr::call(Func::ToInt, vec![self.expr(Ty::Float, d)]),
-                _ if !self.aux.is_empty() => {
-                    let a = &self.aux[self.pick(self.aux.len())];
-                    let (name, n) = (a.name.clone(), a.dims.len());
-                    Expr::aux(&name, (0..n).map(|_| self.expr(Ty::Int, d)).collect())
+                5 => {
+                    let mask = self.ctx == ExprContext::Mask;
+                    self.in_to_int += u32::from(mask);
+                    let x = self.expr(Ty::Float, d);
+                    self.in_to_int -= u32::from(mask);
+                    Expr::call(Func::ToInt, vec![x])
                 }
-                _ => self.leaf(Ty::Int),
+                _ => self.aux_read(AuxElem::Int, d).unwrap_or_else(|| self.leaf(Ty::Int)),
             },
-            Ty::Float => match self.pick(6) {
+            Ty::Float => match self.pick(7) {
                 0 => {
                     let op = [BinOp::Add, BinOp::Sub, BinOp::Mul, BinOp::Div][self.pick(4)];
                     Expr::binary(op, self.expr(Ty::Float, d), self.expr(Ty::Float, d))
@@ -136,7 +150,9 @@ impl<'a> Gen<'a> {
                     Func::Select,
                     vec![self.expr(Ty::Bool, d), self.expr(Ty::Float, d), self.expr(Ty::Float, d)],
                 ),
-                _ => Expr::call(Func::ToFloat, vec![self.expr(Ty::Int, d)]),
+                5 => Expr::call(Func::ToFloat, vec![self.expr(Ty::Int, d)]),
+                _ if self.in_to_int == 0 => self.aux_read(AuxElem::Float, d).unwrap_or_else(|| self.leaf(Ty::Float)),
+                _ => self.leaf(Ty::Float),
             },
             Ty::Bool => match self.pick(4) {
                 0 => {
@@ -197,7 +213,7 @@ pub(crate) fn spec_strategy() -> impl Strategy<Value = Spec> {
     );
     let decls = (
         prop::collection::vec((decl_name(), any::<bool>()), 0..5),
-        prop::collection::vec((decl_name(), prop::collection::vec(aux_dim(), 1..=4)), 0..3),
+        prop::collection::vec((decl_name(), prop::collection::vec(aux_dim(), 1..=4), 0u8..4), 0..3),
     );
     let window_bound =
         prop_oneof![Just(None), (0u64..=64).prop_map(Some), (0u64..=attnc_ir::MAX_WINDOW).prop_map(Some)];
@@ -245,7 +261,14 @@ pub(crate) fn spec_strategy() -> impl Strategy<Value = Spec> {
             .into_iter()
             .map(|(n, int)| ParamDecl { name: fresh(n), ty: if int { Ty::Int } else { Ty::Float } })
             .collect();
-        spec.aux = aux.into_iter().map(|(n, dims)| AuxDecl { name: fresh(n), dims }).collect();
+        // kind: 0, 1 int; 2 float; 3 learnable float.
+        spec.aux = aux
+            .into_iter()
+            .map(|(n, dims, kind)| match kind {
+                0 | 1 => AuxDecl::int(&fresh(n), dims),
+                k => AuxDecl::float(&fresh(n), dims, k == 3),
+            })
+            .collect();
 
         let (causal, window, pred, score) = mask;
         spec.mask = Mask {

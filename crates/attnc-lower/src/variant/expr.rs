@@ -1,11 +1,11 @@
 //! Expression codegen: a mask or score modification evaluated per element, with the
 //! exact semantics of `attnc_ir::eval` (32-bit wrapping ints, floor division and
-//! modulo with x/0 = 0, clamped aux indices). Floats are f32 on the GPU; the
-//! transcendental functions use the MUFU approximations (their error is far below
-//! bf16/fp16 output precision).
+//! modulo with x/0 = 0, clamped aux indices; an int aux tensor is read as i32, a float
+//! one as f32). Floats are f32 on the GPU; the transcendental functions use the MUFU
+//! approximations (their error is far below bf16/fp16 output precision).
 
 use crate::llvm::kb::{Kb, R};
-use attnc_ir::{BinOp, Expr, ExprKind, Func, Spec, UnOp, Var};
+use attnc_ir::{AuxElem, BinOp, Expr, ExprKind, Func, Spec, UnOp, Var};
 use inkwell::values::{FloatValue, IntValue};
 use inkwell::{FloatPredicate, IntPredicate};
 
@@ -133,7 +133,10 @@ pub fn gen<'ctx>(
         }
         ExprKind::Aux { name, index } => {
             let Some(aux) = spec.aux_index(name).and_then(|i| args.aux.get(i)) else {
-                return Ok(Val::Int(kb.i32c(0)));
+                return Ok(match spec.aux_decl(name).map(|d| d.elem) {
+                    Some(AuxElem::Float) => Val::Float(kb.f32c(0.0)),
+                    _ => Val::Int(kb.i32c(0)),
+                });
             };
             // Row-major flat index with every index clamped into [0, dim − 1].
             let mut flat = kb.i64c(0);
@@ -143,8 +146,15 @@ pub fn gen<'ctx>(
                 let c = kb.smin(kb.smax(i, kb.i32c(0), "")?, hi, &format!("{name}.idx"))?;
                 flat = kb.add(kb.mul(flat, kb.sext64(*dim, "")?, "")?, kb.sext64(c, "")?, "")?;
             }
+            // i32 and f32 elements are both 4 bytes. A float element is read with the same
+            // pure read-only load as an int one (no kernel writes an aux tensor: learnable
+            // ones get their gradients in separate buffers), so repeated reads merge.
             let addr = kb.add(aux.addr, kb.mul(flat, kb.i64c(4), "")?, &format!("{name}.addr"))?;
-            Val::Int(kb.ld_global_i32(addr, name)?)
+            let bits = kb.ld_global_i32(addr, name)?;
+            match spec.aux_decl(name).map(|d| d.elem) {
+                Some(AuxElem::Float) => Val::Float(kb.bits_f(bits, name)?),
+                _ => Val::Int(bits),
+            }
         }
         ExprKind::Unary(op, a) => {
             let a = gen(kb, spec, a, vars, args)?;

@@ -9,7 +9,7 @@
 
 use super::expr::{Val, VariantArgs};
 use crate::llvm::kb::{Kb, R};
-use attnc_ir::{BinOp, Expr, ExprKind, Func, Spec, Ty, UnOp, Var};
+use attnc_ir::{AuxElem, BinOp, Expr, ExprKind, Func, Spec, Ty, UnOp, Var};
 use inkwell::values::IntValue;
 use inkwell::IntPredicate;
 
@@ -156,7 +156,11 @@ impl<'ctx> Ctx<'_, 'ctx> {
                     _ => AVal::Float,
                 }
             }
-            ExprKind::Aux { .. } => AVal::Int(self.top()),
+            // Float aux elements are not analyzed (comparisons on them are Unknown).
+            ExprKind::Aux { name, .. } => match self.spec.aux_decl(name).map(|d| d.elem) {
+                Some(AuxElem::Float) => AVal::Float,
+                _ => AVal::Int(self.top()),
+            },
             ExprKind::Unary(UnOp::Neg, a) => match self.eval(a)? {
                 AVal::Int(r) => {
                     let z = self.c(0);
