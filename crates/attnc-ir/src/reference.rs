@@ -24,6 +24,13 @@
 //!   element and `lse = NaN` (what the softmax formula propagates to).
 //! - Non-finite values in V propagate by IEEE arithmetic.
 //!
+//! **Backward.** [`reference_backward`] differentiates the loss `Σ d_out ∘ O`: dQ, dK, dV,
+//! the sinks' and every learnable aux tensor's gradient (its docs give the formulas and
+//! the special cases; the score modification's derivatives come from [`crate::deriv`]).
+//! Forward and backward share the code that computes a row's logits and softmax, so they
+//! cannot disagree about which keys contribute. [`crate::gradcheck`] checks it against
+//! finite differences of the forward.
+//!
 //! Every input is checked first ([`ReferenceError`]); the executor never panics.
 
 use crate::check::{type_of, ExprContext};
