@@ -1,6 +1,6 @@
 //! Cross-crate test: every `dsl-examples/*.attn` goes DSL -> IR -> PTX for sm_80, sm_90a
-//! and sm_100a, with the family the dispatcher picks (`Auto`) and with the portable
-//! family; then, when ptxas is installed, every distinct PTX is assembled and must have
+//! and sm_100a, forward and (where the variant has one) backward, with the family the
+//! dispatcher picks (`Auto`) and with the portable family; then, when ptxas is installed, every distinct PTX is assembled and must have
 //! zero spills, shared memory within the arch's limit, and the SASS instructions its
 //! family promises. The resource table is printed on stderr (uncaptured).
 //!
@@ -8,7 +8,7 @@
 //! CI must have ptxas (`bash scripts/setup.sh` installs it).
 
 use attnc::ptxas::{self, FunctionResources, PtxasReport};
-use attnc::{Arch, CompileOptions, CompiledModule, FamilyChoice, FamilyKind, Spec};
+use attnc::{Arch, CompileOptions, CompiledModule, Direction, FamilyChoice, FamilyKind, Spec};
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -68,6 +68,7 @@ fn parsed() -> &'static Parsed {
 struct Compiled {
     example: String,
     arch: Arch,
+    direction: Direction,
     choice: FamilyChoice,
     result: Result<CompiledModule, String>,
 }
@@ -78,11 +79,17 @@ fn compiled() -> &'static Vec<Compiled> {
         let mut out = Vec::new();
         for (name, spec) in parsed() {
             let Ok(spec) = spec else { continue };
+            let directions: Vec<Direction> = Direction::ALL
+                .into_iter()
+                .filter(|&d| attnc::lower::compile::pass_unsupported_reason(spec, d).is_none())
+                .collect();
             for arch in Arch::ALL {
-                for choice in CHOICES {
-                    let opts = CompileOptions::new(arch).family(choice);
-                    let result = attnc::compile(spec, &opts).map_err(|e| e.to_string());
-                    out.push(Compiled { example: name.clone(), arch, choice, result });
+                for &direction in &directions {
+                    for choice in CHOICES {
+                        let opts = CompileOptions::new(arch).family(choice).direction(direction);
+                        let result = attnc::compile(spec, &opts).map_err(|e| e.to_string());
+                        out.push(Compiled { example: name.clone(), arch, direction, choice, result });
+                    }
                 }
             }
         }
@@ -98,9 +105,19 @@ fn every_example_parses() {
 }
 
 /// Structural checks of a module that need no ptxas.
+fn label(c: &Compiled) -> String {
+    format!("{} [{} {} {}]", c.example, c.arch, c.direction.name(), choice_name(c.choice))
+}
+
 fn module_problems(c: &Compiled, m: &CompiledModule) -> Vec<String> {
     let mut p = Vec::new();
-    let what = format!("{} [{} {}]", c.example, c.arch, choice_name(c.choice));
+    let what = label(c);
+    if m.direction != c.direction {
+        p.push(format!("{what}: module says direction {}", m.direction));
+    }
+    if m.kernels.iter().any(|k| k.role.direction() != c.direction) {
+        p.push(format!("{what}: a kernel's role belongs to the other direction"));
+    }
     if m.arch != c.arch {
         p.push(format!("{what}: module says arch {}", m.arch));
     }
@@ -147,7 +164,7 @@ fn every_example_compiles_for_every_arch() {
     for c in compiled() {
         match &c.result {
             Ok(m) => failures.extend(module_problems(c, m)),
-            Err(e) => failures.push(format!("{} [{} {}]: {e}", c.example, c.arch, choice_name(c.choice))),
+            Err(e) => failures.push(format!("{}: {e}", label(c))),
         }
     }
     let total = compiled().len();
@@ -178,7 +195,7 @@ struct Assembled {
 }
 
 fn assemble_one(c: &Compiled, m: &CompiledModule, ptxas_path: &std::path::Path) -> Assembled {
-    let label = format!("{} [{} {}]", c.example, c.arch, choice_name(c.choice));
+    let label = label(c);
     let mut a = Assembled {
         label: label.clone(),
         family: m.family,
@@ -299,7 +316,7 @@ fn every_example_assembles_without_spills() {
     let mut table = String::from("\nptxas resources per example (ptxas -v):\n");
     table.push_str(&format!(
         "{:<44} {:<9} {:<40} {:>5} {:>8} {:>9} {:>9}\n",
-        "example [arch choice]", "family", "kernel", "regs", "spill B", "smem B", "dyn smem"
+        "example [arch pass choice]", "family", "kernel", "regs", "spill B", "smem B", "dyn smem"
     ));
     let mut problems = Vec::new();
     for (_, a) in &results {
@@ -320,4 +337,25 @@ fn every_example_assembles_without_spills() {
     say(&table);
     assert_eq!(results.len(), jobs.len(), "an assembly worker died");
     assert!(problems.is_empty(), "{} problems:\n{}", problems.len(), problems.join("\n"));
+}
+
+/// Paged KV and split-KV are inference layouts: asking for their backward is an error that
+/// names the layout, never a kernel.
+#[test]
+fn inference_layouts_have_no_backward() {
+    let mut checked = 0;
+    for (name, spec) in parsed() {
+        let Ok(spec) = spec else { continue };
+        let Some(why) = attnc::lower::compile::pass_unsupported_reason(spec, Direction::Backward) else { continue };
+        let opts = CompileOptions::new(Arch::Sm90a).direction(Direction::Backward);
+        match attnc::compile(spec, &opts) {
+            Ok(_) => panic!("{name}: a backward compiled for an inference layout"),
+            Err(e) => {
+                let msg = e.to_string();
+                assert!(msg.contains("no backward pass") && msg.contains(&why), "{name}: {msg}");
+            }
+        }
+        checked += 1;
+    }
+    assert!(checked >= 2, "the examples should include paged or split-KV variants");
 }

@@ -19,6 +19,11 @@ pub struct SelftestArgs {
     /// Kernel family: auto (what the dispatcher picks), portable, hopper or blackwell.
     #[arg(long, default_value = "auto")]
     family: String,
+    /// Skip the gradient check (by default every case of a variant with a backward also
+    /// checks dQ, dK, dV, dsinks and learnable aux gradients against the f64 reference,
+    /// and each variant's first shape the deterministic mode's repeatability).
+    #[arg(long)]
+    no_grads: bool,
     /// Also write the report as JSON here.
     #[arg(long, value_name = "PATH")]
     json: Option<PathBuf>,
@@ -35,8 +40,8 @@ pub struct BenchArgs {
     /// Fewer shapes (prefill 1k and 8k, decode batch 1 and 64 at 32k).
     #[arg(long)]
     quick: bool,
-    /// Parts to run, comma-separated: ceilings, prefill, decode, compile.
-    #[arg(long, value_delimiter = ',', default_value = "ceilings,prefill,decode,compile")]
+    /// Parts to run, comma-separated: ceilings, prefill, backward, decode, compile.
+    #[arg(long, value_delimiter = ',', default_value = "ceilings,prefill,backward,decode,compile")]
     suites: Vec<String>,
     /// CUDA device ordinal.
     #[arg(long, default_value_t = 0)]
@@ -98,6 +103,7 @@ pub fn selftest(args: &SelftestArgs) -> Result<(), Reported> {
         quick: args.quick,
         filter: args.filter.clone(),
         family: args.family.clone(),
+        grads: !args.no_grads,
         ..Default::default()
     };
     let report = selftest::run(&rt, &specs, &opts);
@@ -119,7 +125,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), Reported> {
         println!("{}", bench::probe_line(&probe));
         return Ok(());
     }
-    let known = ["ceilings", "prefill", "decode", "compile"];
+    let known = ["ceilings", "prefill", "backward", "decode", "compile"];
     if let Some(bad) = args.suites.iter().find(|s| !known.contains(&s.as_str())) {
         eprintln!("error: unknown suite `{bad}`: expected {}", known.join(", "));
         return Err(Reported);
@@ -131,12 +137,14 @@ pub fn bench(args: &BenchArgs) -> Result<(), Reported> {
         disk_probe_command: Some(vec![exe, "bench".into(), "--disk-probe".into()]),
         ceilings: has("ceilings"),
         prefill: has("prefill"),
+        backward: has("backward"),
         decode: has("decode"),
         compile: has("compile"),
         ..Default::default()
     };
     if args.quick {
         opts.prefill_seqlens = vec![1024, 8192];
+        opts.backward_seqlens = vec![1024, 8192];
         opts.decode_batches = vec![1, 64];
         opts.decode_seqlens_k = vec![32768];
     }

@@ -42,11 +42,12 @@ enum Command {
     /// per kernel; fails on spills, ptxas errors or blown budgets.
     Check(CheckArgs),
     /// Run every variant on the GPU against the f64 reference over a matrix of shapes
-    /// (odd lengths, seqlen_q != seqlen_k, varlen, GQA, page sizes, splits); prints a
-    /// table, optionally JSON; fails if any case fails.
+    /// (odd lengths, seqlen_q != seqlen_k, varlen, GQA, page sizes, splits), forward and,
+    /// for variants that train, the gradients; prints a table, optionally JSON; fails if
+    /// any case fails.
     Selftest(gpu::SelftestArgs),
-    /// The benchmark protocol on the GPU: copy/GEMM ceilings, prefill TFLOP/s, decode
-    /// TB/s, compile times; table and JSON.
+    /// The benchmark protocol on the GPU: copy/GEMM ceilings, prefill and backward
+    /// TFLOP/s, decode TB/s, compile times; table and JSON.
     Bench(gpu::BenchArgs),
     /// The blackwell family's schedule for a variant: the FA4 cycle model per tile (MMA,
     /// shared memory, exponentials), the TMEM column map, warp roles with register
@@ -78,7 +79,7 @@ struct DumpArgs {
     family: FamilyChoice,
     /// Which pass: the forward, the backward, or all (the forward, then the backward
     /// where the variant has one; each module printed after a comment line naming it).
-    #[arg(long, value_enum, default_value_t = Pass::Fwd)]
+    #[arg(long, value_enum, default_value_t = Pass::All)]
     pass: Pass,
     /// What to print.
     #[arg(long, value_enum, default_value_t = Emit::Ptx)]
@@ -138,7 +139,7 @@ struct CheckArgs {
     family: FamilyChoice,
     /// Which pass: the forward, the backward (an error for a variant without one), or all
     /// (the forward, and the backward where the variant has one).
-    #[arg(long, value_enum, default_value_t = Pass::Fwd)]
+    #[arg(long, value_enum, default_value_t = Pass::All)]
     pass: Pass,
     /// Also print ptxas warnings and the full `ptxas -v` log.
     #[arg(short, long)]

@@ -31,6 +31,18 @@ impl Arch {
             Arch::Sm100a => "+ptx86",
         }
     }
+    /// Whether `red.global.add.v2.f32` (one vector atomic for two floats) exists: sm_90
+    /// and later, from PTX ISA 8.1 ([`Arch::vector_red_ptx_feature`]).
+    pub fn has_vector_red(self) -> bool {
+        self >= Arch::Sm90a
+    }
+    /// The PTX ISA feature a module with vector `red` needs.
+    pub fn vector_red_ptx_feature(self) -> &'static str {
+        match self {
+            Arch::Sm100a => "+ptx86",
+            _ => "+ptx81",
+        }
+    }
     /// Shared memory a CTA may use (opt-in maximum), in bytes.
     pub fn max_smem_per_block(self) -> u32 {
         match self {

@@ -25,4 +25,4 @@ pub mod variant;
 pub use arch::Arch;
 pub use compile::{compile, CompileOptions, FamilyChoice};
 pub use error::LowerError;
-pub use module::{CompileTimings, CompiledModule, Direction, FamilyKind, KernelInfo, KernelRole, TmaBox};
+pub use module::{CompileTimings, CompiledModule, Direction, FamilyKind, Grid, KernelInfo, KernelRole, TmaBox};

@@ -85,8 +85,13 @@ pub enum KernelRole {
     /// Backward main loop: dK and dV per KV tile, dQ accumulated in f32, gradients of
     /// sinks and learnable aux tensors.
     BackwardMain,
-    /// Backward, last kernel: the f32 dQ accumulator converted to the element type.
+    /// Backward: the f32 dQ accumulator converted to the element type.
     DqConvert,
+    /// Backward: the gradient of the sink logits, one reduction per head.
+    SinkGrad,
+    /// Backward, deterministic mode: the learnable aux tensors' gradients summed from
+    /// their per-(CTA, warp) partials in a fixed order.
+    AuxGradReduce,
 }
 
 impl KernelRole {
@@ -97,6 +102,8 @@ impl KernelRole {
             KernelRole::BackwardPreprocess => "backward preprocess",
             KernelRole::BackwardMain => "backward",
             KernelRole::DqConvert => "dQ convert",
+            KernelRole::SinkGrad => "sink gradient",
+            KernelRole::AuxGradReduce => "aux-gradient reduce",
         }
     }
 
@@ -104,7 +111,11 @@ impl KernelRole {
     pub fn direction(self) -> Direction {
         match self {
             KernelRole::Forward | KernelRole::Combine => Direction::Forward,
-            KernelRole::BackwardPreprocess | KernelRole::BackwardMain | KernelRole::DqConvert => Direction::Backward,
+            KernelRole::BackwardPreprocess
+            | KernelRole::BackwardMain
+            | KernelRole::DqConvert
+            | KernelRole::SinkGrad
+            | KernelRole::AuxGradReduce => Direction::Backward,
         }
     }
 }
@@ -144,6 +155,30 @@ fn one() -> u32 {
     1
 }
 
+/// How a kernel's grid follows from a launch (the runtime computes it from the
+/// validated shapes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Grid {
+    /// `(ceil(rows / block_m), heads, batch × splits)`: one CTA per query tile (with
+    /// pack_gqa `seqlen_q · G` packed rows and the KV heads).
+    QueryTiles,
+    /// `[min(work tiles, SMs × CTAs per SM), 1, 1]`: the CTAs walk the work tiles
+    /// (`ceil(rows / block_m) × heads × batch × splits`) themselves.
+    Persistent,
+    /// `(ceil(seqlen_q / block_m), q_heads, batch)`: `block_m` query rows per CTA.
+    Rows,
+    /// `(seqlen_pad / block_m, q_heads, batch)`: the rows of the backward's workspace
+    /// (`families::common::backward`), `block_m` per CTA.
+    WorkspaceRows,
+    /// `(key tiles of block_n keys — or the deterministic mode's column count —, kv_heads
+    /// × parts, batch)`: the backward main loop, `parts` CTAs per key tile.
+    KeyTiles { parts: u32 },
+    /// `(q_heads)`: one CTA per query head.
+    Heads,
+    /// `(ceil(Σ learnable aux elements / threads))`: one thread per aux-gradient element.
+    AuxElements,
+}
+
 /// One `.entry` of a module and how to launch it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct KernelInfo {
@@ -165,9 +200,7 @@ pub struct KernelInfo {
     pub params: Vec<String>,
     /// How to encode each `tensormap` parameter (empty for kernels without TMA).
     pub tensor_maps: Vec<TmaBox>,
-    /// A persistent kernel walks the work tiles (`ceil(rows / block_m) x heads x batch`)
-    /// itself: its grid is `[min(tiles, SMs x CTAs per SM), 1, 1]`, not one CTA a tile.
-    pub persistent: bool,
+    pub grid: Grid,
 }
 
 impl KernelInfo {

@@ -3,6 +3,10 @@
 //! - **Prefill**: bf16, 32768 tokens (batch = 32768 / seqlen), hidden 2048 (heads =
 //!   2048 / head_dim), head_dim 64 and 128, causal and not, seqlen 1k–16k. TFLOP/s with
 //!   FLOPs = 4·B·H·S²·D (halved when causal).
+//! - **Backward**: the prefill shapes; dQ, dK, dV from a given O, LSE and dO (the
+//!   preprocess, main and dQ-convert kernels, not the forward), FLOPs = 2.5 × the forward's;
+//!   the deterministic mode as its own rows. Checked against the f64 reference backward on
+//!   one head (seqlen ≤ 1024) and for finite gradients everywhere.
 //! - **Decode**: seqlen_q 1, 32 q heads, 8 KV heads, head_dim 128 (GQA packed, split-KV
 //!   auto), batch 1/8/64, seqlen_k 4096/32768, contiguous and paged KV (page 1/16/128).
 //!   TB/s = bytes of K and V read / time.
@@ -38,6 +42,7 @@ pub struct BenchOptions {
     /// Timed runs per configuration (the protocol wants ≥ 20).
     pub iters: usize,
     pub prefill: bool,
+    pub backward: bool,
     pub decode: bool,
     pub compile: bool,
     pub ceilings: bool,
@@ -46,6 +51,10 @@ pub struct BenchOptions {
     pub prefill_seqlens: Vec<usize>,
     /// (d_qk, d_v) pairs.
     pub prefill_head_dims: Vec<(u32, u32)>,
+    /// Backward seqlens (the prefill shapes otherwise) and whether to time the
+    /// deterministic mode too.
+    pub backward_seqlens: Vec<usize>,
+    pub backward_deterministic: bool,
     pub decode_batches: Vec<usize>,
     pub decode_seqlens_k: Vec<usize>,
     /// 0 = contiguous KV, else the page size.
@@ -66,6 +75,7 @@ impl Default for BenchOptions {
             warmup: 5,
             iters: 25,
             prefill: true,
+            backward: true,
             decode: true,
             compile: true,
             ceilings: true,
@@ -73,6 +83,8 @@ impl Default for BenchOptions {
             hidden: 2048,
             prefill_seqlens: vec![1024, 2048, 4096, 8192, 16384],
             prefill_head_dims: vec![(64, 64), (128, 128)],
+            backward_seqlens: vec![1024, 2048, 4096, 8192, 16384],
+            backward_deterministic: true,
             decode_batches: vec![1, 8, 64],
             decode_seqlens_k: vec![4096, 32768],
             decode_page_sizes: vec![0, 1, 16, 128],
@@ -133,6 +145,25 @@ pub struct PrefillResult {
 }
 
 #[derive(Clone, Debug, Serialize)]
+pub struct BackwardResult {
+    pub head_dim: (u32, u32),
+    pub causal: bool,
+    pub deterministic: bool,
+    pub seqlen: usize,
+    pub batch: usize,
+    pub heads: usize,
+    pub time: TimeStats,
+    /// 2.5 × the forward's FLOPs / time.
+    pub tflops: f64,
+    pub fraction_of_gemm: Option<f64>,
+    /// Worst rel-L2 of dQ, dK, dV of one head against the f64 reference (short seqlens).
+    pub check_rel_l2: Option<f64>,
+    pub ok: bool,
+    pub error: Option<String>,
+    pub receipt: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
 pub struct DecodeResult {
     pub batch: usize,
     pub seqlen_k: usize,
@@ -178,6 +209,7 @@ pub struct BenchReport {
     pub ceilings: Ceilings,
     pub compile: Option<CompileTimes>,
     pub prefill: Vec<PrefillResult>,
+    pub backward: Vec<BackwardResult>,
     pub decode: Vec<DecodeResult>,
     pub seconds: f64,
     pub notes: Vec<String>,
@@ -189,7 +221,7 @@ impl BenchReport {
     }
     /// Did every checked configuration pass its reference check?
     pub fn ok(&self) -> bool {
-        self.prefill.iter().all(|p| p.ok) && self.decode.iter().all(|d| d.ok)
+        self.prefill.iter().all(|p| p.ok) && self.backward.iter().all(|b| b.ok) && self.decode.iter().all(|d| d.ok)
     }
     pub fn table(&self) -> String {
         let mut s = String::new();
@@ -230,6 +262,29 @@ impl BenchReport {
                     "{:>8} {:>6} {:>6} {:>5} {:>6} {:>10.4} {:>9.1} {:>7} {:>9}  {}\n",
                     format!("{}/{}", p.head_dim.0, p.head_dim.1),
                     p.causal,
+                    p.seqlen,
+                    p.batch,
+                    p.heads,
+                    p.time.median_ms,
+                    p.tflops,
+                    p.fraction_of_gemm.map_or("-".into(), |f| format!("{:.1}%", 100.0 * f)),
+                    p.check_rel_l2.map_or("-".into(), |e| format!("{e:.1e}")),
+                    if p.ok { "ok" } else { p.error.as_deref().unwrap_or("FAIL") }
+                ));
+            }
+        }
+        if !self.backward.is_empty() {
+            s.push_str("\nbackward (bf16, 32k tokens, hidden 2048; dQ, dK, dV incl. preprocess; FLOPs 2.5x forward)\n");
+            s.push_str(&format!(
+                "{:>8} {:>6} {:>5} {:>6} {:>5} {:>6} {:>10} {:>9} {:>7} {:>9}  ok\n",
+                "hdim", "causal", "det", "seqlen", "batch", "heads", "median_ms", "TFLOP/s", "%gemm", "check"
+            ));
+            for p in &self.backward {
+                s.push_str(&format!(
+                    "{:>8} {:>6} {:>5} {:>6} {:>5} {:>6} {:>10.4} {:>9.1} {:>7} {:>9}  {}\n",
+                    format!("{}/{}", p.head_dim.0, p.head_dim.1),
+                    p.causal,
+                    p.deterministic,
                     p.seqlen,
                     p.batch,
                     p.heads,
@@ -709,6 +764,138 @@ fn run_prefill(rt: &Runtime, h: &Helpers, opts: &BenchOptions, gemm: Option<f64>
 }
 
 // ---------------------------------------------------------------------------------------
+// Backward.
+
+/// dQ, dK, dV of head `h` of batch entry 0 against the f64 reference backward (the
+/// spec's one-head twin: a causal or full mask does not mix heads).
+#[allow(clippy::too_many_arguments)]
+fn check_backward(
+    rt: &Runtime,
+    spec: &Spec,
+    t: [&Tensor; 4],
+    g: [&Tensor; 3],
+    s: usize,
+    h: usize,
+) -> Result<f64, RuntimeError> {
+    let [q, k, v, d_out] = t;
+    let (h_n, d, dv) = (spec.q_heads as usize, spec.head_dim_qk as usize, spec.head_dim_v as usize);
+    let mut one = spec.clone();
+    one.q_heads = 1;
+    one.kv_heads = 1;
+    // Head h of entry 0, as `[s, 1, d]`.
+    let head = |t: &Tensor, dd: usize| -> Result<Vec<f64>, RuntimeError> {
+        let all = read_rows(rt, t, h_n * dd, 0, s)?;
+        Ok((0..s).flat_map(|i| all[(i * h_n + h) * dd..][..dd].to_vec()).collect())
+    };
+    let inputs = Inputs {
+        seqs: vec![Sequence { seqlen_q: s, seqlen_k: s, q: head(q, d)?, k: head(k, d)?, v: head(v, dv)? }],
+        params: vec![],
+        aux: vec![],
+        sinks: None,
+    };
+    let want = attnc_ir::reference::reference_backward(&one, &inputs, &[head(d_out, dv)?])
+        .map_err(|e| RuntimeError::Other(format!("reference: {e}")))?;
+    let w = &want.seqs[0];
+    let e = [rel_l2(&head(g[0], d)?, &w.dq), rel_l2(&head(g[1], d)?, &w.dk), rel_l2(&head(g[2], dv)?, &w.dv)];
+    Ok(e.into_iter().fold(0.0, f64::max))
+}
+
+fn run_backward(rt: &Runtime, h: &Helpers, opts: &BenchOptions, gemm: Option<f64>, out: &mut Vec<BackwardResult>) {
+    let dets: &[bool] = if opts.backward_deterministic { &[false, true] } else { &[false] };
+    for &(dqk, dv) in &opts.prefill_head_dims {
+        for causal in [false, true] {
+            for &s in &opts.backward_seqlens {
+                for &det in dets {
+                    let heads = opts.hidden / dqk as usize;
+                    let batch = (opts.total_tokens / s).max(1);
+                    let mut r = BackwardResult {
+                        head_dim: (dqk, dv),
+                        causal,
+                        deterministic: det,
+                        seqlen: s,
+                        batch,
+                        heads,
+                        time: TimeStats::default(),
+                        tflops: 0.0,
+                        fraction_of_gemm: None,
+                        check_rel_l2: None,
+                        ok: false,
+                        error: None,
+                        receipt: None,
+                    };
+                    let res = (|| -> Result<(), RuntimeError> {
+                        let spec = prefill_spec(dqk, dv, heads as u32, causal);
+                        let kernel = rt.kernel(&spec)?;
+                        let shape_qk = [batch, s, heads, dqk as usize];
+                        let shape_v = [batch, s, heads, dv as usize];
+                        let q = rt.alloc(ElemType::Bf16, &shape_qk)?;
+                        let k = rt.alloc(ElemType::Bf16, &shape_qk)?;
+                        let v = rt.alloc(ElemType::Bf16, &shape_v)?;
+                        let d_out = rt.alloc(ElemType::Bf16, &shape_v)?;
+                        let mut o = rt.alloc(ElemType::Bf16, &shape_v)?;
+                        let mut lse = rt.alloc(ElemType::F32, &[batch, heads, s])?;
+                        h.fill_normal(rt, &q, 1, 1.0)?;
+                        h.fill_normal(rt, &k, 2, 1.0)?;
+                        h.fill_normal(rt, &v, 3, 1.0)?;
+                        h.fill_normal(rt, &d_out, 4, 1.0)?;
+                        kernel.forward_lse(&q, &k, &v, &mut o, &mut lse, &Params::default())?;
+                        let mut dq = rt.alloc(ElemType::Bf16, &shape_qk)?;
+                        let mut dk = rt.alloc(ElemType::Bf16, &shape_qk)?;
+                        let mut dvt = rt.alloc(ElemType::Bf16, &shape_v)?;
+                        for x in [&dq, &dk, &dvt] {
+                            rt.fill_nan(x)?;
+                        }
+                        let p = Params::default().deterministic(det);
+                        let grads = crate::backward::Gradients { dq: &mut dq, dk: &mut dk, dv: &mut dvt };
+                        let receipt = kernel.backward(&q, &k, &v, &o, &lse, &d_out, grads, &p)?;
+                        rt.synchronize()?;
+                        r.receipt = Some(receipt.to_string());
+                        let mut failed = None;
+                        if opts.check {
+                            let finite = [&dq, &dk, &dvt]
+                                .into_iter()
+                                .map(|x| rt.download::<half::bf16>(x).map(|v| v.iter().all(|e| e.is_finite())))
+                                .collect::<Result<Vec<bool>, _>>()?;
+                            if finite.contains(&false) {
+                                failed = Some(RuntimeError::Other("non-finite gradients".into()));
+                            } else if s <= 1024 {
+                                let e =
+                                    check_backward(rt, &spec, [&q, &k, &v, &d_out], [&dq, &dk, &dvt], s, heads - 1)?;
+                                r.check_rel_l2 = Some(e);
+                                if e.is_nan() || e > 2e-2 {
+                                    failed =
+                                        Some(RuntimeError::Other(format!("reference check failed: rel_l2 {e:.3e}")));
+                                }
+                            }
+                        }
+                        r.time = time_gpu(rt.gpu(), opts.warmup, opts.iters, || {
+                            let grads = crate::backward::Gradients { dq: &mut dq, dk: &mut dk, dv: &mut dvt };
+                            kernel.backward(&q, &k, &v, &o, &lse, &d_out, grads, &p).map(|_| ())
+                        })?;
+                        let fwd = 4.0 * batch as f64 * heads as f64 * (s as f64).powi(2) * f64::from(dqk + dv) / 2.0
+                            * if causal { 0.5 } else { 1.0 };
+                        r.tflops = 2.5 * fwd / (r.time.median_ms * 1e-3) / 1e12;
+                        r.fraction_of_gemm = gemm.map(|g| r.tflops / g);
+                        failed.map_or(Ok(()), Err)
+                    })();
+                    r.ok = res.is_ok();
+                    r.error = res.err().map(|e| e.to_string());
+                    if opts.progress {
+                        eprintln!(
+                            "backward d={dqk}/{dv} causal={causal} deterministic={det} seqlen={s}: {:.4} ms, {:.1} TFLOP/s{}",
+                            r.time.median_ms,
+                            r.tflops,
+                            r.error.as_ref().map_or(String::new(), |e| format!(" ERROR {e}"))
+                        );
+                    }
+                    out.push(r);
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
 // Decode.
 
 fn check_decode(
@@ -1027,6 +1214,10 @@ pub fn run(rt: &Runtime, opts: &BenchOptions) -> Result<BenchReport, RuntimeErro
     if opts.prefill {
         run_prefill(rt, &helpers, opts, ceilings.gemm_tflops, &mut prefill);
     }
+    let mut backward = Vec::new();
+    if opts.backward {
+        run_backward(rt, &helpers, opts, ceilings.gemm_tflops, &mut backward);
+    }
     let mut decode = Vec::new();
     if opts.decode {
         run_decode(rt, &helpers, opts, ceilings.copy_tb_s, &mut decode);
@@ -1039,6 +1230,7 @@ pub fn run(rt: &Runtime, opts: &BenchOptions) -> Result<BenchReport, RuntimeErro
         ceilings,
         compile,
         prefill,
+        backward,
         decode,
         seconds: t0.elapsed().as_secs_f64(),
         notes,

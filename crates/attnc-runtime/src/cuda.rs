@@ -25,7 +25,6 @@ pub enum ArgValue {
     TensorMap(TensorMapArg),
 }
 
-
 /// Is libcuda loadable on this machine?
 pub fn driver_present() -> bool {
     // SAFETY: only tries to dlopen the library names.

@@ -21,13 +21,13 @@ use crate::cache::{pack_sections, unpack_sections, CacheKey, Producer};
 use crate::cuda::{Function, Gpu, Image, Module};
 use crate::error::RuntimeError;
 use attnc_ir::Spec;
-use attnc_lower::{CompileOptions, Direction, FamilyChoice, KernelInfo, KernelRole, TmaBox};
+use attnc_lower::{CompileOptions, Direction, FamilyChoice, Grid, KernelInfo, KernelRole, TmaBox};
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
 /// Version of the payload layout below.
 /// 2: `KernelMeta::tensor_maps` (entries of format 1 are rebuilt, not misread).
-/// 3: typed kernel roles and notes, the module's direction.
+/// 3: typed kernel roles and notes, the module's direction, typed grids.
 pub const PAYLOAD_FORMAT: &str = "attnc-jit-payload-3";
 
 /// attnc's version, as it enters cache keys.
@@ -62,6 +62,7 @@ pub fn kernel_key(
         ("spec", spec.cache_key()),
         // A tuning override changes the code for the same spec (dev sweeps only).
         ("hopper_tune", attnc_lower::families::hopper::config::tune_override().unwrap_or_default()),
+        ("portable_bwd_tune", attnc_lower::families::portable::config::bwd_tune_override().unwrap_or_default()),
         ("compiler", external_ptxas().map(|(_, v)| format!("ptxas {v}")).unwrap_or_else(|| "driver".into())),
     ])
 }
@@ -103,9 +104,8 @@ pub struct KernelMeta {
     /// [`crate::tma`]); empty for kernels without TMA.
     #[serde(default)]
     pub tensor_maps: Vec<TmaBox>,
-    /// Launched as a persistent grid (see `KernelInfo::persistent`).
-    #[serde(default)]
-    pub persistent: bool,
+    /// How its grid follows from the launch (see `attnc_lower::Grid`).
+    pub grid: Grid,
 }
 
 impl From<&KernelInfo> for KernelMeta {
@@ -120,7 +120,7 @@ impl From<&KernelInfo> for KernelMeta {
             block_n: k.block_n,
             params: k.params.clone(),
             tensor_maps: k.tensor_maps.clone(),
-            persistent: k.persistent,
+            grid: k.grid,
         }
     }
 }

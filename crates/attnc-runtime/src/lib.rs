@@ -28,9 +28,11 @@
 //!   driver's `cuTensorMapEncodeTiled`;
 //! - [`split`] — the split-KV heuristic;
 //! - [`runtime`] — [`Runtime`], [`Kernel`], [`Params`];
+//! - [`backward`] — [`Kernel::backward`]: its validation, workspace and kernel sequence;
 //! - [`receipt`] — [`Receipt`];
 //! - [`selftest`], [`bench`] — the library halves of `attnc selftest` and `attnc bench`.
 
+pub mod backward;
 pub mod bench;
 pub mod cache;
 pub mod cuda;
@@ -48,6 +50,7 @@ pub mod tensor_map;
 pub mod tma;
 pub mod validate;
 
+pub use backward::Gradients;
 pub use cache::{CacheConfig, CacheSource, CacheStats};
 pub use cuda::{driver_present, DeviceInfo};
 pub use error::{RuntimeError, ValidationError};

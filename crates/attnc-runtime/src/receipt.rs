@@ -2,6 +2,7 @@
 //! fast path ran; the receipt does.
 
 use crate::cache::CacheSource;
+use attnc_lower::Direction;
 use serde::Serialize;
 use std::fmt;
 
@@ -22,15 +23,19 @@ pub struct KernelConfig {
 /// GPU times of one launch (CUDA events), milliseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Timings {
-    pub forward_ms: f64,
+    /// The direction's main kernel (forward, or backward main loop).
+    pub main_ms: f64,
+    /// The split-KV combine after a forward.
     pub combine_ms: Option<f64>,
+    /// Everything the call launched (a backward's preprocess, convert and reductions too).
     pub total_ms: f64,
 }
 
-/// What one `forward` did.
+/// What one `forward` or `backward` did.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Receipt {
     pub spec: String,
+    pub direction: Direction,
     /// The family asked for ("auto" or a family name).
     pub requested: String,
     /// The family that ran.
@@ -53,6 +58,8 @@ pub struct Receipt {
     pub fallback_reason: Option<String>,
     /// Set when nothing was launched (no batch entry or no query row).
     pub skipped: Option<String>,
+    /// Backward: whether dQ and the aux gradients were accumulated in the fixed order.
+    pub deterministic: Option<bool>,
     pub timings: Option<Timings>,
 }
 
@@ -61,8 +68,8 @@ impl fmt::Display for Receipt {
         let c = &self.config;
         write!(
             f,
-            "{}: ran {} (requested {}) on {} [{}]",
-            self.spec, self.executed, self.requested, self.arch, self.device
+            "{} {}: ran {} (requested {}) on {} [{}]",
+            self.spec, self.direction, self.executed, self.requested, self.arch, self.device
         )?;
         write!(f, "; {}x{} tiles, {} threads, {} B smem", c.block_m, c.block_n, c.threads, c.smem_bytes)?;
         if let Some(r) = c.registers {
@@ -70,6 +77,9 @@ impl fmt::Display for Receipt {
         }
         write!(f, ", {} CTA/SM", c.ctas_per_sm)?;
         write!(f, "; grid {:?}; splits {} ({})", self.grid, self.num_splits, self.split_reason)?;
+        if let Some(d) = self.deterministic {
+            write!(f, "; {}", if d { "deterministic" } else { "atomic accumulation" })?;
+        }
         write!(f, "; batch {}, seqlen_q {}, seqlen_k {}", self.batch, self.max_seqlen_q, self.max_seqlen_k)?;
         write!(f, "; {} from {}", self.image, self.kernel_source)?;
         match &self.fallback_reason {
@@ -82,7 +92,7 @@ impl fmt::Display for Receipt {
         if let Some(t) = &self.timings {
             write!(f, "; {:.4} ms", t.total_ms)?;
             if let Some(c) = t.combine_ms {
-                write!(f, " (forward {:.4} + combine {c:.4})", t.forward_ms)?;
+                write!(f, " (forward {:.4} + combine {c:.4})", t.main_ms)?;
             }
         }
         Ok(())

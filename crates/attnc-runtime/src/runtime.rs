@@ -1,16 +1,16 @@
 //! The runtime: a device, its kernel cache, tensors, and validated launches.
 
 use crate::cache::{Cache, CacheConfig, CacheSource, CacheStats};
+use crate::cuda::ArgValue;
 use crate::cuda::{DeviceBuffer, DeviceInfo, Gpu, Image};
 use crate::error::RuntimeError;
 use crate::jit::{kernel_key, KernelProducer, LoadedKernel};
 use crate::receipt::{KernelConfig, Receipt, Timings};
 use crate::tensor::{contiguous_strides, ElemType, Element, IndexTensor, Tensor};
-use crate::cuda::ArgValue;
 use crate::validate::{marshal, plan, KernelShape, LaunchDescs, LaunchPlan, ParamValue};
 use attnc_ir::Spec;
-use attnc_lower::{Arch, Direction, FamilyChoice, KernelRole};
-use std::sync::{Arc, Mutex};
+use attnc_lower::{Arch, Direction, FamilyChoice, Grid, KernelRole};
+use std::sync::{Arc, Mutex, OnceLock};
 
 pub(crate) struct Inner {
     pub(crate) gpu: Gpu,
@@ -20,7 +20,7 @@ pub(crate) struct Inner {
     workspace: Mutex<Option<Arc<DeviceBuffer>>>,
 }
 
-type WorkspaceGuard<'a> = std::sync::MutexGuard<'a, Option<Arc<DeviceBuffer>>>;
+pub(crate) type WorkspaceGuard<'a> = std::sync::MutexGuard<'a, Option<Arc<DeviceBuffer>>>;
 
 /// A CUDA device with attnc's JIT. Cheap to clone (shared).
 #[derive(Clone)]
@@ -88,14 +88,24 @@ impl Runtime {
             block_n: fwd.block_n,
             combine_block_m: loaded.meta.combine().map(|c| c.block_m),
             ctas_per_sm: loaded.main_ctas_per_sm,
-            persistent: fwd.persistent,
+            persistent: fwd.grid == Grid::Persistent,
         };
-        Ok(Kernel { rt: self.clone(), spec: spec.clone(), loaded, source, shape, key })
+        Ok(Kernel {
+            rt: self.clone(),
+            spec: spec.clone(),
+            family,
+            loaded,
+            source,
+            shape,
+            key,
+            lse_forward: Arc::new(OnceLock::new()),
+            backward: Arc::new(OnceLock::new()),
+        })
     }
 
     /// The loaded module of `direction` of `spec`: compiled once, then served from the
     /// memory or disk cache; with where it came from and its cache key (hex).
-    fn module(
+    pub(crate) fn module(
         &self,
         spec: &Spec,
         family: FamilyChoice,
@@ -213,7 +223,7 @@ impl Runtime {
         self.inner.gpu.synchronize()
     }
 
-    fn workspace(&self, bytes: usize) -> Result<(WorkspaceGuard<'_>, u64), RuntimeError> {
+    pub(crate) fn workspace(&self, bytes: usize) -> Result<(WorkspaceGuard<'_>, u64), RuntimeError> {
         let mut g = self.inner.workspace.lock().unwrap_or_else(|e| e.into_inner());
         let ok = g.as_ref().is_some_and(|b| b.bytes() >= bytes);
         if !ok {
@@ -248,6 +258,14 @@ pub struct Params<'a> {
     pub num_splits: Option<u32>,
     /// Time the launch with CUDA events (waits for it); the receipt carries the times.
     pub timing: bool,
+    /// Backward, specs with sinks: f32 `[q_heads]`, the sinks' gradient (written).
+    pub dsinks: Option<&'a Tensor>,
+    /// Backward: f32 gradient tensors of the learnable aux tensors, by name, each of its
+    /// aux tensor's shape (written).
+    pub aux_grads: Vec<(String, &'a Tensor)>,
+    /// Backward: bitwise-identical dQ and aux gradients on every run (fixed accumulation
+    /// order; docs/backward.md gives the cost).
+    pub deterministic: bool,
 }
 
 impl<'a> Params<'a> {
@@ -285,17 +303,35 @@ impl<'a> Params<'a> {
         self.timing = true;
         self
     }
+    pub fn dsinks(mut self, t: &'a Tensor) -> Self {
+        self.dsinks = Some(t);
+        self
+    }
+    pub fn aux_grad(mut self, name: &str, t: &'a Tensor) -> Self {
+        self.aux_grads.push((name.into(), t));
+        self
+    }
+    pub fn deterministic(mut self, on: bool) -> Self {
+        self.deterministic = on;
+        self
+    }
 }
 
 /// A compiled kernel of one spec on one device.
 #[derive(Clone)]
 pub struct Kernel {
-    rt: Runtime,
-    spec: Spec,
-    loaded: Arc<LoadedKernel>,
+    pub(crate) rt: Runtime,
+    pub(crate) spec: Spec,
+    /// The family choice it was made with; the backward resolves its family with it.
+    pub(crate) family: FamilyChoice,
+    pub(crate) loaded: Arc<LoadedKernel>,
     source: CacheSource,
     shape: KernelShape,
     key: String,
+    /// Loaded on first use: the forward of the spec with `lse` on (training needs the
+    /// LSE of specs that do not ask for it), and the backward module.
+    lse_forward: Arc<OnceLock<Kernel>>,
+    pub(crate) backward: Arc<OnceLock<(Arc<LoadedKernel>, CacheSource)>>,
 }
 
 impl std::fmt::Debug for Kernel {
@@ -350,7 +386,9 @@ impl Kernel {
         self.run(q, k, v, out, None, params)
     }
 
-    /// [`Kernel::forward`] that also writes the LSE (specs with `lse`).
+    /// [`Kernel::forward`] that also writes the LSE, f32 `[batch, q_heads, seqlen_q]`
+    /// (varlen `[q_heads, total_q]`): what [`Kernel::backward`] needs. For a spec without
+    /// `lse`, the same spec with `lse` on is compiled (once, cached) and runs.
     pub fn forward_lse(
         &self,
         q: &Tensor,
@@ -360,7 +398,23 @@ impl Kernel {
         lse: &mut Tensor,
         params: &Params,
     ) -> Result<Receipt, RuntimeError> {
-        self.run(q, k, v, out, Some(lse), params)
+        if self.spec.lse {
+            return self.run(q, k, v, out, Some(lse), params);
+        }
+        self.lse_forward()?.run(q, k, v, out, Some(lse), params)
+    }
+
+    /// The kernel of this spec with `lse` on (loaded on first use).
+    fn lse_forward(&self) -> Result<&Kernel, RuntimeError> {
+        if let Some(k) = self.lse_forward.get() {
+            return Ok(k);
+        }
+        let mut spec = self.spec.clone();
+        spec.lse = true;
+        let k = self.rt.kernel_with(&spec, self.family)?;
+        // A racing caller may have set it first: either is the same module.
+        let _ = self.lse_forward.set(k);
+        self.lse_forward.get().ok_or_else(|| RuntimeError::Other("the LSE forward did not load".into()))
     }
 
     /// Validates a launch without running it.
@@ -416,6 +470,7 @@ impl Kernel {
         let fwd = meta.forward().ok_or_else(|| RuntimeError::Abi("no forward kernel".into()))?;
         let mut receipt = Receipt {
             spec: self.spec.name.clone(),
+            direction: Direction::Forward,
             requested: meta.requested.clone(),
             executed: meta.family.clone(),
             arch: meta.arch.clone(),
@@ -443,6 +498,7 @@ impl Kernel {
             combine_grid: plan.combine_grid,
             fallback_reason: meta.fallback_reason.clone(),
             skipped: None,
+            deterministic: None,
             timings: None,
         };
         if plan.empty {
@@ -499,7 +555,7 @@ impl Kernel {
             let f = f64::from(gpu.elapsed_ms(a, b)?);
             let total = f64::from(gpu.elapsed_ms(a, c)?);
             receipt.timings =
-                Some(Timings { forward_ms: f, combine_ms: combine.as_ref().map(|_| total - f), total_ms: total });
+                Some(Timings { main_ms: f, combine_ms: combine.as_ref().map(|_| total - f), total_ms: total });
         }
         drop(ws_guard);
         Ok(receipt)

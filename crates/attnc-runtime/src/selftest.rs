@@ -48,6 +48,10 @@ pub struct SelftestOptions {
     /// The family to run (`auto`, `portable`, `hopper`, `blackwell`): a fallback
     /// family can be tested on a GPU where auto picks a faster one.
     pub family: String,
+    /// Also check the backward (every case of a variant that has one).
+    pub grads: bool,
+    /// Bound on each gradient's relative L2 error.
+    pub tol_grad_rel_l2: f64,
 }
 
 impl Default for SelftestOptions {
@@ -62,6 +66,8 @@ impl Default for SelftestOptions {
             filter: None,
             progress: true,
             family: "auto".into(),
+            grads: true,
+            tol_grad_rel_l2: 2e-2,
         }
     }
 }
@@ -92,6 +98,31 @@ pub struct CaseResult {
     pub receipt: Option<Receipt>,
     pub reference_ms: f64,
     pub gpu_ms: Option<f64>,
+    /// The gradient check (variants with a backward).
+    pub grad: Option<GradResult>,
+}
+
+/// One case's gradient check: each gradient's worst relative L2 error over the
+/// sequences against `attnc_ir::reference_backward`.
+#[derive(Clone, Debug, Serialize)]
+pub struct GradResult {
+    pub dq: f64,
+    pub dk: f64,
+    pub dv: f64,
+    pub dsinks: Option<f64>,
+    /// Per learnable aux tensor.
+    pub daux: Vec<(String, f64)>,
+    /// The largest of the above.
+    pub max: f64,
+    /// Non-finite gradients where the reference is finite.
+    pub nonfinite: usize,
+    /// Deterministic mode run twice: whether every gradient was bitwise identical (and
+    /// within the bound); `None` where not run.
+    pub deterministic_identical: Option<bool>,
+    pub deterministic_max: Option<f64>,
+    pub receipt: Option<Receipt>,
+    pub reference_ms: f64,
+    pub gpu_ms: Option<f64>,
 }
 
 /// The whole run.
@@ -103,6 +134,9 @@ pub struct SelftestReport {
     pub options: SelftestOptions,
     pub passed: usize,
     pub failed: usize,
+    /// Cases whose gradients were checked, and the largest gradient rel-L2 seen.
+    pub grad_cases: usize,
+    pub max_grad_rel_l2: Option<f64>,
     pub seconds: f64,
     pub cache: crate::cache::CacheStats,
     pub cases: Vec<CaseResult>,
@@ -119,29 +153,42 @@ impl SelftestReport {
     pub fn table(&self) -> String {
         let mut s = String::new();
         s.push_str(&format!(
-            "{:<4} {:<28} {:<44} {:>6} {:>9} {:>9} {:>4} {:>9}\n",
-            "", "spec", "case", "splits", "rel_l2", "lse_err", "nan", "gpu_ms"
+            "{:<4} {:<28} {:<44} {:>6} {:>9} {:>9} {:>4} {:>9} {:>9} {:>3}\n",
+            "", "spec", "case", "splits", "rel_l2", "lse_err", "nan", "gpu_ms", "grad_l2", "det"
         ));
         for c in &self.cases {
             let f = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.2e}"));
+            let g = c.grad.as_ref();
             s.push_str(&format!(
-                "{:<4} {:<28} {:<44} {:>6} {:>9} {:>9} {:>4} {:>9}\n",
+                "{:<4} {:<28} {:<44} {:>6} {:>9} {:>9} {:>4} {:>9} {:>9} {:>3}\n",
                 if c.ok { "PASS" } else { "FAIL" },
                 trunc(&c.spec, 28),
                 trunc(&c.case, 44),
                 c.num_splits.map_or("-".into(), |n| n.to_string()),
                 f(c.rel_l2),
                 f(c.lse_err),
-                c.nonfinite,
+                c.nonfinite + g.map_or(0, |g| g.nonfinite),
                 c.gpu_ms.map_or("-".into(), |v| format!("{v:.3}")),
+                f(g.map(|g| g.max)),
+                match g.and_then(|g| g.deterministic_identical) {
+                    Some(true) => "=",
+                    Some(false) => "DIF",
+                    None => "-",
+                },
             ));
             if let Some(e) = &c.error {
                 s.push_str(&format!("     error: {}\n", e.lines().next().unwrap_or("")));
             }
         }
         s.push_str(&format!(
-            "{} passed, {} failed ({} on {}, {:.1} s)\n",
-            self.passed, self.failed, self.device.arch, self.device.name, self.seconds
+            "{} passed, {} failed ({} on {}, {:.1} s); gradients checked in {} cases, max rel-L2 {}\n",
+            self.passed,
+            self.failed,
+            self.device.arch,
+            self.device.name,
+            self.seconds,
+            self.grad_cases,
+            self.max_grad_rel_l2.map_or("-".into(), |v| format!("{v:.2e}"))
         ));
         s
     }
@@ -180,6 +227,8 @@ pub struct CasePlan {
     pub seqlens: Vec<(usize, usize)>,
     pub splits: SplitReq,
     pub shrunk: bool,
+    /// The variant's first shape (the deterministic backward is checked there).
+    pub first_shape: bool,
 }
 
 /// The spec with at most `max_kv` KV heads and the same group size.
@@ -310,6 +359,7 @@ pub fn plan_cases(spec: &Spec, opts: &SelftestOptions) -> Vec<CasePlan> {
                     seqlens: seqlens.clone(),
                     splits: r,
                     shrunk,
+                    first_shape: si == 0,
                 });
             }
         }
@@ -364,6 +414,7 @@ pub fn run(rt: &Runtime, specs: &[Spec], opts: &SelftestOptions) -> SelftestRepo
         }
     }
     let passed = cases.iter().filter(|c| c.ok).count();
+    let grads: Vec<f64> = cases.iter().filter_map(|c| c.grad.as_ref().map(|g| g.max)).collect();
     SelftestReport {
         device: rt.device().clone(),
         attnc_version: crate::jit::ATTNC_VERSION.into(),
@@ -371,6 +422,8 @@ pub fn run(rt: &Runtime, specs: &[Spec], opts: &SelftestOptions) -> SelftestRepo
         options: opts.clone(),
         passed,
         failed: cases.len() - passed,
+        grad_cases: grads.len(),
+        max_grad_rel_l2: grads.iter().copied().reduce(f64::max),
         seconds: t0.elapsed().as_secs_f64(),
         cache: rt.cache_stats(),
         cases,
@@ -406,6 +459,7 @@ fn run_case(rt: &Runtime, plan: &CasePlan, seed: u64, opts: &SelftestOptions) ->
         receipt: None,
         reference_ms: 0.0,
         gpu_ms: None,
+        grad: None,
     };
     if let Err(e) = run_case_inner(rt, plan, seed, opts, &mut r) {
         r.error = Some(e.to_string());
@@ -442,6 +496,7 @@ impl CaseTensors {
             aux: self.aux.iter().map(|(n, t)| (n.clone(), t)).collect(),
             num_splits: None,
             timing: false,
+            ..Params::default()
         }
     }
 }
@@ -663,7 +718,205 @@ fn run_case_inner(
     r.nonfinite = bad;
     r.receipt = Some(receipt);
     r.ok = worst <= opts.tol_rel_l2 && bad == 0 && lse_err.is_none_or(|e| e <= opts.tol_lse);
+    let bwd = attnc_lower::Direction::Backward;
+    let trains = attnc_lower::compile::pass_unsupported_reason(s, bwd).is_none();
+    // A family asked for by name that has no backward (yet) is a forward-only test.
+    let family_trains = match family {
+        attnc_lower::FamilyChoice::Auto => true,
+        attnc_lower::FamilyChoice::Exactly(f) => {
+            attnc_lower::compile::unsupported_reason(f, s, rt.arch(), bwd).is_none()
+        }
+    };
+    if opts.grads && trains && family_trains && plan.splits == SplitReq::Spec {
+        // Deterministic mode on each variant's first shape: run twice, compare the bits.
+        let deterministic = plan.first_shape;
+        let g = grad_check(rt, &kernel, s, &inputs, &tensors, seed, deterministic)?;
+        r.ok &= g.max <= opts.tol_grad_rel_l2
+            && g.nonfinite == 0
+            && g.deterministic_identical != Some(false)
+            && g.deterministic_max.is_none_or(|m| m <= opts.tol_grad_rel_l2);
+        r.grad = Some(g);
+    }
     Ok(())
+}
+
+/// Each gradient's worst rel-L2 of one backward run.
+struct GradErrors {
+    dq: f64,
+    dk: f64,
+    dv: f64,
+    dsinks: Option<f64>,
+    daux: Vec<(String, f64)>,
+    nonfinite: usize,
+}
+
+impl GradErrors {
+    fn max(&self) -> f64 {
+        [self.dq, self.dk, self.dv]
+            .into_iter()
+            .chain(self.dsinks)
+            .chain(self.daux.iter().map(|a| a.1))
+            .fold(0.0, f64::max)
+    }
+}
+
+/// The largest rel-L2 of `got` against `want`, sequence by sequence (`rows(b)` gives a
+/// sequence's element range in the device layout), and the count of non-finite values
+/// where the reference is finite.
+fn worst_rel(got: &[f64], want: &[&[f64]], rows: &dyn Fn(usize) -> (usize, usize)) -> (f64, usize) {
+    let (mut worst, mut bad) = (0.0f64, 0usize);
+    for (b, w) in want.iter().enumerate() {
+        let (start, n) = rows(b);
+        let g = &got[start..start + n];
+        bad += g.iter().zip(w.iter()).filter(|(g, w)| !g.is_finite() && w.is_finite()).count();
+        worst = worst.max(rel_l2(g, w));
+    }
+    (worst, bad)
+}
+
+/// The gradients of the case's inputs on the device (with the forward's O and LSE from the
+/// device, random dO) against the f64 reference backward; gradients poisoned first.
+/// `deterministic` also runs the deterministic mode twice and compares the bits.
+fn grad_check(
+    rt: &Runtime,
+    kernel: &crate::runtime::Kernel,
+    s: &Spec,
+    inputs: &Inputs,
+    t: &CaseTensors,
+    seed: u64,
+    deterministic: bool,
+) -> Result<GradResult, RuntimeError> {
+    let dt = ElemType::of(s.dtype);
+    let (qh, kvh) = (s.q_heads as usize, s.kv_heads as usize);
+    let (dqk, dv) = (s.head_dim_qk as usize, s.head_dim_v as usize);
+    let varlen = s.kv_layout == KvLayout::Varlen;
+    let seqs = &inputs.seqs;
+    let b = seqs.len();
+    let max_sq = seqs.iter().map(|x| x.seqlen_q).max().unwrap_or(0);
+    let max_sk = seqs.iter().map(|x| x.seqlen_k).max().unwrap_or(0);
+    let tq: usize = seqs.iter().map(|x| x.seqlen_q).sum();
+
+    // The forward with its LSE (what a training step keeps for the backward).
+    let mut o = rt.alloc(dt, t.o.shape())?;
+    let mut lse = if varlen { rt.alloc(ElemType::F32, &[qh, tq])? } else { rt.alloc(ElemType::F32, &[b, qh, max_sq])? };
+    rt.fill_nan(&o)?;
+    rt.fill_nan(&lse)?;
+    let params = t.params();
+    kernel.forward_lse(&t.q, &t.k, &t.v, &mut o, &mut lse, &params)?;
+
+    // dO: random normal in the element type, one block per sequence.
+    let mut rng = Rng::new(seed ^ 0x0d0_0d0);
+    let d_out: Vec<Vec<f64>> = seqs
+        .iter()
+        .map(|x| (0..x.seqlen_q * qh * dv).map(|_| round_to_dtype(rng.normal(), s.dtype)).collect())
+        .collect();
+    let mut flat = Vec::new();
+    for (x, d) in seqs.iter().zip(&d_out) {
+        flat.extend_from_slice(d);
+        if !varlen {
+            flat.extend(std::iter::repeat_n(0.0, (max_sq - x.seqlen_q) * qh * dv));
+        }
+    }
+    let do_t = rt.upload_f64(dt, &flat, t.o.shape())?;
+
+    let t_ref = Instant::now();
+    let want = attnc_ir::reference::reference_backward(s, inputs, &d_out)
+        .map_err(|e| RuntimeError::Other(format!("reference backward: {e}")))?;
+    let reference_ms = t_ref.elapsed().as_secs_f64() * 1e3;
+
+    let learnable: Vec<(usize, &attnc_ir::AuxDecl)> =
+        s.aux.iter().enumerate().filter(|(_, a)| a.learnable && a.elem == attnc_ir::AuxElem::Float).collect();
+    let run = |det: bool| -> Result<(Vec<Vec<f64>>, Receipt), RuntimeError> {
+        let mut dq = rt.alloc(dt, t.q.shape())?;
+        let mut dk = rt.alloc(dt, t.k.shape())?;
+        let mut dvt = rt.alloc(dt, t.v.shape())?;
+        let dsinks = if s.sinks { Some(rt.alloc(ElemType::F32, &[qh])?) } else { None };
+        let aux_grads = learnable
+            .iter()
+            .map(|(i, _)| rt.alloc(ElemType::F32, &inputs.aux[*i].dims))
+            .collect::<Result<Vec<_>, _>>()?;
+        for x in [&dq, &dk, &dvt].into_iter().chain(dsinks.iter()).chain(aux_grads.iter()) {
+            rt.fill_nan(x)?;
+        }
+        let mut p = t.params();
+        p.timing = true;
+        p.deterministic = det;
+        p.dsinks = dsinks.as_ref();
+        p.aux_grads = learnable.iter().zip(&aux_grads).map(|((_, a), g)| (a.name.clone(), g)).collect();
+        let grads = crate::backward::Gradients { dq: &mut dq, dk: &mut dk, dv: &mut dvt };
+        let receipt = kernel.backward(&t.q, &t.k, &t.v, &o, &lse, &do_t, grads, &p)?;
+        rt.synchronize()?;
+        let mut out = vec![rt.download_f64(&dq)?, rt.download_f64(&dk)?, rt.download_f64(&dvt)?];
+        if let Some(d) = &dsinks {
+            out.push(rt.download_f64(d)?);
+        }
+        for g in &aux_grads {
+            out.push(rt.download_f64(g)?);
+        }
+        Ok((out, receipt))
+    };
+    let measure = |got: &[Vec<f64>]| -> GradErrors {
+        let q_rows = |i: usize| -> (usize, usize) {
+            let start: usize = if varlen { seqs[..i].iter().map(|x| x.seqlen_q).sum() } else { i * max_sq };
+            (start * qh * dqk, seqs[i].seqlen_q * qh * dqk)
+        };
+        let k_rows = |d: usize| {
+            move |i: usize| -> (usize, usize) {
+                let start: usize = if varlen { seqs[..i].iter().map(|x| x.seqlen_k).sum() } else { i * max_sk };
+                (start * kvh * d, seqs[i].seqlen_k * kvh * d)
+            }
+        };
+        let (edq, bq) = worst_rel(&got[0], &want.seqs.iter().map(|g| g.dq.as_slice()).collect::<Vec<_>>(), &q_rows);
+        let (edk, bk) =
+            worst_rel(&got[1], &want.seqs.iter().map(|g| g.dk.as_slice()).collect::<Vec<_>>(), &k_rows(dqk));
+        let (edv, bv) = worst_rel(&got[2], &want.seqs.iter().map(|g| g.dv.as_slice()).collect::<Vec<_>>(), &k_rows(dv));
+        let mut bad = bq + bk + bv;
+        let mut next = 3;
+        let esinks = want.dsinks.as_ref().map(|w| {
+            let g = &got[next];
+            next += 1;
+            bad += g.iter().zip(w).filter(|(g, w)| !g.is_finite() && w.is_finite()).count();
+            rel_l2(g, w)
+        });
+        let mut eaux = Vec::new();
+        for (i, a) in &learnable {
+            let w = want.daux.get(*i).and_then(|x| x.as_ref()).map(|x| x.as_slice()).unwrap_or(&[]);
+            let g = &got[next];
+            next += 1;
+            bad += g.iter().zip(w).filter(|(g, w)| !g.is_finite() && w.is_finite()).count();
+            eaux.push((a.name.clone(), rel_l2(g, w)));
+        }
+        GradErrors { dq: edq, dk: edk, dv: edv, dsinks: esinks, daux: eaux, nonfinite: bad }
+    };
+    let (got, receipt) = run(false)?;
+    let e = measure(&got);
+    let (mut det_same, mut det_max) = (None, None);
+    if deterministic {
+        let (a, _) = run(true)?;
+        let (b2, _) = run(true)?;
+        let same = a
+            .iter()
+            .zip(&b2)
+            .all(|(x, y)| x.len() == y.len() && x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits()));
+        let e2 = measure(&a);
+        det_same = Some(same && e2.nonfinite == 0);
+        det_max = Some(e2.max());
+    }
+    let max = e.max();
+    Ok(GradResult {
+        dq: e.dq,
+        dk: e.dk,
+        dv: e.dv,
+        dsinks: e.dsinks,
+        daux: e.daux,
+        max,
+        nonfinite: e.nonfinite,
+        deterministic_identical: det_same,
+        deterministic_max: det_max,
+        gpu_ms: receipt.timings.map(|t| t.total_ms),
+        receipt: Some(receipt),
+        reference_ms,
+    })
 }
 
 #[cfg(test)]

@@ -1,9 +1,9 @@
 //! CPU tests of launch validation (descriptors only, no device) and of the runtime's
 //! behaviour without a driver.
 
+use crate::cuda::ArgValue;
 use crate::error::ValidationError as E;
 use crate::tensor::{ElemType, HostIndex, TensorDesc};
-use crate::cuda::ArgValue;
 use crate::validate::{marshal, plan, KernelShape, LaunchDescs, LaunchPlan, ParamValue};
 use attnc_ir::{Align, AuxDecl, AuxDim, KvLayout, ParamDecl, Spec, SplitKv, Ty};
 
@@ -753,7 +753,7 @@ fn the_blackwell_forward_marshals_and_plans_a_persistent_grid() {
     let s = spec(KvLayout::Contiguous);
     let (m, meta) = blackwell_module(&s);
     let fwd = m.kernel(attnc_lower::KernelRole::Forward).expect("fwd");
-    assert!(fwd.persistent);
+    assert_eq!(fwd.grid, attnc_lower::Grid::Persistent);
     assert_eq!(fwd.tensor_maps.iter().map(|b| b.tensor.as_str()).collect::<Vec<_>>(), ["q", "k", "v", "o"]);
     // The runtime finds it as the forward kernel, and no combine kernel.
     assert_eq!(meta.forward().map(|k| k.name.as_str()), Some(fwd.name.as_str()));
@@ -765,7 +765,7 @@ fn the_blackwell_forward_marshals_and_plans_a_persistent_grid() {
         block_n: fwd.block_n,
         combine_block_m: None,
         ctas_per_sm: 1,
-        persistent: true,
+        persistent: fwd.grid == attnc_lower::Grid::Persistent,
     };
     let mut p = plan(&s, &ks, 148, 0, &d).expect("valid");
     assert_eq!((p.fwd_grid[1], p.fwd_grid[2]), (1, 1));
@@ -815,7 +815,7 @@ fn the_blackwell_paged_split_forward_marshals_with_page_boxes() {
         block_n: fwd.block_n,
         combine_block_m: Some(combine_bm),
         ctas_per_sm: 1,
-        persistent: true,
+        persistent: fwd.grid == attnc_lower::Grid::Persistent,
     };
     let mut p = plan(&s, &ks, 148, 0, &d).expect("valid");
     assert_eq!(p.num_splits, 2);
@@ -853,7 +853,7 @@ fn the_blackwell_row_gather_marshals_pointers_and_one_map() {
         block_n: fwd.block_n,
         combine_block_m: None,
         ctas_per_sm: 1,
-        persistent: true,
+        persistent: fwd.grid == attnc_lower::Grid::Persistent,
     };
     let mut p = plan(&s, &ks, 148, 0, &d).expect("valid");
     p.tensor_maps = plan_tensor_maps(&fwd.tensor_maps, &d).expect("encodable");

@@ -33,10 +33,10 @@
 //! - paged: Q/O/LSE as contiguous; K/V `[num_pages, page_size, Hkv, D]`,
 //!   `block_table [B, max_pages]`, `seqused_k [B]`.
 
+use crate::cuda::ArgValue;
 use crate::error::ValidationError;
 use crate::split::{auto_num_splits, SplitChoice, MAX_SPLITS};
 use crate::tensor::{ElemType, HostIndex, TensorDesc};
-use crate::cuda::ArgValue;
 use crate::tensor_map::TmaEncode;
 use attnc_ir::{AuxDim, KvLayout, Spec, SplitKv, Ty};
 use serde::Serialize;
@@ -125,7 +125,7 @@ fn too_large(what: &str, value: u64, limit: u64) -> V<()> {
     Ok(())
 }
 
-fn check_dtype(arg: &str, d: &TensorDesc, expected: ElemType) -> V<()> {
+pub(crate) fn check_dtype(arg: &str, d: &TensorDesc, expected: ElemType) -> V<()> {
     if d.dtype != expected {
         return Err(ValidationError::DType { arg: arg.into(), expected, found: d.dtype });
     }
@@ -133,7 +133,7 @@ fn check_dtype(arg: &str, d: &TensorDesc, expected: ElemType) -> V<()> {
 }
 
 /// Rank, view consistency, unit inner stride, bounds, device.
-fn check_view(arg: &str, d: &TensorDesc, rank: usize, layout: &str, device: usize) -> V<()> {
+pub(crate) fn check_view(arg: &str, d: &TensorDesc, rank: usize, layout: &str, device: usize) -> V<()> {
     if d.shape.len() != d.strides.len() {
         return Err(ValidationError::BadView { arg: arg.into(), shape: d.shape.clone(), strides: d.strides.clone() });
     }
@@ -160,7 +160,7 @@ fn check_view(arg: &str, d: &TensorDesc, rank: usize, layout: &str, device: usiz
     Ok(())
 }
 
-fn check_dims(arg: &str, d: &TensorDesc, expected: &[(usize, &str)]) -> V<()> {
+pub(crate) fn check_dims(arg: &str, d: &TensorDesc, expected: &[(usize, &str)]) -> V<()> {
     for (i, (&found, &(want, name))) in d.shape.iter().zip(expected).enumerate() {
         if found != want {
             return Err(ValidationError::Dim { arg: arg.into(), dim: i, dim_name: name.into(), expected: want, found });
@@ -182,7 +182,7 @@ fn check_tail(arg: &str, d: &TensorDesc, expected: &[(usize, &str)]) -> V<()> {
     Ok(())
 }
 
-fn check_align(arg: &str, d: &TensorDesc, align: u64) -> V<()> {
+pub(crate) fn check_align(arg: &str, d: &TensorDesc, align: u64) -> V<()> {
     if d.span() == 0 {
         return Ok(());
     }
@@ -210,7 +210,14 @@ fn check_align(arg: &str, d: &TensorDesc, align: u64) -> V<()> {
 }
 
 /// A 16-byte-moved tensor (Q, K, V, O).
-fn check_qkvo(arg: &str, d: &TensorDesc, dtype: ElemType, rank: usize, layout: &str, device: usize) -> V<()> {
+pub(crate) fn check_qkvo(
+    arg: &str,
+    d: &TensorDesc,
+    dtype: ElemType,
+    rank: usize,
+    layout: &str,
+    device: usize,
+) -> V<()> {
     check_dtype(arg, d, dtype)?;
     check_view(arg, d, rank, layout, device)?;
     check_align(arg, d, 16)
@@ -275,7 +282,7 @@ fn check_cu(arg: &str, cu: &HostIndex, batch: usize, rows: usize) -> V<usize> {
     Ok(longest)
 }
 
-fn overlaps(a: &TensorDesc, b: &TensorDesc) -> bool {
+pub(crate) fn overlaps(a: &TensorDesc, b: &TensorDesc) -> bool {
     let (a0, a1) = a.byte_range();
     let (b0, b1) = b.byte_range();
     a0 < a1 && b0 < b1 && a0 < b1 && b0 < a1

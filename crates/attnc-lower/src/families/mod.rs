@@ -7,7 +7,7 @@
 
 use crate::arch::Arch;
 use crate::error::LowerError;
-use crate::llvm::{emit_ptx, kb::Kb};
+use crate::llvm::{emit_ptx_with, kb::Kb};
 use crate::module::{CompileTimings, CompiledModule, Direction, FamilyKind, KernelInfo};
 use attnc_ir::Spec;
 
@@ -45,8 +45,21 @@ pub(crate) fn finish_module(
     kernels: Vec<KernelInfo>,
     started: std::time::Instant,
 ) -> Result<CompiledModule, LowerError> {
+    finish_module_at(kb, family, direction, arch, kernels, started, arch.ptx_feature())
+}
+
+/// [`finish_module`] at a given PTX ISA version (see [`crate::llvm::emit_ptx_with`]).
+pub(crate) fn finish_module_at(
+    kb: &Kb<'_>,
+    family: FamilyKind,
+    direction: Direction,
+    arch: Arch,
+    kernels: Vec<KernelInfo>,
+    started: std::time::Instant,
+    ptx_feature: &str,
+) -> Result<CompiledModule, LowerError> {
     let build_ms = started.elapsed().as_secs_f64() * 1e3;
-    let (llvm_ir, ptx, optimize_ms, codegen_ms) = emit_ptx(&kb.module, arch)?;
+    let (llvm_ir, ptx, optimize_ms, codegen_ms) = emit_ptx_with(&kb.module, arch, ptx_feature)?;
     let timings = CompileTimings { build_ms, optimize_ms, codegen_ms };
     Ok(CompiledModule { family, direction, arch, fallback_reason: None, kernels, llvm_ir, ptx, timings })
 }

@@ -106,6 +106,15 @@ impl<'ctx> Kb<'ctx> {
         Ok(())
     }
 
+    /// `.maxnreg n` on the current kernel: ptxas allocates at most `n` registers per
+    /// thread. Near the 255 ceiling its allocation is erratic (a few spilled bytes at 255
+    /// that a lower cap avoids); a cap lets a kernel that needs ~200 keep its schedule.
+    pub fn set_max_regs(&self, n: u32) -> R<()> {
+        let f = self.func()?;
+        f.add_attribute(AttributeLoc::Function, self.ctx.create_string_attribute("nvvm.maxnreg", &n.to_string()));
+        Ok(())
+    }
+
     pub fn func(&self) -> R<FunctionValue<'ctx>> {
         self.func.ok_or_else(|| LowerError::Llvm("no function started".into()))
     }

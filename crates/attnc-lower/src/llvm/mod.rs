@@ -26,7 +26,7 @@ static INIT: Once = Once::new();
 /// `no-verify-fixpoint`: instcombine's fixpoint check aborts the process otherwise.
 const PIPELINE: &str = "function(sroa,early-cse,instcombine<no-verify-fixpoint>,simplifycfg,gvn,instcombine<no-verify-fixpoint>,adce,simplifycfg)";
 
-fn target_machine(arch: Arch) -> Result<TargetMachine, LowerError> {
+fn target_machine(arch: Arch, ptx_feature: &str) -> Result<TargetMachine, LowerError> {
     INIT.call_once(|| Target::initialize_nvptx(&InitializationConfig::default()));
     let triple = TargetTriple::create("nvptx64-nvidia-cuda");
     let target = Target::from_triple(&triple).map_err(|e| LowerError::Llvm(format!("NVPTX target: {e}")))?;
@@ -34,7 +34,7 @@ fn target_machine(arch: Arch) -> Result<TargetMachine, LowerError> {
         .create_target_machine(
             &triple,
             arch.name(),
-            arch.ptx_feature(),
+            ptx_feature,
             OptimizationLevel::Aggressive,
             RelocMode::Default,
             CodeModel::Default,
@@ -45,9 +45,20 @@ fn target_machine(arch: Arch) -> Result<TargetMachine, LowerError> {
 /// Verifies and optimizes `module`, then returns (optimized LLVM IR, PTX) and the time
 /// spent optimizing and in code generation (ms).
 pub fn emit_ptx(module: &Module<'_>, arch: Arch) -> Result<(String, String, f64, f64), LowerError> {
+    emit_ptx_with(module, arch, arch.ptx_feature())
+}
+
+/// [`emit_ptx`] at a given PTX ISA version (`+ptx81`): a module that uses instructions
+/// newer than the arch's baseline (e.g. vector `red` on sm_90a) asks for the ISA that
+/// has them.
+pub fn emit_ptx_with(
+    module: &Module<'_>,
+    arch: Arch,
+    ptx_feature: &str,
+) -> Result<(String, String, f64, f64), LowerError> {
     let t0 = std::time::Instant::now();
     module.verify().map_err(|e| LowerError::Llvm(format!("invalid LLVM IR: {e}")))?;
-    let tm = target_machine(arch)?;
+    let tm = target_machine(arch, ptx_feature)?;
     module.set_data_layout(&tm.get_target_data().get_data_layout());
     let opts = PassBuilderOptions::create();
     opts.set_loop_unrolling(true);

@@ -199,6 +199,89 @@ impl<'ctx> Kb<'ctx> {
         Ok([self.extract(v, 0, name)?.into_float_value(), self.extract(v, 1, name)?.into_float_value()])
     }
 
+    /// `ld.global.b32` that stays in program order (a memory clobber): for inputs read
+    /// under a guard, whose address is only valid where the guard holds.
+    pub fn ld_global_b32(&self, addr: IntValue<'ctx>, name: &str) -> R<IntValue<'ctx>> {
+        let i = self.ctx.i32_type();
+        let ty = i.fn_type(&[self.ctx.i64_type().into()], false);
+        Ok(self.asm(ty, "ld.global.b32 $0, [$1];", "=r,l,~{memory}", true, &[addr.into()], name)?.into_int_value())
+    }
+    /// `red.global.add.f32`: an atomic add whose result is not needed (gradient
+    /// accumulation).
+    pub fn red_global_add_f32(&self, addr: IntValue<'ctx>, v: FloatValue<'ctx>) -> R<()> {
+        self.red_global_add_f32_at(addr, 0, v)
+    }
+    /// [`Kb::red_global_add_f32`] at `addr + offset` (the offset in the instruction's
+    /// immediate: one base register serves a row of adds).
+    pub fn red_global_add_f32_at(&self, addr: IntValue<'ctx>, offset: i64, v: FloatValue<'ctx>) -> R<()> {
+        self.asm_void(&format!("red.global.add.f32 [$0+{offset}], $1;"), "l,f,~{memory}", &[addr.into(), v.into()])
+    }
+    /// `red.global.add.v4.f32` at `addr + offset` (16-byte aligned): one vector atomic for
+    /// four adjacent floats (sm_90+, PTX 8.1).
+    pub fn red_global_add_v4_f32_at(&self, addr: IntValue<'ctx>, offset: i64, v: [FloatValue<'ctx>; 4]) -> R<()> {
+        self.asm_void(
+            &format!("red.global.add.v4.f32 [$0+{offset}], {{$1, $2, $3, $4}};"),
+            "l,f,f,f,f,~{memory}",
+            &[addr.into(), v[0].into(), v[1].into(), v[2].into(), v[3].into()],
+        )
+    }
+    /// `shfl.sync.idx.b32` of an f32 over the full warp: `v` of lane `src`.
+    pub fn shfl_idx_f32(&self, v: FloatValue<'ctx>, src: IntValue<'ctx>, name: &str) -> R<FloatValue<'ctx>> {
+        let f = self.ctx.f32_type();
+        let ty = f.fn_type(&[f.into(), self.ctx.i32_type().into()], false);
+        Ok(self
+            .asm(ty, "shfl.sync.idx.b32 $0, $1, $2, 0x1f, 0xffffffff;", "=f,f,r", true, &[v.into(), src.into()], name)?
+            .into_float_value())
+    }
+    /// `shfl.sync.bfly.b32` of an i32 with a full mask.
+    pub fn shfl_xor_i32(&self, v: IntValue<'ctx>, lane_mask: u32, name: &str) -> R<IntValue<'ctx>> {
+        let i = self.ctx.i32_type();
+        let ty = i.fn_type(&[i.into(), i.into()], false);
+        Ok(self
+            .asm(
+                ty,
+                "shfl.sync.bfly.b32 $0, $1, $2, 0x1f, 0xffffffff;",
+                "=r,r,r",
+                true,
+                &[v.into(), self.i32c(lane_mask as i64).into()],
+                name,
+            )?
+            .into_int_value())
+    }
+    /// `match.any.sync.b32` over the full warp: the mask of lanes whose `v` equals this
+    /// lane's.
+    pub fn match_any_b32(&self, v: IntValue<'ctx>, name: &str) -> R<IntValue<'ctx>> {
+        let i = self.ctx.i32_type();
+        let ty = i.fn_type(&[i.into()], false);
+        Ok(self.asm(ty, "match.any.sync.b32 $0, $1, 0xffffffff;", "=r,r", true, &[v.into()], name)?.into_int_value())
+    }
+    /// The two 16-bit values of a b32 (`lo` in the low half) as f32.
+    pub fn unpack_half2(&self, dtype: DType, v: IntValue<'ctx>, name: &str) -> R<(FloatValue<'ctx>, FloatValue<'ctx>)> {
+        match dtype {
+            // bf16 is the top half of an f32: shift or mask, no conversion.
+            DType::Bf16 => {
+                let lo = self.bits_f(self.shl(v, self.i32c(16), "")?, &format!("{name}.lo"))?;
+                let hi =
+                    self.bits_f(self.and(v, self.i32c(0xffff_0000u32 as i32 as i64), "")?, &format!("{name}.hi"))?;
+                Ok((lo, hi))
+            }
+            DType::Fp16 => {
+                let f = self.ctx.f32_type();
+                let ret = self.struct_of(f.into(), 2);
+                let ty = ret.fn_type(&[self.ctx.i32_type().into()], false);
+                let r = self.asm(
+                    ty,
+                    "{ .reg .f16 l, h; mov.b32 {l, h}, $2; cvt.f32.f16 $0, l; cvt.f32.f16 $1, h; }",
+                    "=f,=f,r",
+                    false,
+                    &[v.into()],
+                    name,
+                )?;
+                Ok((self.extract(r, 0, name)?.into_float_value(), self.extract(r, 1, name)?.into_float_value()))
+            }
+        }
+    }
+
     /// Packs two f32 into one b32 of two 16-bit values (`lo` in the low half), rounding
     /// to nearest even.
     pub fn pack_half2(

@@ -103,15 +103,19 @@ pub fn modded_score_log2<'ctx>(
     kb.fmul(modded, kb.f32c(LOG2E), "s_log2")
 }
 
-/// Emits `e` for one element.
-pub fn gen<'ctx>(
+/// Emits `e` for one element, memoized when `memo` is given.
+fn gen_with<'ctx>(
     kb: &Kb<'ctx>,
     spec: &Spec,
     e: &Expr,
     vars: &ElemVars<'ctx>,
     args: &VariantArgs<'ctx>,
+    mut memo: Option<&mut Memo<'ctx>>,
 ) -> R<Val<'ctx>> {
-    Ok(match &e.kind {
+    if let Some(v) = memo.as_deref().and_then(|m| m.get(e)) {
+        return Ok(v);
+    }
+    let v = match &e.kind {
         ExprKind::Int(v) => Val::Int(kb.i32c(*v)),
         ExprKind::Float(v) => Val::Float(kb.f32c(*v)),
         ExprKind::Bool(v) => Val::Bool(kb.boolc(*v)),
@@ -138,14 +142,7 @@ pub fn gen<'ctx>(
                     _ => Val::Int(kb.i32c(0)),
                 });
             };
-            // Row-major flat index with every index clamped into [0, dim − 1].
-            let mut flat = kb.i64c(0);
-            for (ie, dim) in index.iter().zip(&aux.dims) {
-                let i = gen(kb, spec, ie, vars, args)?.int();
-                let hi = kb.sub(*dim, kb.i32c(1), "")?;
-                let c = kb.smin(kb.smax(i, kb.i32c(0), "")?, hi, &format!("{name}.idx"))?;
-                flat = kb.add(kb.mul(flat, kb.sext64(*dim, "")?, "")?, kb.sext64(c, "")?, "")?;
-            }
+            let flat = flat_index(kb, spec, aux, name, index, vars, args, memo.as_deref_mut())?;
             // i32 and f32 elements are both 4 bytes. A float element is read with the same
             // pure read-only load as an int one (no kernel writes an aux tensor: learnable
             // ones get their gradients in separate buffers), so repeated reads merge.
@@ -157,7 +154,7 @@ pub fn gen<'ctx>(
             }
         }
         ExprKind::Unary(op, a) => {
-            let a = gen(kb, spec, a, vars, args)?;
+            let a = gen_with(kb, spec, a, vars, args, memo.as_deref_mut())?;
             match (op, a) {
                 (UnOp::Neg, Val::Int(v)) => Val::Int(kb.sub(kb.i32c(0), v, "neg")?),
                 (UnOp::Neg, Val::Float(v)) => Val::Float(kb.fneg(v, "neg")?),
@@ -165,22 +162,114 @@ pub fn gen<'ctx>(
             }
         }
         ExprKind::Binary(op, a, b) => {
-            let a = gen(kb, spec, a, vars, args)?;
-            let b = gen(kb, spec, b, vars, args)?;
+            let a = gen_with(kb, spec, a, vars, args, memo.as_deref_mut())?;
+            let b = gen_with(kb, spec, b, vars, args, memo.as_deref_mut())?;
             binary(kb, *op, a, b)?
         }
         ExprKind::Call(f, a) => {
             // A constant divisor in softcap becomes a multiply by its reciprocal.
             if let (Func::Softcap, Some(ExprKind::Float(c))) = (f, a.get(1).map(|x| &x.kind)) {
-                let x = gen(kb, spec, &a[0], vars, args)?.float();
+                let x = gen_with(kb, spec, &a[0], vars, args, memo.as_deref_mut())?.float();
                 let t = kb.fmul(x, kb.f32c(1.0 / c), "")?;
                 let th = tanh(kb, t)?;
-                return Ok(Val::Float(kb.fmul(th, kb.f32c(*c), "softcap")?));
+                Val::Float(kb.fmul(th, kb.f32c(*c), "softcap")?)
+            } else {
+                let v: Vec<Val> =
+                    a.iter().map(|x| gen_with(kb, spec, x, vars, args, memo.as_deref_mut())).collect::<R<_>>()?;
+                call(kb, *f, &v)?
             }
-            let v: Vec<Val> = a.iter().map(|x| gen(kb, spec, x, vars, args)).collect::<R<_>>()?;
-            call(kb, *f, &v)?
         }
-    })
+    };
+    if let Some(m) = memo {
+        m.put(e, v);
+    }
+    Ok(v)
+}
+
+/// Emits `e` for one element.
+pub fn gen<'ctx>(
+    kb: &Kb<'ctx>,
+    spec: &Spec,
+    e: &Expr,
+    vars: &ElemVars<'ctx>,
+    args: &VariantArgs<'ctx>,
+) -> R<Val<'ctx>> {
+    gen_with(kb, spec, e, vars, args, None)
+}
+
+/// [`gen`] that reuses, through `memo`, the value of every compound subexpression
+/// already emitted for the same element: the backward emits a score modification and
+/// its derivatives, which contain the modification's own subexpressions (softcap's
+/// tanh, an exp, an aux read), and computes each once.
+pub fn gen_memo<'ctx>(
+    kb: &Kb<'ctx>,
+    spec: &Spec,
+    e: &Expr,
+    vars: &ElemVars<'ctx>,
+    args: &VariantArgs<'ctx>,
+    memo: &mut Memo<'ctx>,
+) -> R<Val<'ctx>> {
+    gen_with(kb, spec, e, vars, args, Some(memo))
+}
+
+/// Values of the compound subexpressions emitted for one element (structural equality:
+/// spans are ignored). Valid only for the element and the basic block it was made in.
+#[derive(Default)]
+pub struct Memo<'ctx> {
+    entries: Vec<(Expr, Val<'ctx>)>,
+}
+
+impl<'ctx> Memo<'ctx> {
+    fn get(&self, e: &Expr) -> Option<Val<'ctx>> {
+        if !Self::worth_keeping(e) {
+            return None;
+        }
+        self.entries.iter().find(|(k, _)| k == e).map(|(_, v)| *v)
+    }
+    fn put(&mut self, e: &Expr, v: Val<'ctx>) {
+        if Self::worth_keeping(e) && self.get(e).is_none() {
+            self.entries.push((e.clone(), v));
+        }
+    }
+    /// Leaves (literals, variables, params) cost nothing to re-emit.
+    fn worth_keeping(e: &Expr) -> bool {
+        matches!(e.kind, ExprKind::Aux { .. } | ExprKind::Unary(..) | ExprKind::Binary(..) | ExprKind::Call(..))
+    }
+}
+
+/// The row-major flat index (i64) of `aux[index...]`, every index clamped into
+/// `[0, dim − 1]`: where a read of the tensor goes, and where its gradient is added.
+pub fn aux_flat_index<'ctx>(
+    kb: &Kb<'ctx>,
+    spec: &Spec,
+    aux: &AuxArg<'ctx>,
+    name: &str,
+    index: &[Expr],
+    vars: &ElemVars<'ctx>,
+    args: &VariantArgs<'ctx>,
+    memo: &mut Memo<'ctx>,
+) -> R<IntValue<'ctx>> {
+    flat_index(kb, spec, aux, name, index, vars, args, Some(memo))
+}
+
+fn flat_index<'ctx>(
+    kb: &Kb<'ctx>,
+    spec: &Spec,
+    aux: &AuxArg<'ctx>,
+    name: &str,
+    index: &[Expr],
+    vars: &ElemVars<'ctx>,
+    args: &VariantArgs<'ctx>,
+    mut memo: Option<&mut Memo<'ctx>>,
+) -> R<IntValue<'ctx>> {
+    let mut flat = kb.i64c(0);
+    for (ie, dim) in index.iter().zip(&aux.dims) {
+        let i = gen_with(kb, spec, ie, vars, args, memo.as_deref_mut())?.int();
+        let hi = kb.sub(*dim, kb.i32c(1), "")?;
+        let c = kb.smin(kb.smax(i, kb.i32c(0), "")?, hi, &format!("{name}.idx"))?;
+        flat = kb.add(kb.mul(flat, kb.sext64(*dim, "")?, "")?, kb.sext64(c, "")?, "")?;
+    }
+    Ok(flat)
 }
 
 fn tanh<'ctx>(kb: &Kb<'ctx>, x: FloatValue<'ctx>) -> R<FloatValue<'ctx>> {

@@ -128,3 +128,77 @@ impl<'a, 'ctx> KeyTiles<'a, 'ctx> {
         Ok((begin, end))
     }
 }
+
+/// The query tiles one backward CTA visits for its key tile: the transpose of
+/// [`KeyTiles`]. The backward walks, for a fixed key range, the query tiles of each
+/// query head of its KV group, skipping the tiles the mask leaves empty and dropping the
+/// per-element mask on full ones, with the same run-time interval classification.
+pub struct QueryTiles<'a, 'ctx> {
+    pub spec: &'a Spec,
+    pub block_m: u32,
+    pub bv: BatchView<'ctx>,
+    pub hkv: IntValue<'ctx>,
+    /// The CTA's key range (inclusive), clipped to seqlen_k.
+    pub k: (IntValue<'ctx>, IntValue<'ctx>),
+    pub va: &'a VariantArgs<'ctx>,
+}
+
+impl<'a, 'ctx> QueryTiles<'a, 'ctx> {
+    /// The classification of the query tile starting at `m0` for query head `h`.
+    pub fn classify(&self, kb: &Kb<'ctx>, m0: IntValue<'ctx>, h: IntValue<'ctx>) -> R<TileClassVals<'ctx>> {
+        let bm = self.block_m as i64;
+        let q_hi = kb.sub(kb.smin(kb.add(m0, kb.i32c(bm), "")?, self.bv.seqlen_q, "")?, kb.i32c(1), "")?;
+        let tile = TileRanges {
+            b: (self.bv.b, self.bv.b),
+            h: (h, h),
+            hkv: (self.hkv, self.hkv),
+            q: (m0, q_hi),
+            k: self.k,
+            seqlen_q: self.bv.seqlen_q,
+            seqlen_k: self.bv.seqlen_k,
+        };
+        classify_tile(kb, self.spec, &tile, self.va)
+    }
+
+    /// Whether query tile `t` of head `h` needs no per-element work against the CTA's
+    /// keys: full, and inside seqlen_q (rows past it must not contribute) — the caller
+    /// adds the key side's bound.
+    pub fn full_inside(&self, kb: &Kb<'ctx>, t: IntValue<'ctx>, h: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+        let bm = self.block_m as i64;
+        let m0 = kb.mul(t, kb.i32c(bm), "m0")?;
+        let cls = self.classify(kb, m0, h)?;
+        let inside = kb.icmp(IntPredicate::SLE, kb.add(m0, kb.i32c(bm), "")?, self.bv.seqlen_q, "")?;
+        kb.and(cls.full, inside, "q_tile_full")
+    }
+
+    /// First query tile in [from, end) of head `h` that is not empty, or `end`.
+    pub fn next_nonempty(
+        &self,
+        kb: &mut Kb<'ctx>,
+        from: IntValue<'ctx>,
+        end: IntValue<'ctx>,
+        h: IntValue<'ctx>,
+        name: &str,
+    ) -> R<IntValue<'ctx>> {
+        if self.spec.mask.is_none() {
+            return Ok(from);
+        }
+        let cur = kb.slot_i32(name, from)?;
+        let bm = self.block_m as i64;
+        kb.while_loop(
+            name,
+            |kb| {
+                let t = kb.get_i(cur, "")?;
+                let in_range = kb.icmp(IntPredicate::SLT, t, end, "")?;
+                // An out-of-range probe is harmless; the flag is and-ed with the range.
+                let cls = self.classify(kb, kb.mul(t, kb.i32c(bm), "")?, h)?;
+                kb.and(in_range, cls.empty, "")
+            },
+            |kb| {
+                let t = kb.get_i(cur, "")?;
+                kb.set(cur, kb.add(t, kb.i32c(1), "")?)
+            },
+        )?;
+        kb.get_i(cur, name)
+    }
+}

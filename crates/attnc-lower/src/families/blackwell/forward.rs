@@ -31,7 +31,7 @@ use crate::families::common::sw128::{emit_chunk_addr, k_major_step_offset, mn_ma
 use crate::llvm::kb::{Kb, Slot, R};
 use crate::llvm::operand::Major;
 use crate::llvm::tcgen05::{Acc, SmemOperand};
-use crate::module::{KernelInfo, KernelRole};
+use crate::module::{Grid, KernelInfo, KernelRole};
 use crate::variant::expr::{self as vexpr, AuxArg, ElemVars, Val, VariantArgs};
 use crate::variant::interval::{classify_tile, TileClassVals, TileRanges};
 use crate::variant::softmax::exp2_emulated;
@@ -112,7 +112,7 @@ pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, cfg: &Config, name: &str) -> 
         block_n: BLOCK_N,
         params: describe(&params),
         tensor_maps: abi::tma_boxes(spec),
-        persistent: true,
+        grid: Grid::Persistent,
     })
 }
 

@@ -7,7 +7,7 @@
 
 use super::abi::{self, Args};
 use crate::llvm::kb::{Kb, R};
-use crate::module::{KernelInfo, KernelRole};
+use crate::module::{Grid, KernelInfo, KernelRole};
 use crate::variant::layout::{batch_view, q_row_offset};
 use attnc_ir::Spec;
 use inkwell::values::IntValue;
@@ -166,6 +166,6 @@ pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str) -> R<KernelInfo> 
         block_n: 0,
         params: abi::describe(&params),
         tensor_maps: Vec::new(),
-        persistent: false,
+        grid: Grid::Rows,
     })
 }

@@ -1,6 +1,8 @@
 //! What more than one family uses, in one place, so that no family imports another:
 //!
 //! - [`abi`]: the kernel-entry ABI (typed parameter lists, [`abi::Args`], kernel names);
+//! - [`backward`]: the backward's ABI, workspace layout and the kernels around a
+//!   family's main loop (preprocess, dQ convert, sink gradient, aux-gradient reduce);
 //! - [`combine`]: the split-KV combine kernel every family's split partials go through;
 //! - [`epilogue`]: the final store of a row held in mma/wgmma accumulator fragments (O
 //!   normalized, LSE, or a split's partials);
@@ -8,6 +10,7 @@
 //!   descriptor formats read.
 
 pub mod abi;
+pub mod backward;
 pub mod combine;
 pub mod epilogue;
 pub mod sw128;

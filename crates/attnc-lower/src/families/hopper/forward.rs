@@ -26,7 +26,7 @@ use crate::llvm::kb::{Kb, Slot, R};
 use crate::llvm::operand::Major;
 use crate::llvm::tcgen05::Acc;
 use crate::llvm::wgmma::WgmmaType;
-use crate::module::{KernelInfo, KernelRole, TmaBox};
+use crate::module::{Grid, KernelInfo, KernelRole, TmaBox};
 use crate::variant::expr::{self as vexpr, VariantArgs};
 use crate::variant::layout::{batch_view, packed_row, q_row_offset, BatchView, LayoutArgs};
 use crate::variant::softmax::{exp2_emulated, max_update};
@@ -98,7 +98,7 @@ pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, cfg: &Config, name: &str) -> 
         block_n: cfg.block_n,
         params: cabi::describe(&params),
         tensor_maps: tma_boxes(cfg),
-        persistent: false,
+        grid: Grid::QueryTiles,
     })
 }
 

@@ -22,7 +22,7 @@ use super::config::Config;
 use crate::families::common::abi::{self, Args};
 use crate::families::common::epilogue::{finish_row, FragRow, RowStore};
 use crate::llvm::kb::{Kb, Slot, R};
-use crate::module::{KernelInfo, KernelRole};
+use crate::module::{Grid, KernelInfo, KernelRole};
 use crate::variant::expr::{self as vexpr, VariantArgs};
 use crate::variant::layout::{batch_view, kv_row_offsets, packed_row, q_row_offset, BatchView, LayoutArgs, Strides};
 use crate::variant::softmax::{exp2_emulated, max_update};
@@ -82,7 +82,7 @@ pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, cfg: &Config, name: &str) -> 
         block_n: cfg.block_n,
         params: abi::describe(&params),
         tensor_maps: Vec::new(),
-        persistent: false,
+        grid: Grid::QueryTiles,
     })
 }
 

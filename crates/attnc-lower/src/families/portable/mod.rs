@@ -4,19 +4,22 @@
 //!
 //! - [`forward`]: the attention kernel (also writes split-KV partials; the combine
 //!   kernel is `common::combine`);
-//! - [`config`]: tile shapes and the shared-memory layout.
+//! - [`backward`]: the backward main kernel (dK, dV, dQ, learnable aux gradients); the
+//!   kernels around it are `common::backward`'s;
+//! - [`config`]: tile shapes and the shared-memory layouts of both directions.
 
+pub mod backward;
 pub mod config;
 pub mod forward;
 
 use crate::arch::Arch;
 use crate::error::LowerError;
-use crate::families::common::{abi::kernel_name, combine};
-use crate::families::{finish_module, Family};
+use crate::families::common::{abi::kernel_name, backward as common_bwd, combine};
+use crate::families::{finish_module, finish_module_at, Family};
 use crate::llvm::kb::Kb;
 use crate::module::{CompiledModule, Direction, FamilyKind};
 use attnc_ir::{Spec, SplitKv};
-use config::Config;
+use config::{BwdConfig, Config};
 use inkwell::context::Context;
 
 /// The portable family (see the module docs).
@@ -29,14 +32,17 @@ impl Family for Portable {
     fn unsupported_reason(&self, spec: &Spec, arch: Arch, direction: Direction) -> Option<String> {
         match direction {
             Direction::Forward => forward_unsupported_reason(spec, arch),
-            Direction::Backward => Some("the portable backward is not built yet".into()),
+            Direction::Backward => backward_unsupported_reason(spec, arch),
         }
     }
     fn compile(&self, spec: &Spec, arch: Arch, direction: Direction) -> Result<CompiledModule, LowerError> {
         if let Some(reason) = self.unsupported_reason(spec, arch, direction) {
             return Err(LowerError::Unsupported { family: FamilyKind::Portable, direction, arch, reason });
         }
-        compile_with_config(spec, arch, &Config::for_spec(spec, arch))
+        match direction {
+            Direction::Forward => compile_with_config(spec, arch, &Config::for_spec(spec, arch)),
+            Direction::Backward => compile_backward_with_config(spec, arch, &BwdConfig::for_spec(spec, arch)),
+        }
     }
 }
 
@@ -52,6 +58,55 @@ pub fn forward_unsupported_reason(spec: &Spec, arch: Arch) -> Option<String> {
         ));
     }
     None
+}
+
+/// Why the backward cannot compile `spec`, or `None`: the tile shape must suit the head
+/// dims and fit shared memory.
+pub fn backward_unsupported_reason(spec: &Spec, arch: Arch) -> Option<String> {
+    let cfg = BwdConfig::for_spec(spec, arch);
+    if let Err(e) = cfg.check(spec) {
+        return Some(e);
+    }
+    if cfg.dq_vec > 1 && !arch.has_vector_red() {
+        return Some(format!("vector atomics (dq_vec {}) need sm_90 or later", cfg.dq_vec));
+    }
+    let smem = cfg.smem_bytes(spec);
+    if smem > arch.max_smem_per_block() {
+        return Some(format!(
+            "the backward needs {smem} bytes of shared memory per CTA, {arch} allows {}",
+            arch.max_smem_per_block()
+        ));
+    }
+    None
+}
+
+/// Compiles the backward with an explicit configuration: the preprocess, main and dQ
+/// convert kernels, the sink gradient with sinks and the aux-gradient reduce with
+/// learnable aux tensors.
+pub fn compile_backward_with_config(spec: &Spec, arch: Arch, cfg: &BwdConfig) -> Result<CompiledModule, LowerError> {
+    cfg.check(spec).map_err(|reason| LowerError::Unsupported {
+        family: FamilyKind::Portable,
+        direction: Direction::Backward,
+        arch,
+        reason,
+    })?;
+    let t0 = std::time::Instant::now();
+    let ctx = Context::create();
+    let mut kb = Kb::new(&ctx, &format!("attnc_{}_bwd", spec.name));
+    let mut kernels = vec![
+        common_bwd::build_preprocess(&mut kb, spec, &kernel_name(spec, "bwd_pre"))?,
+        backward::build(&mut kb, spec, cfg, &kernel_name(spec, "bwd"))?,
+        common_bwd::build_dq_convert(&mut kb, spec, &kernel_name(spec, "bwd_dq"))?,
+    ];
+    if spec.sinks {
+        kernels.push(common_bwd::build_sink_grad(&mut kb, spec, &kernel_name(spec, "bwd_dsinks"))?);
+    }
+    if !common_bwd::learnable_aux(spec).is_empty() {
+        kernels.push(common_bwd::build_aux_reduce(&mut kb, spec, &kernel_name(spec, "bwd_daux"))?);
+    }
+    // Vector atomics for dQ need the PTX ISA that has them.
+    let ptx = if cfg.dq_vec > 1 { arch.vector_red_ptx_feature() } else { arch.ptx_feature() };
+    finish_module_at(&kb, FamilyKind::Portable, Direction::Backward, arch, kernels, t0, ptx)
 }
 
 /// Compiles the forward with an explicit tile configuration (for tuning; the family's

@@ -1,0 +1,471 @@
+//! The parts of the backward every family shares: the launch ABI of the backward
+//! kernels, the workspace layout, and the small kernels around a family's main loop.
+//!
+//! ```text
+//! preprocess   D = rowsum(dO ∘ O), lse·log2(e) per query row      -> dpsum, lse_log2
+//! main         (the family's) dK, dV per key tile; dQ into dq_accum; aux gradients
+//! dq convert   dQ = scale · Σ_slices dq_accum, in the element type
+//! sink grad    dsinks[h] = −Σ_rows exp(sink_h − lse) · D           (specs with sinks)
+//! aux reduce   aux gradient = Σ_slices partials, in slice order   (deterministic, learnable aux)
+//! ```
+//!
+//! **Workspace.** Per-row values live in `[batch, q_heads, seqlen_pad]` f32 arrays whatever
+//! the Q layout (contiguous or varlen: row `q` of sequence `b`), where `seqlen_pad` is the
+//! launch's max seqlen_q rounded up to [`WS_ROW_ALIGN`]: every query tile of the main loop
+//! is then 16-byte aligned and inside its row, and rows past a sequence's end hold
+//! `D = 0`, `lse_log2 = +∞` (so they contribute `P = 0`). `dq_accum` is
+//! `[slices, batch, q_heads, seqlen_pad, d_qk]` f32: one slice when the main kernel adds
+//! with atomics, one per key-tile CTA column in deterministic mode, where every element
+//! of a slice has exactly one writer and the convert kernel sums slices in order.
+//! Learnable aux gradients in deterministic mode go through `aux_grad_ws`,
+//! `[slices, Σ aux sizes]` f32 (one slice per (CTA, warp)), summed the same way.
+
+use super::abi::{variant_params, Args, ParamTy};
+use crate::llvm::kb::{Kb, R};
+use crate::module::{Grid, KernelInfo, KernelRole};
+pub use crate::variant::grad::learnable_aux;
+use crate::variant::layout::{batch_view, lse_offset, q_row_offset, LayoutArgs};
+use attnc_ir::{KvLayout, Spec};
+use inkwell::values::{FloatValue, IntValue};
+use inkwell::{AddressSpace, FloatPredicate, IntPredicate};
+
+const LOG2E: f64 = std::f64::consts::LOG2_E;
+
+/// Per-(batch, head) rows of the workspace are padded to a multiple of this many queries.
+pub const WS_ROW_ALIGN: u32 = 64;
+/// Rows (warps) per CTA of the row kernels (preprocess, dQ convert).
+pub const ROWS_PER_CTA: u32 = 4;
+/// Threads of the sink-gradient and aux-reduce kernels.
+pub const REDUCE_THREADS: u32 = 256;
+
+/// `seqlen` rounded up to [`WS_ROW_ALIGN`] (the workspace row length).
+pub fn padded_seqlen(seqlen: usize) -> usize {
+    seqlen.div_ceil(WS_ROW_ALIGN as usize) * WS_ROW_ALIGN as usize
+}
+
+fn push_strides(p: &mut Vec<(String, ParamTy)>, t: &str) {
+    for s in ["batch", "row", "head"] {
+        p.push((format!("{t}_stride_{s}"), ParamTy::I64));
+    }
+}
+
+/// Parameters of the backward main kernel (every family's).
+pub fn main_params(spec: &Spec) -> Vec<(String, ParamTy)> {
+    use ParamTy::*;
+    let mut p: Vec<(String, ParamTy)> = Vec::new();
+    for t in ["q", "k", "v", "do", "dk", "dv"] {
+        p.push((t.into(), Ptr));
+    }
+    for t in ["q", "k", "v", "do", "dk", "dv"] {
+        push_strides(&mut p, t);
+    }
+    for (n, t) in [("seqlen_q", I32), ("seqlen_k", I32), ("dq_accum", Ptr), ("dpsum", Ptr), ("lse_log2", Ptr)] {
+        p.push((n.into(), t));
+    }
+    p.push(("deterministic".into(), I32));
+    if !learnable_aux(spec).is_empty() {
+        p.push(("aux_grad_ws".into(), Ptr));
+    }
+    variant_params(spec, &mut p);
+    for a in learnable_aux(spec) {
+        p.push((format!("aux_grad_{}", a.name), Ptr));
+    }
+    p
+}
+
+/// Parameters of the preprocess kernel.
+pub fn preprocess_params(spec: &Spec) -> Vec<(String, ParamTy)> {
+    use ParamTy::*;
+    let mut p: Vec<(String, ParamTy)> = vec![("o".into(), Ptr), ("do".into(), Ptr)];
+    push_strides(&mut p, "o");
+    push_strides(&mut p, "do");
+    for (n, t) in [
+        ("lse", Ptr),
+        ("lse_stride_batch", I64),
+        ("lse_stride_head", I64),
+        ("seqlen_q", I32),
+        ("dpsum", Ptr),
+        ("lse_log2", Ptr),
+    ] {
+        p.push((n.into(), t));
+    }
+    varlen_params(spec, &mut p);
+    p
+}
+
+/// Parameters of the dQ convert kernel.
+pub fn dq_convert_params(spec: &Spec) -> Vec<(String, ParamTy)> {
+    use ParamTy::*;
+    let mut p: Vec<(String, ParamTy)> = vec![("dq".into(), Ptr)];
+    push_strides(&mut p, "dq");
+    for (n, t) in [("seqlen_q", I32), ("dq_accum", Ptr), ("dq_slices", I32)] {
+        p.push((n.into(), t));
+    }
+    varlen_params(spec, &mut p);
+    p
+}
+
+/// Parameters of the sink-gradient kernel.
+pub fn sink_grad_params() -> Vec<(String, ParamTy)> {
+    use ParamTy::*;
+    [("sinks", Ptr), ("dpsum", Ptr), ("lse_log2", Ptr), ("batch", I32), ("seqlen_q", I32), ("dsinks", Ptr)]
+        .into_iter()
+        .map(|(n, t)| (n.to_string(), t))
+        .collect()
+}
+
+/// Parameters of the aux-reduce kernel.
+pub fn aux_reduce_params(spec: &Spec) -> Vec<(String, ParamTy)> {
+    use ParamTy::*;
+    let mut p: Vec<(String, ParamTy)> = vec![("aux_grad_ws".into(), Ptr), ("aux_grad_slices".into(), I32)];
+    for a in learnable_aux(spec) {
+        p.push((format!("aux_grad_{}", a.name), Ptr));
+        for j in 0..a.dims.len() {
+            p.push((format!("aux_{}_dim{j}", a.name), I32));
+        }
+    }
+    p
+}
+
+/// The query side of varlen: the row kernels map a sequence's rows through
+/// `cu_seqlens_q` (the key side is passed along so the layout view is complete).
+fn varlen_params(spec: &Spec, p: &mut Vec<(String, ParamTy)>) {
+    if spec.kv_layout == KvLayout::Varlen {
+        p.push(("cu_seqlens_q".into(), ParamTy::Ptr));
+        p.push(("cu_seqlens_k".into(), ParamTy::Ptr));
+    }
+}
+
+/// The shared-memory base of the module's dynamic shared memory (one `extern` array per
+/// module, created by the first kernel that asks).
+pub fn dynamic_smem_base<'ctx>(kb: &Kb<'ctx>) -> R<IntValue<'ctx>> {
+    let g = match kb.module.get_global("attnc_smem") {
+        Some(g) => g,
+        None => {
+            let g = kb.module.add_global(kb.ctx.i8_type().array_type(0), Some(AddressSpace::from(3u16)), "attnc_smem");
+            g.set_alignment(128);
+            g.set_linkage(inkwell::module::Linkage::External);
+            g
+        }
+    };
+    let p = kb.b.build_ptr_to_int(g.as_pointer_value(), kb.ctx.i64_type(), "")?;
+    kb.trunc32(p, "smem_base")
+}
+
+/// Element offset of row `q` of (`b`, `h`) in a `[batch, q_heads, seqlen_pad]` workspace.
+pub fn ws_row<'ctx>(
+    kb: &Kb<'ctx>,
+    q_heads: u32,
+    seqlen_pad: IntValue<'ctx>,
+    b: IntValue<'ctx>,
+    h: IntValue<'ctx>,
+    q: IntValue<'ctx>,
+) -> R<IntValue<'ctx>> {
+    let bh = kb.add(kb.mul(kb.sext64(b, "")?, kb.i64c(q_heads as i64), "")?, kb.sext64(h, "")?, "")?;
+    kb.add(kb.mul(bh, kb.sext64(seqlen_pad, "")?, "")?, kb.sext64(q, "")?, "ws_row")
+}
+
+/// `seqlen_q` rounded up to [`WS_ROW_ALIGN`], in the kernel.
+pub fn emit_seqlen_pad<'ctx>(kb: &Kb<'ctx>, seqlen_q: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+    let a = WS_ROW_ALIGN as i64;
+    kb.and(kb.add(seqlen_q, kb.i32c(a - 1), "")?, kb.i32c(!(a - 1)), "seqlen_pad")
+}
+
+/// The query-side layout view of a row kernel (varlen rows through `cu_seqlens_q`).
+fn row_layout<'ctx>(args: &Args<'ctx>) -> R<LayoutArgs<'ctx>> {
+    let seqlen_q = args.int("seqlen_q")?;
+    Ok(LayoutArgs {
+        seqlen_q,
+        seqlen_k: seqlen_q,
+        cu_seqlens_q: args.opt_int("cu_seqlens_q"),
+        cu_seqlens_k: args.opt_int("cu_seqlens_k"),
+        block_table: None,
+        block_table_stride: None,
+        seqused_k: None,
+    })
+}
+
+/// A spec whose K side does not matter (the row kernels only read the query side).
+fn query_side(spec: &Spec) -> Spec {
+    let mut s = spec.clone();
+    if s.kv_layout != KvLayout::Varlen {
+        s.kv_layout = KvLayout::Contiguous;
+    }
+    s
+}
+
+fn row_kernel_info(name: &str, role: KernelRole, params: &[(String, ParamTy)]) -> KernelInfo {
+    KernelInfo {
+        name: name.to_string(),
+        role,
+        note: None,
+        threads_per_block: ROWS_PER_CTA * 32,
+        dynamic_smem_bytes: 0,
+        block_m: ROWS_PER_CTA,
+        block_n: 0,
+        params: super::abi::describe(params),
+        tensor_maps: Vec::new(),
+        grid: Grid::WorkspaceRows,
+    }
+}
+
+/// The row a warp of a row kernel owns: grid `(seqlen_pad / ROWS_PER_CTA, q_heads,
+/// batch)`, one warp per query row. Returns (lane, q, h, b).
+fn row_coords<'ctx>(kb: &Kb<'ctx>) -> R<(IntValue<'ctx>, IntValue<'ctx>, IntValue<'ctx>, IntValue<'ctx>)> {
+    let tid = kb.sreg("tid.x", "tid")?;
+    let lane = kb.and(tid, kb.i32c(31), "lane")?;
+    let warp = kb.udiv(tid, kb.i32c(32), "warp")?;
+    let q = kb.add(kb.mul(kb.sreg("ctaid.x", "")?, kb.i32c(ROWS_PER_CTA as i64), "")?, warp, "q")?;
+    Ok((lane, q, kb.sreg("ctaid.y", "h")?, kb.sreg("ctaid.z", "b")?))
+}
+
+/// Sums `v` over the warp (butterfly: every lane gets the same total, in a fixed order).
+fn warp_sum<'ctx>(kb: &Kb<'ctx>, mut v: FloatValue<'ctx>) -> R<FloatValue<'ctx>> {
+    for m in [16, 8, 4, 2, 1] {
+        v = kb.fadd(v, kb.shfl_xor_f32(v, m, "")?, "")?;
+    }
+    Ok(v)
+}
+
+/// The preprocess kernel: per query row, `D = Σ dO ∘ O` (f32) and the LSE in log2 units,
+/// into the workspace; padded rows get `D = 0` and `+∞`, and so does a row whose LSE is
+/// −∞ (no key contributed: its P is 0 everywhere, not `exp(s + ∞)`).
+pub fn build_preprocess<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str) -> R<KernelInfo> {
+    let params = preprocess_params(spec);
+    let args = Args::begin(kb, name, &params)?;
+    kb.section(&format!("attnc backward preprocess: {} (D = rowsum(dO*O), lse in log2 units)", spec.name))?;
+    let (lane, q, h, b) = row_coords(kb)?;
+    let la = row_layout(&args)?;
+    let qs = query_side(spec);
+    let bv = batch_view(kb, &qs, &la, b)?;
+    let pad = emit_seqlen_pad(kb, la.seqlen_q)?;
+    let outside = kb.icmp(IntPredicate::SGE, q, pad, "")?;
+    kb.return_if(outside, "row_out_of_range")?;
+    let d_slot = kb.slot_f32("d_row", kb.f32c(0.0))?;
+    let lse_slot = kb.slot_f32("lse2_row", kb.f32c(f64::INFINITY))?;
+    let valid = kb.icmp(IntPredicate::SLT, q, bv.seqlen_q, "row_valid")?;
+    kb.if_then(valid, "row", |kb| {
+        kb.section("D = sum over d_v of dO * O (lanes share the columns)")?;
+        let o_row =
+            kb.add(args.int("o")?, kb.mul(q_row_offset(kb, &bv, &args.strides("o")?, q, h)?, kb.i64c(2), "")?, "")?;
+        let do_row =
+            kb.add(args.int("do")?, kb.mul(q_row_offset(kb, &bv, &args.strides("do")?, q, h)?, kb.i64c(2), "")?, "")?;
+        let mut acc = kb.f32c(0.0);
+        for chunk in 0..spec.head_dim_v.div_ceil(64) {
+            let col = kb.add(kb.mul(lane, kb.i32c(2), "")?, kb.i32c(chunk as i64 * 64), "col")?;
+            let in_row = kb.icmp(IntPredicate::SLT, col, kb.i32c(spec.head_dim_v as i64), "")?;
+            let part = kb.slot_f32("d_part", kb.f32c(0.0))?;
+            kb.if_then(in_row, "col_guard", |kb| {
+                let off = kb.mul(kb.zext64(col, "")?, kb.i64c(2), "")?;
+                let (o0, o1) = kb.unpack_half2(spec.dtype, kb.ld_global_b32(kb.add(o_row, off, "")?, "o2")?, "o")?;
+                let (g0, g1) = kb.unpack_half2(spec.dtype, kb.ld_global_b32(kb.add(do_row, off, "")?, "do2")?, "do")?;
+                kb.set(part, kb.fma(o1, g1, kb.fmul(o0, g0, "")?, "")?)
+            })?;
+            acc = kb.fadd(acc, kb.get_f(part, "")?, "")?;
+        }
+        kb.set(d_slot, warp_sum(kb, acc)?)?;
+        let lse_off = lse_offset(kb, &bv, args.int("lse_stride_batch")?, args.int("lse_stride_head")?, h, q)?;
+        let lse = kb.ld_global_f32(kb.add(args.int("lse")?, kb.mul(lse_off, kb.i64c(4), "")?, "")?, "lse")?;
+        let none = kb.fcmp(FloatPredicate::OEQ, lse, kb.f32c(f64::NEG_INFINITY), "")?;
+        let lse2 = kb.fmul(lse, kb.f32c(LOG2E), "")?;
+        kb.set(lse_slot, kb.select_f(none, kb.f32c(f64::INFINITY), lse2, "lse2")?)
+    })?;
+    let first = kb.icmp(IntPredicate::EQ, lane, kb.i32c(0), "")?;
+    kb.if_then(first, "store", |kb| {
+        let row = ws_row(kb, spec.q_heads, pad, b, h, q)?;
+        let off = kb.mul(row, kb.i64c(4), "")?;
+        kb.st_global_f32(kb.add(args.int("dpsum")?, off, "")?, kb.get_f(d_slot, "")?)?;
+        kb.st_global_f32(kb.add(args.int("lse_log2")?, off, "")?, kb.get_f(lse_slot, "")?)
+    })?;
+    kb.ret()?;
+    Ok(row_kernel_info(name, KernelRole::BackwardPreprocess, &params))
+}
+
+/// The dQ convert kernel: `dQ = scale · Σ_s dq_accum[s]` (slices summed in order), in
+/// the element type, for the real rows of each sequence.
+pub fn build_dq_convert<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str) -> R<KernelInfo> {
+    let params = dq_convert_params(spec);
+    let args = Args::begin(kb, name, &params)?;
+    kb.section(&format!("attnc backward dQ convert: {} (scale * sum of dq_accum slices)", spec.name))?;
+    let (lane, q, h, b) = row_coords(kb)?;
+    let la = row_layout(&args)?;
+    let qs = query_side(spec);
+    let bv = batch_view(kb, &qs, &la, b)?;
+    let outside = kb.icmp(IntPredicate::SGE, q, bv.seqlen_q, "")?;
+    kb.return_if(outside, "row_out_of_range")?;
+    let pad = emit_seqlen_pad(kb, la.seqlen_q)?;
+    let batch = kb.sreg("nctaid.z", "batch")?;
+    let d = spec.head_dim_qk as i64;
+    let slices = args.int("dq_slices")?;
+    // Elements per slice: batch · q_heads · seqlen_pad · d.
+    let slice_elems = kb.mul(
+        kb.mul(kb.sext64(batch, "")?, kb.i64c(spec.q_heads as i64), "")?,
+        kb.mul(kb.sext64(pad, "")?, kb.i64c(d), "")?,
+        "slice_elems",
+    )?;
+    let row0 = kb.mul(ws_row(kb, spec.q_heads, pad, b, h, q)?, kb.i64c(d), "acc_row")?;
+    let acc_base = args.int("dq_accum")?;
+    let dq_row =
+        kb.add(args.int("dq")?, kb.mul(q_row_offset(kb, &bv, &args.strides("dq")?, q, h)?, kb.i64c(2), "")?, "")?;
+    let scale = kb.f32c(spec.scale_value());
+    for chunk in 0..spec.head_dim_qk.div_ceil(64) {
+        let col = kb.add(kb.mul(lane, kb.i32c(2), "")?, kb.i32c(chunk as i64 * 64), "col")?;
+        let in_row = kb.icmp(IntPredicate::SLT, col, kb.i32c(d), "")?;
+        kb.if_then(in_row, "col_guard", |kb| {
+            let acc0 = kb.slot_f32("dq0", kb.f32c(0.0))?;
+            let acc1 = kb.slot_f32("dq1", kb.f32c(0.0))?;
+            kb.for_range(kb.i32c(0), slices, "slice_loop", |kb, s| {
+                let e =
+                    kb.add(kb.add(row0, kb.mul(kb.sext64(s, "")?, slice_elems, "")?, "")?, kb.zext64(col, "")?, "")?;
+                let [x0, x1] = kb.ld_global_v2_f32(kb.add(acc_base, kb.mul(e, kb.i64c(4), "")?, "")?, "dq_part")?;
+                kb.set(acc0, kb.fadd(kb.get_f(acc0, "")?, x0, "")?)?;
+                kb.set(acc1, kb.fadd(kb.get_f(acc1, "")?, x1, "")?)
+            })?;
+            let x0 = kb.fmul(kb.get_f(acc0, "")?, scale, "")?;
+            let x1 = kb.fmul(kb.get_f(acc1, "")?, scale, "")?;
+            let packed = kb.pack_half2(spec.dtype, x0, x1, "dq_pair")?;
+            kb.st_global_b32(kb.add(dq_row, kb.mul(kb.zext64(col, "")?, kb.i64c(2), "")?, "")?, packed)
+        })?;
+    }
+    kb.ret()?;
+    Ok(row_kernel_info(name, KernelRole::DqConvert, &params))
+}
+
+/// The sink-gradient kernel: one CTA per head, `dsinks[h] = −Σ_{b, q} exp2(sink·log2 e −
+/// lse_log2) · D`, each thread over a fixed set of rows and the threads' sums joined by a
+/// fixed tree: the same bits every run.
+pub fn build_sink_grad<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str) -> R<KernelInfo> {
+    let params = sink_grad_params();
+    let args = Args::begin(kb, name, &params)?;
+    kb.section(&format!("attnc backward sink gradient: {} (dsinks = -sum P_sink * D)", spec.name))?;
+    let tid = kb.sreg("tid.x", "tid")?;
+    let h = kb.sreg("ctaid.x", "h")?;
+    let smem = dynamic_smem_base(kb)?;
+    let pad = emit_seqlen_pad(kb, args.int("seqlen_q")?)?;
+    let rows = kb.mul(args.int("batch")?, pad, "rows")?;
+    let sink = kb.ld_global_f32(kb.add(args.int("sinks")?, kb.mul(kb.sext64(h, "")?, kb.i64c(4), "")?, "")?, "sink")?;
+    let sink2 = kb.fmul(sink, kb.f32c(LOG2E), "sink_log2")?;
+    let acc = kb.slot_f32("acc", kb.f32c(0.0))?;
+    let i = kb.slot_i32("row", tid)?;
+    let (dpsum, lse2) = (args.int("dpsum")?, args.int("lse_log2")?);
+    kb.while_loop(
+        "rows",
+        |kb| {
+            let r = kb.get_i(i, "")?;
+            kb.icmp(IntPredicate::SLT, r, rows, "")
+        },
+        |kb| {
+            let r = kb.get_i(i, "r")?;
+            let bq = kb.udiv(r, pad, "b")?;
+            let q = kb.urem(r, pad, "q")?;
+            let off = kb.mul(ws_row(kb, spec.q_heads, pad, bq, h, q)?, kb.i64c(4), "")?;
+            let d = kb.ld_global_f32(kb.add(dpsum, off, "")?, "d")?;
+            let l = kb.ld_global_f32(kb.add(lse2, off, "")?, "lse2")?;
+            let p = kb.ex2(kb.fsub(sink2, l, "")?, "p_sink")?;
+            kb.set(acc, kb.fma(p, d, kb.get_f(acc, "")?, "")?)?;
+            kb.set(i, kb.add(r, kb.i32c(REDUCE_THREADS as i64), "")?)
+        },
+    )?;
+    let total = block_sum(kb, smem, tid, kb.get_f(acc, "")?)?;
+    let first = kb.icmp(IntPredicate::EQ, tid, kb.i32c(0), "")?;
+    kb.if_then(first, "store", |kb| {
+        let addr = kb.add(args.int("dsinks")?, kb.mul(kb.sext64(h, "")?, kb.i64c(4), "")?, "")?;
+        kb.st_global_f32(addr, kb.fneg(total, "dsink")?)
+    })?;
+    kb.ret()?;
+    Ok(KernelInfo {
+        name: name.to_string(),
+        role: KernelRole::SinkGrad,
+        note: None,
+        threads_per_block: REDUCE_THREADS,
+        dynamic_smem_bytes: REDUCE_THREADS / 32 * 4,
+        block_m: 0,
+        block_n: 0,
+        params: super::abi::describe(&params),
+        tensor_maps: Vec::new(),
+        grid: Grid::Heads,
+    })
+}
+
+/// The CTA-wide sum of one value per thread, in a fixed order (warp butterflies, then
+/// warp 0 over the warps' sums in warp order); valid in thread 0.
+fn block_sum<'ctx>(
+    kb: &mut Kb<'ctx>,
+    smem: IntValue<'ctx>,
+    tid: IntValue<'ctx>,
+    v: FloatValue<'ctx>,
+) -> R<FloatValue<'ctx>> {
+    let warps = REDUCE_THREADS / 32;
+    let lane = kb.and(tid, kb.i32c(31), "lane")?;
+    let warp = kb.udiv(tid, kb.i32c(32), "warp")?;
+    let s = warp_sum(kb, v)?;
+    let first = kb.icmp(IntPredicate::EQ, lane, kb.i32c(0), "")?;
+    kb.if_then(first, "warp_sum_store", |kb| kb.st_shared_f32(kb.add(smem, kb.mul(warp, kb.i32c(4), "")?, "")?, s))?;
+    kb.bar_sync()?;
+    let mut total = kb.f32c(0.0);
+    for w in 0..warps {
+        total = kb.fadd(total, kb.ld_shared_f32(kb.add(smem, kb.i32c(w as i64 * 4), "")?, "w_sum")?, "")?;
+    }
+    Ok(total)
+}
+
+/// The deterministic aux-gradient reduce: element `e` of each learnable aux tensor is
+/// the sum of its partials over the slices, in slice order.
+pub fn build_aux_reduce<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str) -> R<KernelInfo> {
+    let params = aux_reduce_params(spec);
+    let args = Args::begin(kb, name, &params)?;
+    kb.section(&format!("attnc backward aux-gradient reduce: {} (sum of slices, in order)", spec.name))?;
+    let e =
+        kb.add(kb.mul(kb.sreg("ctaid.x", "")?, kb.i32c(REDUCE_THREADS as i64), "")?, kb.sreg("tid.x", "")?, "elem")?;
+    let (sizes, total) = aux_sizes(kb, spec, &args)?;
+    let total64 = kb.sext64(total, "")?;
+    let ws = args.int("aux_grad_ws")?;
+    let slices = args.int("aux_grad_slices")?;
+    let mut offset = kb.i32c(0);
+    for (a, size) in learnable_aux(spec).into_iter().zip(sizes) {
+        let mine = kb.icmp(IntPredicate::SLT, e, size, "")?;
+        let off = offset;
+        kb.if_then(mine, &format!("reduce_{}", a.name), |kb| {
+            let acc = kb.slot_f32("acc", kb.f32c(0.0))?;
+            let col = kb.sext64(kb.add(off, e, "")?, "")?;
+            kb.for_range(kb.i32c(0), slices, "slice_loop", |kb, s| {
+                let idx = kb.add(kb.mul(kb.sext64(s, "")?, total64, "")?, col, "")?;
+                let x = kb.ld_global_f32(kb.add(ws, kb.mul(idx, kb.i64c(4), "")?, "")?, "part")?;
+                kb.set(acc, kb.fadd(kb.get_f(acc, "")?, x, "")?)
+            })?;
+            let out =
+                kb.add(args.int(&format!("aux_grad_{}", a.name))?, kb.mul(kb.sext64(e, "")?, kb.i64c(4), "")?, "")?;
+            kb.st_global_f32(out, kb.get_f(acc, "")?)
+        })?;
+        offset = kb.add(offset, size, "")?;
+    }
+    kb.ret()?;
+    Ok(KernelInfo {
+        name: name.to_string(),
+        role: KernelRole::AuxGradReduce,
+        note: None,
+        threads_per_block: REDUCE_THREADS,
+        dynamic_smem_bytes: 0,
+        block_m: 0,
+        block_n: 0,
+        params: super::abi::describe(&params),
+        tensor_maps: Vec::new(),
+        grid: Grid::AuxElements,
+    })
+}
+
+/// Each learnable aux tensor's element count (the product of its launch dims, i32) and
+/// their total: the slice layout of `aux_grad_ws`.
+pub fn aux_sizes<'ctx>(kb: &Kb<'ctx>, spec: &Spec, args: &Args<'ctx>) -> R<(Vec<IntValue<'ctx>>, IntValue<'ctx>)> {
+    let mut sizes = Vec::new();
+    let mut total = kb.i32c(0);
+    for a in learnable_aux(spec) {
+        let mut n = kb.i32c(1);
+        for j in 0..a.dims.len() {
+            n = kb.mul(n, args.int(&format!("aux_{}_dim{j}", a.name))?, "")?;
+        }
+        total = kb.add(total, n, "")?;
+        sizes.push(n);
+    }
+    Ok((sizes, total))
+}
