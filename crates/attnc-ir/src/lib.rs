@@ -26,8 +26,8 @@ pub use deriv::{score_mod_grad, simplify, AuxGradTerm, ScoreModGrad};
 pub use eval::{AuxData, AuxTensor};
 pub use expr::{BinOp, Expr, ExprKind, Func, Span, Ty, UnOp, Var};
 pub use reference::{
-    random_inputs, reference_backward, reference_forward, rel_l2, Grads, Inputs, ReferenceError, SeqGrads, SeqOutput,
-    Sequence,
+    random_inputs, reference_backward, reference_backward_with_output, reference_forward, rel_l2, Grads, Inputs,
+    ReferenceError, SeqGrads, SeqOutput, Sequence,
 };
 pub use spec::{
     Align, AuxDecl, AuxDim, AuxElem, DType, KvLayout, Mask, ParamDecl, Scale, SoftmaxOptions, Spec, SplitKv, Window,

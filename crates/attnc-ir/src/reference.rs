@@ -530,7 +530,14 @@ struct Derivs {
     terms: Vec<(usize, AuxGradTerm)>,
 }
 
-fn group_backward(ctx: &Ctx, derivs: &Derivs, d_out: &[Vec<f64>], b: usize, hkv: usize) -> GroupGrads {
+fn group_backward(
+    ctx: &Ctx,
+    derivs: &Derivs,
+    d_out: &[Vec<f64>],
+    stored_out: Option<&[Vec<f64>]>,
+    b: usize,
+    hkv: usize,
+) -> GroupGrads {
     let seq = &ctx.inputs.seqs[b];
     let (sq, sk, dqk, dv, group) = (seq.seqlen_q, seq.seqlen_k, ctx.dqk, ctx.dv, ctx.group);
     let mut g = GroupGrads {
@@ -553,6 +560,7 @@ fn group_backward(ctx: &Ctx, derivs: &Derivs, d_out: &[Vec<f64>], b: usize, hkv:
             let dq = &mut g.dq[(gi * sq + i) * dqk..][..dqk];
             let qrow = &seq.q[(i * ctx.qh + h) * dqk..][..dqk];
             let dorow = &d_out[b][(i * ctx.qh + h) * dv..][..dv];
+            let stored_o = stored_out.map(|o| &o[b][(i * ctx.qh + h) * dv..][..dv]);
             // The aux elements this row's keys read, with what to add to each.
             let mut add_aux = |env: &mut Env, score: f64, j: usize, ds: f64, daux: &mut [HashMap<usize, f64>]| {
                 env.k = j as i32;
@@ -582,8 +590,13 @@ fn group_backward(ctx: &Ctx, derivs: &Derivs, d_out: &[Vec<f64>], b: usize, hkv:
                     continue;
                 }
                 RowSoftmax::Finite { m, denom, sink } => {
-                    o.fill(0.0);
-                    row_output(ctx, b, hkv, &row, m, denom, &mut o);
+                    match stored_o {
+                        Some(given) => o.copy_from_slice(given),
+                        None => {
+                            o.fill(0.0);
+                            row_output(ctx, b, hkv, &row, m, denom, &mut o);
+                        }
+                    }
                     if let Some(s) = sink {
                         // dL/dsink = −P_sink · D.
                         let d: f64 = dorow.iter().zip(&o).map(|(a, b)| a * b).sum();
@@ -655,20 +668,55 @@ fn group_backward(ctx: &Ctx, derivs: &Derivs, d_out: &[Vec<f64>], b: usize, hkv:
 /// sink and aux gradients add the groups' contributions in a fixed order, so the result
 /// does not depend on the thread count.
 pub fn reference_backward(spec: &Spec, inputs: &Inputs, d_out: &[Vec<f64>]) -> Result<Grads, ReferenceError> {
-    let ctx = prepare(spec, inputs)?;
-    if d_out.len() != inputs.seqs.len() {
+    backward_impl(spec, inputs, d_out, None)
+}
+
+/// [`reference_backward`] with `D = rowsum(dO ∘ O)` taken from a given forward output
+/// `out` (`[seqlen_q, q_heads, d_v]` per sequence, like `d_out`) instead of the exact one.
+///
+/// A kernel's backward reads the O its forward stored, rounded to the element type, so
+/// its `D` carries that rounding. Most gradients barely notice, but a reduction whose
+/// exact value cancels — a learnable position bias gets `Σ_k dS·(k − q)`, and
+/// `Σ_k dS = 0` exactly, so an error `δD` in a row enters multiplied by that row's mean
+/// distance — amplifies it (by up to the sequence length). Comparing such gradients with
+/// this reference, fed the kernel's own O, checks the kernel and not the conditioning.
+pub fn reference_backward_with_output(
+    spec: &Spec,
+    inputs: &Inputs,
+    d_out: &[Vec<f64>],
+    out: &[Vec<f64>],
+) -> Result<Grads, ReferenceError> {
+    backward_impl(spec, inputs, d_out, Some(out))
+}
+
+fn check_rows(ctx: &Ctx, inputs: &Inputs, what: &str, t: &[Vec<f64>]) -> Result<(), ReferenceError> {
+    if t.len() != inputs.seqs.len() {
         return Err(ReferenceError::Length {
-            what: "d_out (one per sequence)".into(),
+            what: format!("{what} (one per sequence)"),
             expected: inputs.seqs.len(),
-            found: d_out.len(),
+            found: t.len(),
         });
     }
-    for (b, (s, d)) in inputs.seqs.iter().zip(d_out).enumerate() {
-        let what = format!("sequence {b}: d_out");
+    for (b, (s, d)) in inputs.seqs.iter().zip(t).enumerate() {
+        let what = format!("sequence {b}: {what}");
         let n = product(&[s.seqlen_q, ctx.qh, ctx.dv], &what)?;
         if d.len() != n {
             return Err(ReferenceError::Length { what, expected: n, found: d.len() });
         }
+    }
+    Ok(())
+}
+
+fn backward_impl(
+    spec: &Spec,
+    inputs: &Inputs,
+    d_out: &[Vec<f64>],
+    stored_out: Option<&[Vec<f64>]>,
+) -> Result<Grads, ReferenceError> {
+    let ctx = prepare(spec, inputs)?;
+    check_rows(&ctx, inputs, "d_out", d_out)?;
+    if let Some(o) = stored_out {
+        check_rows(&ctx, inputs, "out", o)?;
     }
     let grad = score_mod_grad(spec);
     let mut terms = Vec::new();
@@ -692,8 +740,9 @@ pub fn reference_backward(spec: &Spec, inputs: &Inputs, d_out: &[Vec<f64>]) -> R
         .map(|s| s.seqlen_q as f64 * s.seqlen_k as f64 * (ctx.qh * 2 * (ctx.dqk + ctx.dv)) as f64)
         .sum();
     let (ctx, derivs) = (&ctx, &derivs);
-    let mut results =
-        parallel_map(&items, worker_count(items.len(), cost), &|&(b, hkv)| group_backward(ctx, derivs, d_out, b, hkv));
+    let mut results = parallel_map(&items, worker_count(items.len(), cost), &|&(b, hkv)| {
+        group_backward(ctx, derivs, d_out, stored_out, b, hkv)
+    });
 
     let (qh, kvh, dqk, dv, group) = (ctx.qh, ctx.kvh, ctx.dqk, ctx.dv, ctx.group);
     let mut seqs: Vec<SeqGrads> = inputs

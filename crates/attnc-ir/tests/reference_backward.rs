@@ -6,7 +6,10 @@
 //! DSL crate's tests (`attnc-dsl/src/tests/backward.rs`).
 
 use attnc_ir::gradcheck::{check_gradients, loss, GradCheckOptions};
-use attnc_ir::reference::{random_inputs, reference_backward, Inputs, ReferenceError, Rng};
+use attnc_ir::reference::{
+    random_inputs, reference_backward, reference_backward_with_output, reference_forward, rel_l2, round_bf16, Inputs,
+    ReferenceError, Rng,
+};
 use attnc_ir::{Align, AuxDecl, AuxDim, BinOp, Expr, Func, ParamDecl, Scale, Spec, Ty, UnOp, Var, Window};
 
 fn v(x: Var) -> Expr {
@@ -274,4 +277,39 @@ fn results_are_deterministic_and_large_problems_use_threads() {
     let opts = GradCheckOptions { directions: 1, elements: 1, ..GradCheckOptions::default() };
     let r = check_gradients(&s, &inputs, &dout, &opts).expect("valid");
     assert!(r.failures.is_empty(), "{:?}", r.failures);
+}
+
+/// `reference_backward_with_output` with the exact O is `reference_backward`; with O
+/// rounded to bf16 (what a kernel stores) it moves dQ by about the rounding, but a learned
+/// slope's gradient, `Σ dS·(k − q)` with `Σ_k dS = 0`, by orders of magnitude more: the
+/// conditioning the device self-test accounts for by feeding the reference the device's O.
+#[test]
+fn stored_output_reference_and_the_conditioning_of_position_biases() {
+    let mut s = small(2, 2);
+    s.head_dim_qk = 16;
+    s.head_dim_v = 16;
+    s.mask.causal = Some(Align::TopLeft);
+    s.aux = vec![AuxDecl::float("slopes", vec![AuxDim::QHeads], true)];
+    s.score_mod = Some(bin(
+        BinOp::Sub,
+        v(Var::Score),
+        bin(BinOp::Mul, Expr::aux("slopes", vec![v(Var::H)]), call(Func::ToFloat, vec![qk()])),
+    ));
+    let seqlens = [(300, 9)];
+    let inputs = random_inputs(&s, &seqlens, 600);
+    let dout = d_out(&s, &inputs, 601);
+    let exact = reference_backward(&s, &inputs, &dout).expect("valid");
+    let o: Vec<Vec<f64>> = reference_forward(&s, &inputs).expect("valid").into_iter().map(|x| x.o).collect();
+    assert_eq!(reference_backward_with_output(&s, &inputs, &dout, &o).expect("valid"), exact);
+
+    let rounded: Vec<Vec<f64>> = o.iter().map(|x| x.iter().map(|v| round_bf16(*v)).collect()).collect();
+    let r = reference_backward_with_output(&s, &inputs, &dout, &rounded).expect("valid");
+    let dq = rel_l2(&r.seqs[0].dq, &exact.seqs[0].dq);
+    let slopes = rel_l2(r.daux[0].as_ref().expect("learnable"), exact.daux[0].as_ref().expect("learnable"));
+    assert!(dq > 0.0 && dq < 1e-2, "dq moved by {dq}");
+    assert!(slopes > 10.0 * dq, "slopes moved by {slopes}, dq by {dq}");
+
+    // A stored O of the wrong size is an error, not a panic.
+    let short = vec![rounded[0][1..].to_vec()];
+    assert!(matches!(reference_backward_with_output(&s, &inputs, &dout, &short), Err(ReferenceError::Length { .. })));
 }

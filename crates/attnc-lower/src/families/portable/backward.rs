@@ -730,7 +730,9 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
 
         // ---- P in the element type: the A operand of dV += Pᵀ·dO, and (unpacked) the P
         // of dS. Keeping only the packed copy frees 16 registers next to dK and dV; dS is
-        // rounded to the element type for its GEMMs anyway.
+        // rounded to the element type for its GEMMs anyway. Learnable aux gradients are
+        // the exception: they sum dS·∂m/∂aux in f32 over many keys, a sum that can cancel
+        // (Σ_k dS = 0 for a position bias), so they keep the f32 P.
         let pack = |kb: &Kb<'ctx>, f: &[[FloatValue<'ctx>; 4]], j: usize| -> R<[IntValue<'ctx>; 4]> {
             let (t0, t1) = (f[2 * j], f[2 * j + 1]);
             Ok([
@@ -766,7 +768,9 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             let dsums = row_vals(kb, nt, bm * 4, "d_row")?;
             for e in 0..4 {
                 let dsum = dsums[e % 2];
-                s[nt][e] = unpack_p(kb, nt, e)?;
+                if !self.grad.has_aux_terms() {
+                    s[nt][e] = unpack_p(kb, nt, e)?;
+                }
                 ds[nt][e] = kb.fmul(s[nt][e], kb.fsub(dp[nt][e], dsum, "")?, "ds")?;
             }
         }
