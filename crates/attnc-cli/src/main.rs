@@ -221,9 +221,10 @@ fn dump(args: &DumpArgs) -> Result<(), Reported> {
         }
     }
     let mut failed = Vec::new();
-    for direction in directions {
-        let opts = CompileOptions::new(args.arch).family(args.family).direction(direction);
-        let compiled = attnc::compile(&spec, &opts);
+    let base = CompileOptions::new(args.arch).family(args.family);
+    let modules = attnc::compile_directions(&spec, &base, &directions);
+    for (direction, compiled) in directions.into_iter().zip(modules) {
+        let opts = base.clone().direction(direction);
         match args.emit {
             // `--emit ir` prints the spec and summary even when codegen fails; the error
             // still fails the run.

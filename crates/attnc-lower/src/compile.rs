@@ -131,3 +131,30 @@ pub fn compile(spec: &Spec, opts: &CompileOptions) -> Result<CompiledModule, Low
     module.fallback_reason = fallback_reason;
     Ok(module)
 }
+
+/// Compiles `spec` in each of `directions` (the options' own direction is ignored), each
+/// on its own thread with its own LLVM context, results in the order asked. A training
+/// step needs the forward and the backward, and the two modules share nothing, so a cold
+/// start takes about the longer of the two instead of their sum.
+pub fn compile_directions(
+    spec: &Spec,
+    opts: &CompileOptions,
+    directions: &[Direction],
+) -> Vec<Result<CompiledModule, LowerError>> {
+    if directions.len() <= 1 {
+        return directions.iter().map(|&d| compile(spec, &opts.clone().direction(d))).collect();
+    }
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = directions
+            .iter()
+            .map(|&d| {
+                let o = opts.clone().direction(d);
+                scope.spawn(move || compile(spec, &o))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(LowerError::Llvm("a compile thread panicked".into()))))
+            .collect()
+    })
+}

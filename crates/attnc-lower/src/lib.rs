@@ -23,6 +23,6 @@ pub mod ptxas;
 pub mod variant;
 
 pub use arch::Arch;
-pub use compile::{compile, CompileOptions, FamilyChoice};
+pub use compile::{compile, compile_directions, CompileOptions, FamilyChoice};
 pub use error::LowerError;
 pub use module::{CompileTimings, CompiledModule, Direction, FamilyKind, Grid, KernelInfo, KernelRole, TmaBox};
