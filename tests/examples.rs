@@ -359,3 +359,29 @@ fn inference_layouts_have_no_backward() {
     }
     assert!(checked >= 2, "the examples should include paged or split-KV variants");
 }
+
+/// `compile_directions` (a thread per direction) gives what `compile` gives for each
+/// direction, in the order asked, and the backward of an inference layout as its error.
+#[test]
+fn compile_directions_matches_compile() {
+    let spec = |name: &str| {
+        parsed()
+            .iter()
+            .find(|(n, _)| n == name)
+            .and_then(|(_, s)| s.as_ref().ok())
+            .unwrap_or_else(|| panic!("example {name} parses"))
+    };
+    let base = CompileOptions::new(Arch::Sm90a);
+    let dirs = [Direction::Backward, Direction::Forward];
+    let s = spec("alibi_learned");
+    let both = attnc::compile_directions(s, &base, &dirs);
+    assert_eq!(both.len(), 2);
+    for (d, m) in dirs.iter().zip(&both) {
+        let m = m.as_ref().unwrap_or_else(|e| panic!("{d}: {e}"));
+        let alone = attnc::compile(s, &base.clone().direction(*d)).unwrap_or_else(|e| panic!("{d}: {e}"));
+        assert_eq!(m.direction, *d);
+        assert_eq!(m.ptx, alone.ptx, "{d}: the PTX depends on the thread it was built on");
+    }
+    let paged = attnc::compile_directions(spec("gqa_decode_paged"), &base, &dirs);
+    assert!(paged[0].is_err() && paged[1].is_ok());
+}
