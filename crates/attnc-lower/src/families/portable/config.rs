@@ -1,6 +1,7 @@
 //! Tile configurations of the portable family and its shared-memory layout.
 
 use crate::arch::Arch;
+use crate::families::common::backward::WS_ROW_ALIGN;
 use attnc_ir::Spec;
 
 /// One CTA's shape. `block_m = warps · 16 · m_tiles` rows of Q; `block_n` keys per
@@ -180,8 +181,15 @@ impl BwdConfig {
         if !matches!(self.halves, 1 | 2) || self.warps % self.halves != 0 || !(1..=16).contains(&self.warps) {
             return bad("halves 1 or 2 dividing 1-16 warps");
         }
-        if !matches!(self.block_m, 32 | 64 | 128) || self.warps % self.dq_row_groups() != 0 {
-            return bad("block_m 32, 64 or 128, its 16-row groups dividing the warps");
+        // A query tile must end inside its workspace row (rows padded to WS_ROW_ALIGN):
+        // the tile's lse/D loads and dQ adds cover all its rows.
+        if !matches!(self.block_m, 32 | 64)
+            || WS_ROW_ALIGN % self.block_m != 0
+            || self.warps % self.dq_row_groups() != 0
+        {
+            return bad(
+                "block_m 32 or 64 (dividing the workspace's 64-row padding), its 16-row groups dividing the warps",
+            );
         }
         let rows = self.block_m / self.halves;
         if !matches!(self.q_sub, 16 | 32 | 64) || rows % self.q_sub != 0 {
@@ -275,5 +283,26 @@ impl BwdConfig {
     }
     pub fn smem_bytes(&self, spec: &Spec) -> u32 {
         self.p_offset(spec) + self.block_n() * self.ds_row_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backward_configs_keep_query_tiles_inside_workspace_rows() {
+        for d in [64, 96, 128, 192, 256] {
+            let spec = Spec::new("t", d, 8);
+            for arch in Arch::ALL {
+                let cfg = BwdConfig::for_spec(&spec, arch);
+                assert_eq!(cfg.check(&spec), Ok(()), "d {d} {arch}");
+                assert_eq!(WS_ROW_ALIGN % cfg.block_m, 0);
+                assert!(cfg.smem_bytes(&spec) <= arch.max_smem_per_block(), "d {d} {arch}");
+            }
+            // A tile of 128 rows would run past a row padded to 64 (lse/D reads, dQ adds).
+            let big = BwdConfig::for_spec(&spec, Arch::Sm90a).tuned("block_m=128");
+            assert!(big.check(&spec).is_err());
+        }
     }
 }
