@@ -9,13 +9,15 @@
 //! - [`analysis`]: tile mask analysis (Full / Partial / Empty) by interval arithmetic;
 //! - [`reference`](mod@reference): the f64 CPU reference executor, the definition of a variant's output,
 //!   and its backward (gradients of Q, K, V, sinks and learnable aux tensors);
-//! - [`gradcheck`]: finite-difference checks of the reference backward.
+//! - [`gradcheck`]: finite-difference checks of the reference backward;
+//! - [`generate`]: random valid specs, for properties every spec must have.
 
 pub mod analysis;
 pub mod check;
 pub mod deriv;
 pub mod eval;
 pub mod expr;
+pub mod generate;
 pub mod gradcheck;
 pub mod reference;
 pub mod spec;

@@ -1,178 +1,19 @@
 //! `parse(print(spec)) == spec` for arbitrary valid specs.
 //!
-//! Specs come from ordinary proptest strategies; expressions are built from a vector of
-//! random "choices" (Hypothesis-style), so they are well typed by construction and
-//! shrink towards small trees when the vector shrinks.
+//! Specs come from ordinary proptest strategies; expressions from `attnc_ir::generate`'s
+//! choice-driven builder, fed proptest's vectors, so they are well typed by construction
+//! and shrink towards small trees when the vector shrinks.
 
 use super::cases;
 use crate::{parse, print};
 use attnc_ir::check::is_reserved;
+use attnc_ir::generate::ExprGen;
 use attnc_ir::spec::SUPPORTED_HEAD_DIMS;
 use attnc_ir::{
-    Align, AuxDecl, AuxDim, AuxElem, BinOp, DType, Expr, ExprContext, Func, KvLayout, Mask, ParamDecl, Scale,
-    SoftmaxOptions, Spec, SplitKv, Ty, UnOp, Var, Window,
+    Align, AuxDecl, AuxDim, DType, ExprContext, KvLayout, Mask, ParamDecl, Scale, SoftmaxOptions, Spec, SplitKv, Ty,
+    Window,
 };
 use proptest::prelude::*;
-
-const INT_VARS: [Var; 9] =
-    [Var::B, Var::H, Var::Hkv, Var::Q, Var::K, Var::SeqlenQ, Var::SeqlenK, Var::QHeads, Var::KvHeads];
-const FLOAT_FUNCS: [Func; 8] =
-    [Func::Abs, Func::Exp, Func::Exp2, Func::Log, Func::Log2, Func::Sqrt, Func::Tanh, Func::Sigmoid];
-const SPECIAL_FLOATS: [f64; 12] =
-    [0.0, -0.0, 1.0, -2.5, 0.1, 1e-7, 1e16, 5e-324, f32::MAX as f64, f32::MIN as f64, f64::MIN_POSITIVE, 50.0];
-
-/// Builds expressions from a choice sequence; choices past the end read as 0, which
-/// always selects a leaf.
-pub(crate) struct Gen<'a> {
-    choices: &'a [u32],
-    i: usize,
-    params: &'a [ParamDecl],
-    aux: &'a [AuxDecl],
-    ctx: ExprContext,
-    /// Inside `int(...)` in a mask: no float aux reads (they may only be compared there).
-    in_to_int: u32,
-}
-
-impl<'a> Gen<'a> {
-    pub(crate) fn new(choices: &'a [u32], params: &'a [ParamDecl], aux: &'a [AuxDecl], ctx: ExprContext) -> Self {
-        Gen { choices, i: 0, params, aux, ctx, in_to_int: 0 }
-    }
-    fn raw(&mut self) -> u32 {
-        let c = self.choices.get(self.i).copied().unwrap_or(0);
-        self.i += 1;
-        c
-    }
-    fn pick(&mut self, n: usize) -> usize {
-        self.raw() as usize % n.max(1)
-    }
-    fn done(&self) -> bool {
-        self.i >= self.choices.len()
-    }
-
-    fn float_literal(&mut self) -> f64 {
-        match self.pick(3) {
-            0 => {
-                let bits = (u64::from(self.raw()) << 32) | u64::from(self.raw());
-                let v = f64::from_bits(bits);
-                // The IR accepts finite literals within f32 range (kernels are f32).
-                if v.is_finite() && v.abs() <= f32::MAX as f64 {
-                    v
-                } else {
-                    1.5
-                }
-            }
-            1 => f64::from(self.raw() % 100_000) / 64.0 - 500.0,
-            _ => SPECIAL_FLOATS[self.pick(SPECIAL_FLOATS.len())],
-        }
-    }
-
-    fn param_of(&mut self, ty: Ty) -> Option<Expr> {
-        let ps: Vec<&ParamDecl> = self.params.iter().filter(|p| p.ty == ty).collect();
-        if ps.is_empty() {
-            None
-        } else {
-            Some(Expr::param(&ps[self.pick(ps.len())].name))
-        }
-    }
-
-    fn leaf(&mut self, ty: Ty) -> Expr {
-        match ty {
-            Ty::Int => match self.pick(4) {
-                0 => Expr::int(i64::from(self.raw() as i32)),
-                1 => Expr::int(i64::from(self.raw() % 20) - 5),
-                2 => self.param_of(Ty::Int).unwrap_or_else(|| Expr::var(Var::Q)),
-                _ => Expr::var(INT_VARS[self.pick(INT_VARS.len())]),
-            },
-            Ty::Float => match self.pick(3) {
-                0 if self.ctx == ExprContext::ScoreMod => Expr::var(Var::Score),
-                1 => self.param_of(Ty::Float).unwrap_or_else(|| Expr::float(2.0)),
-                _ => Expr::float(self.float_literal()),
-            },
-            Ty::Bool => Expr::bool(self.pick(2) == 0),
-        }
-    }
-
-    /// A read of an aux tensor of this element type, if one is declared.
-    fn aux_read(&mut self, elem: AuxElem, d: u32) -> Option<Expr> {
-        let of: Vec<&AuxDecl> = self.aux.iter().filter(|a| a.elem == elem).collect();
-        if of.is_empty() {
-            return None;
-        }
-        let a = of[self.pick(of.len())];
-        let (name, n) = (a.name.clone(), a.dims.len());
-        Some(Expr::aux(&name, (0..n).map(|_| self.expr(Ty::Int, d)).collect()))
-    }
-
-    pub(crate) fn expr(&mut self, ty: Ty, depth: u32) -> Expr {
-        if depth == 0 || self.done() || self.pick(4) == 0 {
-            return self.leaf(ty);
-        }
-        let d = depth - 1;
-        match ty {
-            Ty::Int => match self.pick(7) {
-                0 => {
-                    let op = [BinOp::Add, BinOp::Sub, BinOp::Mul, BinOp::Div, BinOp::Rem][self.pick(5)];
-                    Expr::binary(op, self.expr(Ty::Int, d), self.expr(Ty::Int, d))
-                }
-                1 => Expr::unary(UnOp::Neg, self.expr(Ty::Int, d)),
-                2 => {
-                    let f = [Func::Min, Func::Max][self.pick(2)];
-                    Expr::call(f, vec![self.expr(Ty::Int, d), self.expr(Ty::Int, d)])
-                }
-                3 => Expr::call(Func::Abs, vec![self.expr(Ty::Int, d)]),
-                4 => {
-                    Expr::call(Func::Select, vec![self.expr(Ty::Bool, d), self.expr(Ty::Int, d), self.expr(Ty::Int, d)])
-                }
-                5 => {
-                    let mask = self.ctx == ExprContext::Mask;
-                    self.in_to_int += u32::from(mask);
-                    let x = self.expr(Ty::Float, d);
-                    self.in_to_int -= u32::from(mask);
-                    Expr::call(Func::ToInt, vec![x])
-                }
-                _ => self.aux_read(AuxElem::Int, d).unwrap_or_else(|| self.leaf(Ty::Int)),
-            },
-            Ty::Float => match self.pick(7) {
-                0 => {
-                    let op = [BinOp::Add, BinOp::Sub, BinOp::Mul, BinOp::Div][self.pick(4)];
-                    Expr::binary(op, self.expr(Ty::Float, d), self.expr(Ty::Float, d))
-                }
-                1 => Expr::unary(UnOp::Neg, self.expr(Ty::Float, d)),
-                2 => {
-                    let f = [Func::Min, Func::Max, Func::Softcap][self.pick(3)];
-                    Expr::call(f, vec![self.expr(Ty::Float, d), self.expr(Ty::Float, d)])
-                }
-                3 => {
-                    let f = FLOAT_FUNCS[self.pick(FLOAT_FUNCS.len())];
-                    Expr::call(f, vec![self.expr(Ty::Float, d)])
-                }
-                4 => Expr::call(
-                    Func::Select,
-                    vec![self.expr(Ty::Bool, d), self.expr(Ty::Float, d), self.expr(Ty::Float, d)],
-                ),
-                5 => Expr::call(Func::ToFloat, vec![self.expr(Ty::Int, d)]),
-                _ if self.in_to_int == 0 => self.aux_read(AuxElem::Float, d).unwrap_or_else(|| self.leaf(Ty::Float)),
-                _ => self.leaf(Ty::Float),
-            },
-            Ty::Bool => match self.pick(4) {
-                0 => {
-                    let op = [BinOp::Lt, BinOp::Le, BinOp::Gt, BinOp::Ge, BinOp::Eq, BinOp::Ne][self.pick(6)];
-                    let t = [Ty::Int, Ty::Float][self.pick(2)];
-                    Expr::binary(op, self.expr(t, d), self.expr(t, d))
-                }
-                1 => {
-                    let op = [BinOp::And, BinOp::Or][self.pick(2)];
-                    Expr::binary(op, self.expr(Ty::Bool, d), self.expr(Ty::Bool, d))
-                }
-                2 => Expr::unary(UnOp::Not, self.expr(Ty::Bool, d)),
-                _ => {
-                    let op = [BinOp::Eq, BinOp::Ne][self.pick(2)];
-                    Expr::binary(op, self.expr(Ty::Bool, d), self.expr(Ty::Bool, d))
-                }
-            },
-        }
-    }
-}
 
 fn decl_name() -> impl Strategy<Value = String> {
     prop_oneof![
@@ -279,9 +120,10 @@ pub(crate) fn spec_strategy() -> impl Strategy<Value = Spec> {
                 let own = if br { Align::BottomRight } else { Align::TopLeft };
                 Window { left, right, align: causal.unwrap_or(own) }
             }),
-            predicate: pred.map(|c| Gen::new(&c, &spec.params, &spec.aux, ExprContext::Mask).expr(Ty::Bool, 5)),
+            predicate: pred.map(|c| ExprGen::new(&c, &spec.params, &spec.aux, ExprContext::Mask).expr(Ty::Bool, 5)),
         };
-        spec.score_mod = score.map(|c| Gen::new(&c, &spec.params, &spec.aux, ExprContext::ScoreMod).expr(Ty::Float, 5));
+        spec.score_mod =
+            score.map(|c| ExprGen::new(&c, &spec.params, &spec.aux, ExprContext::ScoreMod).expr(Ty::Float, 5));
 
         let (scale, sinks, kv_layout, split_kv, lse, (exp2_emulation, rescale_threshold)) = rest;
         spec.scale = scale.map_or(Scale::Default, Scale::Value);
