@@ -129,10 +129,11 @@ impl BwdConfig {
     /// (docs/results/2026-11-23-h100-portable-bwd-configs.md) and held to 0 spills by ptxas
     /// for every example on sm_80, sm_90a and sm_100a:
     ///
-    /// | head dims            | warps (key groups x 2) | keys / CTA | regs cap | q_sub |
-    /// |----------------------|------------------------|------------|----------|-------|
-    /// | d_qk + d_v <= 256    | 16                     | 128        | 128      | 16    |
-    /// | wider, or d = 96     | 8                      | 64         | -        | 32    |
+    /// | head dims            | warps (key groups x 2) | keys / CTA | regs cap | q_sub | CTAs / key tile |
+    /// |----------------------|------------------------|------------|----------|-------|-----------------|
+    /// | d_qk + d_v <= 256    | 16                     | 128        | 128      | 16    | 1               |
+    /// | wider, or d = 96     | 8                      | 64         | -        | 32    | 1               |
+    /// | d_qk + d_v >= 384    | 8                      | 64         | -        | 32    | 2 (column halves) |
     ///
     /// 128 keys per CTA halve dQ's atomics (each CTA adds its partial dQ once per query
     /// tile); 16 warps need the 128-register cap (512 threads), which 16-row sub-tiles
@@ -146,6 +147,13 @@ impl BwdConfig {
         // (d = 96 does not split into 16-warp dQ column groups: the 8-warp shape.)
         let mut cfg =
             if spec.head_dim_qk + spec.head_dim_v <= 256 && narrow.check(spec).is_ok() { narrow } else { wide };
+        // d_qk + d_v ≥ 384: two CTAs per key tile, each half the columns. One CTA's 64 + 64
+        // accumulator registers per thread sat at ptxas's 255 ceiling and spilled for some
+        // variants (random-spec sweep); halving them costs a recomputation of S and dP.
+        let split = BwdConfig { col_split: 2, ..cfg.clone() };
+        if spec.head_dim_qk + spec.head_dim_v >= 384 && split.check(spec).is_ok() {
+            cfg = split;
+        }
         if let Some(t) = bwd_tune_override() {
             cfg = cfg.tuned(&t);
         }
