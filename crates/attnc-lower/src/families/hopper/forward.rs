@@ -154,7 +154,9 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             ctaid
         };
         let head_idx = kb.sreg("ctaid.y", "head_idx")?;
-        let z = kb.sreg("ctaid.z", "batch_split")?;
+        // Opaque, so the prologue's copy (the out-of-range exit) and each role's derive
+        // their own batch index: a shared one lives across setmaxnreg and spilled.
+        let z = kb.opaque_i32(kb.sreg("ctaid.z", "")?, "batch_split")?;
         let num_splits = self.args.int("num_splits")?;
         let b = kb.udiv(z, num_splits, "b")?;
         let split = kb.urem(z, num_splits, "split")?;

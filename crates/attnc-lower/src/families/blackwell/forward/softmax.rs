@@ -168,18 +168,48 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         kb.section("softmax (full tile): exp2, exclusive with the other warpgroup")?;
         self.exp_turn_begin(kb, row)?;
         let e = emulated_per_row(spec);
-        let mut p = Vec::with_capacity(s.len());
-        for (c, v) in s.iter().enumerate() {
-            let x = kb.fsub(*v, base, "")?;
-            p.push(if is_emulated(c as u32, e) { exp2_emulated(kb, x)? } else { kb.ex2(x, "p")? });
-        }
-        self.exp_turn_end(kb, row)?;
-        let sum = tree(kb, &p, |kb, a, b| kb.fadd(a, b, ""))?;
-        let packed: Vec<IntValue<'ctx>> =
-            p.chunks(2).map(|q| kb.pack_half2(spec.dtype, q[0], q[1], "p2")).collect::<R<_>>()?;
-        kb.tmem_store(row.s_taddr, row.p_off, &packed[..32])?;
-        kb.tmem_store(row.s_taddr, row.p_off + 32, &packed[32..])?;
+        let sum = if e == 0 {
+            // MUFU exp2 alone: only the exp2s take the turn; sum, pack and store follow it.
+            let mut p = Vec::with_capacity(s.len());
+            for v in &s {
+                let x = kb.fsub(*v, base, "")?;
+                p.push(kb.ex2(x, "p")?);
+            }
+            self.exp_turn_end(kb, row)?;
+            let sum = tree(kb, &p, |kb, a, b| kb.fadd(a, b, ""))?;
+            self.store_p(kb, row, 0, &p)?;
+            sum
+        } else {
+            // Emulated exp2 keeps polynomial temporaries per value: 32 columns at a time
+            // (exp2, their sum, P packed and stored) so only 32 f32 of P are live next to
+            // the rest of S; the whole row at once spilled (random-spec sweep). The sums
+            // combine in the same pairwise tree as one over all columns.
+            let mut sums = Vec::new();
+            for (chunk, s_chunk) in s.chunks(32).enumerate() {
+                let mut p = Vec::with_capacity(32);
+                for (c, v) in s_chunk.iter().enumerate() {
+                    let x = kb.fsub(*v, base, "")?;
+                    let col = (32 * chunk + c) as u32;
+                    p.push(if is_emulated(col, e) { exp2_emulated(kb, x)? } else { kb.ex2(x, "p")? });
+                }
+                sums.push(tree(kb, &p, |kb, a, b| kb.fadd(a, b, ""))?);
+                self.store_p(kb, row, 32 * chunk as u32, &p)?;
+            }
+            self.exp_turn_end(kb, row)?;
+            tree(kb, &sums, |kb, a, b| kb.fadd(a, b, ""))?
+        };
         self.finish_tile(kb, row, alpha, sum)
+    }
+
+    /// P columns `first..first + p.len()` of this row, packed to 16 bits in pairs, into
+    /// TMEM beside S (at most 32 words per `tcgen05.st`).
+    fn store_p(&self, kb: &mut Kb<'ctx>, row: &SoftmaxRow<'ctx>, first: u32, p: &[FloatValue<'ctx>]) -> R<()> {
+        let packed: Vec<IntValue<'ctx>> =
+            p.chunks(2).map(|q| kb.pack_half2(self.spec.dtype, q[0], q[1], "p2")).collect::<R<_>>()?;
+        for (i, words) in packed.chunks(32).enumerate() {
+            kb.tmem_store(row.s_taddr, row.p_off + first / 2 + 32 * i as u32, words)?;
+        }
+        Ok(())
     }
 
     /// A tile with a score modification or a per-element mask, streamed through TMEM in
