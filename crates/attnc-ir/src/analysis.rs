@@ -18,8 +18,12 @@
 //! 2. variables `b, h, hkv, q, k, seqlen_q, seqlen_k`: the query's ranges;
 //!    `q_heads`, `kv_heads`: the query's points;
 //! 3. int param: its range in `TileQuery::params` (a point when known at launch), else TOP;
-//! 4. element `t[...]` of an int aux tensor: TOP; `int(float)`: TOP; an element of a float
-//!    aux tensor is a float (not analyzed, so comparisons on it are Unknown, rule 11);
+//! 4. element `t[i0, i1, ...]` of an int aux tensor: TOP, unless the caller supplies the
+//!    tensor's values ([`AuxValues`], block classification at launch): then each index's
+//!    range is clamped into its dimension (as `eval` clamps) and the result is the
+//!    tensor's `[min, max]` over that index box (TOP when an index is not an int or the
+//!    box is larger than the oracle scans); `int(float)`: TOP; an element of a float aux
+//!    tensor is a float (not analyzed, so comparisons on it are Unknown, rule 11);
 //! 5. `a + b`, `a - b`, `-a`, `a * b` (min/max of the 4 corner products): computed exactly
 //!    in i64; if the result leaves i32 range → TOP (ints wrap);
 //! 6. `a / b` (floor): divisor range contains 0 → TOP; otherwise min/max of the 4 corner
@@ -54,6 +58,7 @@
 //! Query ranges are first clamped into i32; a reversed range (`lo > hi`) used in an
 //! expression is taken as `[hi, lo]`.
 
+use crate::eval::AuxTensor;
 use crate::eval::{floor_div, floor_rem};
 use crate::expr::{BinOp, Expr, ExprKind, Func, Ty, UnOp, Var};
 use crate::spec::{AuxElem, Mask, Spec};
@@ -368,12 +373,79 @@ pub fn compare(op: BinOp, a: IntRange, b: IntRange) -> Tri {
     }
 }
 
+/// The values of the launch's aux tensors, for rule 4: the `[min, max]` of aux tensor
+/// `aux` (declaration order) over an index box already clamped into its dimensions, or
+/// `None` when not known (e.g. the box is larger than the implementation scans).
+pub trait AuxValues {
+    /// The resolved dimensions of aux tensor `aux`.
+    fn dims(&self, aux: usize) -> Option<&[usize]>;
+    fn range(&self, aux: usize, index_box: &[IntRange]) -> Option<IntRange>;
+}
+
+/// The largest index box [`AuxTensor`]'s [`AuxValues`] scans (the GPU classifier's limit).
+pub const AUX_SCAN_LIMIT: i64 = 4096;
+
+/// Host aux tensors (declaration order) as [`AuxValues`]: a scan of the box.
+#[derive(Clone, Copy, Debug)]
+pub struct HostAux<'a>(pub &'a [AuxTensor]);
+
+impl AuxValues for HostAux<'_> {
+    fn dims(&self, aux: usize) -> Option<&[usize]> {
+        self.0.get(aux).map(|t| t.dims.as_slice())
+    }
+    fn range(&self, aux: usize, index_box: &[IntRange]) -> Option<IntRange> {
+        let t = self.0.get(aux)?;
+        let ints = t.data.ints()?;
+        if index_box.len() != t.dims.len() || index_box.iter().any(IntRange::is_empty) {
+            return None;
+        }
+        let size = index_box.iter().try_fold(1i64, |acc, r| acc.checked_mul(r.hi - r.lo + 1))?;
+        if size > AUX_SCAN_LIMIT {
+            return None;
+        }
+        let (mut lo, mut hi) = (i64::MAX, i64::MIN);
+        let mut idx: Vec<i32> = index_box.iter().map(|r| r.lo as i32).collect();
+        for _ in 0..size {
+            let v = t.flat_index(&idx).and_then(|f| ints.get(f).copied()).unwrap_or(0) as i64;
+            lo = lo.min(v);
+            hi = hi.max(v);
+            // Odometer over the box, last index fastest.
+            for d in (0..idx.len()).rev() {
+                if (idx[d] as i64) < index_box[d].hi {
+                    idx[d] += 1;
+                    break;
+                }
+                idx[d] = index_box[d].lo as i32;
+            }
+        }
+        Some(IntRange::new(lo, hi))
+    }
+}
+
 struct Analyzer<'a> {
     spec: &'a Spec,
     query: &'a TileQuery,
+    aux: Option<&'a dyn AuxValues>,
 }
 
 impl Analyzer<'_> {
+    /// Rule 4 with aux values: the index box, clamped into the dims, through the oracle.
+    fn aux_range(&self, name: &str, index: &[Expr]) -> Option<IntRange> {
+        let values = self.aux?;
+        let i = self.spec.aux_index(name)?;
+        let dims = values.dims(i)?;
+        if dims.len() != index.len() || dims.contains(&0) {
+            return None;
+        }
+        let mut bx = Vec::with_capacity(index.len());
+        for (e, &n) in index.iter().zip(dims) {
+            let AVal::Int(r) = self.value(e) else { return None };
+            let top = (n as i64 - 1).min(MAX);
+            bx.push(IntRange::new(r.lo.clamp(0, top), r.hi.clamp(0, top)));
+        }
+        values.range(i, &bx)
+    }
+
     fn var(&self, v: Var) -> AVal {
         let q = self.query;
         let r = match v {
@@ -407,9 +479,9 @@ impl Analyzer<'_> {
                 },
                 None => AVal::Any,
             },
-            ExprKind::Aux { name, .. } => match self.spec.aux_decl(name).map(|d| d.elem) {
+            ExprKind::Aux { name, index } => match self.spec.aux_decl(name).map(|d| d.elem) {
                 Some(AuxElem::Float) => AVal::Float,
-                _ => AVal::Int(IntRange::TOP),
+                _ => AVal::Int(self.aux_range(name, index).unwrap_or(IntRange::TOP)),
             },
             ExprKind::Unary(op, a) => match (op, self.value(a)) {
                 (UnOp::Neg, AVal::Int(r)) => AVal::Int(neg(r)),
@@ -480,7 +552,7 @@ impl Analyzer<'_> {
 
 /// The interval of an int expression over the query (TOP for anything not an int).
 pub fn int_range(spec: &Spec, e: &Expr, query: &TileQuery) -> IntRange {
-    match (Analyzer { spec, query }).value(e) {
+    match (Analyzer { spec, query, aux: None }).value(e) {
         AVal::Int(r) => r,
         _ => IntRange::TOP,
     }
@@ -488,10 +560,27 @@ pub fn int_range(spec: &Spec, e: &Expr, query: &TileQuery) -> IntRange {
 
 /// The tri-state truth of a bool expression over the query (Unknown for anything not a bool).
 pub fn truth(spec: &Spec, e: &Expr, query: &TileQuery) -> Tri {
-    match (Analyzer { spec, query }).value(e) {
+    truth_with_aux(spec, e, query, None)
+}
+
+/// [`truth`] with the launch's aux values (rule 4's block-classification form).
+pub fn truth_with_aux(spec: &Spec, e: &Expr, query: &TileQuery, aux: Option<&dyn AuxValues>) -> Tri {
+    match (Analyzer { spec, query, aux }).value(e) {
         AVal::Bool(t) => t,
         _ => Tri::Unknown,
     }
+}
+
+/// [`classify`] with the launch's aux values: what the block classification's interval
+/// pass decides before it evaluates the undecided tiles element by element.
+pub fn classify_with_aux(spec: &Spec, query: &TileQuery, aux: &dyn AuxValues) -> TileClass {
+    let Some(pred) = spec.mask.to_predicate() else {
+        return TileClass::Full;
+    };
+    if [query.b, query.h, query.hkv, query.q, query.k].iter().any(IntRange::is_empty) {
+        return TileClass::Empty;
+    }
+    truth_with_aux(spec, &pred, query, Some(aux)).to_class()
 }
 
 /// Classifies the tile described by `query` under `spec`'s mask.

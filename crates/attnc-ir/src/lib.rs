@@ -13,6 +13,7 @@
 //! - [`generate`]: random valid specs, for properties every spec must have.
 
 pub mod analysis;
+pub mod block_mask;
 pub mod check;
 pub mod deriv;
 pub mod eval;
