@@ -92,6 +92,9 @@ pub enum KernelRole {
     /// Backward, deterministic mode: the learnable aux tensors' gradients summed from
     /// their per-(CTA, warp) partials in a fixed order.
     AuxGradReduce,
+    /// Block mask: the forward's row lists of non-empty key tiles, classified from the
+    /// mask over the launch's data (`families::common::block_mask`).
+    BlockClassify,
 }
 
 impl KernelRole {
@@ -104,13 +107,14 @@ impl KernelRole {
             KernelRole::DqConvert => "dQ convert",
             KernelRole::SinkGrad => "sink gradient",
             KernelRole::AuxGradReduce => "aux-gradient reduce",
+            KernelRole::BlockClassify => "block classifier",
         }
     }
 
     /// The direction whose module holds kernels of this role.
     pub fn direction(self) -> Direction {
         match self {
-            KernelRole::Forward | KernelRole::Combine => Direction::Forward,
+            KernelRole::Forward | KernelRole::Combine | KernelRole::BlockClassify => Direction::Forward,
             KernelRole::BackwardPreprocess
             | KernelRole::BackwardMain
             | KernelRole::DqConvert
@@ -177,6 +181,8 @@ pub enum Grid {
     Heads,
     /// `(ceil(Σ learnable aux elements / threads))`: one thread per aux-gradient element.
     AuxElements,
+    /// `(row tiles, head slots, batch)` of a block mask: one CTA per row list.
+    BlockRows,
 }
 
 /// One `.entry` of a module and how to launch it.

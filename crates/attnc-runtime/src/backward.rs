@@ -383,6 +383,7 @@ impl Kernel {
         let gpu = &self.rt.inner.gpu;
         let plan = plan_backward(&self.spec, &shape, gpu.info.sm_count, gpu.info.ordinal, &descs)?;
         let mut receipt = Receipt {
+            block_mask: None,
             spec: self.spec.name.clone(),
             direction: Direction::Backward,
             requested: meta.requested.clone(),

@@ -31,6 +31,9 @@ pub enum RuntimeError {
     /// The compiled module's parameter list is not what the runtime knows how to fill.
     #[error("kernel ABI mismatch: {0}")]
     Abi(String),
+    /// A block mask passed to a launch it was not built for.
+    #[error("block mask: {0}")]
+    BlockMask(String),
     #[error("{0}")]
     Other(String),
 }

@@ -34,6 +34,7 @@
 
 pub mod backward;
 pub mod bench;
+pub mod block_mask;
 pub mod cache;
 pub mod cuda;
 pub mod dispatch;
@@ -51,10 +52,11 @@ pub mod tma;
 pub mod validate;
 
 pub use backward::Gradients;
+pub use block_mask::BlockMask;
 pub use cache::{CacheConfig, CacheSource, CacheStats};
 pub use cuda::{driver_present, DeviceInfo};
 pub use error::{RuntimeError, ValidationError};
-pub use receipt::{KernelConfig, Receipt, Timings};
+pub use receipt::{BlockMaskUse, KernelConfig, Receipt, Timings};
 pub use runtime::{Kernel, Params, Runtime};
 pub use tensor::{ElemType, Element, IndexTensor, Tensor, TensorDesc};
 pub use validate::{LaunchPlan, ParamValue};

@@ -60,6 +60,9 @@ pub struct Receipt {
     pub skipped: Option<String>,
     /// Backward: whether dQ and the aux gradients were accumulated in the fixed order.
     pub deterministic: Option<bool>,
+    /// Forward of a spec whose mask takes a block mask: where the lists came from, their
+    /// tiles, and (timed launches) the live-tile fraction and classification time.
+    pub block_mask: Option<BlockMaskUse>,
     pub timings: Option<Timings>,
 }
 
@@ -86,6 +89,16 @@ impl fmt::Display for Receipt {
             Some(r) => write!(f, "; fallback: {r}")?,
             None => write!(f, "; no fallback")?,
         }
+        if let Some(m) = &self.block_mask {
+            write!(f, "; block mask {} ({}x{} tiles", m.source, m.block_m, m.block_n)?;
+            if let Some(l) = m.live_fraction {
+                write!(f, ", {:.1}% live", 100.0 * l)?;
+            }
+            if let Some(c) = m.classify_ms {
+                write!(f, ", classified in {c:.4} ms")?;
+            }
+            write!(f, ")")?;
+        }
         if let Some(s) = &self.skipped {
             write!(f, "; SKIPPED: {s}")?;
         }
@@ -97,4 +110,18 @@ impl fmt::Display for Receipt {
         }
         Ok(())
     }
+}
+
+/// What a receipt says about the block mask of a forward launch.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct BlockMaskUse {
+    /// "passed in" (built once by the caller) or "built per call".
+    pub source: String,
+    pub block_m: u32,
+    pub block_n: u32,
+    /// Non-empty tiles over all tiles inside the sequences (timed launches, where the
+    /// lists are downloaded to count them).
+    pub live_fraction: Option<f64>,
+    /// GPU time of the classification (timed launches that built it).
+    pub classify_ms: Option<f64>,
 }

@@ -1,5 +1,6 @@
 //! The runtime: a device, its kernel cache, tensors, and validated launches.
 
+use crate::block_mask::{launch_seqlens, BlockMask, BuiltFor};
 use crate::cache::{Cache, CacheConfig, CacheSource, CacheStats};
 use crate::cuda::ArgValue;
 use crate::cuda::{DeviceBuffer, DeviceInfo, Gpu, Image};
@@ -8,6 +9,7 @@ use crate::jit::{kernel_key, KernelProducer, LoadedKernel};
 use crate::receipt::{KernelConfig, Receipt, Timings};
 use crate::tensor::{contiguous_strides, ElemType, Element, IndexTensor, Tensor};
 use crate::validate::{marshal, plan, KernelShape, LaunchDescs, LaunchPlan, ParamValue};
+use attnc_ir::block_mask::{BlockDims, Tiling};
 use attnc_ir::Spec;
 use attnc_lower::{Arch, Direction, FamilyChoice, Grid, KernelRole};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -266,6 +268,10 @@ pub struct Params<'a> {
     /// Backward: bitwise-identical dQ and aux gradients on every run (fixed accumulation
     /// order; docs/backward.md gives the cost).
     pub deterministic: bool,
+    /// Forward of a spec whose mask reads aux tensors: the block mask built once with
+    /// [`Kernel::block_mask`] for these shapes, params and aux tensors (checked). Without
+    /// it the forward classifies per call.
+    pub block_mask: Option<&'a BlockMask>,
 }
 
 impl<'a> Params<'a> {
@@ -313,6 +319,10 @@ impl<'a> Params<'a> {
     }
     pub fn deterministic(mut self, on: bool) -> Self {
         self.deterministic = on;
+        self
+    }
+    pub fn block_mask(mut self, m: &'a BlockMask) -> Self {
+        self.block_mask = Some(m);
         self
     }
 }
@@ -417,6 +427,123 @@ impl Kernel {
         self.lse_forward.get().ok_or_else(|| RuntimeError::Other("the LSE forward did not load".into()))
     }
 
+    /// Classifies the mask's tiles for this launch (shapes, params, aux tensors) once, for
+    /// every forward that shares them: pass the result in [`Params::block_mask`]. Errors
+    /// for a spec whose mask needs no block mask (one whose module has no classifier).
+    pub fn block_mask(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        out: &Tensor,
+        params: &Params,
+    ) -> Result<BlockMask, RuntimeError> {
+        let plan = self.plan(q, k, v, out, None, params)?;
+        self.build_block_mask(&plan, params)
+    }
+
+    fn block_mask_built_for(&self, plan: &LaunchPlan, params: &Params) -> Result<BuiltFor, RuntimeError> {
+        let kernel = self;
+        let meta = kernel.meta();
+        let classify = meta
+            .kernel(KernelRole::BlockClassify)
+            .ok_or_else(|| RuntimeError::Abi("this module has no block classifier".into()))?;
+        let spec = kernel.spec();
+        let tiling = Tiling { block_m: classify.block_m, block_n: classify.block_n, pack_gqa: spec.pack_gqa };
+        let dims = BlockDims::new(spec, tiling, plan.batch, plan.max_seqlen_q, plan.max_seqlen_k);
+        let mut aux: Vec<(String, u64)> = params.aux.iter().map(|(n, t)| (n.clone(), t.device_ptr())).collect();
+        aux.sort();
+        let mut values: Vec<(String, String)> =
+            params.values.iter().map(|(n, v)| (n.clone(), format!("{v:?}"))).collect();
+        values.sort();
+        Ok(BuiltFor {
+            module_key: kernel.key().to_string(),
+            tiling,
+            dims,
+            seqlens: launch_seqlens(plan, params.cu_seqlens_q, params.cu_seqlens_k, params.seqused_k),
+            aux,
+            params: values,
+        })
+    }
+
+    /// Runs the classifier for a validated launch.
+    fn build_block_mask(&self, plan: &LaunchPlan, params: &Params) -> Result<BlockMask, RuntimeError> {
+        let kernel = self;
+        let bf = self.block_mask_built_for(plan, params)?;
+        let meta = kernel.meta();
+        let classify = meta
+            .kernel(KernelRole::BlockClassify)
+            .ok_or_else(|| RuntimeError::Abi("this module has no block classifier".into()))?;
+        let f = kernel
+            .loaded
+            .function(KernelRole::BlockClassify)
+            .ok_or_else(|| RuntimeError::Abi("the block classifier did not load".into()))?;
+        let d = bf.dims;
+        let words = d.list_words().max(1);
+        let lists = kernel.rt.alloc(crate::elem::ElemType::I32, &[words])?;
+        let mask = BlockMask { built_for: bf, lists, classify_ms: None };
+        let extra = mask.args();
+        let args = marshal(&classify.params, plan, &extra).map_err(RuntimeError::Abi)?;
+        let gpu = kernel.rt.gpu();
+        let grid = [d.m_tiles.max(1) as u32, d.slots as u32, d.batch as u32];
+        let smem = attnc_lower::families::common::block_mask::smem_bytes(d.n_tiles as u32);
+        let timing = params.timing;
+        let events = if timing { Some((gpu.event()?, gpu.event()?)) } else { None };
+        if let Some((a, _)) = &events {
+            gpu.record(a)?;
+        }
+        if d.batch > 0 && d.m_tiles > 0 {
+            gpu.launch(f, grid, classify.threads_per_block, smem, &args)?;
+        }
+        let mut mask = mask;
+        if let Some((a, b)) = &events {
+            gpu.record(b)?;
+            mask.classify_ms = Some(f64::from(gpu.elapsed_ms(a, b)?));
+        }
+        Ok(mask)
+    }
+
+    /// Checks that `mask` was built for this launch (typed error otherwise).
+    fn check_block_mask(&self, mask: &BlockMask, plan: &LaunchPlan, params: &Params) -> Result<(), RuntimeError> {
+        let want = self.block_mask_built_for(plan, params)?;
+        let have = &mask.built_for;
+        let mismatch = |what: &str, have: String, want: String| {
+            Err(RuntimeError::BlockMask(format!("the block mask was built for {what} {have}, this launch has {want}")))
+        };
+        if have.module_key != want.module_key {
+            return mismatch("the module", have.module_key.clone(), want.module_key);
+        }
+        if have.tiling != want.tiling {
+            return mismatch("tiles", format!("{:?}", have.tiling), format!("{:?}", want.tiling));
+        }
+        if have.dims != want.dims || have.seqlens != want.seqlens {
+            return mismatch(
+                "shapes",
+                format!("{:?} {:?}", have.dims, have.seqlens),
+                format!("{:?} {:?}", want.dims, want.seqlens),
+            );
+        }
+        if have.aux != want.aux {
+            return mismatch("aux tensors", format!("{:?}", have.aux), format!("{:?}", want.aux));
+        }
+        if have.params != want.params {
+            return mismatch("params", format!("{:?}", have.params), format!("{:?}", want.params));
+        }
+        Ok(())
+    }
+
+    /// A block mask's row lists as the kernels read them (`[batch][slot][m_tiles][1 +
+    /// n_tiles]`: count, then entries).
+    pub fn block_mask_lists(&self, mask: &BlockMask) -> Result<Vec<u32>, RuntimeError> {
+        Ok(self.rt.download::<i32>(&mask.lists)?.into_iter().map(|x| x as u32).collect())
+    }
+
+    /// Non-empty key tiles over the key tiles inside the sequences (downloads the lists).
+    pub fn block_mask_live_fraction(&self, mask: &BlockMask) -> Result<f64, RuntimeError> {
+        let group = if self.spec.pack_gqa { self.spec.group_size().max(1) as usize } else { 1 };
+        Ok(mask.live_fraction_of(&self.block_mask_lists(mask)?, group))
+    }
+
     /// Validates a launch without running it.
     pub fn plan(
         &self,
@@ -499,6 +626,7 @@ impl Kernel {
             fallback_reason: meta.fallback_reason.clone(),
             skipped: None,
             deterministic: None,
+            block_mask: None,
             timings: None,
         };
         if plan.empty {
@@ -526,6 +654,25 @@ impl Kernel {
             ("lse_partial", ArgValue::Ptr(if ws != 0 { ws + lse_off as u64 } else { 0 })),
         ];
         extra.extend(maps);
+        // Block mask: the caller's (checked against this launch) or one built now.
+        let takes_lists = fwd.params.iter().any(|p| p.starts_with("block_lists:"));
+        let per_call = match (takes_lists, params.block_mask) {
+            (false, _) => None,
+            (true, Some(m)) => {
+                self.check_block_mask(m, &plan, params)?;
+                None
+            }
+            (true, None) => Some(self.build_block_mask(&plan, params)?),
+        };
+        let mask = per_call.as_ref().or(params.block_mask).filter(|_| takes_lists);
+        if let Some(m) = mask {
+            extra.extend(m.args());
+            let mut usage = m.usage(if per_call.is_some() { "built per call" } else { "passed in" });
+            if params.timing {
+                usage.live_fraction = Some(self.block_mask_live_fraction(m)?);
+            }
+            receipt.block_mask = Some(usage);
+        }
         let fwd_args = marshal(&fwd.params, &plan, &extra).map_err(RuntimeError::Abi)?;
         let combine = match (plan.combine_grid, meta.combine(), self.loaded.function(KernelRole::Combine)) {
             (Some(grid), Some(cm), Some(cf)) => {

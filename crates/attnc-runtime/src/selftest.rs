@@ -100,6 +100,23 @@ pub struct CaseResult {
     pub gpu_ms: Option<f64>,
     /// The gradient check (variants with a backward).
     pub grad: Option<GradResult>,
+    /// Specs whose mask takes a block mask: the lists against the brute-force reference,
+    /// and the forward with the mask built once against the one built per call.
+    pub block_mask: Option<BlockMaskCheck>,
+}
+
+/// One case's block-mask check.
+#[derive(Clone, Debug, Serialize)]
+pub struct BlockMaskCheck {
+    pub block_m: u32,
+    pub block_n: u32,
+    /// Row lists (counts and entries) that differ from `attnc_ir::block_mask`'s brute force.
+    pub rows_wrong: usize,
+    pub rows: usize,
+    pub live_fraction: f64,
+    /// The forward with the mask passed in wrote bitwise the same O as with the mask built
+    /// per call.
+    pub passed_in_identical: bool,
 }
 
 /// One case's gradient check: each gradient's worst relative L2 error over the
@@ -438,6 +455,7 @@ pub fn run(rt: &Runtime, specs: &[Spec], opts: &SelftestOptions) -> SelftestRepo
 fn run_case(rt: &Runtime, plan: &CasePlan, seed: u64, opts: &SelftestOptions) -> CaseResult {
     let s = &plan.spec;
     let mut r = CaseResult {
+        block_mask: None,
         spec: s.name.clone(),
         case: case_name(plan),
         layout: layout_name(s.kv_layout),
@@ -721,8 +739,14 @@ fn run_case_inner(
     r.rel_l2 = Some(worst);
     r.lse_err = lse_err;
     r.nonfinite = bad;
+    let takes_mask = receipt.block_mask.is_some();
     r.receipt = Some(receipt);
     r.ok = worst <= opts.tol_rel_l2 && bad == 0 && lse_err.is_none_or(|e| e <= opts.tol_lse);
+    if takes_mask {
+        let c = block_mask_check(rt, &kernel, plan, &inputs, &tensors, &params, &o)?;
+        r.ok &= c.rows_wrong == 0 && c.passed_in_identical;
+        r.block_mask = Some(c);
+    }
     let bwd = attnc_lower::Direction::Backward;
     let trains = attnc_lower::compile::pass_unsupported_reason(s, bwd).is_none();
     // A family asked for by name that has no backward (yet) is a forward-only test.
@@ -743,6 +767,59 @@ fn run_case_inner(
         r.grad = Some(g);
     }
     Ok(())
+}
+
+/// The block mask built once: its lists against the brute-force classification, and a
+/// forward with it against the per-call one (`o_per_call`).
+fn block_mask_check(
+    rt: &Runtime,
+    kernel: &crate::Kernel,
+    plan: &CasePlan,
+    inputs: &Inputs,
+    t: &CaseTensors,
+    params: &Params,
+    o_per_call: &Tensor,
+) -> Result<BlockMaskCheck, RuntimeError> {
+    use attnc_ir::block_mask::{reference_classes, LaunchData};
+    let s = &plan.spec;
+    let mask = kernel.block_mask(&t.q, &t.k, &t.v, &t.o, params)?;
+    let got = kernel.block_mask_lists(&mask)?;
+    let data = LaunchData { seqlens: &plan.seqlens, params: &inputs.params, aux: &inputs.aux };
+    let want = reference_classes(s, mask.tiling(), &data).row_lists();
+    let d = mask.dims();
+    let rows = d.batch * d.slots * d.m_tiles;
+    let rows_wrong = (0..rows)
+        .filter(|r| {
+            let (g, w) = (&got[r * d.row_words()..][..d.row_words()], &want[r * d.row_words()..][..d.row_words()]);
+            g[0] != w[0] || g[1..1 + (w[0] as usize).min(d.n_tiles)] != w[1..1 + (w[0] as usize).min(d.n_tiles)]
+        })
+        .count();
+    let live_fraction = kernel.block_mask_live_fraction(&mask)?;
+    let mut o2 = t.o.clone();
+    rt.fill_nan(&o2)?;
+    let with_mask = Params { block_mask: Some(&mask), timing: false, ..params.clone() };
+    match &t.lse {
+        Some(l) => {
+            let mut l2 = l.clone();
+            kernel.forward_lse(&t.q, &t.k, &t.v, &mut o2, &mut l2, &with_mask)?
+        }
+        None => kernel.forward(&t.q, &t.k, &t.v, &mut o2, &with_mask)?,
+    };
+    rt.synchronize()?;
+    // bf16/fp16 → f64 is exact, so equal bits here are equal bits on the device.
+    let bits = |t: &Tensor| -> Result<Vec<u64>, RuntimeError> {
+        Ok(rt.download_f64(t)?.into_iter().map(f64::to_bits).collect())
+    };
+    let (a, b) = (bits(o_per_call)?, bits(&o2)?);
+    let tiling = mask.tiling();
+    Ok(BlockMaskCheck {
+        block_m: tiling.block_m,
+        block_n: tiling.block_n,
+        rows_wrong,
+        rows,
+        live_fraction,
+        passed_in_identical: a == b,
+    })
 }
 
 /// Each gradient's worst rel-L2 of one backward run.

@@ -167,6 +167,29 @@ impl<'ctx> Kb<'ctx> {
         self.icmp(inkwell::IntPredicate::NE, v.into_int_value(), self.i32c(0), name)
     }
 
+    /// `vote.sync.ballot.b32` over the full warp: bit `i` set when lane `i`'s `pred` holds.
+    pub fn ballot(&self, pred: IntValue<'ctx>, name: &str) -> R<IntValue<'ctx>> {
+        let i = self.ctx.i32_type();
+        let ty = i.fn_type(&[i.into()], false);
+        let p32 = self.zext32(pred, "")?;
+        let v = self.asm(
+            ty,
+            "{ .reg .pred p; setp.ne.u32 p, $1, 0; vote.sync.ballot.b32 $0, p, 0xffffffff; }",
+            "=r,r",
+            true,
+            &[p32.into()],
+            name,
+        )?;
+        Ok(v.into_int_value())
+    }
+
+    /// `popc.b32`: the number of set bits.
+    pub fn popc(&self, v: IntValue<'ctx>, name: &str) -> R<IntValue<'ctx>> {
+        let i = self.ctx.i32_type();
+        let ty = i.fn_type(&[i.into()], false);
+        Ok(self.asm(ty, "popc.b32 $0, $1;", "=r,r", false, &[v.into()], name)?.into_int_value())
+    }
+
     /// `ld.global.nc.b32` (read-only path) of an i32 that no kernel writes (metadata:
     /// cu_seqlens, block tables, seqused_k, aux tensors). Emitted as a pure asm so LLVM
     /// can merge repeated reads of one address (e.g. `doc[b, q]` evaluated for every

@@ -60,6 +60,8 @@ struct Ctx<'a, 'ctx> {
     spec: &'a Spec,
     tile: &'a TileRanges<'ctx>,
     args: &'a VariantArgs<'ctx>,
+    /// Rule 4 with aux values: the scanned range of each int aux read (by node address).
+    aux_ranges: &'a [(*const Expr, Range<'ctx>)],
 }
 
 impl<'ctx> Ctx<'_, 'ctx> {
@@ -156,10 +158,13 @@ impl<'ctx> Ctx<'_, 'ctx> {
                     _ => AVal::Float,
                 }
             }
-            // Float aux elements are not analyzed (comparisons on them are Unknown).
+            // Float aux elements are not analyzed (comparisons on them are Unknown); an
+            // int one is TOP unless the block classifier scanned its index box.
             ExprKind::Aux { name, .. } => match self.spec.aux_decl(name).map(|d| d.elem) {
                 Some(AuxElem::Float) => AVal::Float,
-                _ => AVal::Int(self.top()),
+                _ => AVal::Int(
+                    self.aux_ranges.iter().find(|(at, _)| std::ptr::eq(*at, e)).map_or_else(|| self.top(), |(_, r)| *r),
+                ),
             },
             ExprKind::Unary(UnOp::Neg, a) => match self.eval(a)? {
                 AVal::Int(r) => {
@@ -360,7 +365,117 @@ pub fn classify_tile<'ctx>(
     let Some(pred) = spec.mask.to_predicate() else {
         return Ok(TileClassVals { empty: kb.boolc(false), full: kb.boolc(true) });
     };
-    let cx = Ctx { kb, spec, tile, args };
+    let cx = Ctx { kb, spec, tile, args, aux_ranges: &[] };
     let t = cx.tri(&pred)?;
     Ok(TileClassVals { empty: kb.not(t.can_true, "tile.empty")?, full: kb.not(t.can_false, "tile.full")? })
+}
+
+/// [`classify_tile`] with the analysis' rule 4 in its block-classification form: each int
+/// aux read whose indices are int ranges over the tile gets the tensor's `[min, max]` over
+/// that index box (clamped into the dims, as reads clamp), scanned here when the box has
+/// at most `attnc_ir::analysis::AUX_SCAN_LIMIT` elements, TOP otherwise. Reads nested in
+/// another read's index stay TOP. Sound like the analysis; exact answers for the
+/// undecided tiles come from evaluating their elements (the block classifier).
+pub fn classify_tile_scanning_aux<'ctx>(
+    kb: &mut Kb<'ctx>,
+    spec: &Spec,
+    tile: &TileRanges<'ctx>,
+    args: &VariantArgs<'ctx>,
+) -> R<TileClassVals<'ctx>> {
+    let Some(pred) = spec.mask.to_predicate() else {
+        return Ok(TileClassVals { empty: kb.boolc(false), full: kb.boolc(true) });
+    };
+    let mut reads = Vec::new();
+    collect_int_aux_reads(spec, &pred, &mut reads);
+    let mut ranges = Vec::new();
+    for read in reads {
+        let ExprKind::Aux { name, index } = &read.kind else { continue };
+        let (Some(i), true) = (spec.aux_index(name), !index.iter().any(|e| e.uses_aux())) else { continue };
+        let Some(aux) = args.aux.get(i) else { continue };
+        // The index box, from the tile's ranges (read-only pass), clamped into the dims.
+        let mut bx = Vec::new();
+        {
+            let cx = Ctx { kb, spec, tile, args, aux_ranges: &[] };
+            for (ie, dim) in index.iter().zip(&aux.dims) {
+                let AVal::Int(r) = cx.eval(ie)? else { break };
+                let top = kb.sub(kb.sext64(*dim, "")?, cx.c(1), "")?;
+                let lo = cx.min(cx.max(r.lo, cx.c(0))?, top)?;
+                let hi = cx.min(cx.max(r.hi, cx.c(0))?, top)?;
+                bx.push((lo, hi, *dim));
+            }
+        }
+        if bx.len() != index.len() {
+            continue;
+        }
+        ranges.push((read as *const Expr, scan_box(kb, aux.addr, &bx, name)?));
+    }
+    let cx = Ctx { kb, spec, tile, args, aux_ranges: &ranges };
+    let t = cx.tri(&pred)?;
+    Ok(TileClassVals { empty: kb.not(t.can_true, "tile.empty")?, full: kb.not(t.can_false, "tile.full")? })
+}
+
+fn collect_int_aux_reads<'e>(spec: &Spec, e: &'e Expr, out: &mut Vec<&'e Expr>) {
+    match &e.kind {
+        ExprKind::Aux { name, index } => {
+            if spec.aux_decl(name).is_some_and(|d| d.elem == AuxElem::Int) {
+                out.push(e);
+            }
+            index.iter().for_each(|i| collect_int_aux_reads(spec, i, out));
+        }
+        ExprKind::Unary(_, a) => collect_int_aux_reads(spec, a, out),
+        ExprKind::Binary(_, a, b) => {
+            collect_int_aux_reads(spec, a, out);
+            collect_int_aux_reads(spec, b, out);
+        }
+        ExprKind::Call(_, args) => args.iter().for_each(|a| collect_int_aux_reads(spec, a, out)),
+        _ => {}
+    }
+}
+
+/// `[min, max]` of an i32 tensor over an index box (`(lo, hi, dim)` per index, i64
+/// bounds already inside `[0, dim)`), TOP when the box is larger than the scan limit.
+fn scan_box<'ctx>(
+    kb: &mut Kb<'ctx>,
+    addr: IntValue<'ctx>,
+    bx: &[(IntValue<'ctx>, IntValue<'ctx>, IntValue<'ctx>)],
+    name: &str,
+) -> R<Range<'ctx>> {
+    kb.section(&format!("block classification: min/max of {name} over the tile's index box"))?;
+    let mut size = kb.i64c(1);
+    let mut too_big = kb.boolc(false);
+    let limit = kb.i64c(attnc_ir::analysis::AUX_SCAN_LIMIT);
+    for &(lo, hi, _) in bx {
+        let ext = kb.add(kb.sub(hi, lo, "")?, kb.i64c(1), "")?;
+        // Checked before multiplying: every factor is at most the limit, so no overflow.
+        too_big = kb.or(too_big, kb.icmp(IntPredicate::SGT, ext, limit, "")?, "")?;
+        let ext = kb.select_i(too_big, kb.i64c(1), ext, "")?;
+        size = kb.mul(size, ext, "")?;
+        too_big = kb.or(too_big, kb.icmp(IntPredicate::SGT, size, limit, "")?, "")?;
+    }
+    let n = kb.trunc32(kb.select_i(too_big, kb.i64c(0), size, "")?, &format!("{name}.box_size"))?;
+    let lo_slot = kb.slot_i32(&format!("{name}.min"), kb.i32c(i32::MAX as i64))?;
+    let hi_slot = kb.slot_i32(&format!("{name}.max"), kb.i32c(i32::MIN as i64))?;
+    let bx = bx.to_vec();
+    kb.for_range(kb.i32c(0), n, &format!("{name}.scan"), |kb, i| {
+        // Odometer decomposition, last index fastest; the flat offset as the reads do it.
+        let mut rest = kb.zext64(i, "")?;
+        let mut idx = Vec::with_capacity(bx.len());
+        for &(lo, hi, _) in bx.iter().rev() {
+            let ext = kb.add(kb.sub(hi, lo, "")?, kb.i64c(1), "")?;
+            idx.push(kb.add(lo, kb.b.build_int_unsigned_rem(rest, ext, "")?, "")?);
+            rest = kb.b.build_int_unsigned_div(rest, ext, "")?;
+        }
+        idx.reverse();
+        let mut flat = kb.i64c(0);
+        for (&(_, _, dim), ix) in bx.iter().zip(idx) {
+            flat = kb.add(kb.mul(flat, kb.sext64(dim, "")?, "")?, ix, "")?;
+        }
+        let v = kb.ld_global_i32(kb.add(addr, kb.mul(flat, kb.i64c(4), "")?, "")?, "aux_value")?;
+        kb.set(lo_slot, kb.smin(kb.get_i(lo_slot, "")?, v, "")?)?;
+        kb.set(hi_slot, kb.smax(kb.get_i(hi_slot, "")?, v, "")?)
+    })?;
+    let lo = kb.sext64(kb.get_i(lo_slot, "")?, "")?;
+    let hi = kb.sext64(kb.get_i(hi_slot, "")?, "")?;
+    let top = Range { lo: kb.i64c(i32::MIN as i64), hi: kb.i64c(i32::MAX as i64) };
+    Ok(Range { lo: kb.select_i(too_big, top.lo, lo, "")?, hi: kb.select_i(too_big, top.hi, hi, "")? })
 }

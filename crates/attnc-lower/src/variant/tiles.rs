@@ -7,9 +7,67 @@ use super::expr::VariantArgs;
 use super::interval::{classify_tile, TileClassVals, TileRanges};
 use super::layout::BatchView;
 use crate::llvm::kb::{Kb, R};
+use attnc_ir::block_mask::{needs_block_mask, HeadSlots, FULL_TILE};
 use attnc_ir::Spec;
 use inkwell::values::IntValue;
 use inkwell::IntPredicate;
+
+/// One row tile's list of non-empty key tiles from the launch's block mask
+/// (`attnc_ir::block_mask`): its length and the address of its first entry (u32, the
+/// tile index with `FULL_TILE` set on full tiles, ascending).
+#[derive(Clone, Copy, Debug)]
+pub struct RowList<'ctx> {
+    pub count: IntValue<'ctx>,
+    pub entries: IntValue<'ctx>,
+}
+
+/// The block-mask launch arguments: the row lists (`[batch][slot][m_tiles][1 + n_tiles]`
+/// u32) and their extents.
+#[derive(Clone, Copy, Debug)]
+pub struct BlockListArgs<'ctx> {
+    pub lists: IntValue<'ctx>,
+    pub slots: IntValue<'ctx>,
+    pub m_tiles: IntValue<'ctx>,
+    pub n_tiles: IntValue<'ctx>,
+}
+
+/// The kernel parameters of [`BlockListArgs`], in order (all but the address are i32).
+pub const BLOCK_LIST_PARAMS: [&str; 4] = ["block_lists", "bm_slots", "bm_m_tiles", "bm_n_tiles"];
+
+impl<'ctx> RowList<'ctx> {
+    /// The list of row tile `m_block` of batch entry `b` for a CTA of query head
+    /// `head_idx` / KV head `hkv`, when the spec's mask takes a block mask.
+    pub fn for_cta(
+        kb: &Kb<'ctx>,
+        spec: &Spec,
+        args: Option<&BlockListArgs<'ctx>>,
+        b: IntValue<'ctx>,
+        head_idx: IntValue<'ctx>,
+        hkv: IntValue<'ctx>,
+        m_block: IntValue<'ctx>,
+    ) -> R<Option<RowList<'ctx>>> {
+        let Some(args) = args.filter(|_| needs_block_mask(spec)) else {
+            return Ok(None);
+        };
+        let slot = match HeadSlots::for_spec(spec, spec.pack_gqa) {
+            HeadSlots::Shared => kb.i32c(0),
+            HeadSlots::PerKvHead => hkv,
+            HeadSlots::PerQHead => head_idx,
+        };
+        let row_words = kb.add(args.n_tiles, kb.i32c(1), "")?;
+        let row =
+            kb.add(kb.mul(kb.add(kb.mul(b, args.slots, "")?, slot, "")?, args.m_tiles, "")?, m_block, "bm_row")?;
+        let word = kb.mul(kb.zext64(row, "")?, kb.zext64(row_words, "")?, "")?;
+        let base = kb.add(args.lists, kb.mul(word, kb.i64c(4), "")?, "bm_row_addr")?;
+        let count = kb.ld_global_i32(base, "bm_count")?;
+        Ok(Some(RowList { count, entries: kb.add(base, kb.i64c(4), "bm_entries")? }))
+    }
+
+    fn entry(&self, kb: &Kb<'ctx>, pos: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+        let off = kb.mul(kb.zext64(pos, "")?, kb.i64c(4), "")?;
+        kb.ld_global_i32(kb.add(self.entries, off, "")?, "bm_entry")
+    }
+}
 
 /// The fixed part of a CTA's tile classification: everything but the key range.
 pub struct KeyTiles<'a, 'ctx> {
@@ -21,9 +79,20 @@ pub struct KeyTiles<'a, 'ctx> {
     pub q: (IntValue<'ctx>, IntValue<'ctx>),
     pub h: (IntValue<'ctx>, IntValue<'ctx>),
     pub va: &'a VariantArgs<'ctx>,
+    /// With a block mask the walk goes over list positions instead of tile indices:
+    /// [`KeyTiles::tile_at`] maps a position to its tile, and no position is empty.
+    pub list: Option<RowList<'ctx>>,
 }
 
 impl<'a, 'ctx> KeyTiles<'a, 'ctx> {
+    /// The key tile at walk position `pos`: the position itself, or the list's entry.
+    pub fn tile_at(&self, kb: &Kb<'ctx>, pos: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+        match &self.list {
+            None => Ok(pos),
+            Some(l) => kb.and(l.entry(kb, pos)?, kb.i32c(!FULL_TILE as i64), "bm_tile"),
+        }
+    }
+
     /// The classification of the key tile starting at key `n0` for the CTA's rows.
     pub fn classify(&self, kb: &Kb<'ctx>, n0: IntValue<'ctx>) -> R<TileClassVals<'ctx>> {
         let bn = self.block_n as i64;
@@ -40,9 +109,17 @@ impl<'a, 'ctx> KeyTiles<'a, 'ctx> {
         classify_tile(kb, self.spec, &tile, self.va)
     }
 
-    /// Whether tile `t` needs no per-element work: full and inside seqlen_k.
+    /// Whether the tile at walk position `t` needs no per-element work: full and inside
+    /// seqlen_k.
     pub fn unmasked(&self, kb: &Kb<'ctx>, t: IntValue<'ctx>) -> R<IntValue<'ctx>> {
         let bn = self.block_n as i64;
+        if let Some(l) = &self.list {
+            let e = l.entry(kb, t)?;
+            let full = kb.icmp(IntPredicate::NE, kb.and(e, kb.i32c(FULL_TILE as i64), "")?, kb.i32c(0), "")?;
+            let n0 = kb.mul(kb.and(e, kb.i32c(!FULL_TILE as i64), "")?, kb.i32c(bn), "n0")?;
+            let inside = kb.icmp(IntPredicate::SLE, kb.add(n0, kb.i32c(bn), "")?, self.bv.seqlen_k, "")?;
+            return kb.and(full, inside, "unmasked");
+        }
         let n0 = kb.mul(t, kb.i32c(bn), "n0")?;
         let cls = self.classify(kb, n0)?;
         let inside = kb.icmp(IntPredicate::SLE, kb.add(n0, kb.i32c(bn), "")?, self.bv.seqlen_k, "")?;
@@ -57,7 +134,7 @@ impl<'a, 'ctx> KeyTiles<'a, 'ctx> {
         end: IntValue<'ctx>,
         name: &str,
     ) -> R<IntValue<'ctx>> {
-        if self.spec.mask.is_none() {
+        if self.spec.mask.is_none() || self.list.is_some() {
             return Ok(from);
         }
         let cur = kb.slot_i32(name, from)?;
@@ -87,7 +164,7 @@ impl<'a, 'ctx> KeyTiles<'a, 'ctx> {
         end: IntValue<'ctx>,
         name: &str,
     ) -> R<IntValue<'ctx>> {
-        if self.spec.mask.is_none() {
+        if self.spec.mask.is_none() || self.list.is_some() {
             return Ok(end);
         }
         let cur = kb.slot_i32(name, end)?;
@@ -117,7 +194,11 @@ impl<'a, 'ctx> KeyTiles<'a, 'ctx> {
         num_splits: IntValue<'ctx>,
         split: IntValue<'ctx>,
     ) -> R<(IntValue<'ctx>, IntValue<'ctx>)> {
-        let n_tiles = kb.ceil_div(self.bv.seqlen_k, kb.i32c(self.block_n as i64), "n_tiles")?;
+        // With a block mask the positions [0, count) are the non-empty tiles.
+        let n_tiles = match &self.list {
+            Some(l) => l.count,
+            None => kb.ceil_div(self.bv.seqlen_k, kb.i32c(self.block_n as i64), "n_tiles")?,
+        };
         let first = self.next_nonempty(kb, kb.i32c(0), n_tiles, "first_tile")?;
         let stop = self.prev_nonempty(kb, first, n_tiles, "stop_tile")?;
         let span = kb.sub(stop, first, "")?;

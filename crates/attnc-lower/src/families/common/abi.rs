@@ -8,6 +8,7 @@
 use crate::llvm::kb::{Kb, R};
 use crate::variant::expr::{AuxArg, Val, VariantArgs};
 use crate::variant::layout::{LayoutArgs, Strides};
+use crate::variant::tiles::{BlockListArgs, BLOCK_LIST_PARAMS};
 use attnc_ir::{KvLayout, Spec, Ty};
 use inkwell::types::BasicMetadataTypeEnum;
 use inkwell::values::{BasicValueEnum, IntValue};
@@ -68,7 +69,17 @@ pub fn forward_params(spec: &Spec) -> Vec<(String, ParamTy)> {
     add("o_partial", Ptr);
     add("lse_partial", Ptr);
     variant_params(spec, &mut p);
+    block_list_params(spec, &mut p);
     p
+}
+
+/// The block mask's row lists, for kernels that walk them (specs whose mask needs one).
+pub fn block_list_params(spec: &Spec, p: &mut Vec<(String, ParamTy)>) {
+    if attnc_ir::block_mask::needs_block_mask(spec) {
+        for (i, n) in BLOCK_LIST_PARAMS.iter().enumerate() {
+            p.push((n.to_string(), if i == 0 { ParamTy::Ptr } else { ParamTy::I32 }));
+        }
+    }
 }
 
 /// Parameters every kernel reading the variant needs: layout metadata, sinks, aux
@@ -185,6 +196,16 @@ impl<'ctx> Args<'ctx> {
             seqused_k: self.opt_int("seqused_k"),
         })
     }
+    /// The block mask's row lists, when the kernel takes them.
+    pub fn block_lists(&self) -> Option<BlockListArgs<'ctx>> {
+        Some(BlockListArgs {
+            lists: self.opt_int(BLOCK_LIST_PARAMS[0])?,
+            slots: self.opt_int(BLOCK_LIST_PARAMS[1])?,
+            m_tiles: self.opt_int(BLOCK_LIST_PARAMS[2])?,
+            n_tiles: self.opt_int(BLOCK_LIST_PARAMS[3])?,
+        })
+    }
+
     pub fn variant(&self, spec: &Spec) -> R<VariantArgs<'ctx>> {
         let mut va = VariantArgs::default();
         for a in &spec.aux {

@@ -11,6 +11,7 @@
 
 pub mod abi;
 pub mod backward;
+pub mod block_mask;
 pub mod combine;
 pub mod epilogue;
 pub mod sw128;

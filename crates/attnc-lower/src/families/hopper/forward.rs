@@ -30,7 +30,7 @@ use crate::module::{Grid, KernelInfo, KernelRole, TmaBox};
 use crate::variant::expr::{self as vexpr, VariantArgs};
 use crate::variant::layout::{batch_view, packed_row, q_row_offset, BatchView, LayoutArgs};
 use crate::variant::softmax::{exp2_emulated, max_update};
-use crate::variant::tiles::KeyTiles;
+use crate::variant::tiles::{KeyTiles, RowList};
 use attnc_ir::{KvLayout, Spec};
 use inkwell::values::{FloatValue, IntValue};
 use inkwell::{AddressSpace, IntPredicate};
@@ -123,6 +123,8 @@ struct Cta<'ctx> {
     tile_h: (IntValue<'ctx>, IntValue<'ctx>),
     num_splits: IntValue<'ctx>,
     split: IntValue<'ctx>,
+    /// The row's key-tile list when the launch passes a block mask.
+    list: Option<RowList<'ctx>>,
 }
 
 impl<'a, 'ctx> Kernel<'a, 'ctx> {
@@ -174,7 +176,9 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         } else {
             ((row0, last_row), (head_idx, head_idx))
         };
+        let list = RowList::for_cta(kb, spec, self.args.block_lists().as_ref(), bv.b, head_idx, hkv, m_block)?;
         Ok(Cta {
+            list,
             smem: self.smem_base(kb)?,
             la,
             bv,
@@ -199,6 +203,7 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             q: cta.tile_q,
             h: cta.tile_h,
             va: &cta.va,
+            list: cta.list,
         }
     }
 
@@ -334,7 +339,7 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                 let p = kb.get_i(pos, "pos")?;
                 let (slot, parity) = self.ring(kb, p)?;
                 let free_parity = kb.xor(parity, kb.i32c(1), "free_parity")?;
-                body(kb, t, slot, free_parity)?;
+                body(kb, tiles.tile_at(kb, t)?, slot, free_parity)?;
                 let next = tiles.next_nonempty(kb, kb.add(t, kb.i32c(1), "")?, end, "p_next")?;
                 kb.set(tile, next)?;
                 kb.set(pos, kb.add(p, kb.i32c(1), "")?)
@@ -565,16 +570,19 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             // Each step exists twice, unmasked and masked, chosen before its GEMMs are
             // issued: a branch between the two wgmma waits makes ptxas hoist the second
             // wait above the softmax.
+            // Walk positions (`begin`, `t`) map to key tiles through the block mask's
+            // list when there is one.
             let unmasked = tiles.unmasked(kb, begin)?;
+            let first = tiles.tile_at(kb, begin)?;
             if cfg.split_mask {
                 kb.if_else(
                     unmasked,
                     "first_tile",
-                    |kb| self.first_step(kb, &env, &st, begin, Masking::None),
-                    |kb| self.first_step(kb, &env, &st, begin, Masking::Always),
+                    |kb| self.first_step(kb, &env, &st, first, Masking::None),
+                    |kb| self.first_step(kb, &env, &st, first, Masking::Always),
                 )?;
             } else {
-                self.first_step(kb, &env, &st, begin, Masking::Unless(unmasked))?;
+                self.first_step(kb, &env, &st, first, Masking::Unless(unmasked))?;
             }
             let pos = kb.slot_i32("c_pos", kb.i32c(0))?;
             let next0 = tiles.next_nonempty(kb, kb.add(begin, kb.i32c(1), "")?, end, "c_next")?;
@@ -589,15 +597,16 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                     let t = kb.get_i(next, "t")?;
                     let p0 = kb.get_i(pos, "pos")?;
                     let unmasked = tiles.unmasked(kb, t)?;
+                    let tile = tiles.tile_at(kb, t)?;
                     if cfg.split_mask {
                         kb.if_else(
                             unmasked,
                             "tile",
-                            |kb| self.step(kb, &env, &st, t, p0, Masking::None),
-                            |kb| self.step(kb, &env, &st, t, p0, Masking::Always),
+                            |kb| self.step(kb, &env, &st, tile, p0, Masking::None),
+                            |kb| self.step(kb, &env, &st, tile, p0, Masking::Always),
                         )?;
                     } else {
-                        self.step(kb, &env, &st, t, p0, Masking::Unless(unmasked))?;
+                        self.step(kb, &env, &st, tile, p0, Masking::Unless(unmasked))?;
                     }
                     kb.set(pos, kb.add(p0, kb.i32c(1), "")?)?;
                     let n = tiles.next_nonempty(kb, kb.add(t, kb.i32c(1), "")?, end, "c_next")?;

@@ -15,7 +15,7 @@ pub mod forward;
 
 use crate::arch::Arch;
 use crate::error::LowerError;
-use crate::families::common::{abi::kernel_name, combine};
+use crate::families::common::{abi::kernel_name, block_mask, combine};
 use crate::families::{finish_module, Family};
 use crate::llvm::kb::Kb;
 use crate::module::{CompiledModule, Direction, FamilyKind};
@@ -67,6 +67,10 @@ pub fn compile_with_config(spec: &Spec, arch: Arch, cfg: &Config) -> Result<Comp
     let mut kernels = vec![forward::build(&mut kb, spec, cfg, &kernel_name(spec, "hopper_fwd"))?];
     if spec.split_kv != SplitKv::None {
         kernels.push(combine::build(&mut kb, spec, &kernel_name(spec, "combine"))?);
+    }
+    if attnc_ir::block_mask::needs_block_mask(spec) {
+        let name = kernel_name(spec, "block_classify");
+        kernels.push(block_mask::build(&mut kb, spec, cfg.block_m(), cfg.block_n, &name)?);
     }
     finish_module(&kb, FamilyKind::Hopper, Direction::Forward, arch, kernels, t0)
 }

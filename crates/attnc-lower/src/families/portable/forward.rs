@@ -26,7 +26,7 @@ use crate::module::{Grid, KernelInfo, KernelRole};
 use crate::variant::expr::{self as vexpr, VariantArgs};
 use crate::variant::layout::{batch_view, kv_row_offsets, packed_row, q_row_offset, BatchView, LayoutArgs, Strides};
 use crate::variant::softmax::{exp2_emulated, max_update};
-use crate::variant::tiles::KeyTiles;
+use crate::variant::tiles::{KeyTiles, RowList};
 use attnc_ir::Spec;
 use inkwell::values::{FloatValue, IntValue};
 use inkwell::{AddressSpace, IntPredicate};
@@ -38,6 +38,8 @@ struct Fwd<'a, 'ctx> {
     cfg: &'a Config,
     args: Args<'ctx>,
     va: VariantArgs<'ctx>,
+    /// The row's key-tile list when the launch passes a block mask.
+    row_list: Option<RowList<'ctx>>,
     la: LayoutArgs<'ctx>,
     bv: BatchView<'ctx>,
     k_st: Strides<'ctx>,
@@ -125,6 +127,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         let smem = kb.trunc32(smem64, "smem_base")?;
 
         let va = args.variant(spec)?;
+        let row_list = RowList::for_cta(kb, spec, args.block_lists().as_ref(), b, head_idx, hkv, m_block)?;
         let k_st = args.strides("k")?;
         let v_st = args.strides("v")?;
 
@@ -147,6 +150,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             cfg,
             args,
             va,
+            row_list,
             la,
             bv,
             k_st,
@@ -213,7 +217,8 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
 
         let has_any = kb.icmp(IntPredicate::SLT, begin, end, "")?;
         kb.if_then(has_any, "prologue", |kb| {
-            self.load_kv(kb, begin, 0)?;
+            let first = self.tiles().tile_at(kb, begin)?;
+            self.load_kv(kb, first, 0)?;
             Ok(())
         })?;
         kb.cp_async_commit()?;
@@ -233,13 +238,17 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                 let has_next = kb.icmp(IntPredicate::SLT, next, end, "")?;
                 kb.section("prefetch next K/V tile (cp.async)")?;
                 let other = kb.xor(st, kb.i32c(1), "")?;
-                kb.if_then(has_next, "prefetch", |kb| self.load_kv_dyn(kb, next, other))?;
+                kb.if_then(has_next, "prefetch", |kb| {
+                    let next_tile = self.tiles().tile_at(kb, next)?;
+                    self.load_kv_dyn(kb, next_tile, other)
+                })?;
                 kb.cp_async_commit()?;
                 kb.cp_async_wait(1)?;
                 kb.bar_sync()?;
 
-                // Full tiles inside seqlen_k skip per-element masking.
-                let n0 = kb.mul(t, kb.i32c(bn), "n0")?;
+                // Full tiles inside seqlen_k skip per-element masking. `t` is a walk
+                // position: with a block mask, an index into the row's tile list.
+                let n0 = kb.mul(self.tiles().tile_at(kb, t)?, kb.i32c(bn), "n0")?;
                 let unmasked = self.tiles().unmasked(kb, t)?;
                 if spec_has_predicate(self.spec) {
                     self.tile_step(kb, n0, st, TileMask::AtRunTime(unmasked))?;
@@ -275,6 +284,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             q: self.tile_q,
             h: self.tile_h,
             va: &self.va,
+            list: self.row_list,
         }
     }
 

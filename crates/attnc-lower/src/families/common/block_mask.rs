@@ -1,0 +1,281 @@
+//! The block classifier: the run-time form of `attnc_ir::block_mask`, emitted from the
+//! spec's mask for one kernel tiling. It writes the row lists a forward walks (per
+//! batch entry, head slot and row tile: the count of non-empty key tiles, then their
+//! indices ascending with `FULL_TILE` on full ones), so tiles a data-dependent mask
+//! leaves empty are never loaded and full ones skip the per-element mask.
+//!
+//! One CTA of 128 threads per (row tile, head slot, batch entry):
+//! 1. **intervals**: each thread takes key tiles `tid, tid + 128, ...` and runs the
+//!    interval classification with aux values (`classify_tile_scanning_aux`): Empty,
+//!    Full or undecided, into shared memory;
+//! 2. **elements**: the CTA walks the undecided tiles; for each it evaluates the mask on
+//!    4 elements per thread per round, and stops as soon as the tile has shown both an
+//!    allowed and a masked element (Partial) or has no elements left (Full or Empty);
+//! 3. **lists**: warp 0 compacts the classes into the row list with ballots.
+//!
+//! Elements outside the entry's seqlen_q × seqlen_k do not count, as in the reference.
+
+use super::abi::{self, Args, ParamTy};
+use crate::llvm::kb::{Kb, R};
+use crate::module::{Grid, KernelInfo, KernelRole};
+use crate::variant::expr::{self as vexpr, ElemVars};
+use crate::variant::interval::{classify_tile_scanning_aux, TileRanges};
+use crate::variant::layout::{batch_view, packed_row};
+use crate::variant::tiles::BLOCK_LIST_PARAMS;
+use attnc_ir::block_mask::{HeadSlots, FULL_TILE};
+use attnc_ir::Spec;
+use inkwell::values::IntValue;
+use inkwell::IntPredicate;
+
+pub const THREADS: u32 = 128;
+/// Elements each thread evaluates per round of step 2.
+const ELEMS_PER_THREAD: u32 = 4;
+/// Shared memory: two flags (allowed seen, masked seen), then one u32 class per key tile.
+const FLAGS_BYTES: u32 = 16;
+const CLASS_EMPTY: i64 = 0;
+const CLASS_PARTIAL: i64 = 1;
+const CLASS_FULL: i64 = 2;
+const CLASS_UNDECIDED: i64 = 3;
+
+/// Dynamic shared memory for `n_tiles` key tiles (the runtime sets it per launch).
+pub fn smem_bytes(n_tiles: u32) -> u32 {
+    FLAGS_BYTES + 4 * n_tiles
+}
+
+/// The classifier's parameters: the layout and variant arguments every kernel reading
+/// the mask takes, then the row lists and their extents.
+pub fn params(spec: &Spec) -> Vec<(String, ParamTy)> {
+    let mut p = vec![("seqlen_q".to_string(), ParamTy::I32), ("seqlen_k".to_string(), ParamTy::I32)];
+    abi::variant_params(spec, &mut p);
+    for (i, n) in BLOCK_LIST_PARAMS.iter().enumerate() {
+        p.push((n.to_string(), if i == 0 { ParamTy::Ptr } else { ParamTy::I32 }));
+    }
+    p
+}
+
+/// Builds the classifier for rows of `block_m` (packed with `spec.pack_gqa`) and key
+/// tiles of `block_n`.
+pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, block_m: u32, block_n: u32, name: &str) -> R<KernelInfo> {
+    let params = params(spec);
+    let args = Args::begin(kb, name, &params)?;
+    kb.section(&format!("attnc block classifier: {} ({block_m}x{block_n} tiles)", spec.name))?;
+    let group = spec.group_size().max(1) as i64;
+    let pack = spec.pack_gqa;
+    let tid = kb.sreg("tid.x", "tid")?;
+    let m_block = kb.sreg("ctaid.x", "m_block")?;
+    let slot = kb.sreg("ctaid.y", "head_slot")?;
+    let b = kb.sreg("ctaid.z", "b")?;
+    let lists = args.block_lists().ok_or_else(|| crate::error::LowerError::Llvm("no block-list params".into()))?;
+    let la = args.layout()?;
+    let va = args.variant(spec)?;
+    let bv = batch_view(kb, spec, &la, b)?;
+
+    // The row list this CTA writes.
+    let row_words = kb.add(lists.n_tiles, kb.i32c(1), "row_words")?;
+    let row = kb.add(kb.mul(kb.add(kb.mul(b, lists.slots, "")?, slot, "")?, lists.m_tiles, "")?, m_block, "row")?;
+    let row_addr =
+        kb.add(lists.lists, kb.mul(kb.mul(kb.zext64(row, "")?, kb.zext64(row_words, "")?, "")?, kb.i64c(4), "")?, "")?;
+
+    let rows_total = if pack { kb.mul(bv.seqlen_q, kb.i32c(group), "rows_total")? } else { bv.seqlen_q };
+    let row0 = kb.mul(m_block, kb.i32c(block_m as i64), "row0")?;
+    let n_tiles = kb.ceil_div(bv.seqlen_k, kb.i32c(block_n as i64), "n_tiles")?;
+    let nothing = kb.or(
+        kb.icmp(IntPredicate::SGE, row0, rows_total, "")?,
+        kb.icmp(IntPredicate::SLE, n_tiles, kb.i32c(0), "")?,
+        "",
+    )?;
+    let is_t0 = kb.icmp(IntPredicate::EQ, tid, kb.i32c(0), "")?;
+    let write_zero = kb.and(nothing, is_t0, "")?;
+    kb.if_then(write_zero, "empty_row", |kb| kb.st_global_b32(row_addr, kb.i32c(0)))?;
+    kb.return_if(nothing, "nothing_to_classify")?;
+
+    // The row tile's position and head ranges (as the forward's CTA computes them).
+    let (head_idx, hkv) = match HeadSlots::for_spec(spec, pack) {
+        HeadSlots::Shared => (kb.i32c(0), kb.i32c(0)),
+        HeadSlots::PerKvHead => (kb.mul(slot, kb.i32c(group), "")?, slot),
+        HeadSlots::PerQHead => (slot, kb.udiv(slot, kb.i32c(group), "")?),
+    };
+    let last_row = kb.sub(kb.smin(kb.add(row0, kb.i32c(block_m as i64), "")?, rows_total, "")?, kb.i32c(1), "")?;
+    let (tile_q, tile_h) = if pack {
+        let h_lo = kb.mul(hkv, kb.i32c(group), "")?;
+        (
+            (kb.udiv(row0, kb.i32c(group), "")?, kb.udiv(last_row, kb.i32c(group), "")?),
+            (h_lo, kb.add(h_lo, kb.i32c(group - 1), "")?),
+        )
+    } else {
+        ((row0, last_row), (head_idx, head_idx))
+    };
+
+    let smem = smem_base(kb)?;
+    let class_addr = |kb: &Kb<'ctx>, n: IntValue<'ctx>| -> R<IntValue<'ctx>> {
+        kb.add(smem, kb.add(kb.i32c(FLAGS_BYTES as i64), kb.mul(n, kb.i32c(4), "")?, "")?, "class_addr")
+    };
+
+    kb.section("block classifier 1: intervals with aux values, one key tile per thread")?;
+    let n = kb.slot_i32("interval_tile", tid)?;
+    kb.while_loop(
+        "intervals",
+        |kb| {
+            let t = kb.get_i(n, "")?;
+            kb.icmp(IntPredicate::SLT, t, n_tiles, "")
+        },
+        |kb| {
+            let t = kb.get_i(n, "tile")?;
+            let k0 = kb.mul(t, kb.i32c(block_n as i64), "k0")?;
+            let k_hi = kb.sub(kb.smin(kb.add(k0, kb.i32c(block_n as i64), "")?, bv.seqlen_k, "")?, kb.i32c(1), "")?;
+            let ranges = TileRanges {
+                b: (b, b),
+                h: tile_h,
+                hkv: (hkv, hkv),
+                q: tile_q,
+                k: (k0, k_hi),
+                seqlen_q: bv.seqlen_q,
+                seqlen_k: bv.seqlen_k,
+            };
+            let cls = classify_tile_scanning_aux(kb, spec, &ranges, &va)?;
+            let c = kb.select_i(cls.full, kb.i32c(CLASS_FULL), kb.i32c(CLASS_UNDECIDED), "")?;
+            let c = kb.select_i(cls.empty, kb.i32c(CLASS_EMPTY), c, "class")?;
+            kb.st_shared_b32(class_addr(kb, t)?, c)?;
+            kb.set(n, kb.add(t, kb.i32c(THREADS as i64), "")?)
+        },
+    )?;
+    kb.bar_sync()?;
+
+    kb.section("block classifier 2: elements of the undecided tiles, until both kinds are seen")?;
+    let rows_in_tile = kb.sub(kb.add(last_row, kb.i32c(1), "")?, row0, "rows_in_tile")?;
+    let allowed_flag = smem;
+    let masked_flag = kb.add(smem, kb.i32c(4), "")?;
+    let pred = spec.mask.to_predicate();
+    kb.for_range(kb.i32c(0), n_tiles, "elements", |kb, t| {
+        let c = kb.ld_volatile_shared_b32(class_addr(kb, t)?, "class")?;
+        let undecided = kb.icmp(IntPredicate::EQ, c, kb.i32c(CLASS_UNDECIDED), "")?;
+        kb.if_then(undecided, "undecided", |kb| {
+            let k0 = kb.mul(t, kb.i32c(block_n as i64), "k0")?;
+            let keys = kb.sub(kb.smin(kb.add(k0, kb.i32c(block_n as i64), "")?, bv.seqlen_k, "")?, k0, "keys")?;
+            let elems = kb.mul(rows_in_tile, keys, "elems")?;
+            kb.if_then(is_t0, "clear_flags", |kb| {
+                kb.st_shared_b32(allowed_flag, kb.i32c(0))?;
+                kb.st_shared_b32(masked_flag, kb.i32c(0))
+            })?;
+            kb.bar_sync()?;
+            let per_round = (THREADS * ELEMS_PER_THREAD) as i64;
+            let base = kb.slot_i32("element_round", kb.i32c(0))?;
+            let decided = kb.slot_i32("element_decided", kb.i32c(0))?;
+            kb.while_loop(
+                "element_rounds",
+                |kb| {
+                    let e0 = kb.get_i(base, "")?;
+                    let more = kb.icmp(IntPredicate::SLT, e0, elems, "")?;
+                    let d = kb.get_i(decided, "")?;
+                    kb.and(more, kb.icmp(IntPredicate::EQ, d, kb.i32c(0), "")?, "")
+                },
+                |kb| {
+                    let e0 = kb.get_i(base, "e0")?;
+                    for j in 0..ELEMS_PER_THREAD {
+                        let e = kb.add(e0, kb.add(tid, kb.i32c((j * THREADS) as i64), "")?, "elem")?;
+                        let inside = kb.icmp(IntPredicate::SLT, e, elems, "")?;
+                        kb.if_then(inside, "element", |kb| {
+                            let r = kb.add(row0, kb.udiv(e, keys, "")?, "r")?;
+                            let k = kb.add(k0, kb.urem(e, keys, "")?, "k")?;
+                            let (q, h) = packed_row(kb, pack, group, r, head_idx, hkv)?;
+                            let hkv_e = if pack { hkv } else { kb.udiv(h, kb.i32c(group), "")? };
+                            let vars = ElemVars {
+                                b,
+                                h,
+                                hkv: hkv_e,
+                                q,
+                                k,
+                                seqlen_q: bv.seqlen_q,
+                                seqlen_k: bv.seqlen_k,
+                                score: None,
+                            };
+                            let ok = vexpr::allowed(kb, spec, pred.as_ref(), &vars, &va)?;
+                            // Racing stores of the same value: any writer sets the flag.
+                            kb.if_else(
+                                ok,
+                                "seen",
+                                |kb| kb.st_shared_b32(allowed_flag, kb.i32c(1)),
+                                |kb| kb.st_shared_b32(masked_flag, kb.i32c(1)),
+                            )
+                        })?;
+                    }
+                    kb.bar_sync()?;
+                    let a = kb.ld_volatile_shared_b32(allowed_flag, "allowed_seen")?;
+                    let m = kb.ld_volatile_shared_b32(masked_flag, "masked_seen")?;
+                    kb.set(decided, kb.and(a, m, "")?)?;
+                    kb.set(base, kb.add(e0, kb.i32c(per_round), "")?)?;
+                    // Every thread has read the flags before any clears them.
+                    kb.bar_sync()
+                },
+            )?;
+            let a = kb.ld_volatile_shared_b32(allowed_flag, "")?;
+            let m = kb.ld_volatile_shared_b32(masked_flag, "")?;
+            let both = kb.icmp(IntPredicate::NE, kb.and(a, m, "")?, kb.i32c(0), "")?;
+            let any = kb.icmp(IntPredicate::NE, a, kb.i32c(0), "")?;
+            let c = kb.select_i(any, kb.i32c(CLASS_FULL), kb.i32c(CLASS_EMPTY), "")?;
+            let c = kb.select_i(both, kb.i32c(CLASS_PARTIAL), c, "")?;
+            kb.bar_sync()?;
+            kb.if_then(is_t0, "store_class", |kb| kb.st_shared_b32(class_addr(kb, t)?, c))?;
+            kb.bar_sync()
+        })
+    })?;
+
+    kb.section("block classifier 3: the row list (warp 0, ballots)")?;
+    let warp0 = kb.icmp(IntPredicate::ULT, tid, kb.i32c(32), "")?;
+    kb.if_then(warp0, "compact", |kb| {
+        let lane = tid;
+        let count = kb.slot_i32("list_count", kb.i32c(0))?;
+        let chunks = kb.ceil_div(n_tiles, kb.i32c(32), "")?;
+        kb.for_range(kb.i32c(0), chunks, "compact_chunks", |kb, ch| {
+            let t = kb.add(kb.mul(ch, kb.i32c(32), "")?, lane, "tile")?;
+            let valid = kb.icmp(IntPredicate::SLT, t, n_tiles, "")?;
+            let t_safe = kb.select_i(valid, t, kb.i32c(0), "")?;
+            let c = kb.ld_volatile_shared_b32(class_addr(kb, t_safe)?, "class")?;
+            let live = kb.and(valid, kb.icmp(IntPredicate::NE, c, kb.i32c(CLASS_EMPTY), "")?, "live")?;
+            let ballot = kb.ballot(live, "ballot")?;
+            let lt = kb.sreg("lanemask_lt", "")?;
+            let before = kb.popc(kb.and(ballot, lt, "")?, "")?;
+            let base = kb.get_i(count, "")?;
+            kb.if_then(live, "write_entry", |kb| {
+                let full = kb.icmp(IntPredicate::EQ, c, kb.i32c(CLASS_FULL), "")?;
+                let entry = kb.or(t, kb.select_i(full, kb.i32c(FULL_TILE as i64), kb.i32c(0), "")?, "entry")?;
+                let at = kb.add(kb.add(base, before, "")?, kb.i32c(1), "")?;
+                kb.st_global_b32(kb.add(row_addr, kb.mul(kb.zext64(at, "")?, kb.i64c(4), "")?, "")?, entry)
+            })?;
+            kb.set(count, kb.add(base, kb.popc(ballot, "")?, "")?)
+        })?;
+        let lane0 = kb.icmp(IntPredicate::EQ, lane, kb.i32c(0), "")?;
+        let total = kb.get_i(count, "count")?;
+        kb.if_then(lane0, "write_count", |kb| kb.st_global_b32(row_addr, total))
+    })?;
+    kb.ret()?;
+    Ok(KernelInfo {
+        name: name.to_string(),
+        role: KernelRole::BlockClassify,
+        note: None,
+        threads_per_block: THREADS,
+        dynamic_smem_bytes: FLAGS_BYTES,
+        block_m,
+        block_n,
+        params: abi::describe(&params),
+        tensor_maps: Vec::new(),
+        grid: Grid::BlockRows,
+    })
+}
+
+fn smem_base<'ctx>(kb: &Kb<'ctx>) -> R<IntValue<'ctx>> {
+    let g = match kb.module.get_global("attnc_smem") {
+        Some(g) => g,
+        None => {
+            let g = kb.module.add_global(
+                kb.ctx.i8_type().array_type(0),
+                Some(inkwell::AddressSpace::from(3u16)),
+                "attnc_smem",
+            );
+            g.set_alignment(16);
+            g.set_linkage(inkwell::module::Linkage::External);
+            g
+        }
+    };
+    kb.trunc32(kb.b.build_ptr_to_int(g.as_pointer_value(), kb.ctx.i64_type(), "")?, "smem")
+}

@@ -1,0 +1,117 @@
+//! Block masks: the row lists of non-empty key tiles that a forward walks when its spec's
+//! mask reads aux tensors (`attnc_ir::block_mask`). The compiler emits the classifier
+//! from the mask; [`Kernel::block_mask`] runs it once for a launch's shapes, params and
+//! aux tensors, and every layer that shares them passes the object in
+//! ([`crate::Params::block_mask`]) instead of classifying again. Without one, the forward
+//! classifies per call (correct, slower; the receipt says so).
+
+use crate::cuda::ArgValue;
+use crate::receipt::BlockMaskUse;
+use crate::tensor::{IndexTensor, Tensor};
+use crate::validate::LaunchPlan;
+use attnc_ir::block_mask::{BlockDims, Tiling, FULL_TILE};
+
+/// What a launch's block mask was built for; a mask is only valid for the same.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct BuiltFor {
+    /// The forward module's cache key (spec, arch, family, compiler).
+    pub(crate) module_key: String,
+    pub(crate) tiling: Tiling,
+    pub(crate) dims: BlockDims,
+    /// Per batch entry (q, k) lengths the lists cover.
+    pub(crate) seqlens: Vec<(usize, usize)>,
+    /// Device addresses of the aux tensors and the param values (by name).
+    pub(crate) aux: Vec<(String, u64)>,
+    pub(crate) params: Vec<(String, String)>,
+}
+
+/// The classified row lists of one launch configuration, on the device.
+pub struct BlockMask {
+    pub(crate) built_for: BuiltFor,
+    pub(crate) lists: Tensor,
+    /// GPU time of the classification, when it was timed.
+    pub(crate) classify_ms: Option<f64>,
+}
+
+impl std::fmt::Debug for BlockMask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "BlockMask({:?}, {:?})", self.built_for.tiling, self.built_for.dims)
+    }
+}
+
+impl BlockMask {
+    pub fn tiling(&self) -> Tiling {
+        self.built_for.tiling
+    }
+    pub fn dims(&self) -> BlockDims {
+        self.built_for.dims
+    }
+    pub fn classify_ms(&self) -> Option<f64> {
+        self.classify_ms
+    }
+
+    /// Non-empty key tiles over the key tiles inside the sequences, from the downloaded
+    /// lists ([`crate::Kernel::block_mask_lists`]); `group` is the rows per position.
+    pub fn live_fraction_of(&self, lists: &[u32], group: usize) -> f64 {
+        let b = &self.built_for;
+        let d = b.dims;
+        let t = b.tiling;
+        let (mut live, mut total) = (0u64, 0u64);
+        for (batch, &(sq, sk)) in b.seqlens.iter().enumerate() {
+            let mt = (sq * group).div_ceil(t.block_m as usize);
+            let nt = sk.div_ceil(t.block_n as usize) as u64;
+            for slot in 0..d.slots {
+                for m in 0..mt {
+                    let row = (batch * d.slots + slot) * d.m_tiles + m;
+                    live += u64::from(lists.get(row * d.row_words()).copied().unwrap_or(0));
+                    total += nt;
+                }
+            }
+        }
+        if total == 0 {
+            0.0
+        } else {
+            live as f64 / total as f64
+        }
+    }
+
+    pub(crate) fn args(&self) -> [(&'static str, ArgValue); 4] {
+        let d = self.built_for.dims;
+        [
+            ("block_lists", ArgValue::Ptr(self.lists.device_ptr())),
+            ("bm_slots", ArgValue::I32(d.slots as i32)),
+            ("bm_m_tiles", ArgValue::I32(d.m_tiles as i32)),
+            ("bm_n_tiles", ArgValue::I32(d.n_tiles as i32)),
+        ]
+    }
+
+    pub(crate) fn usage(&self, source: &str) -> BlockMaskUse {
+        BlockMaskUse {
+            source: source.into(),
+            block_m: self.built_for.tiling.block_m,
+            block_n: self.built_for.tiling.block_n,
+            live_fraction: None,
+            classify_ms: self.classify_ms,
+        }
+    }
+}
+
+/// The per-batch lengths of a launch, from its plan's arguments (varlen: cu_seqlens).
+pub(crate) fn launch_seqlens(
+    plan: &LaunchPlan,
+    cu_seqlens_q: Option<&IndexTensor>,
+    cu_seqlens_k: Option<&IndexTensor>,
+    seqused_k: Option<&IndexTensor>,
+) -> Vec<(usize, usize)> {
+    let diff = |cu: &[i32], i: usize| (cu[i + 1] - cu[i]).max(0) as usize;
+    match (cu_seqlens_q, cu_seqlens_k, seqused_k) {
+        (Some(cq), Some(ck), _) => (0..plan.batch).map(|i| (diff(cq.host(), i), diff(ck.host(), i))).collect(),
+        (_, _, Some(su)) => (0..plan.batch).map(|i| (plan.max_seqlen_q, su.host()[i].max(0) as usize)).collect(),
+        _ => vec![(plan.max_seqlen_q, plan.max_seqlen_k); plan.batch],
+    }
+}
+
+/// Whether a list entry marks a full tile (for tests and tools reading the lists).
+pub fn entry_is_full(entry: u32) -> bool {
+    entry & FULL_TILE != 0
+}
