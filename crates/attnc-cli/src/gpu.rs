@@ -34,6 +34,34 @@ pub struct SelftestArgs {
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
+    /// A variant to time instead of the protocol's suites: its forward at --batch,
+    /// --seqlen, with its params and aux tensors (contiguous layouts).
+    file: Option<PathBuf>,
+    /// Variant bench: batch size.
+    #[arg(long, default_value_t = 4)]
+    batch: usize,
+    /// Variant bench: query (and, without --seqlen-k, key) length.
+    #[arg(long, default_value_t = 8192)]
+    seqlen: usize,
+    /// Variant bench: key length.
+    #[arg(long)]
+    seqlen_k: Option<usize>,
+    /// Variant bench: a param value, NAME=VALUE (repeatable; every declared param needs one).
+    #[arg(long = "param", value_name = "NAME=VALUE")]
+    params: Vec<String>,
+    /// Variant bench: an aux tensor from a file of raw little-endian i32/f32, NAME=FILE
+    /// (repeatable); others are filled deterministically (int: document ids).
+    #[arg(long = "aux", value_name = "NAME=FILE")]
+    aux: Vec<String>,
+    /// Variant bench: document lengths of the int aux fill, MIN:MAX tokens.
+    #[arg(long, default_value = "256:2816")]
+    doc_len: String,
+    /// Variant bench: kernel family (auto, portable, hopper, blackwell).
+    #[arg(long, default_value = "auto")]
+    family: String,
+    /// Variant bench: timed runs.
+    #[arg(long, default_value_t = 25)]
+    iters: usize,
     /// Also write the report as JSON here.
     #[arg(long, value_name = "PATH")]
     json: Option<PathBuf>,
@@ -116,7 +144,79 @@ pub fn selftest(args: &SelftestArgs) -> Result<(), Reported> {
     }
 }
 
+fn split_pair<'a>(what: &str, s: &'a str, sep: char) -> Result<(&'a str, &'a str), Reported> {
+    s.split_once(sep).ok_or_else(|| {
+        eprintln!("error: {what} `{s}`: expected two parts separated by `{sep}`");
+        Reported
+    })
+}
+
+fn variant_bench(file: &Path, args: &BenchArgs) -> Result<(), Reported> {
+    use attnc::runtime::validate::ParamValue;
+    use attnc::runtime::variant_bench::{bench_variant, VariantBenchOptions};
+    let spec = crate::load(file)?;
+    let mut opts = VariantBenchOptions {
+        batch: args.batch,
+        seqlen_q: args.seqlen,
+        seqlen_k: args.seqlen_k.unwrap_or(args.seqlen),
+        iters: args.iters,
+        ..Default::default()
+    };
+    opts.family = args.family.parse().map_err(|e| {
+        eprintln!("error: --family: {e}");
+        Reported
+    })?;
+    for p in &args.params {
+        let (name, value) = split_pair("--param", p, '=')?;
+        let Some(decl) = spec.param(name) else {
+            eprintln!("error: --param {name}: `{}` declares no param `{name}`", spec.name);
+            return Err(Reported);
+        };
+        let v = if decl.ty == attnc::ir::Ty::Float {
+            value.parse::<f32>().ok().map(ParamValue::Float)
+        } else {
+            value.parse::<i32>().ok().map(ParamValue::Int)
+        };
+        let Some(v) = v else {
+            eprintln!("error: --param {name}={value}: not a valid {} value", decl.ty);
+            return Err(Reported);
+        };
+        opts.params.push((name.to_string(), v));
+    }
+    for a in &args.aux {
+        let (name, path) = split_pair("--aux", a, '=')?;
+        if spec.aux_decl(name).is_none() {
+            eprintln!("error: --aux {name}: `{}` declares no aux tensor `{name}`", spec.name);
+            return Err(Reported);
+        }
+        opts.aux_files.push((name.to_string(), PathBuf::from(path)));
+    }
+    let (lo, hi) = split_pair("--doc-len", &args.doc_len, ':')?;
+    match (lo.parse::<usize>(), hi.parse::<usize>()) {
+        (Ok(lo), Ok(hi)) if 0 < lo && lo <= hi => opts.doc_len = (lo, hi),
+        _ => {
+            eprintln!("error: --doc-len {}: expected MIN:MAX with 0 < MIN <= MAX", args.doc_len);
+            return Err(Reported);
+        }
+    }
+    let rt = runtime(args.device)?;
+    let r = bench_variant(&rt, &spec, &opts).map_err(|e| {
+        eprintln!("error: bench {}: {e}", file.display());
+        Reported
+    })?;
+    println!("{}", r.line());
+    println!("{}", r.receipt);
+    let json = serde_json::to_string_pretty(&r).map_err(|e| {
+        eprintln!("error: JSON: {e}");
+        Reported
+    })?;
+    write_json(args.json.as_deref(), &json)
+}
+
 pub fn bench(args: &BenchArgs) -> Result<(), Reported> {
+    if let Some(file) = &args.file {
+        return variant_bench(file, args);
+    }
     if args.disk_probe {
         let probe = bench::disk_hit_probe().map_err(|e| {
             eprintln!("error: disk probe: {e}");

@@ -299,6 +299,50 @@ fn env_for<'a>(spec: &Spec, data: &LaunchData<'a>, b: usize, sq: usize, sk: usiz
     }
 }
 
+/// The number of (query, key) pairs the mask allows, summed over batch entries and
+/// query heads: exact, counting full tiles whole and evaluating only the elements of
+/// partial ones (tiles of `tiling`, classified as the run-time classifier does).
+pub fn allowed_pairs(spec: &Spec, tiling: Tiling, data: &LaunchData) -> u64 {
+    let tiling = Tiling { pack_gqa: false, ..tiling };
+    let Some(pred) = spec.mask.to_predicate() else {
+        return data.seqlens.iter().map(|&(q, k)| (q * k) as u64).sum::<u64>() * u64::from(spec.q_heads);
+    };
+    let slots = HeadSlots::for_spec(spec, false);
+    let (heads, per_slot) = match slots {
+        HeadSlots::Shared => (1, u64::from(spec.q_heads)),
+        _ => (spec.q_heads as usize, 1),
+    };
+    let (bm, bn) = (tiling.block_m as usize, tiling.block_n as usize);
+    let mut total = 0u64;
+    for (b, &(sq, sk)) in data.seqlens.iter().enumerate() {
+        let mut env = env_for(spec, data, b, sq, sk);
+        for slot in 0..heads {
+            for m in 0..sq.div_ceil(bm) {
+                let rows = tile_rows(spec, tiling, slot, m, sq);
+                for n in 0..sk.div_ceil(bn) {
+                    let keys = n * bn..((n + 1) * bn).min(sk);
+                    match classify_tile(spec, tiling, data, b, slot, m, n).0 {
+                        TileClass::Empty => {}
+                        TileClass::Full => total += (rows.len() * keys.len()) as u64 * per_slot,
+                        TileClass::Partial => {
+                            for &(q, h) in &rows {
+                                env.q = q as i32;
+                                env.h = h as i32;
+                                env.hkv = (h / spec.group_size().max(1) as usize) as i32;
+                                for k in keys.clone() {
+                                    env.k = k as i32;
+                                    total += u64::from(eval(spec, &pred, &env).as_bool()) * per_slot;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    total
+}
+
 /// The classes by brute force: every element of every tile evaluated.
 pub fn reference_classes(spec: &Spec, tiling: Tiling, data: &LaunchData) -> BlockClasses {
     let max_q = data.seqlens.iter().map(|s| s.0).max().unwrap_or(0);
@@ -471,6 +515,29 @@ mod tests {
             tested += 1;
         }
         assert!(tested > 100, "only {tested} specs had a mask");
+    }
+
+    #[test]
+    fn allowed_pairs_match_a_full_count() {
+        let mut rng = Rng::new(5);
+        let spec = document_mask(4, 2);
+        let seqlens = [(150, 150), (61, 61)];
+        let aux = [documents(&mut rng, 2, 150, 30)];
+        let data = LaunchData { seqlens: &seqlens, params: &[], aux: &aux };
+        let pred = spec.mask.to_predicate().expect("mask");
+        let mut want = 0u64;
+        for (b, &(sq, sk)) in seqlens.iter().enumerate() {
+            let mut env = env_for(&spec, &data, b, sq, sk);
+            for q in 0..sq {
+                for k in 0..sk {
+                    env.q = q as i32;
+                    env.k = k as i32;
+                    want += u64::from(eval(&spec, &pred, &env).as_bool());
+                }
+            }
+        }
+        let tiling = Tiling { block_m: 32, block_n: 16, pack_gqa: false };
+        assert_eq!(allowed_pairs(&spec, tiling, &data), want * 4);
     }
 
     #[test]

@@ -50,6 +50,7 @@ pub mod tensor;
 pub mod tensor_map;
 pub mod tma;
 pub mod validate;
+pub mod variant_bench;
 
 pub use backward::Gradients;
 pub use block_mask::BlockMask;

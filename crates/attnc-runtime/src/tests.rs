@@ -566,6 +566,8 @@ fn every_example_spec_plans_with_its_abi() {
                     || name.contains("_stride_")
                     || name.starts_with("aux_")
                     || name.starts_with("param_")
+                    // Block masks: filled from the `BlockMask` (`block_mask.rs`).
+                    || attnc_lower::variant::tiles::BLOCK_LIST_PARAMS.contains(&name)
                     || (ty == "tensormap" && k.tensor_maps.iter().any(|b| b.param == name));
                 assert!(known, "{} ({}): unknown kernel parameter {param}", spec.name, m.family);
             }
