@@ -83,12 +83,11 @@ pub struct VariantBenchResult {
     pub receipt: Receipt,
 }
 
+/// Host copies of the aux tensors a launch reads, and the device tensors by name.
+type AuxPair = (Vec<AuxTensor>, Vec<(String, Tensor)>);
+
 /// Host copies of the aux tensors the launch reads, and the device tensors.
-fn aux_tensors(
-    rt: &Runtime,
-    spec: &Spec,
-    opts: &VariantBenchOptions,
-) -> Result<(Vec<AuxTensor>, Vec<(String, Tensor)>), RuntimeError> {
+fn aux_tensors(rt: &Runtime, spec: &Spec, opts: &VariantBenchOptions) -> Result<AuxPair, RuntimeError> {
     let seqlens = vec![(opts.seqlen_q, opts.seqlen_k); opts.batch];
     let mut rng = Rng::new(opts.seed);
     let (mut host, mut dev) = (Vec::new(), Vec::new());
