@@ -6,8 +6,9 @@ on the variants of this folder, and the aux tensors both sides read.
   python3 flex_variants.py time DIR OUT.json # FlexAttention forward per variant
 
 Shape: bf16, d128, 16 heads, batch 4, seqlen 8192 (the block-sparsity issue's). Documents
-are 256-2816 tokens (seeded); `layout` is a 16 x 512 x 512 block table with the diagonal
-and ~15% of the other blocks on; `prefix` is 128. `attnc bench FILE --aux NAME=DIR/NAME.bin`
+are 256-2816 tokens (seeded); `tag` is one of 4 per token (no block structure); `layout`
+is a 16 x 512 x 512 block table with the diagonal and ~15% of the other blocks on;
+`prefix` is 128. `attnc bench FILE --aux NAME=DIR/NAME.bin`
 reads the same files, so both sides mask the same pairs.
 """
 
@@ -34,11 +35,17 @@ def make_aux():
             start.extend([pos] * n)
             pos += n
             ident += 1
+    tag = array.array("i", (rng.randrange(4) for _ in range(B * S)))
     layout = array.array("i", (1 if rng.random() < 0.15 else 0 for _ in range(H * TABLE * TABLE)))
     for h in range(H):
         for i in range(TABLE):
             layout[(h * TABLE + i) * TABLE + i] = 1
-    return {"doc": (doc, (B, S)), "start": (start, (B, S)), "layout": (layout, (H, TABLE, TABLE))}
+    return {
+        "doc": (doc, (B, S)),
+        "start": (start, (B, S)),
+        "tag": (tag, (B, S)),
+        "layout": (layout, (H, TABLE, TABLE)),
+    }
 
 
 def write_aux(d):
@@ -57,7 +64,7 @@ def time_flex(d, out):
     torch._dynamo.config.recompile_limit = 64
     dev = "cuda"
     aux = {k: torch.tensor(a, dtype=torch.int32).reshape(shape).to(dev) for k, (a, shape) in make_aux().items()}
-    doc, start, layout = aux["doc"], aux["start"], aux["layout"]
+    doc, start, tag, layout = aux["doc"], aux["start"], aux["tag"], aux["layout"]
 
     def causal(b, h, q, k):
         return q >= k
@@ -71,6 +78,9 @@ def time_flex(d, out):
     def document_prefix(b, h, q, k):
         return (doc[b, q] == doc[b, k]) & ((k <= q) | (k < start[b, k] + PREFIX))
 
+    def scattered(b, h, q, k):
+        return tag[b, q] == tag[b, k]
+
     def block_table(b, h, q, k):
         return layout[h, q // 128, k // 128] != 0
 
@@ -80,6 +90,7 @@ def time_flex(d, out):
         "document_mask_16h": document,
         "document_prefix": document_prefix,
         "block_sparse_table": block_table,
+        "scattered_mask": scattered,
     }
     flex = torch.compile(flex_attention)
     g = torch.Generator(device=dev).manual_seed(0)

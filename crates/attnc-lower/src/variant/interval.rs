@@ -456,23 +456,40 @@ fn scan_box<'ctx>(
     let lo_slot = kb.slot_i32(&format!("{name}.min"), kb.i32c(i32::MAX as i64))?;
     let hi_slot = kb.slot_i32(&format!("{name}.max"), kb.i32c(i32::MIN as i64))?;
     let bx = bx.to_vec();
-    kb.for_range(kb.i32c(0), n, &format!("{name}.scan"), |kb, i| {
-        // Odometer decomposition, last index fastest; the flat offset as the reads do it.
-        let mut rest = kb.zext64(i, "")?;
-        let mut idx = Vec::with_capacity(bx.len());
-        for &(lo, hi, _) in bx.iter().rev() {
-            let ext = kb.add(kb.sub(hi, lo, "")?, kb.i64c(1), "")?;
-            idx.push(kb.add(lo, kb.b.build_int_unsigned_rem(rest, ext, "")?, "")?);
-            rest = kb.b.build_int_unsigned_div(rest, ext, "")?;
+    // Four independent loads per iteration (the loop is latency-bound); the last group
+    // repeats element n - 1, which leaves a min/max unchanged.
+    const UNROLL: i64 = 4;
+    let groups = kb.ceil_div(n, kb.i32c(UNROLL), "")?;
+    let last = kb.sub(n, kb.i32c(1), "")?;
+    kb.for_range(kb.i32c(0), groups, &format!("{name}.scan"), |kb, g| {
+        let mut vals = Vec::with_capacity(UNROLL as usize);
+        for j in 0..UNROLL {
+            let i = kb.smin(kb.add(kb.mul(g, kb.i32c(UNROLL), "")?, kb.i32c(j), "")?, last, "")?;
+            // Odometer decomposition, last index fastest, in 32 bits (the box has at most
+            // the scan limit's elements, its bounds are inside i32 dims); the flat offset
+            // as reads do it.
+            let mut rest = i;
+            let mut idx = Vec::with_capacity(bx.len());
+            for &(lo, hi, _) in bx.iter().rev() {
+                let ext = kb.trunc32(kb.add(kb.sub(hi, lo, "")?, kb.i64c(1), "")?, "")?;
+                idx.push(kb.add(kb.trunc32(lo, "")?, kb.urem(rest, ext, "")?, "")?);
+                rest = kb.udiv(rest, ext, "")?;
+            }
+            idx.reverse();
+            let mut flat = kb.i64c(0);
+            for (&(_, _, dim), ix) in bx.iter().zip(idx) {
+                flat = kb.add(kb.mul(flat, kb.sext64(dim, "")?, "")?, kb.zext64(ix, "")?, "")?;
+            }
+            vals.push(kb.ld_global_i32(kb.add(addr, kb.mul(flat, kb.i64c(4), "")?, "")?, "aux_value")?);
         }
-        idx.reverse();
-        let mut flat = kb.i64c(0);
-        for (&(_, _, dim), ix) in bx.iter().zip(idx) {
-            flat = kb.add(kb.mul(flat, kb.sext64(dim, "")?, "")?, ix, "")?;
+        let mut lo = kb.get_i(lo_slot, "")?;
+        let mut hi = kb.get_i(hi_slot, "")?;
+        for v in vals {
+            lo = kb.smin(lo, v, "")?;
+            hi = kb.smax(hi, v, "")?;
         }
-        let v = kb.ld_global_i32(kb.add(addr, kb.mul(flat, kb.i64c(4), "")?, "")?, "aux_value")?;
-        kb.set(lo_slot, kb.smin(kb.get_i(lo_slot, "")?, v, "")?)?;
-        kb.set(hi_slot, kb.smax(kb.get_i(hi_slot, "")?, v, "")?)
+        kb.set(lo_slot, lo)?;
+        kb.set(hi_slot, hi)
     })?;
     let lo = kb.sext64(kb.get_i(lo_slot, "")?, "")?;
     let hi = kb.sext64(kb.get_i(hi_slot, "")?, "")?;

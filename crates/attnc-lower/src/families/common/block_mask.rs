@@ -8,9 +8,11 @@
 //! 1. **intervals**: each thread takes key tiles `tid, tid + 128, ...` and runs the
 //!    interval classification with aux values (`classify_tile_scanning_aux`): Empty,
 //!    Full or undecided, into shared memory;
-//! 2. **elements**: the CTA walks the undecided tiles; for each it evaluates the mask on
-//!    4 elements per thread per round, and stops as soon as the tile has shown both an
-//!    allowed and a masked element (Partial) or has no elements left (Full or Empty);
+//! 2. **elements**: each warp takes undecided tiles (warp w: tiles w, w + 4, ...) and
+//!    evaluates the mask on 8 elements per lane per round, in a diagonal order that
+//!    reaches every row and spread columns in the first round; it stops as soon as the
+//!    tile has shown both an allowed and a masked element (Partial, by warp votes) or has
+//!    no elements left (Full or Empty);
 //! 3. **lists**: warp 0 compacts the classes into the row list with ballots.
 //!
 //! Elements outside the entry's seqlen_q × seqlen_k do not count, as in the reference.
@@ -28,9 +30,9 @@ use inkwell::values::IntValue;
 use inkwell::IntPredicate;
 
 pub const THREADS: u32 = 128;
-/// Elements each thread evaluates per round of step 2.
-const ELEMS_PER_THREAD: u32 = 4;
-/// Shared memory: two flags (allowed seen, masked seen), then one u32 class per key tile.
+/// Elements each lane evaluates per round of step 2.
+const ELEMS_PER_LANE: u32 = 8;
+/// Shared memory: 16 bytes kept free, then one u32 class per key tile.
 const FLAGS_BYTES: u32 = 16;
 const CLASS_EMPTY: i64 = 0;
 const CLASS_PARTIAL: i64 = 1;
@@ -141,42 +143,55 @@ pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, block_m: u32, block_n: u32, n
     )?;
     kb.bar_sync()?;
 
-    kb.section("block classifier 2: elements of the undecided tiles, until both kinds are seen")?;
+    kb.section("block classifier 2: elements of the undecided tiles (a warp each), until both kinds are seen")?;
     let rows_in_tile = kb.sub(kb.add(last_row, kb.i32c(1), "")?, row0, "rows_in_tile")?;
-    let allowed_flag = smem;
-    let masked_flag = kb.add(smem, kb.i32c(4), "")?;
     let pred = spec.mask.to_predicate();
-    kb.for_range(kb.i32c(0), n_tiles, "elements", |kb, t| {
-        let c = kb.ld_volatile_shared_b32(class_addr(kb, t)?, "class")?;
-        let undecided = kb.icmp(IntPredicate::EQ, c, kb.i32c(CLASS_UNDECIDED), "")?;
-        kb.if_then(undecided, "undecided", |kb| {
-            let k0 = kb.mul(t, kb.i32c(block_n as i64), "k0")?;
-            let keys = kb.sub(kb.smin(kb.add(k0, kb.i32c(block_n as i64), "")?, bv.seqlen_k, "")?, k0, "keys")?;
-            let elems = kb.mul(rows_in_tile, keys, "elems")?;
-            kb.if_then(is_t0, "clear_flags", |kb| {
-                kb.st_shared_b32(allowed_flag, kb.i32c(0))?;
-                kb.st_shared_b32(masked_flag, kb.i32c(0))
-            })?;
-            kb.bar_sync()?;
-            let per_round = (THREADS * ELEMS_PER_THREAD) as i64;
-            let base = kb.slot_i32("element_round", kb.i32c(0))?;
-            let decided = kb.slot_i32("element_decided", kb.i32c(0))?;
-            kb.while_loop(
-                "element_rounds",
-                |kb| {
-                    let e0 = kb.get_i(base, "")?;
-                    let more = kb.icmp(IntPredicate::SLT, e0, elems, "")?;
-                    let d = kb.get_i(decided, "")?;
-                    kb.and(more, kb.icmp(IntPredicate::EQ, d, kb.i32c(0), "")?, "")
-                },
-                |kb| {
-                    let e0 = kb.get_i(base, "e0")?;
-                    for j in 0..ELEMS_PER_THREAD {
-                        let e = kb.add(e0, kb.add(tid, kb.i32c((j * THREADS) as i64), "")?, "elem")?;
-                        let inside = kb.icmp(IntPredicate::SLT, e, elems, "")?;
-                        kb.if_then(inside, "element", |kb| {
-                            let r = kb.add(row0, kb.udiv(e, keys, "")?, "r")?;
-                            let k = kb.add(k0, kb.urem(e, keys, "")?, "k")?;
+    let lane = kb.and(tid, kb.i32c(31), "lane")?;
+    let warp = kb.udiv(tid, kb.i32c(32), "warp")?;
+    let t_slot = kb.slot_i32("element_tile", warp)?;
+    kb.while_loop(
+        "element_tiles",
+        |kb| {
+            let t = kb.get_i(t_slot, "")?;
+            kb.icmp(IntPredicate::SLT, t, n_tiles, "")
+        },
+        |kb| {
+            let t = kb.get_i(t_slot, "tile")?;
+            let c = kb.ld_volatile_shared_b32(class_addr(kb, t)?, "class")?;
+            let undecided = kb.icmp(IntPredicate::EQ, c, kb.i32c(CLASS_UNDECIDED), "")?;
+            kb.if_then(undecided, "undecided", |kb| {
+                let k0 = kb.mul(t, kb.i32c(block_n as i64), "k0")?;
+                let keys = kb.sub(kb.smin(kb.add(k0, kb.i32c(block_n as i64), "")?, bv.seqlen_k, "")?, k0, "keys")?;
+                let elems = kb.mul(rows_in_tile, keys, "elems")?;
+                let per_round = (32 * ELEMS_PER_LANE) as i64;
+                let base = kb.slot_i32("element_round", kb.i32c(0))?;
+                let seen_allowed = kb.slot_i32("seen_allowed", kb.i32c(0))?;
+                let seen_masked = kb.slot_i32("seen_masked", kb.i32c(0))?;
+                kb.while_loop(
+                    "element_rounds",
+                    |kb| {
+                        let e0 = kb.get_i(base, "")?;
+                        let more = kb.icmp(IntPredicate::SLT, e0, elems, "")?;
+                        let both = kb.and(kb.get_i(seen_allowed, "")?, kb.get_i(seen_masked, "")?, "")?;
+                        kb.and(more, kb.icmp(IntPredicate::EQ, both, kb.i32c(0), "")?, "")
+                    },
+                    |kb| {
+                        let e0 = kb.get_i(base, "e0")?;
+                        let mut any_ok = kb.boolc(false);
+                        let mut any_masked = kb.boolc(false);
+                        for j in 0..ELEMS_PER_LANE {
+                            let e = kb.add(e0, kb.add(lane, kb.i32c((32 * j) as i64), "")?, "elem")?;
+                            let inside = kb.icmp(IntPredicate::SLT, e, elems, "")?;
+                            // Element e of the tile, diagonal order: row e % rows, column
+                            // (e / rows + 17 · row) % keys. A bijection, and the first round
+                            // already touches every row and columns spread over the tile, so
+                            // a tile cut by a boundary in either direction shows it early.
+                            let e_safe = kb.select_i(inside, e, kb.i32c(0), "")?;
+                            let r_local = kb.urem(e_safe, rows_in_tile, "")?;
+                            let col =
+                                kb.add(kb.udiv(e_safe, rows_in_tile, "")?, kb.mul(r_local, kb.i32c(17), "")?, "")?;
+                            let r = kb.add(row0, r_local, "r")?;
+                            let k = kb.add(k0, kb.urem(col, keys, "")?, "k")?;
                             let (q, h) = packed_row(kb, pack, group, r, head_idx, hkv)?;
                             let hkv_e = if pack { hkv } else { kb.udiv(h, kb.i32c(group), "")? };
                             let vars = ElemVars {
@@ -190,35 +205,27 @@ pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, block_m: u32, block_n: u32, n
                                 score: None,
                             };
                             let ok = vexpr::allowed(kb, spec, pred.as_ref(), &vars, &va)?;
-                            // Racing stores of the same value: any writer sets the flag.
-                            kb.if_else(
-                                ok,
-                                "seen",
-                                |kb| kb.st_shared_b32(allowed_flag, kb.i32c(1)),
-                                |kb| kb.st_shared_b32(masked_flag, kb.i32c(1)),
-                            )
-                        })?;
-                    }
-                    kb.bar_sync()?;
-                    let a = kb.ld_volatile_shared_b32(allowed_flag, "allowed_seen")?;
-                    let m = kb.ld_volatile_shared_b32(masked_flag, "masked_seen")?;
-                    kb.set(decided, kb.and(a, m, "")?)?;
-                    kb.set(base, kb.add(e0, kb.i32c(per_round), "")?)?;
-                    // Every thread has read the flags before any clears them.
-                    kb.bar_sync()
-                },
-            )?;
-            let a = kb.ld_volatile_shared_b32(allowed_flag, "")?;
-            let m = kb.ld_volatile_shared_b32(masked_flag, "")?;
-            let both = kb.icmp(IntPredicate::NE, kb.and(a, m, "")?, kb.i32c(0), "")?;
-            let any = kb.icmp(IntPredicate::NE, a, kb.i32c(0), "")?;
-            let c = kb.select_i(any, kb.i32c(CLASS_FULL), kb.i32c(CLASS_EMPTY), "")?;
-            let c = kb.select_i(both, kb.i32c(CLASS_PARTIAL), c, "")?;
-            kb.bar_sync()?;
-            kb.if_then(is_t0, "store_class", |kb| kb.st_shared_b32(class_addr(kb, t)?, c))?;
-            kb.bar_sync()
-        })
-    })?;
+                            any_ok = kb.or(any_ok, kb.and(inside, ok, "")?, "")?;
+                            any_masked = kb.or(any_masked, kb.and(inside, kb.not(ok, "")?, "")?, "")?;
+                        }
+                        let a = kb.zext32(kb.vote_any(any_ok, "")?, "")?;
+                        let m = kb.zext32(kb.vote_any(any_masked, "")?, "")?;
+                        kb.set(seen_allowed, kb.or(kb.get_i(seen_allowed, "")?, a, "")?)?;
+                        kb.set(seen_masked, kb.or(kb.get_i(seen_masked, "")?, m, "")?)?;
+                        kb.set(base, kb.add(e0, kb.i32c(per_round), "")?)
+                    },
+                )?;
+                let a = kb.icmp(IntPredicate::NE, kb.get_i(seen_allowed, "")?, kb.i32c(0), "")?;
+                let m = kb.icmp(IntPredicate::NE, kb.get_i(seen_masked, "")?, kb.i32c(0), "")?;
+                let c = kb.select_i(a, kb.i32c(CLASS_FULL), kb.i32c(CLASS_EMPTY), "")?;
+                let c = kb.select_i(kb.and(a, m, "")?, kb.i32c(CLASS_PARTIAL), c, "")?;
+                let lane0 = kb.icmp(IntPredicate::EQ, lane, kb.i32c(0), "")?;
+                kb.if_then(lane0, "store_class", |kb| kb.st_shared_b32(class_addr(kb, t)?, c))
+            })?;
+            kb.set(t_slot, kb.add(t, kb.i32c((THREADS / 32) as i64), "")?)
+        },
+    )?;
+    kb.bar_sync()?;
 
     kb.section("block classifier 3: the row list (warp 0, ballots)")?;
     let warp0 = kb.icmp(IntPredicate::ULT, tid, kb.i32c(32), "")?;
