@@ -117,6 +117,9 @@ pub struct BlockMaskCheck {
     /// The forward with the mask passed in wrote bitwise the same O as with the mask built
     /// per call.
     pub passed_in_identical: bool,
+    /// Passed to a launch with other aux tensors (same shapes, other buffers), the mask was
+    /// refused with `RuntimeError::BlockMask` before any launch.
+    pub refused_for_other_aux: bool,
 }
 
 /// One case's gradient check: each gradient's worst relative L2 error over the
@@ -744,7 +747,7 @@ fn run_case_inner(
     r.ok = worst <= opts.tol_rel_l2 && bad == 0 && lse_err.is_none_or(|e| e <= opts.tol_lse);
     if takes_mask {
         let c = block_mask_check(rt, &kernel, plan, &inputs, &tensors, &params, &o)?;
-        r.ok &= c.rows_wrong == 0 && c.passed_in_identical;
+        r.ok &= c.rows_wrong == 0 && c.passed_in_identical && c.refused_for_other_aux;
         r.block_mask = Some(c);
     }
     let bwd = attnc_lower::Direction::Backward;
@@ -811,8 +814,25 @@ fn block_mask_check(
         Ok(rt.download_f64(t)?.into_iter().map(f64::to_bits).collect())
     };
     let (a, b) = (bits(o_per_call)?, bits(&o2)?);
+    // The same launch with the aux tensors in other buffers: the mask must be refused.
+    let others: Vec<(String, Tensor)> = params
+        .aux
+        .iter()
+        .map(|(n, a)| Ok((n.clone(), rt.alloc(a.dtype(), a.shape())?)))
+        .collect::<Result<_, RuntimeError>>()?;
+    let mut moved = Params { aux: Vec::new(), ..with_mask.clone() };
+    for (n, a) in &others {
+        moved = moved.aux(n, a);
+    }
+    let mut o3 = t.o.clone();
+    let refused = match &t.lse {
+        Some(l) => kernel.forward_lse(&t.q, &t.k, &t.v, &mut o3, &mut l.clone(), &moved),
+        None => kernel.forward(&t.q, &t.k, &t.v, &mut o3, &moved),
+    };
+    let refused_for_other_aux = matches!(refused, Err(RuntimeError::BlockMask(_)));
     let tiling = mask.tiling();
     Ok(BlockMaskCheck {
+        refused_for_other_aux,
         block_m: tiling.block_m,
         block_n: tiling.block_n,
         rows_wrong,
