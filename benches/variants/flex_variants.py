@@ -62,6 +62,8 @@ def time_flex(d, out):
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     torch._dynamo.config.recompile_limit = 64
+    # The backward is timed by differentiating one forward's graph repeatedly.
+    torch._functorch.config.donated_buffer = False
     dev = "cuda"
     aux = {k: torch.tensor(a, dtype=torch.int32).reshape(shape).to(dev) for k, (a, shape) in make_aux().items()}
     doc, start, tag, layout = aux["doc"], aux["start"], aux["tag"], aux["layout"]
@@ -119,11 +121,23 @@ def time_flex(d, out):
         bm = create_block_mask(mod, B, heads, S, S, device=dev)
         build = timed(lambda: create_block_mask(mod, B, heads, S, S, device=dev), warmup=2, iters=5)
         fwd = timed(lambda: flex(q, k, v, block_mask=bm))
+        # The backward alone: the graph of one forward, differentiated repeatedly.
+        qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+        y = flex(qg, kg, vg, block_mask=bm)
+        dy = torch.randn_like(y)
+        bwd = timed(lambda: torch.autograd.grad(y, (qg, kg, vg), dy, retain_graph=True))
+        del y
         dense = bm.to_dense()
         live = float(dense.float().mean())
-        results[name] = {"forward": fwd, "create_block_mask": build, "block_density": live, "sparsity": bm.sparsity()}
-        print(f"{name}: flex forward {fwd['median_ms']:.4f} ms, create_block_mask {build['median_ms']:.3f} ms, "
-              f"{100 * live:.1f}% blocks live")
+        results[name] = {
+            "forward": fwd,
+            "backward": bwd,
+            "create_block_mask": build,
+            "block_density": live,
+            "sparsity": bm.sparsity(),
+        }
+        print(f"{name}: flex forward {fwd['median_ms']:.4f} ms, backward {bwd['median_ms']:.4f} ms, "
+              f"create_block_mask {build['median_ms']:.3f} ms, {100 * live:.1f}% blocks live")
     with open(out, "w") as f:
         json.dump(results, f, indent=1)
 

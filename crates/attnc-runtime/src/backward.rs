@@ -23,6 +23,7 @@ use crate::validate::{
     check_align, check_dims, check_dtype, check_qkvo, check_view, marshal, overlaps, plan, KernelShape, LaunchDescs,
     LaunchPlan,
 };
+use attnc_ir::block_mask::{BlockDims, Tiling};
 use attnc_ir::{KvLayout, Spec};
 use attnc_lower::families::common::backward::{learnable_aux, padded_seqlen, REDUCE_THREADS, ROWS_PER_CTA};
 use attnc_lower::{Direction, Grid, KernelRole, LowerError};
@@ -430,6 +431,38 @@ impl Kernel {
             ("aux_grad_ws", ArgValue::Ptr(ws + o_aux as u64)),
         ];
         extra.extend(plan.args.iter().map(|(n, a)| (n.as_str(), *a)));
+        // A mask over aux tensors: its classes at the backward's tiling, classified now
+        // (one class per (query tile, key tile); the main kernel probes them).
+        let classify = meta.kernel(KernelRole::BlockClassify);
+        let mut classify_launch = None;
+        let _classes = match classify {
+            Some(c) => {
+                let tiling = Tiling { block_m: c.block_m, block_n: c.block_n, pack_gqa: false };
+                let d =
+                    BlockDims::new(&self.spec, tiling, plan.fwd.batch, plan.fwd.max_seqlen_q, plan.fwd.max_seqlen_k);
+                let t =
+                    self.rt.alloc(crate::elem::ElemType::I32, &[(d.batch * d.slots * d.m_tiles * d.n_tiles).max(1)])?;
+                extra.extend([
+                    ("block_lists", ArgValue::Ptr(t.device_ptr())),
+                    ("bm_slots", ArgValue::I32(d.slots as i32)),
+                    ("bm_m_tiles", ArgValue::I32(d.m_tiles as i32)),
+                    ("bm_n_tiles", ArgValue::I32(d.n_tiles as i32)),
+                ]);
+                classify_launch = Some((
+                    [d.m_tiles as u32, d.slots as u32, d.batch as u32],
+                    attnc_lower::families::common::block_mask::smem_bytes(d.n_tiles as u32),
+                ));
+                receipt.block_mask = Some(crate::receipt::BlockMaskUse {
+                    source: "built per call".into(),
+                    block_m: c.block_m,
+                    block_n: c.block_n,
+                    live_fraction: None,
+                    classify_ms: None,
+                });
+                Some(t)
+            }
+            None => None,
+        };
         let launches: Vec<(&KernelMeta, [u32; 3])> = meta
             .kernels
             .iter()
@@ -441,12 +474,14 @@ impl Kernel {
                     KernelRole::AuxGradReduce if plan.deterministic => plan.aux_grid,
                     // Atomic accumulation writes the gradients directly.
                     KernelRole::AuxGradReduce => [0, 0, 0],
+                    KernelRole::BlockClassify => classify_launch.map_or([0, 0, 0], |l| l.0),
                     other => return Err(RuntimeError::Abi(format!("a {other} kernel in a backward module"))),
                 };
                 Ok((k, grid))
             })
             .collect::<Result<_, RuntimeError>>()?;
         let order = [
+            KernelRole::BlockClassify,
             KernelRole::BackwardPreprocess,
             KernelRole::BackwardMain,
             KernelRole::DqConvert,
@@ -493,7 +528,11 @@ impl Kernel {
                     gpu.record(b)?;
                 }
             }
-            gpu.launch(f, *grid, k.threads_per_block, k.dynamic_smem_bytes, a)?;
+            let smem = match (role, classify_launch) {
+                (KernelRole::BlockClassify, Some((_, bytes))) => bytes,
+                _ => k.dynamic_smem_bytes,
+            };
+            gpu.launch(f, *grid, k.threads_per_block, smem, a)?;
             if *role == KernelRole::BackwardMain {
                 if let Some((_, _, c, _)) = &events {
                     gpu.record(c)?;

@@ -81,6 +81,12 @@ pub struct VariantBenchResult {
     pub classify: Option<TimeStats>,
     pub live_fraction: Option<f64>,
     pub receipt: Receipt,
+    /// Variants that train: the backward (dQ, dK, dV from the forward's O and LSE and a
+    /// random dO; its classification, when it has one, included), and effective TFLOP/s
+    /// at 2.5 × the forward's FLOPs.
+    pub backward: Option<TimeStats>,
+    pub backward_effective_tflops: Option<f64>,
+    pub backward_receipt: Option<Receipt>,
 }
 
 /// Host copies of the aux tensors a launch reads, and the device tensors by name.
@@ -225,6 +231,43 @@ pub fn bench_variant(
         (time_gpu(gpu, opts.warmup, opts.iters, || run(&params).map(|_| ()))?, None, None, None)
     };
 
+    // The backward, for variants that train (learnable aux gradients included).
+    let trains = attnc_lower::compile::pass_unsupported_reason(spec, attnc_lower::Direction::Backward).is_none();
+    let (backward, backward_receipt) = if trains {
+        let mut lse = rt.alloc(ElemType::F32, &[b, qh, sq])?;
+        let mut o2 = rt.alloc(dtype, &[b, sq, qh, dv])?;
+        kernel.forward_lse(&q, &k, &v, &mut o2, &mut lse, &params)?;
+        let d_out = rt.alloc(dtype, &[b, sq, qh, dv])?;
+        h.fill_normal(rt, &d_out, opts.seed + 3, 1.0)?;
+        let (mut dq, mut dk, mut dvt) = (
+            rt.alloc(dtype, &[b, sq, qh, dqk])?,
+            rt.alloc(dtype, &[b, sk, kvh, dqk])?,
+            rt.alloc(dtype, &[b, sk, kvh, dv])?,
+        );
+        let mut aux_grads = Vec::new();
+        for a in spec.aux.iter().filter(|a| a.learnable) {
+            let t = aux_dev.iter().find(|(n, _)| *n == a.name).map(|(_, t)| t.shape().to_vec()).unwrap_or_default();
+            aux_grads.push((a.name.clone(), rt.alloc(ElemType::F32, &t)?));
+        }
+        let sinks_grad = if spec.sinks { Some(rt.alloc(ElemType::F32, &[qh])?) } else { None };
+        let mut bp = params.clone();
+        for (n, t) in &aux_grads {
+            bp = bp.aux_grad(n, t);
+        }
+        if let Some(t) = &sinks_grad {
+            bp = bp.dsinks(t);
+        }
+        let mut go = |p: &Params| {
+            let g = crate::backward::Gradients { dq: &mut dq, dk: &mut dk, dv: &mut dvt };
+            kernel.backward(&q, &k, &v, &o2, &lse, &d_out, g, p)
+        };
+        let r = go(&Params { timing: true, ..bp.clone() })?;
+        let t = time_gpu(gpu, opts.warmup, opts.iters, || go(&bp).map(|_| ()))?;
+        (Some(t), Some(r))
+    } else {
+        (None, None)
+    };
+
     let seqlens = vec![(sq, sk); b];
     let values: Vec<Value> = spec
         .params
@@ -252,6 +295,9 @@ pub fn bench_variant(
         allowed_pairs: pairs,
         density: if all > 0.0 { pairs as f64 / all } else { 0.0 },
         effective_tflops: flops / (time.median_ms * 1e-3) / 1e12,
+        backward_effective_tflops: backward.map(|t| 2.5 * flops / (t.median_ms * 1e-3) / 1e12),
+        backward,
+        backward_receipt,
         time,
         time_per_call,
         classify,
@@ -277,6 +323,9 @@ impl VariantBenchResult {
             self.density,
             self.effective_tflops
         );
+        if let (Some(t), Some(f)) = (&self.backward, self.backward_effective_tflops) {
+            s.push_str(&format!("; backward {:.4} ms, {f:.1} effective TFLOP/s", t.median_ms));
+        }
         if let (Some(p), Some(c), Some(l)) = (&self.time_per_call, &self.classify, self.live_fraction) {
             s.push_str(&format!(
                 "; block mask: {:.1}% tiles live, built per call {:.4} ms, classification alone {:.4} ms",

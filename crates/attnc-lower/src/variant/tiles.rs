@@ -210,6 +210,61 @@ impl<'a, 'ctx> KeyTiles<'a, 'ctx> {
     }
 }
 
+/// The backward's block mask: one class per (query tile, key tile) of the backward's
+/// tiling (`[batch][slot][m_tiles][n_tiles]` u32: 0 empty, 1 partial, 2 full), read where
+/// the interval classification would run. The view of one batch entry and key tile.
+#[derive(Clone, Copy, Debug)]
+pub struct DenseClasses<'ctx> {
+    /// Address of batch entry b's slot 0, row 0.
+    pub base: IntValue<'ctx>,
+    pub m_tiles: IntValue<'ctx>,
+    pub n_tiles: IntValue<'ctx>,
+    /// The key tile.
+    pub n: IntValue<'ctx>,
+    pub slots: HeadSlots,
+}
+
+impl<'ctx> DenseClasses<'ctx> {
+    /// The view for batch entry `b` and key tile `n`, when the spec's mask takes a block
+    /// mask and the kernel has the list parameters.
+    pub fn for_key_tile(
+        kb: &Kb<'ctx>,
+        spec: &Spec,
+        args: Option<&BlockListArgs<'ctx>>,
+        b: IntValue<'ctx>,
+        n: IntValue<'ctx>,
+    ) -> R<Option<DenseClasses<'ctx>>> {
+        let Some(args) = args.filter(|_| needs_block_mask(spec)) else {
+            return Ok(None);
+        };
+        let per_batch = kb.mul(kb.mul(args.slots, args.m_tiles, "")?, args.n_tiles, "")?;
+        let word = kb.mul(kb.zext64(b, "")?, kb.zext64(per_batch, "")?, "")?;
+        Ok(Some(DenseClasses {
+            base: kb.add(args.lists, kb.mul(word, kb.i64c(4), "")?, "bm_batch_addr")?,
+            m_tiles: args.m_tiles,
+            n_tiles: args.n_tiles,
+            n,
+            slots: HeadSlots::for_spec(spec, false),
+        }))
+    }
+
+    /// The class of query tile `m` of head `h` against the key tile. Walks probe one tile
+    /// past their end (the answer is and-ed with the range there), so `m` is clamped into
+    /// the table: that probe must not read past the allocation.
+    fn classify(&self, kb: &Kb<'ctx>, m: IntValue<'ctx>, h: IntValue<'ctx>) -> R<TileClassVals<'ctx>> {
+        let m = kb.smin(m, kb.sub(self.m_tiles, kb.i32c(1), "")?, "")?;
+        let slot = if self.slots == HeadSlots::Shared { kb.i32c(0) } else { h };
+        let row = kb.add(kb.mul(slot, self.m_tiles, "")?, m, "")?;
+        let word =
+            kb.add(kb.mul(kb.zext64(row, "")?, kb.zext64(self.n_tiles, "")?, "")?, kb.zext64(self.n, "")?, "")?;
+        let code = kb.ld_global_i32(kb.add(self.base, kb.mul(word, kb.i64c(4), "")?, "")?, "bm_class")?;
+        Ok(TileClassVals {
+            empty: kb.icmp(IntPredicate::EQ, code, kb.i32c(0), "tile.empty")?,
+            full: kb.icmp(IntPredicate::EQ, code, kb.i32c(2), "tile.full")?,
+        })
+    }
+}
+
 /// The query tiles one backward CTA visits for its key tile: the transpose of
 /// [`KeyTiles`]. The backward walks, for a fixed key range, the query tiles of each
 /// query head of its KV group, skipping the tiles the mask leaves empty and dropping the
@@ -222,12 +277,17 @@ pub struct QueryTiles<'a, 'ctx> {
     /// The CTA's key range (inclusive), clipped to seqlen_k.
     pub k: (IntValue<'ctx>, IntValue<'ctx>),
     pub va: &'a VariantArgs<'ctx>,
+    /// The launch's classes of this key tile, when the backward takes a block mask.
+    pub classes: Option<DenseClasses<'ctx>>,
 }
 
 impl<'a, 'ctx> QueryTiles<'a, 'ctx> {
     /// The classification of the query tile starting at `m0` for query head `h`.
     pub fn classify(&self, kb: &Kb<'ctx>, m0: IntValue<'ctx>, h: IntValue<'ctx>) -> R<TileClassVals<'ctx>> {
         let bm = self.block_m as i64;
+        if let Some(c) = &self.classes {
+            return c.classify(kb, kb.udiv(m0, kb.i32c(bm), "")?, h);
+        }
         let q_hi = kb.sub(kb.smin(kb.add(m0, kb.i32c(bm), "")?, self.bv.seqlen_q, "")?, kb.i32c(1), "")?;
         let tile = TileRanges {
             b: (self.bv.b, self.bv.b),

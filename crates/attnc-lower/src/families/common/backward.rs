@@ -70,6 +70,8 @@ pub fn main_params(spec: &Spec) -> Vec<(String, ParamTy)> {
     for a in learnable_aux(spec) {
         p.push((format!("aux_grad_{}", a.name), Ptr));
     }
+    // The block mask, as dense classes at the backward's tiling (`variant::tiles::DenseClasses`).
+    super::abi::block_list_params(spec, &mut p);
     p
 }
 

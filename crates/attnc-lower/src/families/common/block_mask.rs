@@ -55,14 +55,36 @@ pub fn params(spec: &Spec) -> Vec<(String, ParamTy)> {
     p
 }
 
-/// Builds the classifier for rows of `block_m` (packed with `spec.pack_gqa`) and key
-/// tiles of `block_n`.
-pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, block_m: u32, block_n: u32, name: &str) -> R<KernelInfo> {
+/// What the classifier writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClassifierOutput {
+    /// The forward's row lists (`[batch][slot][m_tiles][1 + n_tiles]`: count, entries).
+    RowLists,
+    /// One class per tile (`[batch][slot][m_tiles][n_tiles]` u32: 0 empty, 1 partial,
+    /// 2 full), for walks that probe tiles in their own order (the backward's query
+    /// tiles per key tile).
+    Dense,
+}
+
+/// Dense class codes ([`ClassifierOutput::Dense`]).
+pub const DENSE_EMPTY: i64 = CLASS_EMPTY;
+pub const DENSE_FULL: i64 = CLASS_FULL;
+
+/// Builds the classifier for rows of `block_m` (packed (position, head) rows when
+/// `pack`) and key tiles of `block_n`.
+pub fn build<'ctx>(
+    kb: &mut Kb<'ctx>,
+    spec: &Spec,
+    block_m: u32,
+    block_n: u32,
+    pack: bool,
+    output: ClassifierOutput,
+    name: &str,
+) -> R<KernelInfo> {
     let params = params(spec);
     let args = Args::begin(kb, name, &params)?;
-    kb.section(&format!("attnc block classifier: {} ({block_m}x{block_n} tiles)", spec.name))?;
+    kb.section(&format!("attnc block classifier: {} ({block_m}x{block_n} tiles, {output:?})", spec.name))?;
     let group = spec.group_size().max(1) as i64;
-    let pack = spec.pack_gqa;
     let tid = kb.sreg("tid.x", "tid")?;
     let m_block = kb.sreg("ctaid.x", "m_block")?;
     let slot = kb.sreg("ctaid.y", "head_slot")?;
@@ -72,8 +94,11 @@ pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, block_m: u32, block_n: u32, n
     let va = args.variant(spec)?;
     let bv = batch_view(kb, spec, &la, b)?;
 
-    // The row list this CTA writes.
-    let row_words = kb.add(lists.n_tiles, kb.i32c(1), "row_words")?;
+    // The row list (or row of classes) this CTA writes.
+    let row_words = match output {
+        ClassifierOutput::RowLists => kb.add(lists.n_tiles, kb.i32c(1), "row_words")?,
+        ClassifierOutput::Dense => lists.n_tiles,
+    };
     let row = kb.add(kb.mul(kb.add(kb.mul(b, lists.slots, "")?, slot, "")?, lists.m_tiles, "")?, m_block, "row")?;
     let row_addr =
         kb.add(lists.lists, kb.mul(kb.mul(kb.zext64(row, "")?, kb.zext64(row_words, "")?, "")?, kb.i64c(4), "")?, "")?;
@@ -87,8 +112,11 @@ pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, block_m: u32, block_n: u32, n
         "",
     )?;
     let is_t0 = kb.icmp(IntPredicate::EQ, tid, kb.i32c(0), "")?;
-    let write_zero = kb.and(nothing, is_t0, "")?;
-    kb.if_then(write_zero, "empty_row", |kb| kb.st_global_b32(row_addr, kb.i32c(0)))?;
+    if output == ClassifierOutput::RowLists {
+        let write_zero = kb.and(nothing, is_t0, "")?;
+        kb.if_then(write_zero, "empty_row", |kb| kb.st_global_b32(row_addr, kb.i32c(0)))?;
+    }
+    // (Dense rows past the sequences are never probed.)
     kb.return_if(nothing, "nothing_to_classify")?;
 
     // The row tile's position and head ranges (as the forward's CTA computes them).
@@ -227,34 +255,49 @@ pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, block_m: u32, block_n: u32, n
     )?;
     kb.bar_sync()?;
 
-    kb.section("block classifier 3: the row list (warp 0, ballots)")?;
-    let warp0 = kb.icmp(IntPredicate::ULT, tid, kb.i32c(32), "")?;
-    kb.if_then(warp0, "compact", |kb| {
-        let lane = tid;
-        let count = kb.slot_i32("list_count", kb.i32c(0))?;
-        let chunks = kb.ceil_div(n_tiles, kb.i32c(32), "")?;
-        kb.for_range(kb.i32c(0), chunks, "compact_chunks", |kb, ch| {
-            let t = kb.add(kb.mul(ch, kb.i32c(32), "")?, lane, "tile")?;
-            let valid = kb.icmp(IntPredicate::SLT, t, n_tiles, "")?;
-            let t_safe = kb.select_i(valid, t, kb.i32c(0), "")?;
-            let c = kb.ld_volatile_shared_b32(class_addr(kb, t_safe)?, "class")?;
-            let live = kb.and(valid, kb.icmp(IntPredicate::NE, c, kb.i32c(CLASS_EMPTY), "")?, "live")?;
-            let ballot = kb.ballot(live, "ballot")?;
-            let lt = kb.sreg("lanemask_lt", "")?;
-            let before = kb.popc(kb.and(ballot, lt, "")?, "")?;
-            let base = kb.get_i(count, "")?;
-            kb.if_then(live, "write_entry", |kb| {
-                let full = kb.icmp(IntPredicate::EQ, c, kb.i32c(CLASS_FULL), "")?;
-                let entry = kb.or(t, kb.select_i(full, kb.i32c(FULL_TILE as i64), kb.i32c(0), "")?, "entry")?;
-                let at = kb.add(kb.add(base, before, "")?, kb.i32c(1), "")?;
-                kb.st_global_b32(kb.add(row_addr, kb.mul(kb.zext64(at, "")?, kb.i64c(4), "")?, "")?, entry)
+    if output == ClassifierOutput::Dense {
+        kb.section("block classifier 3: the classes, one word per tile")?;
+        let n = kb.slot_i32("dense_tile", tid)?;
+        kb.while_loop(
+            "dense",
+            |kb| kb.icmp(IntPredicate::SLT, kb.get_i(n, "")?, n_tiles, ""),
+            |kb| {
+                let t = kb.get_i(n, "tile")?;
+                let c = kb.ld_volatile_shared_b32(class_addr(kb, t)?, "class")?;
+                kb.st_global_b32(kb.add(row_addr, kb.mul(kb.zext64(t, "")?, kb.i64c(4), "")?, "")?, c)?;
+                kb.set(n, kb.add(t, kb.i32c(THREADS as i64), "")?)
+            },
+        )?;
+    } else {
+        kb.section("block classifier 3: the row list (warp 0, ballots)")?;
+        let warp0 = kb.icmp(IntPredicate::ULT, tid, kb.i32c(32), "")?;
+        kb.if_then(warp0, "compact", |kb| {
+            let lane = tid;
+            let count = kb.slot_i32("list_count", kb.i32c(0))?;
+            let chunks = kb.ceil_div(n_tiles, kb.i32c(32), "")?;
+            kb.for_range(kb.i32c(0), chunks, "compact_chunks", |kb, ch| {
+                let t = kb.add(kb.mul(ch, kb.i32c(32), "")?, lane, "tile")?;
+                let valid = kb.icmp(IntPredicate::SLT, t, n_tiles, "")?;
+                let t_safe = kb.select_i(valid, t, kb.i32c(0), "")?;
+                let c = kb.ld_volatile_shared_b32(class_addr(kb, t_safe)?, "class")?;
+                let live = kb.and(valid, kb.icmp(IntPredicate::NE, c, kb.i32c(CLASS_EMPTY), "")?, "live")?;
+                let ballot = kb.ballot(live, "ballot")?;
+                let lt = kb.sreg("lanemask_lt", "")?;
+                let before = kb.popc(kb.and(ballot, lt, "")?, "")?;
+                let base = kb.get_i(count, "")?;
+                kb.if_then(live, "write_entry", |kb| {
+                    let full = kb.icmp(IntPredicate::EQ, c, kb.i32c(CLASS_FULL), "")?;
+                    let entry = kb.or(t, kb.select_i(full, kb.i32c(FULL_TILE as i64), kb.i32c(0), "")?, "entry")?;
+                    let at = kb.add(kb.add(base, before, "")?, kb.i32c(1), "")?;
+                    kb.st_global_b32(kb.add(row_addr, kb.mul(kb.zext64(at, "")?, kb.i64c(4), "")?, "")?, entry)
+                })?;
+                kb.set(count, kb.add(base, kb.popc(ballot, "")?, "")?)
             })?;
-            kb.set(count, kb.add(base, kb.popc(ballot, "")?, "")?)
+            let lane0 = kb.icmp(IntPredicate::EQ, lane, kb.i32c(0), "")?;
+            let total = kb.get_i(count, "count")?;
+            kb.if_then(lane0, "write_count", |kb| kb.st_global_b32(row_addr, total))
         })?;
-        let lane0 = kb.icmp(IntPredicate::EQ, lane, kb.i32c(0), "")?;
-        let total = kb.get_i(count, "count")?;
-        kb.if_then(lane0, "write_count", |kb| kb.st_global_b32(row_addr, total))
-    })?;
+    }
     kb.ret()?;
     Ok(KernelInfo {
         name: name.to_string(),

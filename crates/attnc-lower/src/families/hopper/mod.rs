@@ -70,7 +70,15 @@ pub fn compile_with_config(spec: &Spec, arch: Arch, cfg: &Config) -> Result<Comp
     }
     if attnc_ir::block_mask::needs_block_mask(spec) {
         let name = kernel_name(spec, "block_classify");
-        kernels.push(block_mask::build(&mut kb, spec, cfg.block_m(), cfg.block_n, &name)?);
+        kernels.push(block_mask::build(
+            &mut kb,
+            spec,
+            cfg.block_m(),
+            cfg.block_n,
+            spec.pack_gqa,
+            block_mask::ClassifierOutput::RowLists,
+            &name,
+        )?);
     }
     finish_module(&kb, FamilyKind::Hopper, Direction::Forward, arch, kernels, t0)
 }

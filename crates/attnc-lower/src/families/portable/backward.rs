@@ -33,7 +33,7 @@ use crate::module::{Grid, KernelInfo, KernelRole};
 use crate::variant::expr::{self as vexpr, VariantArgs};
 use crate::variant::grad::{AuxSink, ScoreGrad};
 use crate::variant::layout::{batch_view, kv_row_offsets, q_row_offset, BatchView, LayoutArgs};
-use crate::variant::tiles::QueryTiles;
+use crate::variant::tiles::{DenseClasses, QueryTiles};
 use attnc_ir::Spec;
 use inkwell::values::{FloatValue, IntValue};
 use inkwell::{FloatPredicate, IntPredicate};
@@ -200,6 +200,8 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             kb.i32c(1),
             "k_hi",
         )?;
+        let n = kb.udiv(n0, kb.i32c(self.cfg.block_n() as i64), "key_tile")?;
+        let classes = DenseClasses::for_key_tile(kb, self.spec, self.args.block_lists().as_ref(), self.bv.b, n)?;
         Ok(QueryTiles {
             spec: self.spec,
             block_m: self.cfg.block_m,
@@ -207,6 +209,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             hkv: self.hkv,
             k: (n0, k_hi),
             va: &self.va,
+            classes,
         })
     }
 

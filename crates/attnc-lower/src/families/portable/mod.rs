@@ -104,6 +104,12 @@ pub fn compile_backward_with_config(spec: &Spec, arch: Arch, cfg: &BwdConfig) ->
     if !common_bwd::learnable_aux(spec).is_empty() {
         kernels.push(common_bwd::build_aux_reduce(&mut kb, spec, &kernel_name(spec, "bwd_daux"))?);
     }
+    if attnc_ir::block_mask::needs_block_mask(spec) {
+        // Query tiles are per head in the backward (never packed).
+        let name = kernel_name(spec, "bwd_block_classify");
+        let dense = block_mask::ClassifierOutput::Dense;
+        kernels.push(block_mask::build(&mut kb, spec, cfg.block_m, cfg.block_n(), false, dense, &name)?);
+    }
     // Vector atomics for dQ need the PTX ISA that has them.
     let ptx = if cfg.dq_vec > 1 { arch.vector_red_ptx_feature() } else { arch.ptx_feature() };
     finish_module_at(&kb, FamilyKind::Portable, Direction::Backward, arch, kernels, t0, ptx)
@@ -127,7 +133,15 @@ pub fn compile_with_config(spec: &Spec, arch: Arch, cfg: &Config) -> Result<Comp
     }
     if attnc_ir::block_mask::needs_block_mask(spec) {
         let name = kernel_name(spec, "block_classify");
-        kernels.push(block_mask::build(&mut kb, spec, cfg.block_m(), cfg.block_n, &name)?);
+        kernels.push(block_mask::build(
+            &mut kb,
+            spec,
+            cfg.block_m(),
+            cfg.block_n,
+            spec.pack_gqa,
+            block_mask::ClassifierOutput::RowLists,
+            &name,
+        )?);
     }
     finish_module(&kb, FamilyKind::Portable, Direction::Forward, arch, kernels, t0)
 }
