@@ -115,7 +115,7 @@ fn module_problems(c: &Compiled, m: &CompiledModule) -> Vec<String> {
     if m.direction != c.direction {
         p.push(format!("{what}: module says direction {}", m.direction));
     }
-    if m.kernels.iter().any(|k| k.role.direction() != c.direction) {
+    if m.kernels.iter().any(|k| !k.role.belongs_to(c.direction)) {
         p.push(format!("{what}: a kernel's role belongs to the other direction"));
     }
     if m.arch != c.arch {

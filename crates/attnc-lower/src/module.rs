@@ -111,15 +111,17 @@ impl KernelRole {
         }
     }
 
-    /// The direction whose module holds kernels of this role.
-    pub fn direction(self) -> Direction {
+    /// Whether a module of direction `d` may hold kernels of this role: the block
+    /// classifier is in both (each direction classifies at its own tiling).
+    pub fn belongs_to(self, d: Direction) -> bool {
         match self {
-            KernelRole::Forward | KernelRole::Combine | KernelRole::BlockClassify => Direction::Forward,
+            KernelRole::BlockClassify => true,
+            KernelRole::Forward | KernelRole::Combine => d == Direction::Forward,
             KernelRole::BackwardPreprocess
             | KernelRole::BackwardMain
             | KernelRole::DqConvert
             | KernelRole::SinkGrad
-            | KernelRole::AuxGradReduce => Direction::Backward,
+            | KernelRole::AuxGradReduce => d == Direction::Backward,
         }
     }
 }
