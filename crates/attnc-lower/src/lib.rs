@@ -25,4 +25,6 @@ pub mod variant;
 pub use arch::Arch;
 pub use compile::{compile, compile_directions, CompileOptions, FamilyChoice};
 pub use error::LowerError;
-pub use module::{CompileTimings, CompiledModule, Direction, FamilyKind, Grid, KernelInfo, KernelRole, TmaBox};
+pub use module::{
+    BlockLayout, CompileTimings, CompiledModule, Direction, FamilyKind, Grid, KernelInfo, KernelRole, TmaBox,
+};

@@ -183,8 +183,20 @@ pub enum Grid {
     Heads,
     /// `(ceil(Σ learnable aux elements / threads))`: one thread per aux-gradient element.
     AuxElements,
-    /// `(row tiles, head slots, batch)` of a block mask: one CTA per row list.
-    BlockRows,
+    /// `(row tiles, head slots, batch)` of a block mask: one CTA per row of tiles,
+    /// written in `layout`.
+    BlockRows { layout: BlockLayout },
+}
+
+/// What a block classifier writes per row tile (`[batch][slot][m_tiles][row words]` u32).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum BlockLayout {
+    /// A walk's list: the count of non-empty key tiles, then their indices ascending,
+    /// `FULL_TILE` set on full ones (`1 + n_tiles` words).
+    RowLists,
+    /// One class per key tile, 0 empty, 1 partial, 2 full (`n_tiles` words), for walks
+    /// that probe tiles in their own order.
+    Dense,
 }
 
 /// One `.entry` of a module and how to launch it.

@@ -10,6 +10,7 @@ use crate::receipt::BlockMaskUse;
 use crate::tensor::{IndexTensor, Tensor};
 use crate::validate::LaunchPlan;
 use attnc_ir::block_mask::{BlockDims, Tiling, FULL_TILE};
+use attnc_lower::BlockLayout;
 
 /// What a launch's block mask was built for; a mask is only valid for the same.
 #[derive(Clone, Debug, PartialEq)]
@@ -17,6 +18,8 @@ pub(crate) struct BuiltFor {
     /// The forward module's cache key (spec, arch, family, compiler).
     pub(crate) module_key: String,
     pub(crate) tiling: Tiling,
+    /// Row lists (the portable and hopper forwards) or one class per tile (blackwell).
+    pub(crate) layout: BlockLayout,
     pub(crate) dims: BlockDims,
     /// Per batch entry (q, k) lengths the lists cover.
     pub(crate) seqlens: Vec<(usize, usize)>,
@@ -39,7 +42,22 @@ impl std::fmt::Debug for BlockMask {
     }
 }
 
+impl BuiltFor {
+    /// u32 words of what the classifier writes.
+    pub(crate) fn words(&self) -> usize {
+        let d = self.dims;
+        match self.layout {
+            BlockLayout::RowLists => d.list_words(),
+            BlockLayout::Dense => d.batch * d.slots * d.m_tiles * d.n_tiles,
+        }
+    }
+}
+
 impl BlockMask {
+    pub fn layout(&self) -> BlockLayout {
+        self.built_for.layout
+    }
+
     pub fn tiling(&self) -> Tiling {
         self.built_for.tiling
     }
@@ -63,7 +81,12 @@ impl BlockMask {
             for slot in 0..d.slots {
                 for m in 0..mt {
                     let row = (batch * d.slots + slot) * d.m_tiles + m;
-                    live += u64::from(lists.get(row * d.row_words()).copied().unwrap_or(0));
+                    live += match b.layout {
+                        BlockLayout::RowLists => u64::from(lists.get(row * d.row_words()).copied().unwrap_or(0)),
+                        BlockLayout::Dense => (0..nt as usize)
+                            .filter(|&n| lists.get(row * d.n_tiles + n).is_some_and(|&c| c != 0))
+                            .count() as u64,
+                    };
                     total += nt;
                 }
             }

@@ -451,6 +451,10 @@ impl Kernel {
         let spec = kernel.spec();
         let tiling = Tiling { block_m: classify.block_m, block_n: classify.block_n, pack_gqa: spec.pack_gqa };
         let dims = BlockDims::new(spec, tiling, plan.batch, plan.max_seqlen_q, plan.max_seqlen_k);
+        let layout = match classify.grid {
+            attnc_lower::Grid::BlockRows { layout } => layout,
+            other => return Err(RuntimeError::Abi(format!("block classifier with grid {other:?}"))),
+        };
         let mut aux: Vec<(String, u64)> = params.aux.iter().map(|(n, t)| (n.clone(), t.device_ptr())).collect();
         aux.sort();
         let mut values: Vec<(String, String)> =
@@ -459,6 +463,7 @@ impl Kernel {
         Ok(BuiltFor {
             module_key: kernel.key().to_string(),
             tiling,
+            layout,
             dims,
             seqlens: launch_seqlens(plan, params.cu_seqlens_q, params.cu_seqlens_k, params.seqused_k),
             aux,
@@ -479,7 +484,7 @@ impl Kernel {
             .function(KernelRole::BlockClassify)
             .ok_or_else(|| RuntimeError::Abi("the block classifier did not load".into()))?;
         let d = bf.dims;
-        let words = d.list_words().max(1);
+        let words = bf.words().max(1);
         let lists = kernel.rt.alloc(crate::elem::ElemType::I32, &[words])?;
         let mask = BlockMask { built_for: bf, lists, classify_ms: None };
         let extra = mask.args();

@@ -788,15 +788,41 @@ fn block_mask_check(
     let mask = kernel.block_mask(&t.q, &t.k, &t.v, &t.o, params)?;
     let got = kernel.block_mask_lists(&mask)?;
     let data = LaunchData { seqlens: &plan.seqlens, params: &inputs.params, aux: &inputs.aux };
-    let want = reference_classes(s, mask.tiling(), &data).row_lists();
+    let classes = reference_classes(s, mask.tiling(), &data);
     let d = mask.dims();
     let rows = d.batch * d.slots * d.m_tiles;
-    let rows_wrong = (0..rows)
-        .filter(|r| {
-            let (g, w) = (&got[r * d.row_words()..][..d.row_words()], &want[r * d.row_words()..][..d.row_words()]);
-            g[0] != w[0] || g[1..1 + (w[0] as usize).min(d.n_tiles)] != w[1..1 + (w[0] as usize).min(d.n_tiles)]
-        })
-        .count();
+    let rows_wrong = match mask.layout() {
+        attnc_lower::BlockLayout::RowLists => {
+            let want = classes.row_lists();
+            (0..rows)
+                .filter(|r| {
+                    let (g, w) =
+                        (&got[r * d.row_words()..][..d.row_words()], &want[r * d.row_words()..][..d.row_words()]);
+                    let n = (w[0] as usize).min(d.n_tiles);
+                    g[0] != w[0] || g[1..1 + n] != w[1..1 + n]
+                })
+                .count()
+        }
+        // One class per tile; only tiles inside the sequences are written (and read).
+        attnc_lower::BlockLayout::Dense => (0..rows)
+            .filter(|&r| {
+                let b = r / (d.slots * d.m_tiles);
+                let m = r % d.m_tiles;
+                let (sq, sk) = plan.seqlens[b];
+                let mt = (sq * classes.group).div_ceil(mask.tiling().block_m as usize);
+                let nt = sk.div_ceil(mask.tiling().block_n as usize);
+                m < mt
+                    && (0..nt).any(|n| {
+                        let code = match classes.classes[r * d.n_tiles + n] {
+                            attnc_ir::TileClass::Empty => 0,
+                            attnc_ir::TileClass::Partial => 1,
+                            attnc_ir::TileClass::Full => 2,
+                        };
+                        got[r * d.n_tiles + n] != code
+                    })
+            })
+            .count(),
+    };
     let live_fraction = kernel.block_mask_live_fraction(&mask)?;
     let mut o2 = t.o.clone();
     rt.fill_nan(&o2)?;

@@ -67,6 +67,8 @@ pub fn forward_params(spec: &attnc_ir::Spec) -> Vec<(String, ParamTy)> {
     for prm in &spec.params {
         add(&format!("param_{}", prm.name), if prm.ty == attnc_ir::Ty::Float { F32 } else { I32 });
     }
+    // A mask over aux tensors: the block mask's class table (`BlockLayout::Dense`).
+    crate::families::common::abi::block_list_params(spec, &mut p);
     p
 }
 

@@ -35,6 +35,8 @@ use crate::module::{Grid, KernelInfo, KernelRole};
 use crate::variant::expr::{self as vexpr, AuxArg, ElemVars, Val, VariantArgs};
 use crate::variant::interval::{classify_tile, TileClassVals, TileRanges};
 use crate::variant::softmax::exp2_emulated;
+use crate::variant::tiles::{BlockListArgs, BLOCK_LIST_PARAMS};
+use attnc_ir::block_mask::{needs_block_mask, HeadSlots};
 use attnc_ir::{KvLayout, Spec, Ty};
 use inkwell::types::BasicMetadataTypeEnum;
 use inkwell::values::{BasicValueEnum, FloatValue, IntValue};
@@ -62,6 +64,9 @@ struct Fwd<'a, 'ctx> {
     names: Vec<String>,
     values: Vec<BasicValueEnum<'ctx>>,
     va: VariantArgs<'ctx>,
+    /// The block mask's class table (a mask over aux tensors): read instead of the
+    /// interval classification.
+    classes: Option<BlockListArgs<'ctx>>,
     smem: IntValue<'ctx>,
     tmem: IntValue<'ctx>,
     tid: IntValue<'ctx>,
@@ -150,6 +155,12 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         let seqlen_q = get("seqlen_q")?.into_int_value();
         let seqlen_k = get("seqlen_k")?.into_int_value();
         let batch = get("batch")?.into_int_value();
+        let classes = if needs_block_mask(spec) {
+            let v = |i: usize| get(BLOCK_LIST_PARAMS[i]).map(|x| x.into_int_value());
+            Some(BlockListArgs { lists: v(0)?, slots: v(1)?, m_tiles: v(2)?, n_tiles: v(3)? })
+        } else {
+            None
+        };
 
         let tid = kb.sreg("tid.x", "tid")?;
         let warp = kb.udiv(tid, kb.i32c(32), "warp")?;
@@ -194,6 +205,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             names,
             values,
             va,
+            classes,
             smem,
             tmem,
             tid,
@@ -223,6 +235,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             names: self.names.clone(),
             values: self.values.clone(),
             va: self.va.clone(),
+            classes: self.classes,
             smem,
             tmem,
             tid,
@@ -516,6 +529,9 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         q_hi: IntValue<'ctx>,
         j: IntValue<'ctx>,
     ) -> R<TileClassVals<'ctx>> {
+        if let Some(c) = &self.classes {
+            return self.classify_from_table(kb, c, wt, q_lo, q_hi, j);
+        }
         let n0 = kb.mul(j, kb.i32c(BLOCK_N as i64), "n0")?;
         let k_hi = kb.sub(kb.smin(kb.add(n0, kb.i32c(BLOCK_N as i64), "")?, wt.seqlen_k, "")?, kb.i32c(1), "")?;
         let hkv = self.hkv(kb, wt)?;
@@ -536,6 +552,50 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             seqlen_k: wt.seqlen_k,
         };
         classify_tile(kb, self.spec, &tile, &self.va)
+    }
+
+    /// [`Fwd::classify`] from the block mask's class table (128 packed rows × 128 keys per
+    /// entry): rows `[q_lo, q_hi]` span one or two row tiles; the range is empty when
+    /// every row tile is, full when every one is.
+    fn classify_from_table(
+        &self,
+        kb: &Kb<'ctx>,
+        c: &BlockListArgs<'ctx>,
+        wt: &WorkTile<'ctx>,
+        q_lo: IntValue<'ctx>,
+        q_hi: IntValue<'ctx>,
+        j: IntValue<'ctx>,
+    ) -> R<TileClassVals<'ctx>> {
+        let slot = match HeadSlots::for_spec(self.spec, self.spec.pack_gqa) {
+            HeadSlots::Shared => kb.i32c(0),
+            HeadSlots::PerKvHead => self.hkv(kb, wt)?,
+            HeadSlots::PerQHead => wt.h,
+        };
+        let last_m = kb.sub(c.m_tiles, kb.i32c(1), "")?;
+        let last_n = kb.sub(c.n_tiles, kb.i32c(1), "")?;
+        let j = kb.smin(j, last_n, "")?;
+        let code = |kb: &Kb<'ctx>, m: IntValue<'ctx>| -> R<IntValue<'ctx>> {
+            let m = kb.smin(m, last_m, "")?;
+            let row = kb.add(kb.mul(kb.add(kb.mul(wt.b, c.slots, "")?, slot, "")?, c.m_tiles, "")?, m, "")?;
+            let word = kb.add(kb.mul(kb.zext64(row, "")?, kb.zext64(c.n_tiles, "")?, "")?, kb.zext64(j, "")?, "")?;
+            kb.ld_global_i32(kb.add(c.lists, kb.mul(word, kb.i64c(4), "")?, "")?, "bm_class")
+        };
+        let lo = code(kb, kb.udiv(q_lo, kb.i32c(BLOCK_M as i64), "")?)?;
+        let hi = code(kb, kb.udiv(q_hi, kb.i32c(BLOCK_M as i64), "")?)?;
+        let zero = kb.i32c(0);
+        let two = kb.i32c(2);
+        Ok(TileClassVals {
+            empty: kb.and(
+                kb.icmp(IntPredicate::EQ, lo, zero, "")?,
+                kb.icmp(IntPredicate::EQ, hi, zero, "")?,
+                "tile.empty",
+            )?,
+            full: kb.and(
+                kb.icmp(IntPredicate::EQ, lo, two, "")?,
+                kb.icmp(IntPredicate::EQ, hi, two, "")?,
+                "tile.full",
+            )?,
+        })
     }
 
     /// Walks the key tiles of `wt` that the mask does not rule out for its 256 rows,

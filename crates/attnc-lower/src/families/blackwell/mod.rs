@@ -26,12 +26,12 @@ pub mod verify;
 
 use crate::arch::Arch;
 use crate::error::LowerError;
-use crate::families::common::{abi::kernel_name, combine};
+use crate::families::common::{abi::kernel_name, block_mask, combine};
 use crate::families::{finish_module, Family};
 use crate::llvm::kb::Kb;
 use crate::module::{CompiledModule, Direction, FamilyKind};
 use attnc_ir::{Spec, SplitKv};
-use config::Config;
+use config::{Config, BLOCK_M, BLOCK_N};
 use inkwell::context::Context;
 
 /// Whether the dispatcher may pick this family (off while register budgets are tuned:
@@ -137,6 +137,12 @@ pub(crate) fn build_module(spec: &Spec, arch: Arch, cfg: &Config) -> Result<Comp
         // Split partials go through the shared combine kernel (same workspace layout,
         // `variant::layout::partial_row`).
         kernels.push(combine::build(&mut kb, spec, &kernel_name(spec, "combine"))?);
+    }
+    if attnc_ir::block_mask::needs_block_mask(spec) {
+        // The softmax warpgroups' 128-row tiles; the walk's 256-row work tiles read two.
+        let name = kernel_name(spec, "block_classify");
+        let dense = crate::module::BlockLayout::Dense;
+        kernels.push(block_mask::build(&mut kb, spec, BLOCK_M, BLOCK_N, spec.pack_gqa, dense, &name)?);
     }
     finish_module(&kb, FamilyKind::Blackwell, Direction::Forward, arch, kernels, t0)
 }

@@ -139,11 +139,14 @@ fn max_register(t: &str) -> u32 {
 
 /// How many copies of the softmax's exponential code the kernel has: the full-tile fast
 /// path and the streamed path, or only the streamed one with a score modification or a
-/// mask reading aux tensors (the interval analysis cannot bound aux values, so no tile
-/// is ever proven full and the fast path folds away).
+/// mask reading aux tensors that takes no block mask (the interval analysis cannot bound
+/// aux values, so no tile is ever proven full and the fast path folds away; with a block
+/// mask the class table proves them).
 pub fn softmax_copies(spec: &Spec) -> usize {
+    // A mask over aux tensors has full tiles only through the block mask's class table.
     let mask_reads_aux = spec.mask.predicate.as_ref().is_some_and(|p| p.uses_aux());
-    if spec.score_mod.is_some() || mask_reads_aux {
+    let full_tiles_known = !mask_reads_aux || attnc_ir::block_mask::needs_block_mask(spec);
+    if spec.score_mod.is_some() || !full_tiles_known {
         1
     } else {
         2

@@ -19,7 +19,7 @@
 
 use super::abi::{self, Args, ParamTy};
 use crate::llvm::kb::{Kb, R};
-use crate::module::{Grid, KernelInfo, KernelRole};
+use crate::module::{BlockLayout, Grid, KernelInfo, KernelRole};
 use crate::variant::expr::{self as vexpr, ElemVars};
 use crate::variant::interval::{classify_tile_scanning_aux, TileRanges};
 use crate::variant::layout::{batch_view, packed_row};
@@ -55,18 +55,7 @@ pub fn params(spec: &Spec) -> Vec<(String, ParamTy)> {
     p
 }
 
-/// What the classifier writes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ClassifierOutput {
-    /// The forward's row lists (`[batch][slot][m_tiles][1 + n_tiles]`: count, entries).
-    RowLists,
-    /// One class per tile (`[batch][slot][m_tiles][n_tiles]` u32: 0 empty, 1 partial,
-    /// 2 full), for walks that probe tiles in their own order (the backward's query
-    /// tiles per key tile).
-    Dense,
-}
-
-/// Dense class codes ([`ClassifierOutput::Dense`]).
+/// Dense class codes ([`BlockLayout::Dense`]).
 pub const DENSE_EMPTY: i64 = CLASS_EMPTY;
 pub const DENSE_FULL: i64 = CLASS_FULL;
 
@@ -78,7 +67,7 @@ pub fn build<'ctx>(
     block_m: u32,
     block_n: u32,
     pack: bool,
-    output: ClassifierOutput,
+    output: BlockLayout,
     name: &str,
 ) -> R<KernelInfo> {
     let params = params(spec);
@@ -96,8 +85,8 @@ pub fn build<'ctx>(
 
     // The row list (or row of classes) this CTA writes.
     let row_words = match output {
-        ClassifierOutput::RowLists => kb.add(lists.n_tiles, kb.i32c(1), "row_words")?,
-        ClassifierOutput::Dense => lists.n_tiles,
+        BlockLayout::RowLists => kb.add(lists.n_tiles, kb.i32c(1), "row_words")?,
+        BlockLayout::Dense => lists.n_tiles,
     };
     let row = kb.add(kb.mul(kb.add(kb.mul(b, lists.slots, "")?, slot, "")?, lists.m_tiles, "")?, m_block, "row")?;
     let row_addr =
@@ -112,7 +101,7 @@ pub fn build<'ctx>(
         "",
     )?;
     let is_t0 = kb.icmp(IntPredicate::EQ, tid, kb.i32c(0), "")?;
-    if output == ClassifierOutput::RowLists {
+    if output == BlockLayout::RowLists {
         let write_zero = kb.and(nothing, is_t0, "")?;
         kb.if_then(write_zero, "empty_row", |kb| kb.st_global_b32(row_addr, kb.i32c(0)))?;
     }
@@ -255,7 +244,7 @@ pub fn build<'ctx>(
     )?;
     kb.bar_sync()?;
 
-    if output == ClassifierOutput::Dense {
+    if output == BlockLayout::Dense {
         kb.section("block classifier 3: the classes, one word per tile")?;
         let n = kb.slot_i32("dense_tile", tid)?;
         kb.while_loop(
@@ -309,7 +298,7 @@ pub fn build<'ctx>(
         block_n,
         params: abi::describe(&params),
         tensor_maps: Vec::new(),
-        grid: Grid::BlockRows,
+        grid: Grid::BlockRows { layout: output },
     })
 }
 

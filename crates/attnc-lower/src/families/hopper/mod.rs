@@ -76,7 +76,7 @@ pub fn compile_with_config(spec: &Spec, arch: Arch, cfg: &Config) -> Result<Comp
             cfg.block_m(),
             cfg.block_n,
             spec.pack_gqa,
-            block_mask::ClassifierOutput::RowLists,
+            crate::module::BlockLayout::RowLists,
             &name,
         )?);
     }

@@ -107,7 +107,7 @@ pub fn compile_backward_with_config(spec: &Spec, arch: Arch, cfg: &BwdConfig) ->
     if attnc_ir::block_mask::needs_block_mask(spec) {
         // Query tiles are per head in the backward (never packed).
         let name = kernel_name(spec, "bwd_block_classify");
-        let dense = block_mask::ClassifierOutput::Dense;
+        let dense = crate::module::BlockLayout::Dense;
         kernels.push(block_mask::build(&mut kb, spec, cfg.block_m, cfg.block_n(), false, dense, &name)?);
     }
     // Vector atomics for dQ need the PTX ISA that has them.
@@ -139,7 +139,7 @@ pub fn compile_with_config(spec: &Spec, arch: Arch, cfg: &Config) -> Result<Comp
             cfg.block_m(),
             cfg.block_n,
             spec.pack_gqa,
-            block_mask::ClassifierOutput::RowLists,
+            crate::module::BlockLayout::RowLists,
             &name,
         )?);
     }
