@@ -34,8 +34,8 @@ pub struct SelftestArgs {
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// A variant to time instead of the protocol's suites: its forward at --batch,
-    /// --seqlen, with its params and aux tensors (contiguous layouts).
+    /// A variant to time instead of the protocol's suites: its forward (and backward, when
+    /// it trains) at --batch, --seqlen, with its params and aux tensors (contiguous layouts).
     file: Option<PathBuf>,
     /// Variant bench: batch size.
     #[arg(long, default_value_t = 4)]

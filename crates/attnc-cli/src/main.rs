@@ -5,6 +5,8 @@
 //! - `attnc selftest [FILES|DIRS] [--quick] [--json OUT]` (GPU): every variant against
 //!   the f64 reference over a matrix of shapes
 //! - `attnc bench [--quick] [--suites ...] [--json OUT]` (GPU): the benchmark protocol
+//! - `attnc bench FILE.attn [--batch N] [--seqlen N] [--param ..] [--aux ..]` (GPU): one
+//!   variant's forward and backward at one shape
 //! - `attnc report FILE.attn --arch sm_100a [--json]`: the blackwell family's schedule
 //!   (FA4 cycle model per tile, TMEM column map, warp roles, shared memory, mbarriers)
 //!
@@ -47,7 +49,9 @@ enum Command {
     /// any case fails.
     Selftest(gpu::SelftestArgs),
     /// The benchmark protocol on the GPU: copy/GEMM ceilings, prefill and backward
-    /// TFLOP/s, decode TB/s, compile times; table and JSON.
+    /// TFLOP/s, decode TB/s, compile times; table and JSON. With FILE: that variant's
+    /// forward (and backward, when it trains) at one shape, with its density of allowed
+    /// pairs and, for masks over aux tensors, the block mask's cost.
     Bench(gpu::BenchArgs),
     /// The blackwell family's schedule for a variant: the FA4 cycle model per tile (MMA,
     /// shared memory, exponentials), the TMEM column map, warp roles with register
