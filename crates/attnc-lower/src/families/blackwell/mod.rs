@@ -29,7 +29,8 @@ use crate::error::LowerError;
 use crate::families::common::{abi::kernel_name, block_mask, combine};
 use crate::families::{finish_module, Family};
 use crate::llvm::kb::Kb;
-use crate::module::{CompiledModule, Direction, FamilyKind};
+use crate::module::{BlockLayout, CompiledModule, Direction, FamilyKind};
+use attnc_ir::block_mask::Tiling;
 use attnc_ir::{Spec, SplitKv};
 use config::{Config, BLOCK_M, BLOCK_N};
 use inkwell::context::Context;
@@ -138,12 +139,9 @@ pub(crate) fn build_module(spec: &Spec, arch: Arch, cfg: &Config) -> Result<Comp
         // `variant::layout::partial_row`).
         kernels.push(combine::build(&mut kb, spec, &kernel_name(spec, "combine"))?);
     }
-    if attnc_ir::block_mask::needs_block_mask(spec) {
-        // The softmax warpgroups' 128-row tiles; the walk's 256-row work tiles read two.
-        let name = kernel_name(spec, "block_classify");
-        let dense = crate::module::BlockLayout::Dense;
-        kernels.push(block_mask::build(&mut kb, spec, BLOCK_M, BLOCK_N, spec.pack_gqa, dense, &name)?);
-    }
+    // The softmax warpgroups' 128-row tiles; the walk's 256-row work tiles read two.
+    let tiling = Tiling { block_m: BLOCK_M, block_n: BLOCK_N, pack_gqa: spec.pack_gqa };
+    block_mask::push_if_needed(&mut kb, spec, tiling, BlockLayout::Dense, "block_classify", &mut kernels)?;
     finish_module(&kb, FamilyKind::Blackwell, Direction::Forward, arch, kernels, t0)
 }
 

@@ -24,7 +24,7 @@ use crate::variant::expr::{self as vexpr, ElemVars};
 use crate::variant::interval::{classify_tile_scanning_aux, TileRanges};
 use crate::variant::layout::{batch_view, packed_row};
 use crate::variant::tiles::BLOCK_LIST_PARAMS;
-use attnc_ir::block_mask::{HeadSlots, FULL_TILE};
+use attnc_ir::block_mask::{needs_block_mask, HeadSlots, Tiling, FULL_TILE};
 use attnc_ir::Spec;
 use inkwell::values::IntValue;
 use inkwell::IntPredicate;
@@ -59,19 +59,30 @@ pub fn params(spec: &Spec) -> Vec<(String, ParamTy)> {
 pub const DENSE_EMPTY: i64 = CLASS_EMPTY;
 pub const DENSE_FULL: i64 = CLASS_FULL;
 
-/// Builds the classifier for rows of `block_m` (packed (position, head) rows when
-/// `pack`) and key tiles of `block_n`.
-pub fn build<'ctx>(
+/// The classifier a module carries when the spec's mask needs a block mask
+/// (`needs_block_mask`), pushed onto `kernels` as `attnc_<variant>_<what>`: one place
+/// decides which modules get one, each family only says its tiling and layout.
+pub fn push_if_needed<'ctx>(
     kb: &mut Kb<'ctx>,
     spec: &Spec,
-    block_m: u32,
-    block_n: u32,
-    pack: bool,
-    output: BlockLayout,
-    name: &str,
-) -> R<KernelInfo> {
+    tiling: Tiling,
+    layout: BlockLayout,
+    what: &str,
+    kernels: &mut Vec<KernelInfo>,
+) -> R<()> {
+    if needs_block_mask(spec) {
+        let name = abi::kernel_name(spec, what);
+        kernels.push(build(kb, spec, tiling, layout, &name)?);
+    }
+    Ok(())
+}
+
+/// Builds the classifier for `tiling`: rows of `block_m` (packed (position, head) rows
+/// with `pack_gqa`) and key tiles of `block_n`.
+fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, tiling: Tiling, output: BlockLayout, name: &str) -> R<KernelInfo> {
     let params = params(spec);
     let args = Args::begin(kb, name, &params)?;
+    let Tiling { block_m, block_n, pack_gqa: pack } = tiling;
     kb.section(&format!("attnc block classifier: {} ({block_m}x{block_n} tiles, {output:?})", spec.name))?;
     let group = spec.group_size().max(1) as i64;
     let tid = kb.sreg("tid.x", "tid")?;

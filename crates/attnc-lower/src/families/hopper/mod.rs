@@ -18,7 +18,8 @@ use crate::error::LowerError;
 use crate::families::common::{abi::kernel_name, block_mask, combine};
 use crate::families::{finish_module, Family};
 use crate::llvm::kb::Kb;
-use crate::module::{CompiledModule, Direction, FamilyKind};
+use crate::module::{BlockLayout, CompiledModule, Direction, FamilyKind};
+use attnc_ir::block_mask::Tiling;
 use attnc_ir::{Spec, SplitKv};
 use config::Config;
 use inkwell::context::Context;
@@ -68,18 +69,8 @@ pub fn compile_with_config(spec: &Spec, arch: Arch, cfg: &Config) -> Result<Comp
     if spec.split_kv != SplitKv::None {
         kernels.push(combine::build(&mut kb, spec, &kernel_name(spec, "combine"))?);
     }
-    if attnc_ir::block_mask::needs_block_mask(spec) {
-        let name = kernel_name(spec, "block_classify");
-        kernels.push(block_mask::build(
-            &mut kb,
-            spec,
-            cfg.block_m(),
-            cfg.block_n,
-            spec.pack_gqa,
-            crate::module::BlockLayout::RowLists,
-            &name,
-        )?);
-    }
+    let tiling = Tiling { block_m: cfg.block_m(), block_n: cfg.block_n, pack_gqa: spec.pack_gqa };
+    block_mask::push_if_needed(&mut kb, spec, tiling, BlockLayout::RowLists, "block_classify", &mut kernels)?;
     finish_module(&kb, FamilyKind::Hopper, Direction::Forward, arch, kernels, t0)
 }
 

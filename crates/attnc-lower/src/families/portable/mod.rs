@@ -17,7 +17,8 @@ use crate::error::LowerError;
 use crate::families::common::{abi::kernel_name, backward as common_bwd, block_mask, combine};
 use crate::families::{finish_module, finish_module_at, Family};
 use crate::llvm::kb::Kb;
-use crate::module::{CompiledModule, Direction, FamilyKind};
+use crate::module::{BlockLayout, CompiledModule, Direction, FamilyKind};
+use attnc_ir::block_mask::Tiling;
 use attnc_ir::{Spec, SplitKv};
 use config::{BwdConfig, Config};
 use inkwell::context::Context;
@@ -104,12 +105,9 @@ pub fn compile_backward_with_config(spec: &Spec, arch: Arch, cfg: &BwdConfig) ->
     if !common_bwd::learnable_aux(spec).is_empty() {
         kernels.push(common_bwd::build_aux_reduce(&mut kb, spec, &kernel_name(spec, "bwd_daux"))?);
     }
-    if attnc_ir::block_mask::needs_block_mask(spec) {
-        // Query tiles are per head in the backward (never packed).
-        let name = kernel_name(spec, "bwd_block_classify");
-        let dense = crate::module::BlockLayout::Dense;
-        kernels.push(block_mask::build(&mut kb, spec, cfg.block_m, cfg.block_n(), false, dense, &name)?);
-    }
+    // Query tiles are per head in the backward (never packed).
+    let tiling = Tiling { block_m: cfg.block_m, block_n: cfg.block_n(), pack_gqa: false };
+    block_mask::push_if_needed(&mut kb, spec, tiling, BlockLayout::Dense, "bwd_block_classify", &mut kernels)?;
     // Vector atomics for dQ need the PTX ISA that has them.
     let ptx = if cfg.dq_vec > 1 { arch.vector_red_ptx_feature() } else { arch.ptx_feature() };
     finish_module_at(&kb, FamilyKind::Portable, Direction::Backward, arch, kernels, t0, ptx)
@@ -131,18 +129,8 @@ pub fn compile_with_config(spec: &Spec, arch: Arch, cfg: &Config) -> Result<Comp
     if spec.split_kv != SplitKv::None {
         kernels.push(combine::build(&mut kb, spec, &kernel_name(spec, "combine"))?);
     }
-    if attnc_ir::block_mask::needs_block_mask(spec) {
-        let name = kernel_name(spec, "block_classify");
-        kernels.push(block_mask::build(
-            &mut kb,
-            spec,
-            cfg.block_m(),
-            cfg.block_n,
-            spec.pack_gqa,
-            crate::module::BlockLayout::RowLists,
-            &name,
-        )?);
-    }
+    let tiling = Tiling { block_m: cfg.block_m(), block_n: cfg.block_n, pack_gqa: spec.pack_gqa };
+    block_mask::push_if_needed(&mut kb, spec, tiling, BlockLayout::RowLists, "block_classify", &mut kernels)?;
     finish_module(&kb, FamilyKind::Portable, Direction::Forward, arch, kernels, t0)
 }
 
