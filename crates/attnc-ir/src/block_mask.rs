@@ -265,21 +265,42 @@ pub fn classify_tile(
     }
     let mut env = env_for(spec, data, b, sq, sk);
     let (mut any, mut all) = (false, true);
-    for &(q, h) in &rows {
+    for_each_element(spec, &mut env, &rows, keys, |env| {
+        let ok = eval(spec, &pred, env).as_bool();
+        any |= ok;
+        all &= ok;
+        // Go on until both kinds are seen (Partial).
+        !any || all
+    });
+    let class = match (any, all) {
+        (_, true) => TileClass::Full,
+        (false, _) => TileClass::Empty,
+        _ => TileClass::Partial,
+    };
+    (class, Decided::Elements)
+}
+
+/// Calls `visit` with `env` at every element of the tile (its rows' position and head,
+/// each key), row by row, until `visit` returns false.
+fn for_each_element(
+    spec: &Spec,
+    env: &mut Env,
+    rows: &[(usize, usize)],
+    keys: std::ops::Range<usize>,
+    mut visit: impl FnMut(&Env) -> bool,
+) {
+    let group = spec.group_size().max(1) as usize;
+    for &(q, h) in rows {
         env.q = q as i32;
         env.h = h as i32;
-        env.hkv = (h / spec.group_size().max(1) as usize) as i32;
+        env.hkv = (h / group) as i32;
         for k in keys.clone() {
             env.k = k as i32;
-            let ok = eval(spec, &pred, &env).as_bool();
-            any |= ok;
-            all &= ok;
-            if any && !all {
-                return (TileClass::Partial, Decided::Elements);
+            if !visit(env) {
+                return;
             }
         }
     }
-    (if all { TileClass::Full } else { TileClass::Empty }, Decided::Elements)
 }
 
 fn env_for<'a>(spec: &Spec, data: &LaunchData<'a>, b: usize, sq: usize, sk: usize) -> Env<'a> {
@@ -324,17 +345,10 @@ pub fn allowed_pairs(spec: &Spec, tiling: Tiling, data: &LaunchData) -> u64 {
                     match classify_tile(spec, tiling, data, b, slot, m, n).0 {
                         TileClass::Empty => {}
                         TileClass::Full => total += (rows.len() * keys.len()) as u64 * per_slot,
-                        TileClass::Partial => {
-                            for &(q, h) in &rows {
-                                env.q = q as i32;
-                                env.h = h as i32;
-                                env.hkv = (h / spec.group_size().max(1) as usize) as i32;
-                                for k in keys.clone() {
-                                    env.k = k as i32;
-                                    total += u64::from(eval(spec, &pred, &env).as_bool()) * per_slot;
-                                }
-                            }
-                        }
+                        TileClass::Partial => for_each_element(spec, &mut env, &rows, keys, |env| {
+                            total += u64::from(eval(spec, &pred, env).as_bool()) * per_slot;
+                            true
+                        }),
                     }
                 }
             }
@@ -363,17 +377,12 @@ pub fn reference_classes(spec: &Spec, tiling: Tiling, data: &LaunchData) -> Bloc
                         continue;
                     }
                     let (mut any, mut all) = (false, true);
-                    for &(q, h) in &rows {
-                        env.q = q as i32;
-                        env.h = h as i32;
-                        env.hkv = (h / spec.group_size().max(1) as usize) as i32;
-                        for k in keys.clone() {
-                            env.k = k as i32;
-                            let ok = pred.as_ref().is_none_or(|p| eval(spec, p, &env).as_bool());
-                            any |= ok;
-                            all &= ok;
-                        }
-                    }
+                    for_each_element(spec, &mut env, &rows, keys, |env| {
+                        let ok = pred.as_ref().is_none_or(|p| eval(spec, p, env).as_bool());
+                        any |= ok;
+                        all &= ok;
+                        true
+                    });
                     classes[dims.index(b, slot, m) * dims.n_tiles + n] = match (any, all) {
                         (_, true) => TileClass::Full,
                         (false, _) => TileClass::Empty,

@@ -440,18 +440,10 @@ impl Kernel {
                 let tiling = Tiling { block_m: c.block_m, block_n: c.block_n, pack_gqa: false };
                 let d =
                     BlockDims::new(&self.spec, tiling, plan.fwd.batch, plan.fwd.max_seqlen_q, plan.fwd.max_seqlen_k);
-                let t =
-                    self.rt.alloc(crate::elem::ElemType::I32, &[(d.batch * d.slots * d.m_tiles * d.n_tiles).max(1)])?;
-                extra.extend([
-                    ("block_lists", ArgValue::Ptr(t.device_ptr())),
-                    ("bm_slots", ArgValue::I32(d.slots as i32)),
-                    ("bm_m_tiles", ArgValue::I32(d.m_tiles as i32)),
-                    ("bm_n_tiles", ArgValue::I32(d.n_tiles as i32)),
-                ]);
-                classify_launch = Some((
-                    [d.m_tiles as u32, d.slots as u32, d.batch as u32],
-                    attnc_lower::families::common::block_mask::smem_bytes(d.n_tiles as u32),
-                ));
+                let words = crate::block_mask::layout_words(d, attnc_lower::BlockLayout::Dense);
+                let t = self.rt.alloc(crate::elem::ElemType::I32, &[words.max(1)])?;
+                extra.extend(crate::block_mask::list_args(t.device_ptr(), d));
+                classify_launch = Some(crate::block_mask::classifier_launch(d));
                 receipt.block_mask = Some(crate::receipt::BlockMaskUse {
                     source: "built per call".into(),
                     block_m: c.block_m,

@@ -10,6 +10,7 @@ use crate::receipt::BlockMaskUse;
 use crate::tensor::{IndexTensor, Tensor};
 use crate::validate::LaunchPlan;
 use attnc_ir::block_mask::{BlockDims, Tiling, FULL_TILE};
+use attnc_lower::variant::tiles::BLOCK_LIST_PARAMS;
 use attnc_lower::BlockLayout;
 
 /// What a launch's block mask was built for; a mask is only valid for the same.
@@ -42,14 +43,38 @@ impl std::fmt::Debug for BlockMask {
     }
 }
 
+/// u32 words a classifier writes for `dims` in `layout`.
+pub(crate) fn layout_words(d: BlockDims, layout: BlockLayout) -> usize {
+    match layout {
+        BlockLayout::RowLists => d.list_words(),
+        BlockLayout::Dense => d.batch * d.slots * d.m_tiles * d.n_tiles,
+    }
+}
+
+/// The kernel arguments of a block mask at `ptr` with extents `d`
+/// (`attnc_lower::variant::tiles::BLOCK_LIST_PARAMS`, in order).
+pub(crate) fn list_args(ptr: u64, d: BlockDims) -> [(&'static str, ArgValue); 4] {
+    let [lists, slots, m_tiles, n_tiles] = BLOCK_LIST_PARAMS;
+    [
+        (lists, ArgValue::Ptr(ptr)),
+        (slots, ArgValue::I32(d.slots as i32)),
+        (m_tiles, ArgValue::I32(d.m_tiles as i32)),
+        (n_tiles, ArgValue::I32(d.n_tiles as i32)),
+    ]
+}
+
+/// The classifier's grid (one CTA per row of tiles) and dynamic shared memory for `d`.
+pub(crate) fn classifier_launch(d: BlockDims) -> ([u32; 3], u32) {
+    (
+        [d.m_tiles as u32, d.slots as u32, d.batch as u32],
+        attnc_lower::families::common::block_mask::smem_bytes(d.n_tiles as u32),
+    )
+}
+
 impl BuiltFor {
     /// u32 words of what the classifier writes.
     pub(crate) fn words(&self) -> usize {
-        let d = self.dims;
-        match self.layout {
-            BlockLayout::RowLists => d.list_words(),
-            BlockLayout::Dense => d.batch * d.slots * d.m_tiles * d.n_tiles,
-        }
+        layout_words(self.dims, self.layout)
     }
 }
 
@@ -99,13 +124,7 @@ impl BlockMask {
     }
 
     pub(crate) fn args(&self) -> [(&'static str, ArgValue); 4] {
-        let d = self.built_for.dims;
-        [
-            ("block_lists", ArgValue::Ptr(self.lists.device_ptr())),
-            ("bm_slots", ArgValue::I32(d.slots as i32)),
-            ("bm_m_tiles", ArgValue::I32(d.m_tiles as i32)),
-            ("bm_n_tiles", ArgValue::I32(d.n_tiles as i32)),
-        ]
+        list_args(self.lists.device_ptr(), self.built_for.dims)
     }
 
     pub(crate) fn usage(&self, source: &str) -> BlockMaskUse {

@@ -490,8 +490,7 @@ impl Kernel {
         let extra = mask.args();
         let args = marshal(&classify.params, plan, &extra).map_err(RuntimeError::Abi)?;
         let gpu = kernel.rt.gpu();
-        let grid = [d.m_tiles.max(1) as u32, d.slots as u32, d.batch as u32];
-        let smem = attnc_lower::families::common::block_mask::smem_bytes(d.n_tiles as u32);
+        let (grid, smem) = crate::block_mask::classifier_launch(d);
         let timing = params.timing;
         let events = if timing { Some((gpu.event()?, gpu.event()?)) } else { None };
         if let Some((a, _)) = &events {

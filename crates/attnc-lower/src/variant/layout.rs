@@ -116,6 +116,31 @@ pub fn packed_row<'ctx>(
     }
 }
 
+/// An inclusive run-time range of i32 values.
+pub type Inclusive<'ctx> = (IntValue<'ctx>, IntValue<'ctx>);
+
+/// The query positions and heads (inclusive ranges) of a row tile's rows `[row0,
+/// last_row]`: with pack_gqa the rows are positions `row0 / G ..= last_row / G` of the KV
+/// group's heads; otherwise they are positions of head `head_idx`. What a tile's
+/// interval classification is given.
+pub fn row_tile_ranges<'ctx>(
+    kb: &Kb<'ctx>,
+    pack: bool,
+    group: i64,
+    row0: IntValue<'ctx>,
+    last_row: IntValue<'ctx>,
+    head_idx: IntValue<'ctx>,
+    hkv: IntValue<'ctx>,
+) -> R<(Inclusive<'ctx>, Inclusive<'ctx>)> {
+    if pack {
+        let g = kb.i32c(group);
+        let h_lo = kb.mul(hkv, g, "")?;
+        Ok(((kb.udiv(row0, g, "")?, kb.udiv(last_row, g, "")?), (h_lo, kb.add(h_lo, kb.i32c(group - 1), "")?)))
+    } else {
+        Ok(((row0, last_row), (head_idx, head_idx)))
+    }
+}
+
 /// Element offset of query row `q` (position within the sequence) of head `h` for a
 /// Q or O tensor (Q and O share the batch layout: padded or varlen).
 pub fn q_row_offset<'ctx>(

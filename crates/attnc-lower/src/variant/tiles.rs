@@ -31,6 +31,51 @@ pub struct BlockListArgs<'ctx> {
     pub n_tiles: IntValue<'ctx>,
 }
 
+impl<'ctx> BlockListArgs<'ctx> {
+    /// The head slot a tile of query head `head_idx` (KV head `hkv`) reads.
+    pub fn head_slot(kb: &Kb<'ctx>, slots: HeadSlots, head_idx: IntValue<'ctx>, hkv: IntValue<'ctx>) -> IntValue<'ctx> {
+        match slots {
+            HeadSlots::Shared => kb.i32c(0),
+            HeadSlots::PerKvHead => hkv,
+            HeadSlots::PerQHead => head_idx,
+        }
+    }
+
+    /// Index of row tile `m`'s row in `[batch][slot][m_tiles]`.
+    pub fn row(&self, kb: &Kb<'ctx>, b: IntValue<'ctx>, slot: IntValue<'ctx>, m: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+        kb.add(kb.mul(kb.add(kb.mul(b, self.slots, "")?, slot, "")?, self.m_tiles, "")?, m, "bm_row")
+    }
+
+    /// The class code (`BlockLayout::Dense`) of row tile `m`, key tile `n`. Both are
+    /// clamped into the table: walks probe one tile past their end (and ignore the
+    /// answer there), which must not read past the allocation.
+    pub fn class_code(
+        &self,
+        kb: &Kb<'ctx>,
+        b: IntValue<'ctx>,
+        slot: IntValue<'ctx>,
+        m: IntValue<'ctx>,
+        n: IntValue<'ctx>,
+    ) -> R<IntValue<'ctx>> {
+        let m = kb.smin(m, kb.sub(self.m_tiles, kb.i32c(1), "")?, "")?;
+        let n = kb.smin(n, kb.sub(self.n_tiles, kb.i32c(1), "")?, "")?;
+        let row = self.row(kb, b, slot, m)?;
+        let word = kb.add(kb.mul(kb.zext64(row, "")?, kb.zext64(self.n_tiles, "")?, "")?, kb.zext64(n, "")?, "")?;
+        kb.ld_global_i32(kb.add(self.lists, kb.mul(word, kb.i64c(4), "")?, "")?, "bm_class")
+    }
+}
+
+/// The classification of tiles whose class codes are `codes`, taken together: empty when
+/// every one is, full when every one is.
+pub fn classes_of<'ctx>(kb: &Kb<'ctx>, codes: &[IntValue<'ctx>]) -> R<TileClassVals<'ctx>> {
+    let (mut empty, mut full) = (kb.boolc(true), kb.boolc(true));
+    for &c in codes {
+        empty = kb.and(empty, kb.icmp(IntPredicate::EQ, c, kb.i32c(0), "")?, "tile.empty")?;
+        full = kb.and(full, kb.icmp(IntPredicate::EQ, c, kb.i32c(2), "")?, "tile.full")?;
+    }
+    Ok(TileClassVals { empty, full })
+}
+
 /// The kernel parameters of [`BlockListArgs`], in order (all but the address are i32).
 pub const BLOCK_LIST_PARAMS: [&str; 4] = ["block_lists", "bm_slots", "bm_m_tiles", "bm_n_tiles"];
 
@@ -49,14 +94,9 @@ impl<'ctx> RowList<'ctx> {
         let Some(args) = args.filter(|_| needs_block_mask(spec)) else {
             return Ok(None);
         };
-        let slot = match HeadSlots::for_spec(spec, spec.pack_gqa) {
-            HeadSlots::Shared => kb.i32c(0),
-            HeadSlots::PerKvHead => hkv,
-            HeadSlots::PerQHead => head_idx,
-        };
+        let slot = BlockListArgs::head_slot(kb, HeadSlots::for_spec(spec, spec.pack_gqa), head_idx, hkv);
         let row_words = kb.add(args.n_tiles, kb.i32c(1), "")?;
-        let row =
-            kb.add(kb.mul(kb.add(kb.mul(b, args.slots, "")?, slot, "")?, args.m_tiles, "")?, m_block, "bm_row")?;
+        let row = args.row(kb, b, slot, m_block)?;
         let word = kb.mul(kb.zext64(row, "")?, kb.zext64(row_words, "")?, "")?;
         let base = kb.add(args.lists, kb.mul(word, kb.i64c(4), "")?, "bm_row_addr")?;
         let count = kb.ld_global_i32(base, "bm_count")?;
@@ -211,14 +251,12 @@ impl<'a, 'ctx> KeyTiles<'a, 'ctx> {
 }
 
 /// The backward's block mask: one class per (query tile, key tile) of the backward's
-/// tiling (`[batch][slot][m_tiles][n_tiles]` u32: 0 empty, 1 partial, 2 full), read where
-/// the interval classification would run. The view of one batch entry and key tile.
+/// tiling (`BlockLayout::Dense`), read where the interval classification would run. The
+/// view of one batch entry and key tile.
 #[derive(Clone, Copy, Debug)]
 pub struct DenseClasses<'ctx> {
-    /// Address of batch entry b's slot 0, row 0.
-    pub base: IntValue<'ctx>,
-    pub m_tiles: IntValue<'ctx>,
-    pub n_tiles: IntValue<'ctx>,
+    pub args: BlockListArgs<'ctx>,
+    pub b: IntValue<'ctx>,
     /// The key tile.
     pub n: IntValue<'ctx>,
     pub slots: HeadSlots,
@@ -228,40 +266,19 @@ impl<'ctx> DenseClasses<'ctx> {
     /// The view for batch entry `b` and key tile `n`, when the spec's mask takes a block
     /// mask and the kernel has the list parameters.
     pub fn for_key_tile(
-        kb: &Kb<'ctx>,
         spec: &Spec,
         args: Option<&BlockListArgs<'ctx>>,
         b: IntValue<'ctx>,
         n: IntValue<'ctx>,
-    ) -> R<Option<DenseClasses<'ctx>>> {
-        let Some(args) = args.filter(|_| needs_block_mask(spec)) else {
-            return Ok(None);
-        };
-        let per_batch = kb.mul(kb.mul(args.slots, args.m_tiles, "")?, args.n_tiles, "")?;
-        let word = kb.mul(kb.zext64(b, "")?, kb.zext64(per_batch, "")?, "")?;
-        Ok(Some(DenseClasses {
-            base: kb.add(args.lists, kb.mul(word, kb.i64c(4), "")?, "bm_batch_addr")?,
-            m_tiles: args.m_tiles,
-            n_tiles: args.n_tiles,
-            n,
-            slots: HeadSlots::for_spec(spec, false),
-        }))
+    ) -> Option<DenseClasses<'ctx>> {
+        let args = *args.filter(|_| needs_block_mask(spec))?;
+        Some(DenseClasses { args, b, n, slots: HeadSlots::for_spec(spec, false) })
     }
 
-    /// The class of query tile `m` of head `h` against the key tile. Walks probe one tile
-    /// past their end (the answer is and-ed with the range there), so `m` is clamped into
-    /// the table: that probe must not read past the allocation.
+    /// The class of query tile `m` of head `h` against the key tile.
     fn classify(&self, kb: &Kb<'ctx>, m: IntValue<'ctx>, h: IntValue<'ctx>) -> R<TileClassVals<'ctx>> {
-        let m = kb.smin(m, kb.sub(self.m_tiles, kb.i32c(1), "")?, "")?;
-        let slot = if self.slots == HeadSlots::Shared { kb.i32c(0) } else { h };
-        let row = kb.add(kb.mul(slot, self.m_tiles, "")?, m, "")?;
-        let word =
-            kb.add(kb.mul(kb.zext64(row, "")?, kb.zext64(self.n_tiles, "")?, "")?, kb.zext64(self.n, "")?, "")?;
-        let code = kb.ld_global_i32(kb.add(self.base, kb.mul(word, kb.i64c(4), "")?, "")?, "bm_class")?;
-        Ok(TileClassVals {
-            empty: kb.icmp(IntPredicate::EQ, code, kb.i32c(0), "tile.empty")?,
-            full: kb.icmp(IntPredicate::EQ, code, kb.i32c(2), "tile.full")?,
-        })
+        let slot = BlockListArgs::head_slot(kb, self.slots, h, h);
+        classes_of(kb, &[self.args.class_code(kb, self.b, slot, m, self.n)?])
     }
 }
 

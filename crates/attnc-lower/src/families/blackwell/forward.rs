@@ -35,7 +35,7 @@ use crate::module::{Grid, KernelInfo, KernelRole};
 use crate::variant::expr::{self as vexpr, AuxArg, ElemVars, Val, VariantArgs};
 use crate::variant::interval::{classify_tile, TileClassVals, TileRanges};
 use crate::variant::softmax::exp2_emulated;
-use crate::variant::tiles::{BlockListArgs, BLOCK_LIST_PARAMS};
+use crate::variant::tiles::{classes_of, BlockListArgs, BLOCK_LIST_PARAMS};
 use attnc_ir::block_mask::{needs_block_mask, HeadSlots};
 use attnc_ir::{KvLayout, Spec, Ty};
 use inkwell::types::BasicMetadataTypeEnum;
@@ -566,36 +566,11 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         q_hi: IntValue<'ctx>,
         j: IntValue<'ctx>,
     ) -> R<TileClassVals<'ctx>> {
-        let slot = match HeadSlots::for_spec(self.spec, self.spec.pack_gqa) {
-            HeadSlots::Shared => kb.i32c(0),
-            HeadSlots::PerKvHead => self.hkv(kb, wt)?,
-            HeadSlots::PerQHead => wt.h,
-        };
-        let last_m = kb.sub(c.m_tiles, kb.i32c(1), "")?;
-        let last_n = kb.sub(c.n_tiles, kb.i32c(1), "")?;
-        let j = kb.smin(j, last_n, "")?;
-        let code = |kb: &Kb<'ctx>, m: IntValue<'ctx>| -> R<IntValue<'ctx>> {
-            let m = kb.smin(m, last_m, "")?;
-            let row = kb.add(kb.mul(kb.add(kb.mul(wt.b, c.slots, "")?, slot, "")?, c.m_tiles, "")?, m, "")?;
-            let word = kb.add(kb.mul(kb.zext64(row, "")?, kb.zext64(c.n_tiles, "")?, "")?, kb.zext64(j, "")?, "")?;
-            kb.ld_global_i32(kb.add(c.lists, kb.mul(word, kb.i64c(4), "")?, "")?, "bm_class")
-        };
-        let lo = code(kb, kb.udiv(q_lo, kb.i32c(BLOCK_M as i64), "")?)?;
-        let hi = code(kb, kb.udiv(q_hi, kb.i32c(BLOCK_M as i64), "")?)?;
-        let zero = kb.i32c(0);
-        let two = kb.i32c(2);
-        Ok(TileClassVals {
-            empty: kb.and(
-                kb.icmp(IntPredicate::EQ, lo, zero, "")?,
-                kb.icmp(IntPredicate::EQ, hi, zero, "")?,
-                "tile.empty",
-            )?,
-            full: kb.and(
-                kb.icmp(IntPredicate::EQ, lo, two, "")?,
-                kb.icmp(IntPredicate::EQ, hi, two, "")?,
-                "tile.full",
-            )?,
-        })
+        let slots = HeadSlots::for_spec(self.spec, self.spec.pack_gqa);
+        let slot = BlockListArgs::head_slot(kb, slots, wt.h, self.hkv(kb, wt)?);
+        let lo = c.class_code(kb, wt.b, slot, kb.udiv(q_lo, kb.i32c(BLOCK_M as i64), "")?, j)?;
+        let hi = c.class_code(kb, wt.b, slot, kb.udiv(q_hi, kb.i32c(BLOCK_M as i64), "")?, j)?;
+        classes_of(kb, &[lo, hi])
     }
 
     /// Walks the key tiles of `wt` that the mask does not rule out for its 256 rows,

@@ -22,7 +22,7 @@ use crate::llvm::kb::{Kb, R};
 use crate::module::{BlockLayout, Grid, KernelInfo, KernelRole};
 use crate::variant::expr::{self as vexpr, ElemVars};
 use crate::variant::interval::{classify_tile_scanning_aux, TileRanges};
-use crate::variant::layout::{batch_view, packed_row};
+use crate::variant::layout::{batch_view, packed_row, row_tile_ranges};
 use crate::variant::tiles::BLOCK_LIST_PARAMS;
 use attnc_ir::block_mask::{needs_block_mask, HeadSlots, Tiling, FULL_TILE};
 use attnc_ir::Spec;
@@ -126,15 +126,7 @@ fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, tiling: Tiling, output: BlockLayo
         HeadSlots::PerQHead => (slot, kb.udiv(slot, kb.i32c(group), "")?),
     };
     let last_row = kb.sub(kb.smin(kb.add(row0, kb.i32c(block_m as i64), "")?, rows_total, "")?, kb.i32c(1), "")?;
-    let (tile_q, tile_h) = if pack {
-        let h_lo = kb.mul(hkv, kb.i32c(group), "")?;
-        (
-            (kb.udiv(row0, kb.i32c(group), "")?, kb.udiv(last_row, kb.i32c(group), "")?),
-            (h_lo, kb.add(h_lo, kb.i32c(group - 1), "")?),
-        )
-    } else {
-        ((row0, last_row), (head_idx, head_idx))
-    };
+    let (tile_q, tile_h) = row_tile_ranges(kb, pack, group, row0, last_row, head_idx, hkv)?;
 
     let smem = smem_base(kb)?;
     let class_addr = |kb: &Kb<'ctx>, n: IntValue<'ctx>| -> R<IntValue<'ctx>> {

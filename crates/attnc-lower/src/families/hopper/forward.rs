@@ -28,7 +28,7 @@ use crate::llvm::tcgen05::Acc;
 use crate::llvm::wgmma::WgmmaType;
 use crate::module::{Grid, KernelInfo, KernelRole, TmaBox};
 use crate::variant::expr::{self as vexpr, VariantArgs};
-use crate::variant::layout::{batch_view, packed_row, q_row_offset, BatchView, LayoutArgs};
+use crate::variant::layout::{batch_view, packed_row, q_row_offset, row_tile_ranges, BatchView, LayoutArgs};
 use crate::variant::softmax::{exp2_emulated, max_update};
 use crate::variant::tiles::{KeyTiles, RowList};
 use attnc_ir::{KvLayout, Spec};
@@ -170,12 +170,7 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         let hkv = if spec.pack_gqa { head_idx } else { kb.udiv(head_idx, g, "hkv")? };
         let last_row =
             kb.sub(kb.smin(kb.add(row0, kb.i32c(self.cfg.block_m() as i64), "")?, rows_total, "")?, kb.i32c(1), "")?;
-        let (tile_q, tile_h) = if spec.pack_gqa {
-            let h_lo = kb.mul(hkv, g, "")?;
-            ((kb.udiv(row0, g, "")?, kb.udiv(last_row, g, "")?), (h_lo, kb.add(h_lo, kb.i32c(group - 1), "")?))
-        } else {
-            ((row0, last_row), (head_idx, head_idx))
-        };
+        let (tile_q, tile_h) = row_tile_ranges(kb, spec.pack_gqa, group, row0, last_row, head_idx, hkv)?;
         let list = RowList::for_cta(kb, spec, self.args.block_lists().as_ref(), bv.b, head_idx, hkv, m_block)?;
         Ok(Cta {
             list,

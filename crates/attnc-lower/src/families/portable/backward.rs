@@ -201,7 +201,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             "k_hi",
         )?;
         let n = kb.udiv(n0, kb.i32c(self.cfg.block_n() as i64), "key_tile")?;
-        let classes = DenseClasses::for_key_tile(kb, self.spec, self.args.block_lists().as_ref(), self.bv.b, n)?;
+        let classes = DenseClasses::for_key_tile(self.spec, self.args.block_lists().as_ref(), self.bv.b, n);
         Ok(QueryTiles {
             spec: self.spec,
             block_m: self.cfg.block_m,

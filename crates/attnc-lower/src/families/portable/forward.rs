@@ -24,7 +24,9 @@ use crate::families::common::epilogue::{finish_row, FragRow, RowStore};
 use crate::llvm::kb::{Kb, Slot, R};
 use crate::module::{Grid, KernelInfo, KernelRole};
 use crate::variant::expr::{self as vexpr, VariantArgs};
-use crate::variant::layout::{batch_view, kv_row_offsets, packed_row, q_row_offset, BatchView, LayoutArgs, Strides};
+use crate::variant::layout::{
+    batch_view, kv_row_offsets, packed_row, q_row_offset, row_tile_ranges, BatchView, LayoutArgs, Strides,
+};
 use crate::variant::softmax::{exp2_emulated, max_update};
 use crate::variant::tiles::{KeyTiles, RowList};
 use attnc_ir::Spec;
@@ -112,12 +114,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         // The tile's q and h ranges for classification.
         let last_row =
             kb.sub(kb.smin(kb.add(row0, kb.i32c(cfg.block_m() as i64), "")?, rows_total, "")?, kb.i32c(1), "")?;
-        let (tile_q, tile_h) = if pack {
-            let h_lo = kb.mul(hkv, g, "")?;
-            ((kb.udiv(row0, g, "")?, kb.udiv(last_row, g, "")?), (h_lo, kb.add(h_lo, kb.i32c(group - 1), "")?))
-        } else {
-            ((row0, last_row), (head_idx, head_idx))
-        };
+        let (tile_q, tile_h) = row_tile_ranges(kb, pack, group, row0, last_row, head_idx, hkv)?;
 
         let smem_global =
             kb.module.add_global(kb.ctx.i8_type().array_type(0), Some(AddressSpace::from(3u16)), "attnc_smem");
