@@ -511,6 +511,15 @@ pub struct CaseTensors {
 }
 
 impl CaseTensors {
+    /// The forward of these inputs into `o` (and this case's LSE tensor, when the spec
+    /// has one).
+    pub fn forward(&self, kernel: &crate::Kernel, o: &mut Tensor, params: &Params) -> Result<Receipt, RuntimeError> {
+        match &self.lse {
+            Some(l) => kernel.forward_lse(&self.q, &self.k, &self.v, o, &mut l.clone(), params),
+            None => kernel.forward(&self.q, &self.k, &self.v, o, params),
+        }
+    }
+
     pub fn params(&self) -> Params<'_> {
         Params {
             values: self.params.clone(),
@@ -728,13 +737,7 @@ fn run_case_inner(
     // `auto` on a spec with a fixed count: the heuristic is not reachable by override;
     // run the spec's choice (the receipt says which).
     let mut o = tensors.o.clone();
-    let receipt = match &tensors.lse {
-        Some(l) => {
-            let mut l = l.clone();
-            kernel.forward_lse(&tensors.q, &tensors.k, &tensors.v, &mut o, &mut l, &params)?
-        }
-        None => kernel.forward(&tensors.q, &tensors.k, &tensors.v, &mut o, &params)?,
-    };
+    let receipt = tensors.forward(&kernel, &mut o, &params)?;
     rt.synchronize()?;
     r.num_splits = Some(receipt.num_splits);
     r.gpu_ms = receipt.timings.map(|t| t.total_ms);
@@ -827,13 +830,7 @@ fn block_mask_check(
     let mut o2 = t.o.clone();
     rt.fill_nan(&o2)?;
     let with_mask = Params { block_mask: Some(&mask), timing: false, ..params.clone() };
-    match &t.lse {
-        Some(l) => {
-            let mut l2 = l.clone();
-            kernel.forward_lse(&t.q, &t.k, &t.v, &mut o2, &mut l2, &with_mask)?
-        }
-        None => kernel.forward(&t.q, &t.k, &t.v, &mut o2, &with_mask)?,
-    };
+    t.forward(kernel, &mut o2, &with_mask)?;
     rt.synchronize()?;
     // bf16/fp16 → f64 is exact, so equal bits here are equal bits on the device.
     let bits = |t: &Tensor| -> Result<Vec<u64>, RuntimeError> {
@@ -851,10 +848,7 @@ fn block_mask_check(
         moved = moved.aux(n, a);
     }
     let mut o3 = t.o.clone();
-    let refused = match &t.lse {
-        Some(l) => kernel.forward_lse(&t.q, &t.k, &t.v, &mut o3, &mut l.clone(), &moved),
-        None => kernel.forward(&t.q, &t.k, &t.v, &mut o3, &moved),
-    };
+    let refused = t.forward(kernel, &mut o3, &moved);
     let refused_for_other_aux = matches!(refused, Err(RuntimeError::BlockMask(_)));
     let tiling = mask.tiling();
     Ok(BlockMaskCheck {
