@@ -414,6 +414,53 @@ pub fn classify_tile_scanning_aux<'ctx>(
     Ok(TileClassVals { empty: kb.not(t.can_true, "tile.empty")?, full: kb.not(t.can_false, "tile.full")? })
 }
 
+/// The loop nest of [`scan_box`]: one loop per index, the flat offset built as the loops
+/// descend (no divisions), the innermost loop four loads at a time (latency-bound; the
+/// last group repeats the last index, which leaves a min/max unchanged).
+struct BoxScan<'b, 'ctx> {
+    addr: IntValue<'ctx>,
+    /// `(lo, hi, dim)` per index: i64 bounds inside `[0, dim)`.
+    bx: &'b [(IntValue<'ctx>, IntValue<'ctx>, IntValue<'ctx>)],
+    lo_slot: crate::llvm::kb::Slot<'ctx>,
+    hi_slot: crate::llvm::kb::Slot<'ctx>,
+    name: &'b str,
+}
+
+impl<'ctx> BoxScan<'_, 'ctx> {
+    fn dims(&self, kb: &mut Kb<'ctx>, d: usize, flat: IntValue<'ctx>) -> R<()> {
+        let (lo, hi, dim) = self.bx[d];
+        let (lo, hi) = (kb.trunc32(lo, "")?, kb.trunc32(hi, "")?);
+        let base = kb.mul(flat, kb.sext64(dim, "")?, "")?;
+        if d + 1 < self.bx.len() {
+            let end = kb.add(hi, kb.i32c(1), "")?;
+            return kb.for_range(lo, end, &format!("{}.dim{d}", self.name), |kb, i| {
+                let flat = kb.add(base, kb.zext64(i, "")?, "")?;
+                self.dims(kb, d + 1, flat)
+            });
+        }
+        const UNROLL: i64 = 4;
+        let n = kb.add(kb.sub(hi, lo, "")?, kb.i32c(1), "")?;
+        let groups = kb.ceil_div(n, kb.i32c(UNROLL), "")?;
+        kb.for_range(kb.i32c(0), groups, &format!("{}.dim{d}", self.name), |kb, g| {
+            let first = kb.add(lo, kb.mul(g, kb.i32c(UNROLL), "")?, "")?;
+            let mut vals = Vec::with_capacity(UNROLL as usize);
+            for j in 0..UNROLL {
+                let i = kb.smin(kb.add(first, kb.i32c(j), "")?, hi, "")?;
+                let flat = kb.add(base, kb.zext64(i, "")?, "")?;
+                vals.push(kb.ld_global_i32(kb.add(self.addr, kb.mul(flat, kb.i64c(4), "")?, "")?, "aux_value")?);
+            }
+            let mut lo_v = kb.get_i(self.lo_slot, "")?;
+            let mut hi_v = kb.get_i(self.hi_slot, "")?;
+            for v in vals {
+                lo_v = kb.smin(lo_v, v, "")?;
+                hi_v = kb.smax(hi_v, v, "")?;
+            }
+            kb.set(self.lo_slot, lo_v)?;
+            kb.set(self.hi_slot, hi_v)
+        })
+    }
+}
+
 fn collect_int_aux_reads<'e>(spec: &Spec, e: &'e Expr, out: &mut Vec<&'e Expr>) {
     match &e.kind {
         ExprKind::Aux { name, index } => {
@@ -452,45 +499,12 @@ fn scan_box<'ctx>(
         size = kb.mul(size, ext, "")?;
         too_big = kb.or(too_big, kb.icmp(IntPredicate::SGT, size, limit, "")?, "")?;
     }
-    let n = kb.trunc32(kb.select_i(too_big, kb.i64c(0), size, "")?, &format!("{name}.box_size"))?;
     let lo_slot = kb.slot_i32(&format!("{name}.min"), kb.i32c(i32::MAX as i64))?;
     let hi_slot = kb.slot_i32(&format!("{name}.max"), kb.i32c(i32::MIN as i64))?;
+    let fits = kb.not(too_big, "")?;
     let bx = bx.to_vec();
-    // Four independent loads per iteration (the loop is latency-bound); the last group
-    // repeats element n - 1, which leaves a min/max unchanged.
-    const UNROLL: i64 = 4;
-    let groups = kb.ceil_div(n, kb.i32c(UNROLL), "")?;
-    let last = kb.sub(n, kb.i32c(1), "")?;
-    kb.for_range(kb.i32c(0), groups, &format!("{name}.scan"), |kb, g| {
-        let mut vals = Vec::with_capacity(UNROLL as usize);
-        for j in 0..UNROLL {
-            let i = kb.smin(kb.add(kb.mul(g, kb.i32c(UNROLL), "")?, kb.i32c(j), "")?, last, "")?;
-            // Odometer decomposition, last index fastest, in 32 bits (the box has at most
-            // the scan limit's elements, its bounds are inside i32 dims); the flat offset
-            // as reads do it.
-            let mut rest = i;
-            let mut idx = Vec::with_capacity(bx.len());
-            for &(lo, hi, _) in bx.iter().rev() {
-                let ext = kb.trunc32(kb.add(kb.sub(hi, lo, "")?, kb.i64c(1), "")?, "")?;
-                idx.push(kb.add(kb.trunc32(lo, "")?, kb.urem(rest, ext, "")?, "")?);
-                rest = kb.udiv(rest, ext, "")?;
-            }
-            idx.reverse();
-            let mut flat = kb.i64c(0);
-            for (&(_, _, dim), ix) in bx.iter().zip(idx) {
-                flat = kb.add(kb.mul(flat, kb.sext64(dim, "")?, "")?, kb.zext64(ix, "")?, "")?;
-            }
-            vals.push(kb.ld_global_i32(kb.add(addr, kb.mul(flat, kb.i64c(4), "")?, "")?, "aux_value")?);
-        }
-        let mut lo = kb.get_i(lo_slot, "")?;
-        let mut hi = kb.get_i(hi_slot, "")?;
-        for v in vals {
-            lo = kb.smin(lo, v, "")?;
-            hi = kb.smax(hi, v, "")?;
-        }
-        kb.set(lo_slot, lo)?;
-        kb.set(hi_slot, hi)
-    })?;
+    let scan = BoxScan { addr, bx: &bx, lo_slot, hi_slot, name };
+    kb.if_then(fits, &format!("{name}.scan"), |kb| scan.dims(kb, 0, kb.i64c(0)))?;
     let lo = kb.sext64(kb.get_i(lo_slot, "")?, "")?;
     let hi = kb.sext64(kb.get_i(hi_slot, "")?, "")?;
     let top = Range { lo: kb.i64c(i32::MIN as i64), hi: kb.i64c(i32::MAX as i64) };
