@@ -431,6 +431,19 @@ impl Kernel {
             ("aux_grad_ws", ArgValue::Ptr(ws + o_aux as u64)),
         ];
         extra.extend(plan.args.iter().map(|(n, a)| (n.as_str(), *a)));
+        // The main kernel's tensor maps (the hopper family's TMA loads of Q, K, V, dO):
+        // every precondition of cuTensorMapEncodeTiled was checked by the plan's validation
+        // of the same tensors, and is checked again here before the driver sees it.
+        let maps = crate::tma::plan_tensor_maps_over(&main.tensor_maps, |t| match t {
+            "q" => Some(&descs.fwd.q),
+            "k" => Some(&descs.fwd.k),
+            "v" => Some(&descs.fwd.v),
+            "do" => Some(&descs.d_out),
+            _ => None,
+        })?;
+        for e in &maps {
+            extra.push((e.param.as_str(), ArgValue::TensorMap(crate::tma::encode(gpu, e)?)));
+        }
         // A mask over aux tensors: its classes at the backward's tiling, classified now
         // (one class per (query tile, key tile); the main kernel probes them).
         let classify = meta.kernel(KernelRole::BlockClassify);

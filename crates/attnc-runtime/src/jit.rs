@@ -62,6 +62,7 @@ pub fn kernel_key(
         ("spec", spec.cache_key()),
         // A tuning override changes the code for the same spec (dev sweeps only).
         ("hopper_tune", attnc_lower::families::hopper::config::tune_override().unwrap_or_default()),
+        ("hopper_bwd_tune", attnc_lower::families::hopper::config::bwd_tune_override().unwrap_or_default()),
         ("portable_bwd_tune", attnc_lower::families::portable::config::bwd_tune_override().unwrap_or_default()),
         ("compiler", external_ptxas().map(|(_, v)| format!("ptxas {v}")).unwrap_or_else(|| "driver".into())),
     ])

@@ -170,21 +170,30 @@ pub fn encode_args(b: &TmaBox, desc: &TensorDesc) -> Result<TmaEncode, Validatio
 /// The encode arguments of every box of a kernel over a launch's tensors. A box naming
 /// a tensor other than `q`, `k`, `v`, `o` is an ABI error.
 pub fn plan_tensor_maps(boxes: &[TmaBox], d: &LaunchDescs) -> Result<Vec<TmaEncode>, RuntimeError> {
+    plan_tensor_maps_over(boxes, |t| match t {
+        "q" => Some(&d.q),
+        "k" => Some(&d.k),
+        "v" => Some(&d.v),
+        "o" => Some(&d.o),
+        _ => None,
+    })
+}
+
+/// [`plan_tensor_maps`] over the tensors `lookup` names (the backward adds `do`); a box
+/// naming a tensor `lookup` does not know is an ABI error.
+pub fn plan_tensor_maps_over<'a>(
+    boxes: &[TmaBox],
+    lookup: impl Fn(&str) -> Option<&'a TensorDesc>,
+) -> Result<Vec<TmaEncode>, RuntimeError> {
     boxes
         .iter()
         .map(|b| {
-            let desc = match b.tensor.as_str() {
-                "q" => &d.q,
-                "k" => &d.k,
-                "v" => &d.v,
-                "o" => &d.o,
-                other => {
-                    return Err(RuntimeError::Abi(format!(
-                        "tensor map `{}` describes `{other}`, which is not q, k, v or o",
-                        b.param
-                    )))
-                }
-            };
+            let desc = lookup(b.tensor.as_str()).ok_or_else(|| {
+                RuntimeError::Abi(format!(
+                    "tensor map `{}` describes `{}`, which this launch does not have",
+                    b.param, b.tensor
+                ))
+            })?;
             Ok(encode_args(b, desc)?)
         })
         .collect()

@@ -255,6 +255,17 @@ impl<'ctx> Kb<'ctx> {
     pub fn mbar_arrive(&self, mbar: IntValue<'ctx>) -> R<()> {
         self.asm_v("mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}", false, &[mbar.into()])
     }
+    /// One arrival per warp on `mbar`: lane 0 (`lane` is the thread's lane) arrives
+    /// through a predicate inside the asm, not a branch — a divergent branch between two
+    /// wgmma waits makes ptxas hoist the second wait above it.
+    pub fn mbar_arrive_lane0(&self, mbar: IntValue<'ctx>, lane: IntValue<'ctx>) -> R<()> {
+        self.asm_v(
+            "{\n\t.reg .pred lane0;\n\tsetp.eq.u32 lane0, $0, 0;\n\t@lane0 mbarrier.arrive.shared::cta.b64 _, [$1];\n\t}",
+            "r,r,~{memory}",
+            false,
+            &[lane.into(), mbar.into()],
+        )
+    }
     /// One arrival that also expects `bytes` of TMA transactions in the current phase.
     pub fn mbar_arrive_expect_tx(&self, mbar: IntValue<'ctx>, bytes: u32) -> R<()> {
         self.asm_v(
@@ -308,6 +319,17 @@ impl<'ctx> Kb<'ctx> {
             "r,l,r,r,r,r,r,~{memory}",
             false,
             &[dst.into(), tmap.into(), c[0].into(), c[1].into(), c[2].into(), c[3].into(), mbar.into()],
+        )
+    }
+
+    /// 1-D bulk copy of `bytes` (a multiple of 16; both addresses 16-byte aligned) from
+    /// global `src` to shared `dst`, completing its bytes of transactions on `mbar`.
+    pub fn bulk_load(&self, dst: IntValue<'ctx>, src: IntValue<'ctx>, bytes: u32, mbar: IntValue<'ctx>) -> R<()> {
+        self.asm_v(
+            &format!("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1], {bytes}, [$2];"),
+            "r,l,r,~{memory}",
+            false,
+            &[dst.into(), src.into(), mbar.into()],
         )
     }
 

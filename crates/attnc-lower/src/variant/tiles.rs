@@ -282,6 +282,13 @@ impl<'ctx> DenseClasses<'ctx> {
     }
 }
 
+/// A (query head of the group, query tile) pair of a backward CTA's walk.
+#[derive(Clone, Copy)]
+pub struct QueryPair<'ctx> {
+    pub g: IntValue<'ctx>,
+    pub m: IntValue<'ctx>,
+}
+
 /// The query tiles one backward CTA visits for its key tile: the transpose of
 /// [`KeyTiles`]. The backward walks, for a fixed key range, the query tiles of each
 /// query head of its KV group, skipping the tiles the mask leaves empty and dropping the
@@ -327,6 +334,49 @@ impl<'a, 'ctx> QueryTiles<'a, 'ctx> {
         let cls = self.classify(kb, m0, h)?;
         let inside = kb.icmp(IntPredicate::SLE, kb.add(m0, kb.i32c(bm), "")?, self.bv.seqlen_q, "")?;
         kb.and(cls.full, inside, "q_tile_full")
+    }
+
+    /// Query head `g` of this CTA's KV group.
+    pub fn head(&self, kb: &Kb<'ctx>, g: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+        kb.add(kb.mul(self.hkv, kb.i32c(self.spec.group_size() as i64), "")?, g, "h")
+    }
+
+    /// The first non-empty (query head of the group, query tile) pair at or after
+    /// (`g`, `m_from`): the rest of head `g`'s tiles, then the next heads of the group from
+    /// their first tile. `m == m_tiles` ends the walk. Every role of a backward CTA walks
+    /// this same sequence, so ring positions agree without communication.
+    pub fn advance(
+        &self,
+        kb: &mut Kb<'ctx>,
+        m_tiles: IntValue<'ctx>,
+        g: IntValue<'ctx>,
+        m_from: IntValue<'ctx>,
+    ) -> R<QueryPair<'ctx>> {
+        let group = self.spec.group_size();
+        let h = self.head(kb, g)?;
+        let m = self.next_nonempty(kb, m_from, m_tiles, h, "next_q_tile")?;
+        if group == 1 {
+            return Ok(QueryPair { g, m });
+        }
+        let gs = kb.slot_i32("next_g", g)?;
+        let ms = kb.slot_i32("next_m", m)?;
+        let last_g = kb.i32c(group as i64 - 1);
+        kb.while_loop(
+            "next_head",
+            |kb| {
+                let done_head = kb.icmp(IntPredicate::SGE, kb.get_i(ms, "")?, m_tiles, "")?;
+                let more = kb.icmp(IntPredicate::SLT, kb.get_i(gs, "")?, last_g, "")?;
+                kb.and(done_head, more, "")
+            },
+            |kb| {
+                let g2 = kb.add(kb.get_i(gs, "")?, kb.i32c(1), "")?;
+                kb.set(gs, g2)?;
+                let h2 = self.head(kb, g2)?;
+                let m2 = self.next_nonempty(kb, kb.i32c(0), m_tiles, h2, "first_q_tile")?;
+                kb.set(ms, m2)
+            },
+        )?;
+        Ok(QueryPair { g: kb.get_i(gs, "g")?, m: kb.get_i(ms, "m")? })
     }
 
     /// First query tile in [from, end) of head `h` that is not empty, or `end`.

@@ -24,6 +24,7 @@ use super::abi::{variant_params, Args, ParamTy};
 use crate::llvm::kb::{Kb, R};
 use crate::module::{Grid, KernelInfo, KernelRole};
 pub use crate::variant::grad::learnable_aux;
+use crate::variant::grad::AuxSink;
 use crate::variant::layout::{batch_view, lse_offset, q_row_offset, LayoutArgs};
 use attnc_ir::{KvLayout, Spec};
 use inkwell::values::{FloatValue, IntValue};
@@ -171,6 +172,145 @@ pub fn ws_row<'ctx>(
 pub fn emit_seqlen_pad<'ctx>(kb: &Kb<'ctx>, seqlen_q: IntValue<'ctx>) -> R<IntValue<'ctx>> {
     let a = WS_ROW_ALIGN as i64;
     kb.and(kb.add(seqlen_q, kb.i32c(a - 1), "")?, kb.i32c(!(a - 1)), "seqlen_pad")
+}
+
+/// One `dq_accum` slice of a backward main kernel: every CTA adds into slice 0 with
+/// atomics, or, in deterministic mode, into its grid column's slice, whose every element
+/// then has one adding thread (its adds land in program order).
+pub struct DqSlice<'ctx> {
+    /// Byte address of the slice.
+    pub base: IntValue<'ctx>,
+    pub seqlen_pad: IntValue<'ctx>,
+    pub b: IntValue<'ctx>,
+    q_heads: u32,
+    d: u32,
+}
+
+impl<'ctx> DqSlice<'ctx> {
+    pub fn new(
+        kb: &Kb<'ctx>,
+        spec: &Spec,
+        args: &Args<'ctx>,
+        seqlen_pad: IntValue<'ctx>,
+        b: IntValue<'ctx>,
+        slice: IntValue<'ctx>,
+    ) -> R<DqSlice<'ctx>> {
+        let d = spec.head_dim_qk as i64;
+        let batch = kb.sreg("nctaid.z", "batch")?;
+        let slice_elems = kb.mul(
+            kb.mul(kb.sext64(batch, "")?, kb.i64c(spec.q_heads as i64), "")?,
+            kb.mul(kb.sext64(seqlen_pad, "")?, kb.i64c(d), "")?,
+            "slice_elems",
+        )?;
+        let base = kb.add(
+            args.int("dq_accum")?,
+            kb.mul(kb.mul(kb.sext64(slice, "")?, slice_elems, "")?, kb.i64c(4), "")?,
+            "dq_slice_base",
+        )?;
+        Ok(DqSlice { base, seqlen_pad, b, q_heads: spec.q_heads, d: spec.head_dim_qk })
+    }
+}
+
+/// A lane's place in an accumulator fragment of 16 rows × 8-column tiles (mma.sync's
+/// m16n8 and each warp's quarter of wgmma's m64 share it): rows `quad_row` and
+/// `quad_row + 8`, columns `2·quad_col + {0, 1}` of each tile.
+#[derive(Clone, Copy)]
+pub struct FragLane<'ctx> {
+    pub quad_row: IntValue<'ctx>,
+    pub quad_col: IntValue<'ctx>,
+}
+
+/// Adds a warp's dQ fragment (16 query rows of head `h` from `q0`; 8-column tiles from
+/// column `col0`, `acc[tile][element]`) to `dq` with `red.global.add`. Vector reds
+/// (`vec4`, sm_90+): lane pairs of a quad swap halves of adjacent 8-column tiles, so each
+/// lane holds 4 adjacent columns: a quarter of the scalar atomics.
+#[allow(clippy::too_many_arguments)]
+pub fn red_dq_fragment<'ctx>(
+    kb: &Kb<'ctx>,
+    dq: &DqSlice<'ctx>,
+    h: IntValue<'ctx>,
+    q0: IntValue<'ctx>,
+    col0: IntValue<'ctx>,
+    l: FragLane<'ctx>,
+    acc: &[[FloatValue<'ctx>; 4]],
+    vec4: bool,
+) -> R<()> {
+    let d = dq.d as i64;
+    let odd = kb.icmp(IntPredicate::NE, kb.and(l.quad_col, kb.i32c(1), "")?, kb.i32c(0), "odd_lane")?;
+    // One base address per accumulator row; the row's other columns are immediate
+    // offsets (2 live addresses, not 64). With .v4 an odd lane's 4 columns start 6
+    // columns further (at the partner's tile + 1).
+    let mut rows = Vec::new();
+    for half in 0..2i64 {
+        let q = kb.add(q0, kb.add(l.quad_row, kb.i32c(8 * half), "")?, "")?;
+        let row = kb.mul(ws_row(kb, dq.q_heads, dq.seqlen_pad, dq.b, h, q)?, kb.i64c(d), "")?;
+        let mut col = kb.add(col0, kb.mul(l.quad_col, kb.i32c(2), "")?, "")?;
+        if vec4 {
+            col = kb.add(col, kb.select_i(odd, kb.i32c(6), kb.i32c(0), "")?, "")?;
+        }
+        rows.push(kb.add(dq.base, kb.mul(kb.add(row, kb.zext64(col, "")?, "")?, kb.i64c(4), "")?, "dq_row_addr")?);
+    }
+    for (half, &row) in rows.iter().enumerate() {
+        let (e0, e1) = (2 * half, 2 * half + 1);
+        if vec4 {
+            for j in 0..acc.len() / 2 {
+                let (t0, t1) = (acc[2 * j], acc[2 * j + 1]);
+                // Even lanes keep tile 2j's pair and take the partner's; odd lanes
+                // keep tile 2j+1's pair and take the partner's.
+                let send0 = kb.select_f(odd, t0[e0], t1[e0], "")?;
+                let send1 = kb.select_f(odd, t0[e1], t1[e1], "")?;
+                let r0 = kb.shfl_xor_f32(send0, 1, "")?;
+                let r1 = kb.shfl_xor_f32(send1, 1, "")?;
+                let v = [
+                    kb.select_f(odd, r0, t0[e0], "")?,
+                    kb.select_f(odd, r1, t0[e1], "")?,
+                    kb.select_f(odd, t1[e0], r0, "")?,
+                    kb.select_f(odd, t1[e1], r1, "")?,
+                ];
+                kb.red_global_add_v4_f32_at(row, (16 * j) as i64 * 4, v)?;
+            }
+        } else {
+            for (nt, f) in acc.iter().enumerate() {
+                let off = (nt * 8) as i64 * 4;
+                kb.red_global_add_f32_at(row, off, f[e0])?;
+                kb.red_global_add_f32_at(row, off + 4, f[e1])?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Where a main kernel's learnable-aux contributions go: atomics into the outputs, or
+/// in deterministic mode this (CTA, warp)'s slice of `aux_grad_ws` (CTAs numbered
+/// x-fastest, `warps_per_cta` slices each; the runtime sizes the workspace the same way).
+pub fn aux_sink<'ctx>(
+    kb: &Kb<'ctx>,
+    spec: &Spec,
+    args: &Args<'ctx>,
+    deterministic: IntValue<'ctx>,
+    warps_per_cta: u32,
+    tid: IntValue<'ctx>,
+) -> R<AuxSink<'ctx>> {
+    let (sizes, total) = aux_sizes(kb, spec, args)?;
+    let outputs =
+        learnable_aux(spec).iter().map(|a| args.int(&format!("aux_grad_{}", a.name))).collect::<R<Vec<_>>>()?;
+    let cta = kb.add(
+        kb.mul(
+            kb.add(kb.mul(kb.sreg("ctaid.z", "")?, kb.sreg("nctaid.y", "")?, "")?, kb.sreg("ctaid.y", "")?, "")?,
+            kb.sreg("nctaid.x", "")?,
+            "",
+        )?,
+        kb.sreg("ctaid.x", "")?,
+        "cta_linear",
+    )?;
+    let warp = kb.udiv(kb.opaque_i32(tid, "")?, kb.i32c(32), "")?;
+    let slice = kb.add(kb.mul(cta, kb.i32c(warps_per_cta as i64), "")?, warp, "aux_slice")?;
+    let slice_base = kb.add(
+        args.int("aux_grad_ws")?,
+        kb.mul(kb.mul(kb.sext64(slice, "")?, kb.sext64(total, "")?, "")?, kb.i64c(4), "")?,
+        "aux_slice_base",
+    )?;
+    Ok(AuxSink { deterministic, outputs, sizes, slice_base })
 }
 
 /// The query-side layout view of a row kernel (varlen rows through `cu_seqlens_q`).

@@ -14,6 +14,12 @@ pub fn tune_override() -> Option<String> {
     std::env::var("ATTNC_HOPPER_TUNE").ok().filter(|s| !s.trim().is_empty())
 }
 
+/// The backward's tuning override from `ATTNC_HOPPER_BWD_TUNE` (dev sweeps:
+/// `producer_regs=40,consumer_regs=232`); part of the runtime's cache key too.
+pub fn bwd_tune_override() -> Option<String> {
+    std::env::var("ATTNC_HOPPER_BWD_TUNE").ok().filter(|s| !s.trim().is_empty())
+}
+
 /// Rows of Q per consumer warpgroup (the M of `wgmma.m64nNk16`).
 pub const ROWS_PER_CONSUMER: u32 = 64;
 /// Elements of the head dimension per TMA box and per 128-byte swizzle row.
@@ -262,6 +268,178 @@ impl Config {
     /// allocation granule of 8 (168 for 384 threads, 128 for 512).
     pub fn launch_registers(&self) -> u32 {
         (65536 / self.threads()) / 8 * 8
+    }
+}
+
+/// How the two consumer warpgroups of the backward share `dQ = dS·K` of a query tile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DqSplit {
+    /// Each computes half of dQ's columns over all the CTA's keys: both write their dSᵀ
+    /// to shared memory and meet at a barrier per tile. Needs `d_qk / 2` to be a whole
+    /// 64-column swizzle block (d_qk = 128).
+    Columns,
+    /// Each computes all of dQ's columns over its own 64 keys and both add into
+    /// `dq_accum` (twice the atomics of `Columns`, no barrier between the warpgroups).
+    Keys,
+}
+
+/// The hopper backward main kernel's configuration: one producer warpgroup (TMA of K, V
+/// once per key tile; Q, dO and their LSE/D rows through a ring) and two consumer
+/// warpgroups of 64 keys each (`wgmma` is m64: Sᵀ = K·Qᵀ puts keys on M).
+#[derive(Clone, Debug, PartialEq)]
+pub struct BwdConfig {
+    pub consumers: u32,
+    /// Queries per tile (the N of Sᵀ and dPᵀ, the K of dV and dK).
+    pub block_m: u32,
+    /// Q/dO ring slots.
+    pub stages: u32,
+    pub dq_split: DqSplit,
+    /// Issue dPᵀ = V·dOᵀ together with Sᵀ (both waited on before P), or after P with
+    /// dV (its accumulators then are not live during the mask and score-mod work).
+    pub dp_with_s: bool,
+    pub producer_regs: u32,
+    pub consumer_regs: u32,
+}
+
+/// Byte offsets of the backward's shared memory (from a 1024-byte aligned base).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BwdSmem {
+    pub k: u32,
+    pub v: u32,
+    /// Q slot `s` at `q + s · q_per_stage`; dO likewise.
+    pub q: u32,
+    pub q_per_stage: u32,
+    pub d_o: u32,
+    pub do_per_stage: u32,
+    /// Per slot: `block_m` f32 of lse_log2, then `block_m` f32 of D.
+    pub rowvals: u32,
+    pub rowvals_per_stage: u32,
+    /// dSᵀ (keys × queries, MN-major for dQ's A): `ds_buffers` buffers of `ds_per_buffer`.
+    pub ds: u32,
+    pub ds_per_buffer: u32,
+    /// mbarriers: kv_full, kv_empty, full[stages], empty[stages].
+    pub bars: u32,
+    pub used: u32,
+    pub request: u32,
+}
+
+impl BwdConfig {
+    pub fn for_spec(spec: &Spec) -> BwdConfig {
+        BwdConfig {
+            consumers: 2,
+            block_m: 64,
+            stages: 2,
+            dq_split: if spec.head_dim_qk == 128 { DqSplit::Columns } else { DqSplit::Keys },
+            // ptxas 13.5, d128: dPᵀ issued with Sᵀ spills 8-192 bytes (causal, masks over
+            // aux tensors, score mods); after P, none of those.
+            dp_with_s: false,
+            producer_regs: 24,
+            consumer_regs: 240,
+        }
+        .tuned(&bwd_tune_override().unwrap_or_default())
+    }
+
+    /// This configuration with `key=value,...` overrides (dev sweeps; unknown keys and bad
+    /// values are ignored): `stages`, `producer_regs`, `consumer_regs`, `dq_split`
+    /// (0 columns, 1 keys).
+    pub fn tuned(mut self, text: &str) -> BwdConfig {
+        for kv in text.split(',') {
+            let Some((k, v)) = kv.split_once('=') else { continue };
+            let Ok(n) = v.trim().parse::<u32>() else { continue };
+            match k.trim() {
+                "stages" => self.stages = n,
+                "producer_regs" => self.producer_regs = n,
+                "consumer_regs" => self.consumer_regs = n,
+                "dq_split" => self.dq_split = if n == 0 { DqSplit::Columns } else { DqSplit::Keys },
+                "dp_with_s" => self.dp_with_s = n != 0,
+                _ => {}
+            }
+        }
+        self
+    }
+
+    /// Keys per CTA: 64 per consumer warpgroup.
+    pub fn block_n(&self) -> u32 {
+        ROWS_PER_CONSUMER * self.consumers
+    }
+
+    pub fn threads(&self) -> u32 {
+        128 * (1 + self.consumers)
+    }
+
+    pub fn smem(&self, spec: &Spec) -> BwdSmem {
+        let align = |x: u32| x.div_ceil(1024) * 1024;
+        let blocks = Config::col_blocks;
+        let bn = self.block_n();
+        let k = 0;
+        let v = align(k + blocks(spec.head_dim_qk) * bn * ROW_BYTES);
+        let q = align(v + blocks(spec.head_dim_v) * bn * ROW_BYTES);
+        let q_per_stage = blocks(spec.head_dim_qk) * self.block_m * ROW_BYTES;
+        let d_o = align(q + q_per_stage * self.stages);
+        let do_per_stage = blocks(spec.head_dim_v) * self.block_m * ROW_BYTES;
+        let ds = align(d_o + do_per_stage * self.stages);
+        // dSᵀ rows are keys, each 64 queries = one 128-byte swizzle row.
+        let ds_per_buffer = bn * ROW_BYTES;
+        let ds_buffers = match self.dq_split {
+            DqSplit::Columns => 2,
+            DqSplit::Keys => 1,
+        };
+        let rowvals = ds + ds_per_buffer * ds_buffers;
+        let rowvals_per_stage = 2 * self.block_m * 4;
+        let bars = rowvals + rowvals_per_stage * self.stages;
+        let used = bars + 8 * (2 + 2 * self.stages);
+        BwdSmem {
+            k,
+            v,
+            q,
+            q_per_stage,
+            d_o,
+            do_per_stage,
+            rowvals,
+            rowvals_per_stage,
+            ds,
+            ds_per_buffer,
+            bars,
+            used,
+            request: used + 1024,
+        }
+    }
+
+    /// Why this configuration cannot run the backward of `spec`, or `None`.
+    pub fn check(&self, spec: &Spec, max_smem: u32) -> Result<(), String> {
+        if spec.head_dim_qk != spec.head_dim_v || ![64, 96, 128].contains(&spec.head_dim_qk) {
+            return Err(format!(
+                "head dims {}/{}: the hopper backward has tiles for 64, 96 and 128 (a consumer \
+                 warpgroup holds dK and dV of its 64 keys in registers: d/2 + d/2 per thread)",
+                spec.head_dim_qk, spec.head_dim_v
+            ));
+        }
+        if let Some(a) = crate::variant::grad::learnable_aux(spec).first() {
+            return Err(format!(
+                "learnable aux tensor `{}`: its gradient keeps the f32 P live next to dK and dV, which \
+                 spills in this family's registers",
+                a.name
+            ));
+        }
+        if self.block_m != 64 || self.consumers != 2 || self.stages == 0 {
+            return Err(format!(
+                "block_m {} / consumers {} / stages {}: not a built shape",
+                self.block_m, self.consumers, self.stages
+            ));
+        }
+        if self.dq_split == DqSplit::Columns && spec.head_dim_qk != 128 {
+            return Err("the column split of dQ needs d_qk = 128".into());
+        }
+        let smem = self.smem(spec).request;
+        if smem > max_smem {
+            return Err(format!("needs {smem} bytes of shared memory, the limit is {max_smem}"));
+        }
+        let pool = 128 * self.producer_regs + 128 * self.consumers * self.consumer_regs;
+        let launched = (65536 / self.threads()) / 8 * 8 * self.threads();
+        if pool > launched {
+            return Err(format!("register budgets need {pool} registers, the CTA is launched with {launched}"));
+        }
+        Ok(())
     }
 }
 

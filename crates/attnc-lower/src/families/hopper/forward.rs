@@ -787,15 +787,7 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
     ) -> R<()> {
         let lane = kb.and(ltid, kb.i32c(31), "lane")?;
         let bar = self.ring_bar(kb, cta.smem, which, slot)?;
-        kb.asm_call(
-            None,
-            "{\n\t.reg .pred lane0;\n\tsetp.eq.u32 lane0, $0, 0;\n\t@lane0 mbarrier.arrive.shared::cta.b64 _, [$1];\n\t}",
-            "r,r,~{memory}",
-            false,
-            &[lane.into(), bar.into()],
-            "",
-        )?;
-        Ok(())
+        kb.mbar_arrive_lane0(bar, lane)
     }
 
     /// Issues `S = Q·Kᵀ` for ring slot `slot` (uncommitted): d/16 wgmma ss, N = block_n.

@@ -9,19 +9,20 @@
 //!
 //! Split-KV partials go through the shared combine kernel (`common::combine`).
 
+pub mod backward;
 pub mod config;
 pub mod desc;
 pub mod forward;
 
 use crate::arch::Arch;
 use crate::error::LowerError;
-use crate::families::common::{abi::kernel_name, block_mask, combine};
-use crate::families::{finish_module, Family};
+use crate::families::common::{abi::kernel_name, backward as common_bwd, block_mask, combine};
+use crate::families::{finish_module, finish_module_at, Family};
 use crate::llvm::kb::Kb;
 use crate::module::{BlockLayout, CompiledModule, Direction, FamilyKind};
 use attnc_ir::block_mask::Tiling;
 use attnc_ir::{Spec, SplitKv};
-use config::Config;
+use config::{BwdConfig, Config};
 use inkwell::context::Context;
 
 /// The hopper family (see the module docs).
@@ -34,15 +35,56 @@ impl Family for Hopper {
     fn unsupported_reason(&self, spec: &Spec, arch: Arch, direction: Direction) -> Option<String> {
         match direction {
             Direction::Forward => forward_unsupported_reason(spec, arch),
-            Direction::Backward => Some("the hopper backward is not built yet".into()),
+            Direction::Backward => backward_unsupported_reason(spec, arch),
         }
     }
     fn compile(&self, spec: &Spec, arch: Arch, direction: Direction) -> Result<CompiledModule, LowerError> {
         if let Some(reason) = self.unsupported_reason(spec, arch, direction) {
             return Err(LowerError::Unsupported { family: FamilyKind::Hopper, direction, arch, reason });
         }
-        compile_with_config(spec, arch, &Config::for_spec(spec))
+        match direction {
+            Direction::Forward => compile_with_config(spec, arch, &Config::for_spec(spec)),
+            Direction::Backward => compile_backward_with_config(spec, arch, &BwdConfig::for_spec(spec)),
+        }
     }
+}
+
+/// Why the backward cannot compile `spec` for `arch`, or `None`.
+pub fn backward_unsupported_reason(spec: &Spec, arch: Arch) -> Option<String> {
+    if arch != Arch::Sm90a {
+        return Some("needs sm_90a (wgmma, TMA)".into());
+    }
+    BwdConfig::for_spec(spec).check(spec, arch.max_smem_per_block()).err()
+}
+
+/// Compiles the backward with an explicit configuration: the shared preprocess, dQ
+/// convert, sink-gradient and aux-reduce kernels around this family's main kernel.
+pub fn compile_backward_with_config(spec: &Spec, arch: Arch, cfg: &BwdConfig) -> Result<CompiledModule, LowerError> {
+    let unsupported =
+        |reason| LowerError::Unsupported { family: FamilyKind::Hopper, direction: Direction::Backward, arch, reason };
+    if let Some(reason) = backward_unsupported_reason(spec, arch) {
+        return Err(unsupported(reason));
+    }
+    cfg.check(spec, arch.max_smem_per_block()).map_err(unsupported)?;
+    let t0 = std::time::Instant::now();
+    let ctx = Context::create();
+    let mut kb = Kb::new(&ctx, &format!("attnc_{}_bwd", spec.name));
+    let mut kernels = vec![
+        common_bwd::build_preprocess(&mut kb, spec, &kernel_name(spec, "bwd_pre"))?,
+        backward::build(&mut kb, spec, cfg, &kernel_name(spec, "hopper_bwd"))?,
+        common_bwd::build_dq_convert(&mut kb, spec, &kernel_name(spec, "bwd_dq"))?,
+    ];
+    if spec.sinks {
+        kernels.push(common_bwd::build_sink_grad(&mut kb, spec, &kernel_name(spec, "bwd_dsinks"))?);
+    }
+    if !common_bwd::learnable_aux(spec).is_empty() {
+        kernels.push(common_bwd::build_aux_reduce(&mut kb, spec, &kernel_name(spec, "bwd_daux"))?);
+    }
+    // Query tiles are per head in the backward (never packed).
+    let tiling = Tiling { block_m: cfg.block_m, block_n: cfg.block_n(), pack_gqa: false };
+    block_mask::push_if_needed(&mut kb, spec, tiling, BlockLayout::Dense, "bwd_block_classify", &mut kernels)?;
+    // dQ goes out through vector atomics.
+    finish_module_at(&kb, FamilyKind::Hopper, Direction::Backward, arch, kernels, t0, arch.vector_red_ptx_feature())
 }
 
 /// Why the forward cannot compile `spec` for `arch`, or `None`.

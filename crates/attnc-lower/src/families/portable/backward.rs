@@ -26,14 +26,15 @@
 use super::config::BwdConfig;
 use crate::families::common::abi::{describe, Args};
 use crate::families::common::backward::{
-    aux_sizes, dynamic_smem_base, emit_seqlen_pad, learnable_aux, main_params, ws_row,
+    aux_sink, dynamic_smem_base, emit_seqlen_pad, main_params, red_dq_fragment, ws_row, DqSlice,
+    FragLane,
 };
 use crate::llvm::kb::{Kb, Slot, R};
 use crate::module::{Grid, KernelInfo, KernelRole};
 use crate::variant::expr::{self as vexpr, VariantArgs};
-use crate::variant::grad::{AuxSink, ScoreGrad};
+use crate::variant::grad::ScoreGrad;
 use crate::variant::layout::{batch_view, kv_row_offsets, q_row_offset, BatchView, LayoutArgs};
-use crate::variant::tiles::{DenseClasses, QueryTiles};
+use crate::variant::tiles::{DenseClasses, QueryPair, QueryTiles};
 use attnc_ir::Spec;
 use inkwell::values::{FloatValue, IntValue};
 use inkwell::{FloatPredicate, IntPredicate};
@@ -74,13 +75,6 @@ pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, cfg: &BwdConfig, name: &str) 
 /// Gives, for row `r` of a tile being loaded, whether it exists and its element offset.
 type RowOffset<'a, 'ctx> = &'a dyn Fn(&Kb<'ctx>, IntValue<'ctx>) -> R<(IntValue<'ctx>, IntValue<'ctx>)>;
 
-/// A (query head of the group, query tile) pair of the walk; `m == m_tiles` ends it.
-#[derive(Clone, Copy)]
-struct Pair<'ctx> {
-    g: IntValue<'ctx>,
-    m: IntValue<'ctx>,
-}
-
 struct Bwd<'a, 'ctx> {
     spec: &'a Spec,
     cfg: &'a BwdConfig,
@@ -103,7 +97,7 @@ struct Bwd<'a, 'ctx> {
 
 /// The next pair's load, issued inside a tile after its mid barrier.
 struct Prefetch<'ctx> {
-    next: Pair<'ctx>,
+    next: QueryPair<'ctx>,
     stage: IntValue<'ctx>,
     has_next: IntValue<'ctx>,
 }
@@ -213,42 +207,6 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         })
     }
 
-    /// The first non-empty pair at or after (g, m_from): the rest of head g's tiles, then
-    /// the next heads of the group from their first tile.
-    fn advance(
-        &self,
-        kb: &mut Kb<'ctx>,
-        qt: &QueryTiles<'_, 'ctx>,
-        m_tiles: IntValue<'ctx>,
-        g: IntValue<'ctx>,
-        m_from: IntValue<'ctx>,
-    ) -> R<Pair<'ctx>> {
-        let h = self.head(kb, g)?;
-        let m = qt.next_nonempty(kb, m_from, m_tiles, h, "next_q_tile")?;
-        if self.group() == 1 {
-            return Ok(Pair { g, m });
-        }
-        let gs = kb.slot_i32("next_g", g)?;
-        let ms = kb.slot_i32("next_m", m)?;
-        let last_g = kb.i32c(self.group() as i64 - 1);
-        kb.while_loop(
-            "next_head",
-            |kb| {
-                let done_head = kb.icmp(IntPredicate::SGE, kb.get_i(ms, "")?, m_tiles, "")?;
-                let more = kb.icmp(IntPredicate::SLT, kb.get_i(gs, "")?, last_g, "")?;
-                kb.and(done_head, more, "")
-            },
-            |kb| {
-                let g2 = kb.add(kb.get_i(gs, "")?, kb.i32c(1), "")?;
-                kb.set(gs, g2)?;
-                let h2 = self.head(kb, g2)?;
-                let m2 = qt.next_nonempty(kb, kb.i32c(0), m_tiles, h2, "first_q_tile")?;
-                kb.set(ms, m2)
-            },
-        )?;
-        Ok(Pair { g: kb.get_i(gs, "g")?, m: kb.get_i(ms, "m")? })
-    }
-
     fn run(&self, kb: &mut Kb<'ctx>) -> R<()> {
         let cfg = self.cfg;
         let bn = cfg.block_n() as i64;
@@ -279,7 +237,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         kb.section("load K, V tile (cp.async)")?;
         self.load_kv(kb, n0)?;
         let qt = self.queries(kb, n0)?;
-        let first = self.advance(kb, &qt, m_tiles, kb.i32c(0), kb.i32c(0))?;
+        let first = qt.advance(kb, m_tiles, kb.i32c(0), kb.i32c(0))?;
         let has = kb.icmp(IntPredicate::SLT, first.m, m_tiles, "")?;
         kb.if_then(has, "prologue", |kb| self.load_q_tile(kb, first, kb.i32c(0)))?;
         kb.cp_async_commit()?;
@@ -291,9 +249,9 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             "q_loop",
             |kb| kb.icmp(IntPredicate::SLT, kb.get_i(m_slot, "")?, m_tiles, ""),
             |kb| {
-                let cur = Pair { g: kb.get_i(g_slot, "g")?, m: kb.get_i(m_slot, "m")? };
+                let cur = QueryPair { g: kb.get_i(g_slot, "g")?, m: kb.get_i(m_slot, "m")? };
                 let st = kb.get_i(stage, "st")?;
-                let next = self.advance(kb, &qt, m_tiles, cur.g, kb.add(cur.m, kb.i32c(1), "")?)?;
+                let next = qt.advance(kb, m_tiles, cur.g, kb.add(cur.m, kb.i32c(1), "")?)?;
                 let other = if self.cfg.stages == 2 { kb.xor(st, kb.i32c(1), "")? } else { st };
                 let has_next = kb.icmp(IntPredicate::SLT, next.m, m_tiles, "has_next")?;
                 kb.cp_async_wait(0)?;
@@ -384,7 +342,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
     }
 
     /// Q, dO rows and their lse_log2 and D values of pair `p` into stage `stage`.
-    fn load_q_tile(&self, kb: &mut Kb<'ctx>, p: Pair<'ctx>, stage: IntValue<'ctx>) -> R<()> {
+    fn load_q_tile(&self, kb: &mut Kb<'ctx>, p: QueryPair<'ctx>, stage: IntValue<'ctx>) -> R<()> {
         let spec = self.spec;
         let cfg = self.cfg;
         let h = self.head(kb, p.g)?;
@@ -498,7 +456,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         kb: &mut Kb<'ctx>,
         qt: &QueryTiles<'_, 'ctx>,
         n0: IntValue<'ctx>,
-        cur: Pair<'ctx>,
+        cur: QueryPair<'ctx>,
         st: IntValue<'ctx>,
         prefetch: &Prefetch<'ctx>,
     ) -> R<()> {
@@ -780,7 +738,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         if self.grad.has_aux_terms() {
             let first_part = kb.icmp(IntPredicate::EQ, self.part, kb.i32c(0), "")?;
             kb.if_then(first_part, "aux_grads", |kb| {
-                let sink = self.aux_sink(kb)?;
+                let sink = aux_sink(kb, spec, &self.args, self.deterministic, self.cfg.warps, self.tid)?;
                 let mut elems = Vec::new();
                 for nt in 0..n8 {
                     for e in 0..4 {
@@ -877,11 +835,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
     }
 
     /// Adds a warp's dQ fragment (16 query rows from `q0`, 8-column tiles from `col0`) to
-    /// `dq_accum` with `red.global.add`: into slice 0 (any number of CTAs add there), or,
-    /// in deterministic mode, into this grid column's slice, whose every element has this
-    /// thread as its only adder, so its adds land in program order. Vector reds on sm_90+:
-    /// `.v4` after lane pairs of a quad swap halves of adjacent 8-column tiles (each lane
-    /// then holds 4 adjacent columns), a quarter of the scalar atomics.
+    /// this CTA's `dq_accum` slice (see [`red_dq_fragment`]).
     fn add_dq(
         &self,
         kb: &mut Kb<'ctx>,
@@ -891,89 +845,10 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         col0: IntValue<'ctx>,
         acc: &[[FloatValue<'ctx>; 4]],
     ) -> R<()> {
-        let d = self.spec.head_dim_qk as i64;
-        let batch = kb.sreg("nctaid.z", "batch")?;
-        let slice_elems = kb.mul(
-            kb.mul(kb.sext64(batch, "")?, kb.i64c(self.spec.q_heads as i64), "")?,
-            kb.mul(kb.sext64(self.seqlen_pad, "")?, kb.i64c(d), "")?,
-            "slice_elems",
-        )?;
         let slice = kb.select_i(self.deterministic, kb.sreg("ctaid.x", "")?, kb.i32c(0), "dq_slice")?;
-        let base = kb.add(
-            self.args.int("dq_accum")?,
-            kb.mul(kb.mul(kb.sext64(slice, "")?, slice_elems, "")?, kb.i64c(4), "")?,
-            "dq_slice_base",
-        )?;
-        let vec4 = self.cfg.dq_vec == 4;
-        let odd = kb.icmp(IntPredicate::NE, kb.and(l.quad_col, kb.i32c(1), "")?, kb.i32c(0), "odd_lane")?;
-        // One base address per accumulator row; the row's other columns are immediate
-        // offsets (2 live addresses, not 64). With .v4 an odd lane's 4 columns start 6
-        // columns further (at the partner's tile + 1).
-        let mut rows = Vec::new();
-        for half in 0..2i64 {
-            let q = kb.add(q0, kb.add(l.quad_row, kb.i32c(8 * half), "")?, "")?;
-            let row = kb.mul(ws_row(kb, self.spec.q_heads, self.seqlen_pad, self.bv.b, h, q)?, kb.i64c(d), "")?;
-            let mut col = kb.add(col0, kb.mul(l.quad_col, kb.i32c(2), "")?, "")?;
-            if vec4 {
-                col = kb.add(col, kb.select_i(odd, kb.i32c(6), kb.i32c(0), "")?, "")?;
-            }
-            rows.push(kb.add(base, kb.mul(kb.add(row, kb.zext64(col, "")?, "")?, kb.i64c(4), "")?, "dq_row_addr")?);
-        }
-        for (half, &row) in rows.iter().enumerate() {
-            let (e0, e1) = (2 * half, 2 * half + 1);
-            if vec4 {
-                for j in 0..acc.len() / 2 {
-                    let (t0, t1) = (acc[2 * j], acc[2 * j + 1]);
-                    // Even lanes keep tile 2j's pair and take the partner's; odd lanes
-                    // keep tile 2j+1's pair and take the partner's.
-                    let send0 = kb.select_f(odd, t0[e0], t1[e0], "")?;
-                    let send1 = kb.select_f(odd, t0[e1], t1[e1], "")?;
-                    let r0 = kb.shfl_xor_f32(send0, 1, "")?;
-                    let r1 = kb.shfl_xor_f32(send1, 1, "")?;
-                    let v = [
-                        kb.select_f(odd, r0, t0[e0], "")?,
-                        kb.select_f(odd, r1, t0[e1], "")?,
-                        kb.select_f(odd, t1[e0], r0, "")?,
-                        kb.select_f(odd, t1[e1], r1, "")?,
-                    ];
-                    kb.red_global_add_v4_f32_at(row, (16 * j) as i64 * 4, v)?;
-                }
-            } else {
-                for (nt, f) in acc.iter().enumerate() {
-                    let off = (nt * 8) as i64 * 4;
-                    kb.red_global_add_f32_at(row, off, f[e0])?;
-                    kb.red_global_add_f32_at(row, off + 4, f[e1])?;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Where this CTA's learnable-aux contributions go.
-    fn aux_sink(&self, kb: &Kb<'ctx>) -> R<AuxSink<'ctx>> {
-        let (sizes, total) = aux_sizes(kb, self.spec, &self.args)?;
-        let outputs = learnable_aux(self.spec)
-            .iter()
-            .map(|a| self.args.int(&format!("aux_grad_{}", a.name)))
-            .collect::<R<Vec<_>>>()?;
-        // Deterministic: slice (CTA, warp), CTAs numbered x-fastest.
-        let cta = kb.add(
-            kb.mul(
-                kb.add(kb.mul(kb.sreg("ctaid.z", "")?, kb.sreg("nctaid.y", "")?, "")?, kb.sreg("ctaid.y", "")?, "")?,
-                kb.sreg("nctaid.x", "")?,
-                "",
-            )?,
-            kb.sreg("ctaid.x", "")?,
-            "cta_linear",
-        )?;
-        let warp = kb.udiv(kb.opaque_i32(self.tid, "")?, kb.i32c(32), "")?;
-        let slice = kb.add(kb.mul(cta, kb.i32c(self.cfg.warps as i64), "")?, warp, "aux_slice")?;
-        let slice_base = kb.add(
-            self.args.int("aux_grad_ws")?,
-            kb.mul(kb.mul(kb.sext64(slice, "")?, kb.sext64(total, "")?, "")?, kb.i64c(4), "")?,
-            "aux_slice_base",
-        )?;
-        Ok(AuxSink { deterministic: self.deterministic, outputs, sizes, slice_base })
+        let dq = DqSlice::new(kb, self.spec, &self.args, self.seqlen_pad, self.bv.b, slice)?;
+        let frag = FragLane { quad_row: l.quad_row, quad_col: l.quad_col };
+        red_dq_fragment(kb, &dq, h, q0, col0, frag, acc, self.cfg.dq_vec == 4)
     }
 
     // ------------------------------------------------------------------ epilogue

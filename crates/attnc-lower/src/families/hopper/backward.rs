@@ -1,0 +1,865 @@
+//! The hopper backward main kernel: warp-specialized, TMA-fed, wgmma on sm_90a
+//! (FlashAttention-3's backward shape; the kernels around it are `common::backward`'s).
+//!
+//! A CTA owns `block_n` = 128 keys of one KV head (64 per consumer warpgroup, the M of
+//! every GEMM that has keys on its rows) and walks the non-empty query tiles (64 rows) of
+//! each query head of its group, recomputing P from the forward's LSE:
+//!
+//! ```text
+//! warpgroup 0 (producer, one thread)        warpgroups 1, 2 (consumers, 64 keys each)
+//!   per key tile: wait kv_empty;              wait kv_full; dK = dV = 0
+//!     TMA K, V -> kv_full                     for each pair (head, query tile) at ring slot s:
+//!   per pair (same walk as the consumers):      wait full[s]
+//!     wait empty[s]; TMA Q, dO -> full[s]         Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ         (wgmma ss, N = 64)
+//!     bulk copy lse_log2, D rows -> full[s]       Pᵀ = 2^(s·log2e − lse), mask on partial tiles
+//!                                                 dSᵀ = Pᵀ ∘ (dPᵀ − D) ∘ m′       (+ learnable aux gradients)
+//!                                                 dV += Pᵀ·dO, dK += dSᵀ·Q       (wgmma rs: Pᵀ, dSᵀ from registers)
+//!                                                 dSᵀ -> shared memory; barrier
+//!                                                 dQ = dS·K                        (wgmma ss, dS MN-major)
+//!                                                 wait; release empty[s]; red.global.add dQ
+//!                                               release kv_empty; store dK·scale, dV
+//! ```
+//! Putting keys on M (Sᵀ rather than S) leaves Pᵀ and dSᵀ in registers in exactly the A
+//! layout of the dV and dK GEMMs, so only dSᵀ goes through shared memory (for dQ, whose
+//! M is queries). A grid column walks key tiles `ctaid.x, + nctaid.x, …` (several only in
+//! deterministic mode, where the column is also the dQ slice), as the portable family's.
+
+use super::config::{BwdConfig, BwdSmem, Config, DqSplit, BOX_COLS, ROWS_PER_CONSUMER, ROW_BYTES};
+use super::desc::SmemDesc;
+use crate::families::common::abi::{self as cabi, Args, ParamTy};
+use crate::families::common::backward::{
+    aux_sink, dynamic_smem_base, emit_seqlen_pad, main_params, red_dq_fragment, ws_row, DqSlice, FragLane,
+};
+use crate::families::common::sw128::{k_major_step_offset, mn_major_step_offset};
+use crate::llvm::kb::{Kb, Slot, R};
+use crate::llvm::operand::Major;
+use crate::llvm::tcgen05::Acc;
+use crate::llvm::wgmma::WgmmaType;
+use crate::module::{Grid, KernelInfo, KernelRole, TmaBox};
+use crate::variant::expr::{self as vexpr, VariantArgs};
+use crate::variant::grad::ScoreGrad;
+use crate::variant::layout::{batch_view, kv_row_offsets, BatchView, LayoutArgs};
+use crate::variant::tiles::{DenseClasses, QueryPair, QueryTiles};
+use attnc_ir::{KvLayout, Spec};
+use inkwell::values::{FloatValue, IntValue};
+use inkwell::{FloatPredicate, IntPredicate};
+
+const LOG2E: f64 = std::f64::consts::LOG2_E;
+/// Named barriers: `DS_BAR` (+ consumer with the key split) orders the dSᵀ stores before
+/// dQ's reads; `ORDER_BAR`, `ORDER_BAR + 1` order the two warpgroups' dQ adds in
+/// deterministic mode with the key split (0 is the CTA barrier).
+const DS_BAR: u32 = 1;
+const ORDER_BAR: u32 = 3;
+
+/// The tensor maps (Q, K, V, dO), then every family's backward main parameters.
+pub fn backward_params(spec: &Spec) -> Vec<(String, ParamTy)> {
+    let mut p: Vec<(String, ParamTy)> =
+        ["tmap_q", "tmap_k", "tmap_v", "tmap_do"].iter().map(|n| (n.to_string(), ParamTy::TensorMap)).collect();
+    p.extend(main_params(spec));
+    p
+}
+
+/// The four tensor maps: 64-element (128-byte) boxes, 128-byte swizzle; `block_m` rows
+/// for Q and dO, `block_n` for K and V.
+pub fn tma_boxes(cfg: &BwdConfig) -> Vec<TmaBox> {
+    [("q", cfg.block_m), ("k", cfg.block_n()), ("v", cfg.block_n()), ("do", cfg.block_m)]
+        .into_iter()
+        .map(|(t, rows)| TmaBox {
+            param: format!("tmap_{t}"),
+            tensor: t.into(),
+            box_cols: BOX_COLS,
+            box_rows: rows,
+            swizzle_bytes: 128,
+            pack_group: 1,
+        })
+        .collect()
+}
+
+pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, cfg: &BwdConfig, name: &str) -> R<KernelInfo> {
+    let params = backward_params(spec);
+    let args = Args::begin(kb, name, &params)?;
+    for i in 0..4 {
+        kb.mark_tensor_map_param(i)?;
+    }
+    kb.set_launch_bounds(cfg.threads())?;
+    kb.section(&format!(
+        "attnc hopper backward: {} ({} consumer warpgroups x 64 keys, {} queries per tile, {} stages, dQ split by {:?})",
+        spec.name, cfg.consumers, cfg.block_m, cfg.stages, cfg.dq_split
+    ))?;
+    let k = Bwd { spec, cfg, args, name: name.to_string(), layout: cfg.smem(spec), grad: ScoreGrad::new(spec) };
+    k.body(kb)?;
+    kb.ret()?;
+    Ok(KernelInfo {
+        name: name.to_string(),
+        role: KernelRole::BackwardMain,
+        note: Some(format!("warp-specialized (TMA producer + {} wgmma warpgroups)", cfg.consumers)),
+        threads_per_block: cfg.threads(),
+        dynamic_smem_bytes: cfg.smem(spec).request,
+        block_m: cfg.block_m,
+        block_n: cfg.block_n(),
+        params: cabi::describe(&params),
+        tensor_maps: tma_boxes(cfg),
+        grid: Grid::KeyTiles { parts: 1 },
+    })
+}
+
+struct Bwd<'a, 'ctx> {
+    spec: &'a Spec,
+    cfg: &'a BwdConfig,
+    args: Args<'ctx>,
+    name: String,
+    layout: BwdSmem,
+    grad: ScoreGrad,
+}
+
+/// What a role needs about its CTA, derived after its `setmaxnreg`.
+struct Cta<'ctx> {
+    smem: IntValue<'ctx>,
+    la: LayoutArgs<'ctx>,
+    bv: BatchView<'ctx>,
+    va: VariantArgs<'ctx>,
+    hkv: IntValue<'ctx>,
+    seqlen_pad: IntValue<'ctx>,
+    n_tiles: IntValue<'ctx>,
+    m_tiles: IntValue<'ctx>,
+}
+
+/// Which mbarrier.
+#[derive(Clone, Copy)]
+enum Bar {
+    KvFull,
+    KvEmpty,
+    Full,
+    Empty,
+}
+
+impl<'a, 'ctx> Bwd<'a, 'ctx> {
+    fn cta(&self, kb: &mut Kb<'ctx>) -> R<Cta<'ctx>> {
+        let spec = self.spec;
+        // 1024-byte aligned base (the swizzle atom); the request has the slack.
+        let raw = dynamic_smem_base(kb)?;
+        let smem = kb.and(kb.add(raw, kb.i32c(1023), "")?, kb.i32c(!1023), "smem")?;
+        let hkv = kb.sreg("ctaid.y", "hkv")?;
+        let b = kb.opaque_i32(kb.sreg("ctaid.z", "")?, "b")?;
+        let la = self.args.layout()?;
+        let bv = batch_view(kb, spec, &la, b)?;
+        let seqlen_pad = emit_seqlen_pad(kb, la.seqlen_q)?;
+        let n_tiles = kb.ceil_div(bv.seqlen_k, kb.i32c(self.cfg.block_n() as i64), "n_tiles")?;
+        let m_tiles = kb.ceil_div(bv.seqlen_q, kb.i32c(self.cfg.block_m as i64), "m_tiles")?;
+        Ok(Cta { smem, la, va: self.args.variant(spec)?, bv, hkv, seqlen_pad, n_tiles, m_tiles })
+    }
+
+    fn bar(&self, kb: &Kb<'ctx>, cta: &Cta<'ctx>, which: Bar, slot: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+        let base = self.layout.bars;
+        let off = match which {
+            Bar::KvFull => kb.i32c(base as i64),
+            Bar::KvEmpty => kb.i32c(base as i64 + 8),
+            Bar::Full => kb.add(kb.i32c(base as i64 + 16), kb.mul(slot, kb.i32c(8), "")?, "")?,
+            Bar::Empty => kb.add(
+                kb.i32c(base as i64 + 16 + 8 * self.cfg.stages as i64),
+                kb.mul(slot, kb.i32c(8), "")?,
+                "",
+            )?,
+        };
+        kb.add(cta.smem, off, "mbar")
+    }
+
+    /// (slot, parity) of ring position `pos`.
+    fn ring(&self, kb: &Kb<'ctx>, pos: IntValue<'ctx>) -> R<(IntValue<'ctx>, IntValue<'ctx>)> {
+        let s = kb.i32c(self.cfg.stages as i64);
+        Ok((kb.urem(pos, s, "qdo_slot")?, kb.and(kb.udiv(pos, s, "")?, kb.i32c(1), "qdo_parity")?))
+    }
+
+    /// The query walk of key tile `n` (keys `n0 ..`).
+    fn queries<'b>(&'b self, kb: &Kb<'ctx>, cta: &'b Cta<'ctx>, n: IntValue<'ctx>) -> R<QueryTiles<'b, 'ctx>> {
+        let bn = self.cfg.block_n() as i64;
+        let n0 = kb.mul(n, kb.i32c(bn), "n0")?;
+        let k_hi = kb.sub(kb.smin(kb.add(n0, kb.i32c(bn), "")?, cta.bv.seqlen_k, "")?, kb.i32c(1), "k_hi")?;
+        Ok(QueryTiles {
+            spec: self.spec,
+            block_m: self.cfg.block_m,
+            bv: cta.bv,
+            hkv: cta.hkv,
+            k: (n0, k_hi),
+            va: &cta.va,
+            classes: DenseClasses::for_key_tile(self.spec, self.args.block_lists().as_ref(), cta.bv.b, n),
+        })
+    }
+
+    fn body(&self, kb: &mut Kb<'ctx>) -> R<()> {
+        let cfg = self.cfg;
+        let tid = kb.sreg("tid.x", "tid")?;
+        {
+            let cta = self.cta(kb)?;
+            kb.section("setup: mbarriers (thread 0)")?;
+            let is_t0 = kb.icmp(IntPredicate::EQ, tid, kb.i32c(0), "")?;
+            kb.if_then(is_t0, "init_barriers", |kb| {
+                let consumer_warps = 4 * cfg.consumers;
+                kb.mbar_init(self.bar(kb, &cta, Bar::KvFull, kb.i32c(0))?, 1)?;
+                kb.mbar_init(self.bar(kb, &cta, Bar::KvEmpty, kb.i32c(0))?, consumer_warps)?;
+                for s in 0..cfg.stages {
+                    kb.mbar_init(self.bar(kb, &cta, Bar::Full, kb.i32c(s as i64))?, 1)?;
+                    kb.mbar_init(self.bar(kb, &cta, Bar::Empty, kb.i32c(s as i64))?, consumer_warps)?;
+                }
+                kb.fence_mbarrier_init()
+            })?;
+            kb.cta_barrier()?;
+        }
+        let wg = kb.udiv(tid, kb.i32c(128), "warpgroup")?;
+        let is_producer = kb.icmp(IntPredicate::EQ, wg, kb.i32c(0), "")?;
+        kb.if_else(
+            is_producer,
+            "role",
+            |kb| {
+                kb.setmaxnreg_dec(cfg.producer_regs)?;
+                kb.section("producer warpgroup: one thread issues the TMA loads")?;
+                let tid = kb.opaque_i32(kb.sreg("tid.x", "")?, "tid")?;
+                let t0 = kb.icmp(IntPredicate::EQ, tid, kb.i32c(0), "")?;
+                kb.if_then(t0, "producer", |kb| self.producer(kb))
+            },
+            |kb| {
+                kb.section("consumer warpgroups: S^T, dP^T, dV, dK, dQ (wgmma)")?;
+                kb.setmaxnreg_inc(cfg.consumer_regs)?;
+                self.consumer(kb)
+            },
+        )
+    }
+
+    /// Each role's walk over its key tiles: `body(key tile, walk index)`.
+    fn key_tiles(
+        &self,
+        kb: &mut Kb<'ctx>,
+        cta: &Cta<'ctx>,
+        mut body: impl FnMut(&mut Kb<'ctx>, IntValue<'ctx>, IntValue<'ctx>) -> R<()>,
+    ) -> R<()> {
+        let n_slot = kb.slot_i32("key_tile", kb.sreg("ctaid.x", "")?)?;
+        let iter = kb.slot_i32("key_tile_iter", kb.i32c(0))?;
+        kb.while_loop(
+            "key_tiles",
+            |kb| kb.icmp(IntPredicate::SLT, kb.get_i(n_slot, "")?, cta.n_tiles, ""),
+            |kb| {
+                let n = kb.get_i(n_slot, "n")?;
+                let it = kb.get_i(iter, "it")?;
+                body(kb, n, it)?;
+                kb.set(iter, kb.add(it, kb.i32c(1), "")?)?;
+                kb.set(n_slot, kb.add(n, kb.sreg("nctaid.x", "")?, "")?)
+            },
+        )
+    }
+
+    /// Every role's walk over the pairs of key tile `qt`: `body(pair, ring position)`;
+    /// the position carries over key tiles (`pos`).
+    fn pairs(
+        &self,
+        kb: &mut Kb<'ctx>,
+        cta: &Cta<'ctx>,
+        qt: &QueryTiles<'_, 'ctx>,
+        pos: Slot<'ctx>,
+        mut body: impl FnMut(&mut Kb<'ctx>, QueryPair<'ctx>, IntValue<'ctx>) -> R<()>,
+    ) -> R<()> {
+        let first = qt.advance(kb, cta.m_tiles, kb.i32c(0), kb.i32c(0))?;
+        let g_slot = kb.slot_i32("g", first.g)?;
+        let m_slot = kb.slot_i32("m", first.m)?;
+        kb.while_loop(
+            "q_tiles",
+            |kb| kb.icmp(IntPredicate::SLT, kb.get_i(m_slot, "")?, cta.m_tiles, ""),
+            |kb| {
+                let cur = QueryPair { g: kb.get_i(g_slot, "g")?, m: kb.get_i(m_slot, "m")? };
+                let p = kb.get_i(pos, "pos")?;
+                body(kb, cur, p)?;
+                kb.set(pos, kb.add(p, kb.i32c(1), "")?)?;
+                let next = qt.advance(kb, cta.m_tiles, cur.g, kb.add(cur.m, kb.i32c(1), "")?)?;
+                kb.set(g_slot, next.g)?;
+                kb.set(m_slot, next.m)
+            },
+        )
+    }
+
+    // ------------------------------------------------------------------ producer
+
+    fn producer(&self, kb: &mut Kb<'ctx>) -> R<()> {
+        let spec = self.spec;
+        let cfg = self.cfg;
+        let l = self.layout;
+        let cta = self.cta(kb)?;
+        let tmap = |kb: &Kb<'ctx>, i: u32, n: &str| kb.param_generic_addr(&format!("{}_param_{i}", self.name), n);
+        let (tmap_q, tmap_k, tmap_v, tmap_do) =
+            (tmap(kb, 0, "tmap_q")?, tmap(kb, 1, "tmap_k")?, tmap(kb, 2, "tmap_v")?, tmap(kb, 3, "tmap_do")?);
+        for t in [tmap_q, tmap_k, tmap_v, tmap_do] {
+            kb.tensormap_prefetch(t)?;
+        }
+        // Row coordinate base and batch coordinate in the tensor maps.
+        let varlen = spec.kv_layout == KvLayout::Varlen;
+        let (q_row_base, k_row_base, batch_coord) = if varlen {
+            let z = kb.i32c(0);
+            (cta.bv.q_start.unwrap_or(z), cta.bv.k_start.unwrap_or(z), z)
+        } else {
+            (kb.i32c(0), kb.i32c(0), cta.bv.b)
+        };
+        let pos = kb.slot_i32("p_pos", kb.i32c(0))?;
+        let (lse_log2, dpsum) = (self.args.int("lse_log2")?, self.args.int("dpsum")?);
+        self.key_tiles(kb, &cta, |kb, n, it| {
+            kb.section("TMA K, V tile (once per key tile)")?;
+            let bn = cfg.block_n();
+            let free = kb.xor(kb.and(it, kb.i32c(1), "")?, kb.i32c(1), "kv_free_parity")?;
+            kb.mbar_wait(self.bar(kb, &cta, Bar::KvEmpty, kb.i32c(0))?, free)?;
+            let full = self.bar(kb, &cta, Bar::KvFull, kb.i32c(0))?;
+            let kv_bytes =
+                (Config::col_blocks(spec.head_dim_qk) + Config::col_blocks(spec.head_dim_v)) * bn * ROW_BYTES;
+            kb.mbar_arrive_expect_tx(full, kv_bytes)?;
+            let row = kb.add(k_row_base, kb.mul(n, kb.i32c(bn as i64), "")?, "key_row")?;
+            for (tm, base, d) in [(tmap_k, l.k, spec.head_dim_qk), (tmap_v, l.v, spec.head_dim_v)] {
+                for cb in 0..Config::col_blocks(d) {
+                    let dst = kb.add(cta.smem, kb.i32c((base + cb * bn * ROW_BYTES) as i64), "tma_dst")?;
+                    let c = [kb.i32c((cb * BOX_COLS) as i64), row, cta.hkv, batch_coord];
+                    kb.tma_load_4d(dst, tm, c, full)?;
+                }
+            }
+            let qt = self.queries(kb, &cta, n)?;
+            self.pairs(kb, &cta, &qt, pos, |kb, p, ring_pos| {
+                kb.section("TMA Q, dO tile and bulk copy of its lse_log2, D rows -> ring slot")?;
+                let (slot, parity) = self.ring(kb, ring_pos)?;
+                let free = kb.xor(parity, kb.i32c(1), "free_parity")?;
+                kb.mbar_wait(self.bar(kb, &cta, Bar::Empty, slot)?, free)?;
+                let full = self.bar(kb, &cta, Bar::Full, slot)?;
+                let bytes = l.q_per_stage + l.do_per_stage + l.rowvals_per_stage;
+                kb.mbar_arrive_expect_tx(full, bytes)?;
+                let h = qt.head(kb, p.g)?;
+                let m0 = kb.mul(p.m, kb.i32c(cfg.block_m as i64), "m0")?;
+                let row = kb.add(q_row_base, m0, "q_row")?;
+                for (tm, base, per, d) in [
+                    (tmap_q, l.q, l.q_per_stage, spec.head_dim_qk),
+                    (tmap_do, l.d_o, l.do_per_stage, spec.head_dim_v),
+                ] {
+                    let dst0 = kb.add(
+                        cta.smem,
+                        kb.add(kb.i32c(base as i64), kb.mul(slot, kb.i32c(per as i64), "")?, "")?,
+                        "",
+                    )?;
+                    for cb in 0..Config::col_blocks(d) {
+                        let dst = kb.add(dst0, kb.i32c((cb * cfg.block_m * ROW_BYTES) as i64), "tma_dst")?;
+                        kb.tma_load_4d(dst, tm, [kb.i32c((cb * BOX_COLS) as i64), row, h, batch_coord], full)?;
+                    }
+                }
+                let ws = kb.mul(ws_row(kb, spec.q_heads, cta.seqlen_pad, cta.bv.b, h, m0)?, kb.i64c(4), "ws_off")?;
+                let rv = kb.add(
+                    cta.smem,
+                    kb.add(kb.i32c(l.rowvals as i64), kb.mul(slot, kb.i32c(l.rowvals_per_stage as i64), "")?, "")?,
+                    "rowvals",
+                )?;
+                let row_bytes = cfg.block_m * 4;
+                kb.bulk_load(rv, kb.add(lse_log2, ws, "")?, row_bytes, full)?;
+                kb.bulk_load(kb.add(rv, kb.i32c(row_bytes as i64), "")?, kb.add(dpsum, ws, "")?, row_bytes, full)
+            })
+        })
+    }
+
+    // ------------------------------------------------------------------ consumers
+
+    fn consumer(&self, kb: &mut Kb<'ctx>) -> R<()> {
+        let spec = self.spec;
+        let cta = self.cta(kb)?;
+        let tid = kb.opaque_i32(kb.sreg("tid.x", "")?, "tid")?;
+        let consumer = kb.sub(kb.udiv(tid, kb.i32c(128), "")?, kb.i32c(1), "consumer")?;
+        let ltid = kb.and(tid, kb.i32c(127), "ltid")?;
+        let det = self.args.int("deterministic")?;
+        let deterministic = kb.icmp(IntPredicate::NE, det, kb.i32c(0), "deterministic")?;
+        let acc = Accs {
+            dk: (0..spec.head_dim_qk / 2).map(|i| kb.slot_f32(&format!("dk{i}"), kb.f32c(0.0))).collect::<R<_>>()?,
+            dv: (0..spec.head_dim_v / 2).map(|i| kb.slot_f32(&format!("dv{i}"), kb.f32c(0.0))).collect::<R<_>>()?,
+        };
+        let pos = kb.slot_i32("c_pos", kb.i32c(0))?;
+        let env = Env { cta: &cta, consumer, ltid, tid, deterministic };
+        self.key_tiles(kb, &cta, |kb, n, it| {
+            let n0 = kb.mul(n, kb.i32c(self.cfg.block_n() as i64), "n0")?;
+            for s in acc.dk.iter().chain(&acc.dv) {
+                kb.set(*s, kb.f32c(0.0))?;
+            }
+            kb.mbar_wait(self.bar(kb, &cta, Bar::KvFull, kb.i32c(0))?, kb.and(it, kb.i32c(1), "kv_parity")?)?;
+            let qt = self.queries(kb, &cta, n)?;
+            let k_inside = kb.icmp(
+                IntPredicate::SLE,
+                kb.add(n0, kb.i32c(self.cfg.block_n() as i64), "")?,
+                cta.bv.seqlen_k,
+                "keys_inside",
+            )?;
+            self.pairs(kb, &cta, &qt, pos, |kb, p, ring_pos| self.tile(kb, &env, &qt, &acc, n0, k_inside, p, ring_pos))?;
+            // K and V are no longer read (every GEMM of the walk was waited on).
+            let lane = kb.and(ltid, kb.i32c(31), "lane")?;
+            kb.mbar_arrive_lane0(self.bar(kb, &cta, Bar::KvEmpty, kb.i32c(0))?, lane)?;
+            self.store_dk_dv(kb, &env, &acc, n0)
+        })
+    }
+
+    /// Query tile `p` (ring position `ring_pos`) against this warpgroup's 64 keys.
+    #[allow(clippy::too_many_arguments)]
+    fn tile(
+        &self,
+        kb: &mut Kb<'ctx>,
+        env: &Env<'_, 'ctx>,
+        qt: &QueryTiles<'_, 'ctx>,
+        acc: &Accs<'ctx>,
+        n0: IntValue<'ctx>,
+        k_inside: IntValue<'ctx>,
+        p: QueryPair<'ctx>,
+        ring_pos: IntValue<'ctx>,
+    ) -> R<()> {
+        let spec = self.spec;
+        let cfg = self.cfg;
+        let l = self.layout;
+        let cta = env.cta;
+        let ty = WgmmaType::from(spec.dtype);
+        let h = qt.head(kb, p.g)?;
+        let m0 = kb.mul(p.m, kb.i32c(cfg.block_m as i64), "m0")?;
+        let (slot, parity) = self.ring(kb, ring_pos)?;
+        let unmasked = kb.and(qt.full_inside(kb, p.m, h)?, k_inside, "unmasked")?;
+        let stage_addr = |kb: &Kb<'ctx>, base: u32, per: u32, name: &str| {
+            kb.add(cta.smem, kb.add(kb.i32c(base as i64), kb.mul(slot, kb.i32c(per as i64), "")?, "")?, name)
+        };
+        let q_smem = stage_addr(kb, l.q, l.q_per_stage, "q_smem")?;
+        let do_smem = stage_addr(kb, l.d_o, l.do_per_stage, "do_smem")?;
+        let rowvals = stage_addr(kb, l.rowvals, l.rowvals_per_stage, "rowvals")?;
+        // This warpgroup's 64 rows of the K and V tiles.
+        let wg_rows = kb.mul(env.consumer, kb.i32c((ROWS_PER_CONSUMER * ROW_BYTES) as i64), "wg_row_bytes")?;
+        let k_wg = kb.add(kb.add(cta.smem, kb.i32c(l.k as i64), "")?, wg_rows, "k_wg")?;
+        let v_wg = kb.add(kb.add(cta.smem, kb.i32c(l.v as i64), "")?, wg_rows, "v_wg")?;
+        let bn = cfg.block_n();
+        let bm = cfg.block_m;
+        let kmaj = SmemDesc::k_major_sw128(0).encode_without_start();
+
+        // ---- Sᵀ = K·Qᵀ (keys on M, the tile's queries on N); dPᵀ = V·dOᵀ with it, or
+        // after P (`dp_with_s` off: its 32 accumulators are not live during P's mask and
+        // score-mod work, which spills otherwise)
+        kb.mbar_wait(self.bar(kb, cta, Bar::Full, slot)?, parity)?;
+        let undef = kb.ctx.f32_type().get_undef();
+        let half_m = (bm / 2) as usize;
+        let gemm_sdp = |kb: &Kb<'ctx>, a_base: IntValue<'ctx>, b_base: IntValue<'ctx>, d: u32, name: &str| {
+            let a0 = kb.wgmma_desc(a_base, kmaj, &format!("{name}_a_desc"))?;
+            let b0 = kb.wgmma_desc(b_base, kmaj, &format!("{name}_b_desc"))?;
+            let mut accum = vec![undef; half_m];
+            for kk in 0..d / 16 {
+                let a = kb.add(a0, kb.i64c((k_major_step_offset(bn, kk) >> 4) as i64), "")?;
+                let b = kb.add(b0, kb.i64c((k_major_step_offset(bm, kk) >> 4) as i64), "")?;
+                let scale = if kk == 0 { Acc::Overwrite } else { Acc::Accumulate };
+                accum = kb.wgmma_ss(ty, bm, &accum, a, b, scale, Major::K, Major::K, name)?;
+            }
+            Ok::<_, crate::error::LowerError>(accum)
+        };
+        kb.section(if cfg.dp_with_s {
+            "wgmma S^T = K*Q^T and dP^T = V*dO^T (ss, N = 64 queries)"
+        } else {
+            "wgmma S^T = K*Q^T (ss, N = 64 queries)"
+        })?;
+        kb.wgmma_fence()?;
+        let s = gemm_sdp(kb, k_wg, q_smem, spec.head_dim_qk, "s")?;
+        let early_dp = if cfg.dp_with_s { Some(gemm_sdp(kb, v_wg, do_smem, spec.head_dim_v, "dp")?) } else { None };
+        kb.wgmma_commit_group()?;
+        let (s, early_dp) = match early_dp {
+            Some(dp) => {
+                let both = kb.wgmma_wait_group_acc(0, &[s, dp].concat(), "s_dp")?;
+                let (s, dp) = both.split_at(half_m);
+                (s.to_vec(), Some(dp.to_vec()))
+            }
+            None => (kb.wgmma_wait_group_acc(0, &s, "s")?, None),
+        };
+
+        // ---- Pᵀ (fragment element e of 8-column tile i: key row r + 8·(e/2), query
+        // column 8i + 2·(lane % 4) + e % 2)
+        let pt = self.recompute_p(kb, env, rowvals, unmasked, n0, m0, h, &s)?;
+
+        // ---- dV += Pᵀ·dO (A from registers; B the stage's dO read MN-major: queries
+        // are the K dimension), and dPᵀ when it was left for now
+        kb.section("wgmma dV += P^T*dO (rs, A from registers)")?;
+        kb.wgmma_fence()?;
+        let mn_tile = SmemDesc::mn_major_sw128(0, bm * ROW_BYTES).encode_without_start();
+        let rs_gemm = |kb: &Kb<'ctx>, accum: &[FloatValue<'ctx>], ops: &[IntValue<'ctx>], b_base, d, name: &str| {
+            let b0 = kb.wgmma_desc(b_base, mn_tile, "")?;
+            let mut accum = accum.to_vec();
+            for j in 0..bm / 16 {
+                let b = kb.add(b0, kb.i64c((mn_major_step_offset(j) >> 4) as i64), "")?;
+                let j = j as usize;
+                let a = [ops[4 * j], ops[4 * j + 1], ops[4 * j + 2], ops[4 * j + 3]];
+                accum = kb.wgmma_rs(ty, d, &accum, a, b, Acc::Accumulate, Major::Mn, name)?;
+            }
+            Ok::<_, crate::error::LowerError>(accum)
+        };
+        let dv_in: Vec<FloatValue<'ctx>> = acc.dv.iter().map(|x| kb.get_f(*x, "dv")).collect::<R<_>>()?;
+        let (dp, dv) = match early_dp {
+            Some(dp) => (dp, rs_gemm(kb, &dv_in, &pt.ops, do_smem, spec.head_dim_v, "dv")?),
+            None => {
+                kb.section("wgmma dP^T = V*dO^T (ss, N = 64 queries)")?;
+                let dp = gemm_sdp(kb, v_wg, do_smem, spec.head_dim_v, "dp")?;
+                kb.wgmma_commit_group()?;
+                let dv = rs_gemm(kb, &dv_in, &pt.ops, do_smem, spec.head_dim_v, "dv")?;
+                kb.wgmma_commit_group()?;
+                // dPᵀ done; dV may still be in flight.
+                (kb.wgmma_wait_group_acc(1, &dp, "dp")?, dv)
+            }
+        };
+
+        // ---- dSᵀ, then dK += dSᵀ·Q (B the stage's Q, MN-major)
+        let ds_ops = self.grad_scores(kb, env, rowvals, n0, m0, h, &pt, &dp)?;
+        kb.section("wgmma dK += dS^T*Q (rs, A from registers)")?;
+        kb.wgmma_fence()?;
+        let dk_in: Vec<FloatValue<'ctx>> = acc.dk.iter().map(|x| kb.get_f(*x, "dk")).collect::<R<_>>()?;
+        let dk = rs_gemm(kb, &dk_in, &ds_ops, q_smem, spec.head_dim_qk, "dk")?;
+        kb.wgmma_commit_group()?;
+
+        // ---- dSᵀ → shared memory (dQ's A operand, MN-major: key rows of 64 queries)
+        kb.section("dS^T -> shared memory (128B-swizzled key rows)")?;
+        let ds_buf = match cfg.dq_split {
+            DqSplit::Columns => {
+                let buf = kb.and(ring_pos, kb.i32c(1), "ds_buffer")?;
+                kb.add(kb.i32c(l.ds as i64), kb.mul(buf, kb.i32c(l.ds_per_buffer as i64), "")?, "")?
+            }
+            DqSplit::Keys => kb.i32c(l.ds as i64),
+        };
+        let ds_smem = kb.add(cta.smem, ds_buf, "ds_smem")?;
+        self.store_ds(kb, env, ds_smem, &ds_ops)?;
+        kb.fence_proxy_async_shared()?;
+        match cfg.dq_split {
+            DqSplit::Columns => kb.named_bar_sync(DS_BAR, 128 * cfg.consumers)?,
+            DqSplit::Keys => kb.named_bar_sync_r(kb.add(env.consumer, kb.i32c(DS_BAR as i64), "")?, 128)?,
+        }
+
+        // ---- dQ = dS·K
+        kb.section("wgmma dQ = dS*K (ss, dS^T MN-major from shared memory)")?;
+        let (dq_n, k_steps, a_start, b_start) = match cfg.dq_split {
+            // Half the columns (a 64-column block of K), all the CTA's keys.
+            DqSplit::Columns => {
+                let b = kb.add(
+                    kb.add(cta.smem, kb.i32c(l.k as i64), "")?,
+                    kb.mul(env.consumer, kb.i32c((bn * ROW_BYTES) as i64), "")?,
+                    "k_col_block",
+                )?;
+                (spec.head_dim_qk / 2, bn / 16, ds_smem, b)
+            }
+            // All the columns, this warpgroup's keys.
+            DqSplit::Keys => (spec.head_dim_qk, ROWS_PER_CONSUMER / 16, kb.add(ds_smem, wg_rows, "")?, k_wg),
+        };
+        let mn = |lbo: u32| SmemDesc::mn_major_sw128(0, lbo).encode_without_start();
+        let a0 = kb.wgmma_desc(a_start, mn(bn * ROW_BYTES), "ds_desc")?;
+        let b0 = kb.wgmma_desc(b_start, mn(bn * ROW_BYTES), "k_mn_desc")?;
+        let mut dq = vec![undef; (dq_n / 2) as usize];
+        for j in 0..k_steps {
+            let off = kb.i64c((mn_major_step_offset(j) >> 4) as i64);
+            let scale = if j == 0 { Acc::Overwrite } else { Acc::Accumulate };
+            dq = kb.wgmma_ss(ty, dq_n, &dq, kb.add(a0, off, "")?, kb.add(b0, off, "")?, scale, Major::Mn, Major::Mn, "dq")?;
+        }
+        kb.wgmma_commit_group()?;
+        let (ndv, ndk) = (dv.len(), dk.len());
+        let all = kb.wgmma_wait_group_acc(0, &[dv, dk, dq].concat(), "dkv_dq")?;
+        for (slot, v) in acc.dv.iter().zip(&all[..ndv]) {
+            kb.set(*slot, *v)?;
+        }
+        for (slot, v) in acc.dk.iter().zip(&all[ndv..ndv + ndk]) {
+            kb.set(*slot, *v)?;
+        }
+        let dq = &all[ndv + ndk..];
+        // Q, dO and their rows are no longer read.
+        let lane = kb.and(env.ltid, kb.i32c(31), "lane")?;
+        kb.mbar_arrive_lane0(self.bar(kb, cta, Bar::Empty, slot)?, lane)?;
+
+        kb.section("dQ -> dq_accum (red.global.add.v4.f32)")?;
+        let col0 = match cfg.dq_split {
+            DqSplit::Columns => kb.mul(env.consumer, kb.i32c(dq_n as i64), "dq_col0")?,
+            DqSplit::Keys => kb.i32c(0),
+        };
+        let slice = kb.select_i(env.deterministic, kb.sreg("ctaid.x", "")?, kb.i32c(0), "dq_slice")?;
+        let frag: Vec<[FloatValue<'ctx>; 4]> = dq.chunks(4).map(|c| [c[0], c[1], c[2], c[3]]).collect();
+        let warp = kb.udiv(env.ltid, kb.i32c(32), "warp_in_wg")?;
+        let q0 = kb.add(m0, kb.mul(warp, kb.i32c(16), "")?, "dq_q0")?;
+        let fl = FragLane { quad_row: kb.udiv(lane, kb.i32c(4), "")?, quad_col: kb.and(lane, kb.i32c(3), "")? };
+        let add = |kb: &mut Kb<'ctx>| -> R<()> {
+            let dqs = DqSlice::new(kb, spec, &self.args, cta.seqlen_pad, cta.bv.b, slice)?;
+            red_dq_fragment(kb, &dqs, h, q0, col0, fl, &frag, true)
+        };
+        match cfg.dq_split {
+            DqSplit::Columns => add(kb),
+            DqSplit::Keys => {
+                // Both warpgroups add to the same elements: in deterministic mode,
+                // consumer 0 first, then consumer 1, each tile.
+                let first = kb.icmp(IntPredicate::EQ, env.consumer, kb.i32c(0), "")?;
+                kb.if_then(first, "dq_first", |kb| add(kb))?;
+                kb.if_then(env.deterministic, "dq_order", |kb| kb.named_bar_sync(ORDER_BAR, 128 * cfg.consumers))?;
+                let second = kb.not(first, "")?;
+                kb.if_then(second, "dq_second", |kb| add(kb))?;
+                kb.if_then(env.deterministic, "dq_order_end", |kb| {
+                    kb.named_bar_sync(ORDER_BAR + 1, 128 * cfg.consumers)
+                })
+            }
+        }
+    }
+
+    /// This thread's fragment coordinates: the key of element `e` (row half `e / 2`) and
+    /// the query column (in the tile) of fragment element `idx`.
+    fn frag_coords(
+        &self,
+        kb: &Kb<'ctx>,
+        env: &Env<'_, 'ctx>,
+        n0: IntValue<'ctx>,
+    ) -> R<(IntValue<'ctx>, IntValue<'ctx>)> {
+        let lane = kb.and(env.ltid, kb.i32c(31), "lane")?;
+        let warp = kb.udiv(env.ltid, kb.i32c(32), "warp_in_wg")?;
+        let key0 = kb.add(
+            kb.add(n0, kb.mul(env.consumer, kb.i32c(ROWS_PER_CONSUMER as i64), "")?, "")?,
+            kb.add(kb.mul(warp, kb.i32c(16), "")?, kb.udiv(lane, kb.i32c(4), "")?, "")?,
+            "key0",
+        )?;
+        let col0 = kb.mul(kb.and(lane, kb.i32c(3), "")?, kb.i32c(2), "q_col0")?;
+        Ok((key0, col0))
+    }
+
+    /// Pᵀ of the tile from the f32 Sᵀ fragment: the score mod (and what its derivative
+    /// needs), P = 2^(s − lse_log2), the mask on partial tiles; packed in the element
+    /// type (the A fragment of dV += Pᵀ·dO).
+    #[allow(clippy::too_many_arguments)]
+    fn recompute_p(
+        &self,
+        kb: &mut Kb<'ctx>,
+        env: &Env<'_, 'ctx>,
+        rowvals: IntValue<'ctx>,
+        unmasked: IntValue<'ctx>,
+        n0: IntValue<'ctx>,
+        m0: IntValue<'ctx>,
+        h: IntValue<'ctx>,
+        s: &[FloatValue<'ctx>],
+    ) -> R<PTile<'ctx>> {
+        let spec = self.spec;
+        let cta = env.cta;
+        kb.section("softmax recompute: P^T = 2^(s - lse_log2) (exp2 domain)")?;
+        let (key0, col0) = self.frag_coords(kb, env, n0)?;
+        let key_of = |kb: &Kb<'ctx>, idx: usize| kb.add(key0, kb.i32c(if idx % 4 >= 2 { 8 } else { 0 }), "key");
+        let q_of = |kb: &Kb<'ctx>, idx: usize| kb.add(m0, kb.add(col0, kb.i32c(col_in_tile(idx)), "")?, "q");
+        let n = s.len();
+        let mut p = vec![kb.f32c(0.0); n];
+        let mut slope: Vec<Option<FloatValue<'ctx>>> = vec![None; n];
+        let mut pre_d: Vec<Vec<Option<FloatValue<'ctx>>>> = vec![Vec::new(); n];
+        for idx in 0..n {
+            let lse2 = row_val(kb, rowvals, col0, idx, 0, "lse_log2")?;
+            let s2 = if self.grad.has_score_mod() {
+                let vars = cta.bv.elem_vars(cta.hkv, q_of(kb, idx)?, h, key_of(kb, idx)?);
+                let el = self.grad.logit(kb, spec, s[idx], vars, &cta.va)?;
+                slope[idx] = el.slope;
+                pre_d[idx] = el.aux_d;
+                el.s_log2
+            } else {
+                kb.fmul(s[idx], kb.f32c(spec.scale_value() * LOG2E), "s_log2")?
+            };
+            p[idx] = kb.ex2(kb.fsub(s2, lse2, "")?, "p")?;
+        }
+        // Partial tiles: keys past seqlen_k, queries past seqlen_q and the mask to P = 0.
+        let slots: Vec<Slot<'ctx>> = p.iter().map(|v| kb.slot_f32("p", *v)).collect::<R<_>>()?;
+        let partial = kb.not(unmasked, "partial_tile")?;
+        kb.if_then(partial, "mask_tile", |kb| {
+            kb.section("mask (partial tile)")?;
+            let predicate = spec.mask.to_predicate();
+            for (idx, slot) in slots.iter().enumerate() {
+                // Opaque positions: each element reads its own aux values, which die with
+                // it, instead of 18 values shared across elements staying live next to
+                // dK and dV (the spills of masks over aux tensors).
+                let q = kb.opaque_i32(q_of(kb, idx)?, "q_elem")?;
+                let key = kb.opaque_i32(key_of(kb, idx)?, "key_elem")?;
+                let vars = cta.bv.elem_vars(cta.hkv, q, h, key);
+                let q_in = kb.icmp(IntPredicate::SLT, q, cta.bv.seqlen_q, "q_in_bounds")?;
+                let allowed = kb.and(vexpr::allowed(kb, spec, predicate.as_ref(), &vars, &cta.va)?, q_in, "")?;
+                let v = kb.get_f(*slot, "")?;
+                kb.set(*slot, kb.select_f(allowed, v, kb.f32c(0.0), "p_masked")?)?;
+            }
+            Ok(())
+        })?;
+        for (v, slot) in p.iter_mut().zip(&slots) {
+            *v = kb.get_f(*slot, "p")?;
+        }
+        let ops = pack(kb, spec, &p)?;
+        // dS uses P rounded to the element type (it is rounded for its GEMMs anyway), so
+        // only the packed copy stays live; learnable aux gradients keep the f32 P (their
+        // sums over keys can cancel, see docs/backward.md).
+        let p_f32 = if self.grad.has_aux_terms() { p } else { Vec::new() };
+        Ok(PTile { ops, p_f32, slope, pre_d })
+    }
+
+    /// dSᵀ = Pᵀ ∘ (dPᵀ − D) ∘ m′ (and the learnable aux gradients), packed: the A
+    /// fragment of dK += dSᵀ·Q and what goes to shared memory for dQ.
+    #[allow(clippy::too_many_arguments)]
+    fn grad_scores(
+        &self,
+        kb: &mut Kb<'ctx>,
+        env: &Env<'_, 'ctx>,
+        rowvals: IntValue<'ctx>,
+        n0: IntValue<'ctx>,
+        m0: IntValue<'ctx>,
+        h: IntValue<'ctx>,
+        pt: &PTile<'ctx>,
+        dp: &[FloatValue<'ctx>],
+    ) -> R<Vec<IntValue<'ctx>>> {
+        let spec = self.spec;
+        let cta = env.cta;
+        let bm = self.cfg.block_m;
+        kb.section("dS^T = P^T * (dP^T - D) (and learnable aux gradients)")?;
+        let (key0, col0) = self.frag_coords(kb, env, n0)?;
+        let n = dp.len();
+        let p_at = |kb: &Kb<'ctx>, idx: usize| -> R<FloatValue<'ctx>> {
+            if let Some(v) = pt.p_f32.get(idx) {
+                return Ok(*v);
+            }
+            let (lo, hi) = kb.unpack_half2(spec.dtype, pt.ops[idx / 2], "p")?;
+            Ok(if idx % 2 == 0 { lo } else { hi })
+        };
+        let mut ds = vec![kb.f32c(0.0); n];
+        for idx in 0..n {
+            let d = row_val(kb, rowvals, col0, idx, bm * 4, "d_row")?;
+            ds[idx] = kb.fmul(p_at(kb, idx)?, kb.fsub(dp[idx], d, "")?, "ds")?;
+        }
+        if self.grad.has_aux_terms() {
+            let sink = aux_sink(kb, spec, &self.args, env.deterministic, self.cfg.threads() / 32, env.tid)?;
+            let mut elems = Vec::new();
+            for idx in 0..n {
+                let q = kb.add(m0, kb.add(col0, kb.i32c(col_in_tile(idx)), "")?, "q")?;
+                let key = kb.add(key0, kb.i32c(if idx % 4 >= 2 { 8 } else { 0 }), "key")?;
+                let vars = cta.bv.elem_vars(cta.hkv, q, h, key);
+                elems.push((vars, pt.p_f32[idx], ds[idx], pt.pre_d[idx].clone()));
+            }
+            self.grad.accumulate_aux(kb, spec, &cta.va, &elems, &sink)?;
+        }
+        if self.grad.has_score_mod() {
+            for idx in 0..n {
+                if let Some(sl) = pt.slope[idx] {
+                    // Where P is 0 (masked, or a logit of −∞) the gradient is 0, whatever
+                    // the slope is there.
+                    let p_zero = kb.fcmp(FloatPredicate::OEQ, p_at(kb, idx)?, kb.f32c(0.0), "")?;
+                    let g = kb.fmul(ds[idx], sl, "")?;
+                    ds[idx] = kb.select_f(p_zero, kb.f32c(0.0), g, "dscore")?;
+                }
+            }
+        }
+        pack(kb, spec, &ds)
+    }
+
+    /// Writes this thread's packed dSᵀ (rows: its keys; pairs of adjacent queries) into
+    /// the 128B-swizzled key rows at `ds_smem`: row `r`'s 16-byte chunk `c` (queries
+    /// 8c..8c+7) sits at chunk `c ^ (r % 8)`. A warp's stores of one 8-column tile and
+    /// row half hit 8 rows × 4 words on 32 different banks.
+    fn store_ds(&self, kb: &Kb<'ctx>, env: &Env<'_, 'ctx>, ds_smem: IntValue<'ctx>, ops: &[IntValue<'ctx>]) -> R<()> {
+        let lane = kb.and(env.ltid, kb.i32c(31), "lane")?;
+        let warp = kb.udiv(env.ltid, kb.i32c(32), "warp_in_wg")?;
+        let quad_row = kb.udiv(lane, kb.i32c(4), "quad_row")?;
+        let quad_col = kb.and(lane, kb.i32c(3), "quad_col")?;
+        let row0 = kb.add(
+            kb.mul(env.consumer, kb.i32c(ROWS_PER_CONSUMER as i64), "")?,
+            kb.add(kb.mul(warp, kb.i32c(16), "")?, quad_row, "")?,
+            "ds_row0",
+        )?;
+        let row_addr = kb.add(ds_smem, kb.mul(row0, kb.i32c(ROW_BYTES as i64), "")?, "ds_row_addr")?;
+        let in_chunk = kb.mul(quad_col, kb.i32c(4), "")?;
+        for (k, op) in ops.iter().enumerate() {
+            // Packed register k: 8-column tile k / 2, row half k % 2.
+            let (tile, half) = ((k / 2) as i64, (k % 2) as i64);
+            let chunk = kb.xor(kb.i32c(tile), quad_row, "")?;
+            let addr = kb.add(
+                kb.add(row_addr, kb.i32c(half * 8 * ROW_BYTES as i64), "")?,
+                kb.add(kb.mul(chunk, kb.i32c(16), "")?, in_chunk, "")?,
+                "ds_addr",
+            )?;
+            kb.st_shared_b32(addr, *op)?;
+        }
+        Ok(())
+    }
+
+    /// dK (times the softmax scale) and dV of this warpgroup's keys inside seqlen_k.
+    fn store_dk_dv(&self, kb: &mut Kb<'ctx>, env: &Env<'_, 'ctx>, acc: &Accs<'ctx>, n0: IntValue<'ctx>) -> R<()> {
+        let spec = self.spec;
+        let cta = env.cta;
+        kb.section("epilogue: dK *= scale, store dK, dV")?;
+        let lane = kb.and(env.ltid, kb.i32c(31), "lane")?;
+        let warp = kb.udiv(env.ltid, kb.i32c(32), "warp_in_wg")?;
+        let quad_row = kb.udiv(lane, kb.i32c(4), "quad_row")?;
+        let quad_col = kb.and(lane, kb.i32c(3), "quad_col")?;
+        let (dk_st, dv_st) = (self.args.strides("dk")?, self.args.strides("dv")?);
+        let scale = kb.f32c(spec.scale_value());
+        for half in 0..2i64 {
+            let key = kb.add(
+                kb.add(n0, kb.mul(env.consumer, kb.i32c(ROWS_PER_CONSUMER as i64), "")?, "")?,
+                kb.add(kb.mul(warp, kb.i32c(16), "")?, kb.add(quad_row, kb.i32c(8 * half), "")?, "")?,
+                "key",
+            )?;
+            let inside = kb.icmp(IntPredicate::SLT, key, cta.bv.seqlen_k, "")?;
+            kb.if_then(inside, "store_key", |kb| {
+                let (ko, vo) = kv_row_offsets(kb, spec, &cta.la, &cta.bv, &dk_st, &dv_st, key, cta.hkv)?;
+                for (slots, off, base, d, mul) in [
+                    (&acc.dk, ko, self.args.int("dk")?, spec.head_dim_qk, Some(scale)),
+                    (&acc.dv, vo, self.args.int("dv")?, spec.head_dim_v, None),
+                ] {
+                    let row = kb.add(base, kb.mul(off, kb.i64c(2), "")?, "")?;
+                    for i in 0..d / 8 {
+                        let e = (4 * i) as usize + 2 * half as usize;
+                        let mut x0 = kb.get_f(slots[e], "")?;
+                        let mut x1 = kb.get_f(slots[e + 1], "")?;
+                        if let Some(sc) = mul {
+                            x0 = kb.fmul(x0, sc, "")?;
+                            x1 = kb.fmul(x1, sc, "")?;
+                        }
+                        let packed = kb.pack_half2(spec.dtype, x0, x1, "grad_pair")?;
+                        let col = kb.add(kb.mul(quad_col, kb.i32c(2), "")?, kb.i32c(i as i64 * 8), "")?;
+                        kb.st_global_b32(kb.add(row, kb.mul(kb.zext64(col, "")?, kb.i64c(2), "")?, "")?, packed)?;
+                    }
+                }
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// A tile's Pᵀ between its recompute and dS.
+struct PTile<'ctx> {
+    /// Packed in the element type: the A fragment of dV += Pᵀ·dO (k step j: `ops[4j..4j+4]`).
+    ops: Vec<IntValue<'ctx>>,
+    /// The f32 P, kept only for learnable aux gradients.
+    p_f32: Vec<FloatValue<'ctx>>,
+    /// Per element: the score mod's `∂m/∂score` (None: 1) and its aux derivatives.
+    slope: Vec<Option<FloatValue<'ctx>>>,
+    pre_d: Vec<Vec<Option<FloatValue<'ctx>>>>,
+}
+
+/// The query column (within the tile, past `2·(lane % 4)`) of accumulator element `idx`:
+/// 8-column tile `idx / 4`, column `idx % 2` of its pair.
+fn col_in_tile(idx: usize) -> i64 {
+    (8 * (idx / 4) + idx % 2) as i64
+}
+
+/// lse_log2 (`off` 0) or D (`off` = block_m·4) of fragment element `idx`'s query, from the
+/// stage's row values in shared memory.
+fn row_val<'ctx>(
+    kb: &Kb<'ctx>,
+    rowvals: IntValue<'ctx>,
+    col0: IntValue<'ctx>,
+    idx: usize,
+    off: u32,
+    name: &str,
+) -> R<FloatValue<'ctx>> {
+    let col = kb.add(col0, kb.i32c(col_in_tile(idx)), "")?;
+    kb.ld_shared_f32(kb.add(rowvals, kb.add(kb.mul(col, kb.i32c(4), "")?, kb.i32c(off as i64), "")?, "")?, name)
+}
+
+/// Pairs of adjacent fragment elements packed in the element type (the wgmma A order).
+fn pack<'ctx>(kb: &Kb<'ctx>, spec: &Spec, v: &[FloatValue<'ctx>]) -> R<Vec<IntValue<'ctx>>> {
+    (0..v.len() / 2).map(|k| kb.pack_half2(spec.dtype, v[2 * k], v[2 * k + 1], "packed")).collect()
+}
+
+/// What a consumer's tiles share.
+struct Env<'a, 'ctx> {
+    cta: &'a Cta<'ctx>,
+    /// 0 or 1: which 64 keys of the CTA's tile.
+    consumer: IntValue<'ctx>,
+    /// Thread index within the warpgroup, and within the CTA.
+    ltid: IntValue<'ctx>,
+    tid: IntValue<'ctx>,
+    deterministic: IntValue<'ctx>,
+}
+
+/// dK and dV accumulators of a consumer thread (wgmma D fragments, d/2 f32 each).
+struct Accs<'ctx> {
+    dk: Vec<Slot<'ctx>>,
+    dv: Vec<Slot<'ctx>>,
+}
