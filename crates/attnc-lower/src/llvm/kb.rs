@@ -193,6 +193,10 @@ impl<'ctx> Kb<'ctx> {
     pub fn shl(&self, a: IntValue<'ctx>, b: IntValue<'ctx>, n: &str) -> R<IntValue<'ctx>> {
         Ok(self.b.build_left_shift(a, b, n)?)
     }
+    /// Logical (unsigned) right shift.
+    pub fn lshr(&self, a: IntValue<'ctx>, b: IntValue<'ctx>, n: &str) -> R<IntValue<'ctx>> {
+        Ok(self.b.build_right_shift(a, b, false, n)?)
+    }
     pub fn and(&self, a: IntValue<'ctx>, b: IntValue<'ctx>, n: &str) -> R<IntValue<'ctx>> {
         Ok(self.b.build_and(a, b, n)?)
     }

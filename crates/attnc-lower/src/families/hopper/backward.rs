@@ -454,6 +454,10 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let s = gemm_sdp(kb, k_wg, q_smem, spec.head_dim_qk, "s")?;
         let early_dp = if cfg.dp_with_s { Some(gemm_sdp(kb, v_wg, do_smem, spec.head_dim_v, "dp")?) } else { None };
         kb.wgmma_commit_group()?;
+        // The mask of a partial tile, one bit per fragment element, while Sᵀ is in flight:
+        // only dK, dV and Sᵀ are live then, so the mask's positions and aux reads have
+        // the registers they need (computed next to P, they spilled).
+        let mask_bits = self.mask_bits(kb, env, unmasked, n0, m0, h)?;
         let (s, early_dp) = match early_dp {
             Some(dp) => {
                 let both = kb.wgmma_wait_group_acc(0, &[s, dp].concat(), "s_dp")?;
@@ -465,7 +469,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
 
         // ---- Pᵀ (fragment element e of 8-column tile i: key row r + 8·(e/2), query
         // column 8i + 2·(lane % 4) + e % 2)
-        let pt = self.recompute_p(kb, env, rowvals, unmasked, n0, m0, h, &s)?;
+        let pt = self.recompute_p(kb, env, rowvals, unmasked, mask_bits, n0, m0, h, &s)?;
 
         // ---- dV += Pᵀ·dO (A from registers; B the stage's dO read MN-major: queries
         // are the K dimension), and dPᵀ when it was left for now
@@ -610,6 +614,41 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         Ok((key0, col0))
     }
 
+    /// The mask of the tile for this thread's 32 fragment elements, bit `idx` set where
+    /// element `idx` is allowed (the key inside seqlen_k, the query inside seqlen_q, the
+    /// mask true); all ones on a full tile, where nothing reads it.
+    fn mask_bits(
+        &self,
+        kb: &mut Kb<'ctx>,
+        env: &Env<'_, 'ctx>,
+        unmasked: IntValue<'ctx>,
+        n0: IntValue<'ctx>,
+        m0: IntValue<'ctx>,
+        h: IntValue<'ctx>,
+    ) -> R<IntValue<'ctx>> {
+        let spec = self.spec;
+        let cta = env.cta;
+        let bits = kb.slot_i32("mask_bits", kb.i32c(-1))?;
+        let partial = kb.not(unmasked, "partial_tile")?;
+        kb.if_then(partial, "mask_bits", |kb| {
+            kb.section("mask (partial tile): one bit per element")?;
+            let (key0, col0) = self.frag_coords(kb, env, n0)?;
+            let predicate = spec.mask.to_predicate();
+            let mut acc = kb.i32c(0);
+            for idx in 0..(self.cfg.block_m / 2) as usize {
+                let q = kb.add(m0, kb.add(col0, kb.i32c(col_in_tile(idx)), "")?, "q")?;
+                let key = kb.add(key0, kb.i32c(if idx % 4 >= 2 { 8 } else { 0 }), "key")?;
+                let vars = cta.bv.elem_vars(cta.hkv, q, h, key);
+                let q_in = kb.icmp(IntPredicate::SLT, q, cta.bv.seqlen_q, "q_in_bounds")?;
+                let allowed = kb.and(vexpr::allowed(kb, spec, predicate.as_ref(), &vars, &cta.va)?, q_in, "")?;
+                let bit = kb.shl(kb.zext32(allowed, "")?, kb.i32c(idx as i64), "")?;
+                acc = kb.or(acc, bit, "")?;
+            }
+            kb.set(bits, acc)
+        })?;
+        kb.get_i(bits, "mask_bits")
+    }
+
     /// Pᵀ of the tile from the f32 Sᵀ fragment: the score mod (and what its derivative
     /// needs), P = 2^(s − lse_log2), the mask on partial tiles; packed in the element
     /// type (the A fragment of dV += Pᵀ·dO).
@@ -620,6 +659,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         env: &Env<'_, 'ctx>,
         rowvals: IntValue<'ctx>,
         unmasked: IntValue<'ctx>,
+        mask_bits: IntValue<'ctx>,
         n0: IntValue<'ctx>,
         m0: IntValue<'ctx>,
         h: IntValue<'ctx>,
@@ -648,21 +688,15 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             };
             p[idx] = kb.ex2(kb.fsub(s2, lse2, "")?, "p")?;
         }
-        // Partial tiles: keys past seqlen_k, queries past seqlen_q and the mask to P = 0.
+        // Partial tiles: the mask's zeros (keys past seqlen_k, queries past seqlen_q, the
+        // mask) into P.
         let slots: Vec<Slot<'ctx>> = p.iter().map(|v| kb.slot_f32("p", *v)).collect::<R<_>>()?;
         let partial = kb.not(unmasked, "partial_tile")?;
         kb.if_then(partial, "mask_tile", |kb| {
-            kb.section("mask (partial tile)")?;
-            let predicate = spec.mask.to_predicate();
+            kb.section("mask (partial tile): P = 0 where the bit is clear")?;
             for (idx, slot) in slots.iter().enumerate() {
-                // Opaque positions: each element reads its own aux values, which die with
-                // it, instead of 18 values shared across elements staying live next to
-                // dK and dV (the spills of masks over aux tensors).
-                let q = kb.opaque_i32(q_of(kb, idx)?, "q_elem")?;
-                let key = kb.opaque_i32(key_of(kb, idx)?, "key_elem")?;
-                let vars = cta.bv.elem_vars(cta.hkv, q, h, key);
-                let q_in = kb.icmp(IntPredicate::SLT, q, cta.bv.seqlen_q, "q_in_bounds")?;
-                let allowed = kb.and(vexpr::allowed(kb, spec, predicate.as_ref(), &vars, &cta.va)?, q_in, "")?;
+                let bit = kb.and(kb.lshr(mask_bits, kb.i32c(idx as i64), "")?, kb.i32c(1), "")?;
+                let allowed = kb.icmp(IntPredicate::NE, bit, kb.i32c(0), "allowed")?;
                 let v = kb.get_f(*slot, "")?;
                 kb.set(*slot, kb.select_f(allowed, v, kb.f32c(0.0), "p_masked")?)?;
             }
