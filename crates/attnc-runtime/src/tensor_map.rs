@@ -129,7 +129,7 @@ impl fmt::Display for TmaRule {
 pub struct TmaEncode {
     /// The kernel parameter that receives the map.
     pub param: String,
-    /// The tensor it describes (`q`, `k`, `v`, `o`).
+    /// The tensor it describes (`q`, `k`, `v`, `o`; `do` for the backward).
     pub tensor: String,
     pub data_type: TmaDataType,
     pub global_address: u64,

@@ -155,11 +155,9 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             Bar::KvFull => kb.i32c(base as i64),
             Bar::KvEmpty => kb.i32c(base as i64 + 8),
             Bar::Full => kb.add(kb.i32c(base as i64 + 16), kb.mul(slot, kb.i32c(8), "")?, "")?,
-            Bar::Empty => kb.add(
-                kb.i32c(base as i64 + 16 + 8 * self.cfg.stages as i64),
-                kb.mul(slot, kb.i32c(8), "")?,
-                "",
-            )?,
+            Bar::Empty => {
+                kb.add(kb.i32c(base as i64 + 16 + 8 * self.cfg.stages as i64), kb.mul(slot, kb.i32c(8), "")?, "")?
+            }
         };
         kb.add(cta.smem, off, "mbar")
     }
@@ -327,10 +325,9 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                 let h = qt.head(kb, p.g)?;
                 let m0 = kb.mul(p.m, kb.i32c(cfg.block_m as i64), "m0")?;
                 let row = kb.add(q_row_base, m0, "q_row")?;
-                for (tm, base, per, d) in [
-                    (tmap_q, l.q, l.q_per_stage, spec.head_dim_qk),
-                    (tmap_do, l.d_o, l.do_per_stage, spec.head_dim_v),
-                ] {
+                for (tm, base, per, d) in
+                    [(tmap_q, l.q, l.q_per_stage, spec.head_dim_qk), (tmap_do, l.d_o, l.do_per_stage, spec.head_dim_v)]
+                {
                     let dst0 = kb.add(
                         cta.smem,
                         kb.add(kb.i32c(base as i64), kb.mul(slot, kb.i32c(per as i64), "")?, "")?,
@@ -383,7 +380,9 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                 cta.bv.seqlen_k,
                 "keys_inside",
             )?;
-            self.pairs(kb, &cta, &qt, pos, |kb, p, ring_pos| self.tile(kb, &env, &qt, &acc, n0, k_inside, p, ring_pos))?;
+            self.pairs(kb, &cta, &qt, pos, |kb, p, ring_pos| {
+                self.tile(kb, &env, &qt, &acc, n0, k_inside, p, ring_pos)
+            })?;
             // K and V are no longer read (every GEMM of the walk was waited on).
             let lane = kb.and(ltid, kb.i32c(31), "lane")?;
             kb.mbar_arrive_lane0(self.bar(kb, &cta, Bar::KvEmpty, kb.i32c(0))?, lane)?;
@@ -548,7 +547,17 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         for j in 0..k_steps {
             let off = kb.i64c((mn_major_step_offset(j) >> 4) as i64);
             let scale = if j == 0 { Acc::Overwrite } else { Acc::Accumulate };
-            dq = kb.wgmma_ss(ty, dq_n, &dq, kb.add(a0, off, "")?, kb.add(b0, off, "")?, scale, Major::Mn, Major::Mn, "dq")?;
+            dq = kb.wgmma_ss(
+                ty,
+                dq_n,
+                &dq,
+                kb.add(a0, off, "")?,
+                kb.add(b0, off, "")?,
+                scale,
+                Major::Mn,
+                Major::Mn,
+                "dq",
+            )?;
         }
         kb.wgmma_commit_group()?;
         let (ndv, ndk) = (dv.len(), dk.len());

@@ -122,7 +122,55 @@ mod wgmma_tests;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use attnc_ir::Align;
+    use attnc_ir::{Align, AuxDecl, AuxDim};
+
+    /// The backward compiles for every head dim it has tiles for, masked and not, with
+    /// GQA; with ptxas present it must assemble for sm_90a without spills and without
+    /// serialized wgmma, with HGMMA, UTMALDG and the bulk copy in the SASS. Other head
+    /// dims and learnable aux tensors are refused with a reason (the dispatcher falls
+    /// back to portable).
+    #[test]
+    fn the_backward_assembles_cleanly_or_says_why_not() {
+        let ptxas = crate::ptxas::find_ptxas();
+        for &(dqk, dv) in attnc_ir::spec::SUPPORTED_HEAD_DIMS {
+            for causal in [false, true] {
+                let mut s = Spec::new(&format!("bwd_d{dqk}_{dv}_{causal}"), dqk, 8);
+                s.head_dim_v = dv;
+                s.kv_heads = 2;
+                if causal {
+                    s.mask.causal = Some(Align::BottomRight);
+                }
+                let r = Hopper.compile(&s, Arch::Sm90a, Direction::Backward);
+                if !matches!((dqk, dv), (64, 64) | (96, 96) | (128, 128)) {
+                    let e = r.expect_err("no tiles for this head dim").to_string();
+                    assert!(e.contains("head dims"), "{e}");
+                    continue;
+                }
+                let m = r.unwrap_or_else(|e| panic!("d={dqk}: {e}"));
+                assert!(m.ptx.contains("wgmma.mma_async") && m.ptx.contains("cp.async.bulk.tensor"));
+                let Ok(path) = &ptxas else {
+                    assert!(std::env::var_os("CI").is_none(), "CI must have ptxas");
+                    continue;
+                };
+                let a = crate::ptxas::assemble_with(path, &m.ptx, Arch::Sm90a).expect("assembles");
+                assert!(!a.has_spills(), "d={dqk} causal={causal} spills:\n{}", a.log);
+                for code in ["C7513", "C7515", "C7517"] {
+                    assert!(!a.log.contains(code), "d={dqk} causal={causal}: wgmma serialized:\n{}", a.log);
+                }
+                if let Ok(sass) = a.disassemble() {
+                    let ops = crate::ptxas::sass_opcode_counts(&sass);
+                    for want in ["HGMMA", "UTMALDG", "UBLKCP"] {
+                        assert!(ops.keys().any(|k| k.starts_with(want)), "d={dqk}: no {want}");
+                    }
+                }
+            }
+        }
+        let mut s = Spec::new("learned_bias", 128, 4);
+        s.aux.push(AuxDecl::float("bias", vec![AuxDim::QHeads], true));
+        let e = Hopper.compile(&s, Arch::Sm90a, Direction::Backward).expect_err("refused").to_string();
+        assert!(e.contains("learnable aux tensor `bias`"), "{e}");
+        assert!(Hopper.unsupported_reason(&Spec::new("x", 128, 4), Arch::Sm80, Direction::Backward).is_some());
+    }
 
     /// Every supported head dim, masked and not, compiles; with ptxas present it must
     /// assemble for sm_90a without spills and without serialized wgmma, with HGMMA and

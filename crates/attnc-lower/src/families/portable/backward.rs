@@ -26,8 +26,7 @@
 use super::config::BwdConfig;
 use crate::families::common::abi::{describe, Args};
 use crate::families::common::backward::{
-    aux_sink, dynamic_smem_base, emit_seqlen_pad, main_params, red_dq_fragment, ws_row, DqSlice,
-    FragLane,
+    aux_sink, dynamic_smem_base, emit_seqlen_pad, main_params, red_dq_fragment, ws_row, DqSlice, FragLane,
 };
 use crate::llvm::kb::{Kb, Slot, R};
 use crate::module::{Grid, KernelInfo, KernelRole};
