@@ -19,9 +19,10 @@
 
 use crate::cache::{pack_sections, unpack_sections, CacheKey, Producer};
 use crate::cuda::{Function, Gpu, Image, Module};
+use crate::dispatch::Resolved;
 use crate::error::RuntimeError;
 use attnc_ir::Spec;
-use attnc_lower::{CompileOptions, Direction, FamilyChoice, Grid, KernelInfo, KernelRole, TmaBox};
+use attnc_lower::{CompileOptions, Direction, FamilyChoice, FamilyKind, Grid, KernelInfo, KernelRole, TmaBox};
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
@@ -239,6 +240,12 @@ fn instantiate(
     Ok(LoadedKernel { meta, ptx, image: kind, times, _module: module, functions, main_regs, main_ctas_per_sm })
 }
 
+/// Whether a module that spills gives way to portable: only a family `auto` chose, and
+/// never portable itself (the family of last resort runs as assembled).
+fn spill_fallback(choice: FamilyChoice, resolved: &Resolved) -> bool {
+    choice == FamilyChoice::Auto && resolved.family != FamilyKind::Portable
+}
+
 /// The cache's producer of kernels.
 pub struct KernelProducer<'a> {
     pub gpu: &'a Gpu,
@@ -267,8 +274,19 @@ impl Producer for KernelProducer<'_> {
     }
 
     fn build(&self) -> Result<(LoadedKernel, Option<Vec<u8>>), RuntimeError> {
-        let t = Instant::now();
         let resolved = crate::dispatch::resolve(self.spec, self.gpu.arch, self.family, self.direction)?;
+        self.build_resolved(resolved)
+    }
+}
+
+impl KernelProducer<'_> {
+    /// Compiles, assembles and loads the family `resolved` names. Fails closed on spills:
+    /// when the dispatcher chose the family (`auto`) and ptxas reports local-memory
+    /// spills in its module, the portable family runs instead and the receipt's fallback
+    /// reason says which kernel spilled how much. A family the caller named runs as
+    /// assembled (`attnc check` reports its spills).
+    fn build_resolved(&self, resolved: Resolved) -> Result<(LoadedKernel, Option<Vec<u8>>), RuntimeError> {
+        let t = Instant::now();
         let opts =
             CompileOptions::new(self.gpu.arch).family(FamilyChoice::Exactly(resolved.family)).direction(self.direction);
         let module = attnc_lower::compile(self.spec, &opts)?;
@@ -289,6 +307,24 @@ impl Producer for KernelProducer<'_> {
         let mut ptxas_err = None;
         if let Some((path, version)) = external_ptxas() {
             match attnc_lower::ptxas::assemble_with(&path, &module.ptx, self.gpu.arch) {
+                Ok(report) if report.has_spills() && spill_fallback(self.family, &resolved) => {
+                    let worst = report.kernels.iter().chain(&report.functions).max_by_key(|f| f.spill_bytes());
+                    let what = worst.map_or_else(String::new, |f| format!(" ({}: {} bytes)", f.name, f.spill_bytes()));
+                    let reason = format!(
+                        "{}: its {} spills {} bytes of local memory{what} (ptxas)",
+                        resolved.family.name(),
+                        match self.direction {
+                            Direction::Forward => "forward",
+                            Direction::Backward => "backward",
+                        },
+                        report.total_spill_bytes()
+                    );
+                    let fallback_reason = Some(match &resolved.fallback_reason {
+                        Some(earlier) => format!("{earlier}; {reason}"),
+                        None => reason,
+                    });
+                    return self.build_resolved(Resolved { family: FamilyKind::Portable, fallback_reason });
+                }
                 Ok(report) => {
                     meta.compiler = format!("ptxas {version}");
                     let meta_json = serde_json::to_vec(&meta)
@@ -339,5 +375,21 @@ impl Producer for KernelProducer<'_> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Spills send an `auto` choice to portable; a named family, and portable itself, run
+    /// as assembled.
+    #[test]
+    fn only_an_auto_choice_falls_back_on_spills() {
+        let hopper = Resolved { family: FamilyKind::Hopper, fallback_reason: None };
+        let portable = Resolved { family: FamilyKind::Portable, fallback_reason: None };
+        assert!(spill_fallback(FamilyChoice::Auto, &hopper));
+        assert!(!spill_fallback(FamilyChoice::Exactly(FamilyKind::Hopper), &hopper));
+        assert!(!spill_fallback(FamilyChoice::Auto, &portable));
     }
 }

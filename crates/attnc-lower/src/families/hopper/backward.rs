@@ -508,58 +508,14 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let dk = rs_gemm(kb, &dk_in, &ds_ops, q_smem, spec.head_dim_qk, "dk")?;
         kb.wgmma_commit_group()?;
 
-        // ---- dSᵀ → shared memory (dQ's A operand, MN-major: key rows of 64 queries)
-        kb.section("dS^T -> shared memory (128B-swizzled key rows)")?;
-        let ds_buf = match cfg.dq_split {
-            DqSplit::Columns => {
-                let buf = kb.and(ring_pos, kb.i32c(1), "ds_buffer")?;
-                kb.add(kb.i32c(l.ds as i64), kb.mul(buf, kb.i32c(l.ds_per_buffer as i64), "")?, "")?
-            }
-            DqSplit::Keys => kb.i32c(l.ds as i64),
+        // ---- dSᵀ → shared memory (dQ's A operand, MN-major: key rows of 64 queries),
+        // then dQ = dS·K
+        let dq_n = match cfg.dq_split {
+            DqSplit::Columns => spec.head_dim_qk / 2,
+            DqSplit::Keys => spec.head_dim_qk,
         };
-        let ds_smem = kb.add(cta.smem, ds_buf, "ds_smem")?;
-        self.store_ds(kb, env, ds_smem, &ds_ops)?;
-        kb.fence_proxy_async_shared()?;
-        match cfg.dq_split {
-            DqSplit::Columns => kb.named_bar_sync(DS_BAR, 128 * cfg.consumers)?,
-            DqSplit::Keys => kb.named_bar_sync_r(kb.add(env.consumer, kb.i32c(DS_BAR as i64), "")?, 128)?,
-        }
-
-        // ---- dQ = dS·K
-        kb.section("wgmma dQ = dS*K (ss, dS^T MN-major from shared memory)")?;
-        let (dq_n, k_steps, a_start, b_start) = match cfg.dq_split {
-            // Half the columns (a 64-column block of K), all the CTA's keys.
-            DqSplit::Columns => {
-                let b = kb.add(
-                    kb.add(cta.smem, kb.i32c(l.k as i64), "")?,
-                    kb.mul(env.consumer, kb.i32c((bn * ROW_BYTES) as i64), "")?,
-                    "k_col_block",
-                )?;
-                (spec.head_dim_qk / 2, bn / 16, ds_smem, b)
-            }
-            // All the columns, this warpgroup's keys.
-            DqSplit::Keys => (spec.head_dim_qk, ROWS_PER_CONSUMER / 16, kb.add(ds_smem, wg_rows, "")?, k_wg),
-        };
-        let mn = |lbo: u32| SmemDesc::mn_major_sw128(0, lbo).encode_without_start();
-        let a0 = kb.wgmma_desc(a_start, mn(bn * ROW_BYTES), "ds_desc")?;
-        let b0 = kb.wgmma_desc(b_start, mn(bn * ROW_BYTES), "k_mn_desc")?;
-        let mut dq = vec![undef; (dq_n / 2) as usize];
-        for j in 0..k_steps {
-            let off = kb.i64c((mn_major_step_offset(j) >> 4) as i64);
-            let scale = if j == 0 { Acc::Overwrite } else { Acc::Accumulate };
-            dq = kb.wgmma_ss(
-                ty,
-                dq_n,
-                &dq,
-                kb.add(a0, off, "")?,
-                kb.add(b0, off, "")?,
-                scale,
-                Major::Mn,
-                Major::Mn,
-                "dq",
-            )?;
-        }
-        kb.wgmma_commit_group()?;
+        let dq =
+            if cfg.diag.no_dq { Vec::new() } else { self.gemm_dq(kb, env, ring_pos, wg_rows, k_wg, dq_n, &ds_ops)? };
         let (ndv, ndk) = (dv.len(), dk.len());
         let all = kb.wgmma_wait_group_acc(0, &[dv, dk, dq].concat(), "dkv_dq")?;
         for (slot, v) in acc.dv.iter().zip(&all[..ndv]) {
@@ -587,6 +543,9 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             let dqs = DqSlice::new(kb, spec, &self.args, cta.seqlen_pad, cta.bv.b, slice)?;
             red_dq_fragment(kb, &dqs, h, q0, col0, fl, &frag, true)
         };
+        if dq.is_empty() || cfg.diag.no_dq_red {
+            return Ok(());
+        }
         match cfg.dq_split {
             DqSplit::Columns => add(kb),
             DqSplit::Keys => {
@@ -602,6 +561,81 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                 })
             }
         }
+    }
+
+    /// dSᵀ into shared memory (dQ's A operand, MN-major: key rows of 64 queries), the
+    /// barrier that makes it visible, and the issue of dQ = dS·K (`dq_n` columns);
+    /// committed, not waited on.
+    #[allow(clippy::too_many_arguments)]
+    fn gemm_dq(
+        &self,
+        kb: &mut Kb<'ctx>,
+        env: &Env<'_, 'ctx>,
+        ring_pos: IntValue<'ctx>,
+        wg_rows: IntValue<'ctx>,
+        k_wg: IntValue<'ctx>,
+        dq_n: u32,
+        ds_ops: &[IntValue<'ctx>],
+    ) -> R<Vec<FloatValue<'ctx>>> {
+        let spec = self.spec;
+        let cfg = self.cfg;
+        let l = self.layout;
+        let cta = env.cta;
+        let ty = WgmmaType::from(spec.dtype);
+        let bn = cfg.block_n();
+        let undef = kb.ctx.f32_type().get_undef();
+        kb.section("dS^T -> shared memory (128B-swizzled key rows)")?;
+        let ds_buf = match cfg.dq_split {
+            DqSplit::Columns => {
+                let buf = kb.and(ring_pos, kb.i32c(1), "ds_buffer")?;
+                kb.add(kb.i32c(l.ds as i64), kb.mul(buf, kb.i32c(l.ds_per_buffer as i64), "")?, "")?
+            }
+            DqSplit::Keys => kb.i32c(l.ds as i64),
+        };
+        let ds_smem = kb.add(cta.smem, ds_buf, "ds_smem")?;
+        self.store_ds(kb, env, ds_smem, ds_ops)?;
+        kb.fence_proxy_async_shared()?;
+        match cfg.dq_split {
+            DqSplit::Columns => kb.named_bar_sync(DS_BAR, 128 * cfg.consumers)?,
+            DqSplit::Keys => kb.named_bar_sync_r(kb.add(env.consumer, kb.i32c(DS_BAR as i64), "")?, 128)?,
+        }
+
+        // ---- dQ = dS·K
+        kb.section("wgmma dQ = dS*K (ss, dS^T MN-major from shared memory)")?;
+        let (k_steps, a_start, b_start) = match cfg.dq_split {
+            // Half the columns (a 64-column block of K), all the CTA's keys.
+            DqSplit::Columns => {
+                let b = kb.add(
+                    kb.add(cta.smem, kb.i32c(l.k as i64), "")?,
+                    kb.mul(env.consumer, kb.i32c((bn * ROW_BYTES) as i64), "")?,
+                    "k_col_block",
+                )?;
+                (bn / 16, ds_smem, b)
+            }
+            // All the columns, this warpgroup's keys.
+            DqSplit::Keys => (ROWS_PER_CONSUMER / 16, kb.add(ds_smem, wg_rows, "")?, k_wg),
+        };
+        let mn = |lbo: u32| SmemDesc::mn_major_sw128(0, lbo).encode_without_start();
+        let a0 = kb.wgmma_desc(a_start, mn(bn * ROW_BYTES), "ds_desc")?;
+        let b0 = kb.wgmma_desc(b_start, mn(bn * ROW_BYTES), "k_mn_desc")?;
+        let mut dq = vec![undef; (dq_n / 2) as usize];
+        for j in 0..k_steps {
+            let off = kb.i64c((mn_major_step_offset(j) >> 4) as i64);
+            let scale = if j == 0 { Acc::Overwrite } else { Acc::Accumulate };
+            dq = kb.wgmma_ss(
+                ty,
+                dq_n,
+                &dq,
+                kb.add(a0, off, "")?,
+                kb.add(b0, off, "")?,
+                scale,
+                Major::Mn,
+                Major::Mn,
+                "dq",
+            )?;
+        }
+        kb.wgmma_commit_group()?;
+        Ok(dq)
     }
 
     /// This thread's fragment coordinates: the key of element `e` (row half `e / 2`) and
@@ -677,6 +711,10 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let spec = self.spec;
         let cta = env.cta;
         kb.section("softmax recompute: P^T = 2^(s - lse_log2) (exp2 domain)")?;
+        if self.cfg.diag.no_softmax {
+            let ops = pack(kb, spec, s)?;
+            return Ok(PTile { ops, p_f32: Vec::new(), slope: vec![None; s.len()], pre_d: vec![Vec::new(); s.len()] });
+        }
         let (key0, col0) = self.frag_coords(kb, env, n0)?;
         let key_of = |kb: &Kb<'ctx>, idx: usize| kb.add(key0, kb.i32c(if idx % 4 >= 2 { 8 } else { 0 }), "key");
         let q_of = |kb: &Kb<'ctx>, idx: usize| kb.add(m0, kb.add(col0, kb.i32c(col_in_tile(idx)), "")?, "q");
@@ -740,6 +778,9 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let cta = env.cta;
         let bm = self.cfg.block_m;
         kb.section("dS^T = P^T * (dP^T - D) (and learnable aux gradients)")?;
+        if self.cfg.diag.no_softmax {
+            return pack(kb, spec, dp);
+        }
         let (key0, col0) = self.frag_coords(kb, env, n0)?;
         let n = dp.len();
         let p_at = |kb: &Kb<'ctx>, idx: usize| -> R<FloatValue<'ctx>> {

@@ -299,6 +299,20 @@ pub struct BwdConfig {
     pub dp_with_s: bool,
     pub producer_regs: u32,
     pub consumer_regs: u32,
+    /// Diagnostics only (wrong results; never set by `for_spec`, only through
+    /// `ATTNC_HOPPER_BWD_TUNE`): what a tile costs without one of its parts.
+    pub diag: BwdDiag,
+}
+
+/// What a diagnostic build of the backward leaves out, to time the rest.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BwdDiag {
+    /// No red.global.add of dQ (the dQ GEMM still runs).
+    pub no_dq_red: bool,
+    /// No dQ at all: no dSᵀ store, barrier, GEMM or atomics.
+    pub no_dq: bool,
+    /// No softmax recompute or dS math: P = S, dS = dP (the GEMMs and the pipeline alone).
+    pub no_softmax: bool,
 }
 
 /// Byte offsets of the backward's shared memory (from a 1024-byte aligned base).
@@ -335,13 +349,15 @@ impl BwdConfig {
             dp_with_s: false,
             producer_regs: 24,
             consumer_regs: 240,
+            diag: BwdDiag::default(),
         }
         .tuned(&bwd_tune_override().unwrap_or_default())
     }
 
     /// This configuration with `key=value,...` overrides (dev sweeps; unknown keys and bad
     /// values are ignored): `stages`, `producer_regs`, `consumer_regs`, `dq_split`
-    /// (0 columns, 1 keys).
+    /// (0 columns, 1 keys), `dp_with_s`, and the diagnostics `diag_no_dq_red`,
+    /// `diag_no_dq`, `diag_no_softmax`.
     pub fn tuned(mut self, text: &str) -> BwdConfig {
         for kv in text.split(',') {
             let Some((k, v)) = kv.split_once('=') else { continue };
@@ -352,6 +368,9 @@ impl BwdConfig {
                 "consumer_regs" => self.consumer_regs = n,
                 "dq_split" => self.dq_split = if n == 0 { DqSplit::Columns } else { DqSplit::Keys },
                 "dp_with_s" => self.dp_with_s = n != 0,
+                "diag_no_dq_red" => self.diag.no_dq_red = n != 0,
+                "diag_no_dq" => self.diag.no_dq = n != 0,
+                "diag_no_softmax" => self.diag.no_softmax = n != 0,
                 _ => {}
             }
         }
