@@ -303,6 +303,11 @@ pub struct QueryTiles<'a, 'ctx> {
     pub va: &'a VariantArgs<'ctx>,
     /// The launch's classes of this key tile, when the backward takes a block mask.
     pub classes: Option<DenseClasses<'ctx>>,
+    /// Walk position `i` visits query tile `(i + rotation) mod m_tiles` instead of `i`:
+    /// `(rotation, m_tiles)`. Key tiles that start their walks at different query tiles
+    /// add their dQ into different rows at any moment, instead of every CTA of a head
+    /// contending for the same rows of `dq_accum`.
+    pub rotation: Option<(IntValue<'ctx>, IntValue<'ctx>)>,
 }
 
 impl<'a, 'ctx> QueryTiles<'a, 'ctx> {
@@ -336,6 +341,14 @@ impl<'a, 'ctx> QueryTiles<'a, 'ctx> {
         kb.and(cls.full, inside, "q_tile_full")
     }
 
+    /// The query tile that walk position `i` visits (see `rotation`).
+    pub fn tile_of(&self, kb: &Kb<'ctx>, i: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+        match self.rotation {
+            Some((rot, m_tiles)) => kb.urem(kb.add(i, rot, "")?, m_tiles, "q_tile"),
+            None => Ok(i),
+        }
+    }
+
     /// Query head `g` of this CTA's KV group.
     pub fn head(&self, kb: &Kb<'ctx>, g: IntValue<'ctx>) -> R<IntValue<'ctx>> {
         kb.add(kb.mul(self.hkv, kb.i32c(self.spec.group_size() as i64), "")?, g, "h")
@@ -343,7 +356,8 @@ impl<'a, 'ctx> QueryTiles<'a, 'ctx> {
 
     /// The first non-empty (query head of the group, query tile) pair at or after
     /// (`g`, `m_from`): the rest of head `g`'s tiles, then the next heads of the group from
-    /// their first tile. `m == m_tiles` ends the walk. Every role of a backward CTA walks
+    /// their first tile. `m` is a walk position ([`QueryTiles::tile_of`] gives its tile);
+    /// `m == m_tiles` ends the walk. Every role of a backward CTA walks
     /// this same sequence, so ring positions agree without communication.
     pub fn advance(
         &self,
@@ -379,7 +393,8 @@ impl<'a, 'ctx> QueryTiles<'a, 'ctx> {
         Ok(QueryPair { g: kb.get_i(gs, "g")?, m: kb.get_i(ms, "m")? })
     }
 
-    /// First query tile in [from, end) of head `h` that is not empty, or `end`.
+    /// First walk position in [from, end) of head `h` whose query tile is not empty, or
+    /// `end`.
     pub fn next_nonempty(
         &self,
         kb: &mut Kb<'ctx>,
@@ -399,7 +414,7 @@ impl<'a, 'ctx> QueryTiles<'a, 'ctx> {
                 let t = kb.get_i(cur, "")?;
                 let in_range = kb.icmp(IntPredicate::SLT, t, end, "")?;
                 // An out-of-range probe is harmless; the flag is and-ed with the range.
-                let cls = self.classify(kb, kb.mul(t, kb.i32c(bm), "")?, h)?;
+                let cls = self.classify(kb, kb.mul(self.tile_of(kb, t)?, kb.i32c(bm), "")?, h)?;
                 kb.and(in_range, cls.empty, "")
             },
             |kb| {

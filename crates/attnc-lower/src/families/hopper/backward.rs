@@ -181,6 +181,9 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             k: (n0, k_hi),
             va: &cta.va,
             classes: DenseClasses::for_key_tile(self.spec, self.args.block_lists().as_ref(), cta.bv.b, n),
+            // Key tile n starts its walk at query tile n (measured: without it, the dQ
+            // atomics of every key tile of a head land on the same rows at once).
+            rotation: self.cfg.rotate_walk.then_some((n, cta.m_tiles)),
         })
     }
 
@@ -323,7 +326,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                 let bytes = l.q_per_stage + l.do_per_stage + l.rowvals_per_stage;
                 kb.mbar_arrive_expect_tx(full, bytes)?;
                 let h = qt.head(kb, p.g)?;
-                let m0 = kb.mul(p.m, kb.i32c(cfg.block_m as i64), "m0")?;
+                let m0 = kb.mul(qt.tile_of(kb, p.m)?, kb.i32c(cfg.block_m as i64), "m0")?;
                 let row = kb.add(q_row_base, m0, "q_row")?;
                 for (tm, base, per, d) in
                     [(tmap_q, l.q, l.q_per_stage, spec.head_dim_qk), (tmap_do, l.d_o, l.do_per_stage, spec.head_dim_v)]
@@ -409,9 +412,10 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let cta = env.cta;
         let ty = WgmmaType::from(spec.dtype);
         let h = qt.head(kb, p.g)?;
-        let m0 = kb.mul(p.m, kb.i32c(cfg.block_m as i64), "m0")?;
+        let m = qt.tile_of(kb, p.m)?;
+        let m0 = kb.mul(m, kb.i32c(cfg.block_m as i64), "m0")?;
         let (slot, parity) = self.ring(kb, ring_pos)?;
-        let unmasked = kb.and(qt.full_inside(kb, p.m, h)?, k_inside, "unmasked")?;
+        let unmasked = kb.and(qt.full_inside(kb, m, h)?, k_inside, "unmasked")?;
         let stage_addr = |kb: &Kb<'ctx>, base: u32, per: u32, name: &str| {
             kb.add(cta.smem, kb.add(kb.i32c(base as i64), kb.mul(slot, kb.i32c(per as i64), "")?, "")?, name)
         };

@@ -297,6 +297,9 @@ pub struct BwdConfig {
     /// Issue dPᵀ = V·dOᵀ together with Sᵀ (both waited on before P), or after P with
     /// dV (its accumulators then are not live during the mask and score-mod work).
     pub dp_with_s: bool,
+    /// Key tile `n` walks the query tiles from tile `n` (wrapping), so CTAs add their dQ
+    /// into different rows at once (`QueryTiles::rotation`).
+    pub rotate_walk: bool,
     pub producer_regs: u32,
     pub consumer_regs: u32,
     /// Diagnostics only (wrong results; never set by `for_spec`, only through
@@ -347,6 +350,7 @@ impl BwdConfig {
             // ptxas 13.5, d128: dPᵀ issued with Sᵀ spills 8-192 bytes (causal, masks over
             // aux tensors, score mods); after P, none of those.
             dp_with_s: false,
+            rotate_walk: true,
             producer_regs: 24,
             consumer_regs: 240,
             diag: BwdDiag::default(),
@@ -356,7 +360,7 @@ impl BwdConfig {
 
     /// This configuration with `key=value,...` overrides (dev sweeps; unknown keys and bad
     /// values are ignored): `stages`, `producer_regs`, `consumer_regs`, `dq_split`
-    /// (0 columns, 1 keys), `dp_with_s`, and the diagnostics `diag_no_dq_red`,
+    /// (0 columns, 1 keys), `dp_with_s`, `rotate_walk`, and the diagnostics `diag_no_dq_red`,
     /// `diag_no_dq`, `diag_no_softmax`.
     pub fn tuned(mut self, text: &str) -> BwdConfig {
         for kv in text.split(',') {
@@ -368,6 +372,7 @@ impl BwdConfig {
                 "consumer_regs" => self.consumer_regs = n,
                 "dq_split" => self.dq_split = if n == 0 { DqSplit::Columns } else { DqSplit::Keys },
                 "dp_with_s" => self.dp_with_s = n != 0,
+                "rotate_walk" => self.rotate_walk = n != 0,
                 "diag_no_dq_red" => self.diag.no_dq_red = n != 0,
                 "diag_no_dq" => self.diag.no_dq = n != 0,
                 "diag_no_softmax" => self.diag.no_softmax = n != 0,

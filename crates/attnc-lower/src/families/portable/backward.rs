@@ -203,6 +203,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             k: (n0, k_hi),
             va: &self.va,
             classes,
+            rotation: None,
         })
     }
 
