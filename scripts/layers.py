@@ -25,7 +25,8 @@ LOWER_ALLOWED = {
     "llvm": {"arch", "module", "error"},
     "variant": {"arch", "module", "error", "llvm"},
     "families": {"arch", "module", "error", "llvm", "variant", "ptxas"},
-    "compile": {"arch", "module", "error", "families"},
+    # compile_without_spills assembles to choose a configuration.
+    "compile": {"arch", "module", "error", "families", "ptxas"},
     "ptxas": {"arch"},
 }
 FAMILIES = {"portable", "hopper", "blackwell"}

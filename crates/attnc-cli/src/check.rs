@@ -3,7 +3,7 @@
 //! limit, or a register file too small for one CTA.
 
 use crate::{load, output, Pass, Reported};
-use attnc::ptxas::{self, PtxasError};
+use attnc::ptxas;
 use attnc::{Arch, CompileOptions, Direction, FamilyChoice};
 use std::path::PathBuf;
 
@@ -56,22 +56,25 @@ pub fn run(files: &[PathBuf], archs: &[Arch], family: FamilyChoice, pass: Pass, 
             let opts = CompileOptions::new(arch).family(family).direction(direction);
             // `fname [arch]` and, beside a forward, the pass: `fname [arch bwd]`.
             let at = if pass == Pass::Fwd { format!("[{arch}]") } else { format!("[{arch} {}]", direction.name()) };
-            let module = match attnc::compile(&spec, &opts) {
-                Ok(m) => m,
+            // The module that runs: a configuration that spills steps down to a smaller
+            // one of its family where there is one (the runtime does the same).
+            let (module, report) = match attnc::compile_without_spills(&spec, &opts, &ptxas_path) {
+                Ok(c) => {
+                    for why in c.module.fallback_reason.iter().chain(&c.module.config_note) {
+                        if !c.stepped_down.is_empty() {
+                            eprintln!("note: {fname} {at}: {why}");
+                        }
+                    }
+                    (c.module, c.report)
+                }
+                Err(attnc::LowerError::Ptxas(e)) => {
+                    eprintln!("error: {} {at}: {e}", file.display());
+                    problems.push(format!("{fname} {at}: ptxas failed"));
+                    continue;
+                }
                 Err(e) => {
                     eprintln!("error: {} {at}: {e}", file.display());
                     problems.push(format!("{fname} {at}: compile error"));
-                    continue;
-                }
-            };
-            let report = match ptxas::assemble_with(&ptxas_path, &module.ptx, arch) {
-                Ok(r) => r,
-                Err(e) => {
-                    eprintln!("error: {} {at}: {e}", file.display());
-                    problems.push(format!("{fname} {at}: ptxas failed"));
-                    if let PtxasError::NotFound { .. } = e {
-                        return Err(Reported);
-                    }
                     continue;
                 }
             };

@@ -132,6 +132,79 @@ pub fn compile(spec: &Spec, opts: &CompileOptions) -> Result<CompiledModule, Low
     Ok(module)
 }
 
+/// What [`compile_without_spills`] returns: the module, its ptxas report, and the spills
+/// of the configurations it stepped down from (empty when the first fitted).
+#[derive(Debug)]
+pub struct SpillFreeCompile {
+    pub module: CompiledModule,
+    pub report: crate::ptxas::PtxasReport,
+    pub stepped_down: Vec<String>,
+}
+
+/// [`compile`], then ptxas (`ptxas`), then — while the module spills — the chosen
+/// family's smaller configurations in order ([`Family::compile_attempt`]): a spec that
+/// does not fit the default tiles gets smaller ones, never a silent spill. The module's
+/// `config_note` then says which configuration spilled how much and what the one kept
+/// gave up. When every configuration of a family `auto` chose spills, the portable
+/// family runs instead (the reason says so); when portable's spill too, or the family was
+/// named, the first module is returned with its report (`attnc check` fails on it, the
+/// runtime runs it).
+///
+/// [`Family::compile_attempt`]: crate::families::Family::compile_attempt
+pub fn compile_without_spills(
+    spec: &Spec,
+    opts: &CompileOptions,
+    ptxas: &std::path::Path,
+) -> Result<SpillFreeCompile, LowerError> {
+    let module = compile(spec, opts)?;
+    let assemble = |m: &CompiledModule| {
+        crate::ptxas::assemble_with(ptxas, &m.ptx, opts.arch).map_err(|e| LowerError::Ptxas(e.to_string()))
+    };
+    let report = assemble(&module)?;
+    if !report.has_spills() {
+        return Ok(SpillFreeCompile { module, report, stepped_down: Vec::new() });
+    }
+    let spilled = |r: &crate::ptxas::PtxasReport| {
+        let worst = r.kernels.iter().chain(&r.functions).max_by_key(|f| f.spill_bytes());
+        format!(
+            "{} bytes of spills{}",
+            r.total_spill_bytes(),
+            worst.map_or_else(String::new, |f| format!(" ({} {} bytes)", f.name, f.spill_bytes()))
+        )
+    };
+    let mut stepped_down = vec![spilled(&report)];
+    let fam = family(module.family);
+    for attempt in 1.. {
+        let Some(next) = fam.compile_attempt(spec, opts.arch, opts.direction, attempt) else { break };
+        let (mut m, gave_up) = next?;
+        let r = assemble(&m)?;
+        if !r.has_spills() {
+            m.fallback_reason.clone_from(&module.fallback_reason);
+            m.config_note = Some(format!(
+                "{}: the default configuration spilled ({}); {gave_up}",
+                m.family.name(),
+                stepped_down.join("; then ")
+            ));
+            return Ok(SpillFreeCompile { module: m, report: r, stepped_down });
+        }
+        stepped_down.push(spilled(&r));
+    }
+    // Every configuration of a family `auto` chose spills: portable, the family of last
+    // resort, runs it (its own ladder first).
+    if opts.family == FamilyChoice::Auto && module.family != FamilyKind::Portable {
+        let mut fallback =
+            compile_without_spills(spec, &opts.clone().family(FamilyChoice::Exactly(FamilyKind::Portable)), ptxas)?;
+        let why = format!("{}: every configuration spills ({})", module.family.name(), stepped_down.join("; "));
+        fallback.module.fallback_reason = Some(match &module.fallback_reason {
+            Some(a) => format!("{a}; {why}"),
+            None => why,
+        });
+        fallback.stepped_down.splice(0..0, stepped_down);
+        return Ok(fallback);
+    }
+    Ok(SpillFreeCompile { module, report, stepped_down })
+}
+
 /// Compiles `spec` in each of `directions` (the options' own direction is ignored), each
 /// on its own thread with its own LLVM context, results in the order asked. A training
 /// step needs the forward and the backward, and the two modules share nothing, so a cold

@@ -19,4 +19,7 @@ pub enum LowerError {
     NoSuchPass { direction: Direction, reason: String },
     #[error("LLVM error: {0}")]
     Llvm(String),
+    /// ptxas failed on a module (compiles that assemble to choose a configuration).
+    #[error("ptxas: {0}")]
+    Ptxas(String),
 }

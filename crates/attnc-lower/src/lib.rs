@@ -23,7 +23,9 @@ pub mod ptxas;
 pub mod variant;
 
 pub use arch::Arch;
-pub use compile::{compile, compile_directions, CompileOptions, FamilyChoice};
+pub use compile::{
+    compile, compile_directions, compile_without_spills, CompileOptions, FamilyChoice, SpillFreeCompile,
+};
 pub use error::LowerError;
 pub use module::{
     BlockLayout, CompileTimings, CompiledModule, Direction, FamilyKind, Grid, KernelInfo, KernelRole, TmaBox,

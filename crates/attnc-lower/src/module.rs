@@ -241,6 +241,9 @@ pub struct CompiledModule {
     pub arch: Arch,
     /// Why the requested family was not used (auto or explicit fallback).
     pub fallback_reason: Option<String>,
+    /// Why the family's default configuration was not used: it spilled, and this is the
+    /// smaller one that did not (`crate::compile::compile_without_spills`).
+    pub config_note: Option<String>,
     pub kernels: Vec<KernelInfo>,
     /// The optimized LLVM IR, as text.
     pub llvm_ir: String,

@@ -289,35 +289,23 @@ impl KernelProducer<'_> {
         let t = Instant::now();
         let opts =
             CompileOptions::new(self.gpu.arch).family(FamilyChoice::Exactly(resolved.family)).direction(self.direction);
-        let module = attnc_lower::compile(self.spec, &opts)?;
-        let lower_ms = t.elapsed().as_secs_f64() * 1e3;
-        let mut meta = ModuleMeta {
-            requested: self.family.name().to_string(),
-            family: module.family.name().to_string(),
-            direction: module.direction,
-            arch: module.arch.name().to_string(),
-            fallback_reason: resolved.fallback_reason.clone(),
-            kernels: module.kernels.iter().map(KernelMeta::from).collect(),
-            compiler: String::new(),
-        };
-        let name = meta.main().map(|k| k.name.clone()).unwrap_or_default();
-        let t = Instant::now();
-        // Route 1: an external ptxas (see `external_ptxas`); any failure falls through to
-        // the driver, with the reason kept for the error message.
+        // Route 1: an external ptxas (see `external_ptxas`), through the family's
+        // configurations until one does not spill; a ptxas failure falls through to the
+        // driver, with the reason kept for the error message.
         let mut ptxas_err = None;
-        if let Some((path, version)) = external_ptxas() {
-            match attnc_lower::ptxas::assemble_with(&path, &module.ptx, self.gpu.arch) {
-                Ok(report) if report.has_spills() && spill_fallback(self.family, &resolved) => {
-                    let worst = report.kernels.iter().chain(&report.functions).max_by_key(|f| f.spill_bytes());
-                    let what = worst.map_or_else(String::new, |f| format!(" ({}: {} bytes)", f.name, f.spill_bytes()));
+        let external = external_ptxas();
+        let mut assembled = None;
+        if let Some((path, _)) = &external {
+            match attnc_lower::compile_without_spills(self.spec, &opts, path) {
+                Ok(c) if c.report.has_spills() && spill_fallback(self.family, &resolved) => {
                     let reason = format!(
-                        "{}: its {} spills {} bytes of local memory{what} (ptxas)",
+                        "{}: every configuration of its {} spills ({})",
                         resolved.family.name(),
                         match self.direction {
                             Direction::Forward => "forward",
                             Direction::Backward => "backward",
                         },
-                        report.total_spill_bytes()
+                        c.stepped_down.join("; ")
                     );
                     let fallback_reason = Some(match &resolved.fallback_reason {
                         Some(earlier) => format!("{earlier}; {reason}"),
@@ -325,24 +313,46 @@ impl KernelProducer<'_> {
                     });
                     return self.build_resolved(Resolved { family: FamilyKind::Portable, fallback_reason });
                 }
-                Ok(report) => {
-                    meta.compiler = format!("ptxas {version}");
-                    let meta_json = serde_json::to_vec(&meta)
-                        .map_err(|e| RuntimeError::Other(format!("serializing module metadata: {e}")))?;
-                    let times = BuildTimes { lower_ms, link_ms: t.elapsed().as_secs_f64() * 1e3, load_ms: 0.0 };
-                    match instantiate(self.gpu, meta.clone(), module.ptx.clone(), &report.cubin, Image::Cubin, times) {
-                        Ok(k) => {
-                            let payload = pack_sections(&[
-                                ("meta", &meta_json),
-                                ("ptx", module.ptx.as_bytes()),
-                                ("cubin", &report.cubin),
-                            ]);
-                            return Ok((k, Some(payload)));
-                        }
-                        Err(e) => ptxas_err = Some(format!("the cubin of {} did not load: {e}", path.display())),
-                    }
+                Ok(c) => assembled = Some(c),
+                Err(attnc_lower::LowerError::Ptxas(e)) => ptxas_err = Some(e),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let (module, report) = match assembled {
+            Some(c) => (c.module, Some(c.report)),
+            None => (attnc_lower::compile(self.spec, &opts)?, None),
+        };
+        let lower_ms = module.timings.build_ms + module.timings.optimize_ms + module.timings.codegen_ms;
+        let mut meta = ModuleMeta {
+            requested: self.family.name().to_string(),
+            family: module.family.name().to_string(),
+            direction: module.direction,
+            arch: module.arch.name().to_string(),
+            // Why not the requested family, then why not its default configuration.
+            fallback_reason: match (&resolved.fallback_reason, &module.config_note) {
+                (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+                (a, b) => a.clone().or_else(|| b.clone()),
+            },
+            kernels: module.kernels.iter().map(KernelMeta::from).collect(),
+            compiler: String::new(),
+        };
+        let name = meta.main().map(|k| k.name.clone()).unwrap_or_default();
+        if let (Some(report), Some((path, version))) = (report, &external) {
+            meta.compiler = format!("ptxas {version}");
+            let meta_json = serde_json::to_vec(&meta)
+                .map_err(|e| RuntimeError::Other(format!("serializing module metadata: {e}")))?;
+            let link_ms = (t.elapsed().as_secs_f64() * 1e3 - lower_ms).max(0.0);
+            let times = BuildTimes { lower_ms, link_ms, load_ms: 0.0 };
+            match instantiate(self.gpu, meta.clone(), module.ptx.clone(), &report.cubin, Image::Cubin, times) {
+                Ok(k) => {
+                    let payload = pack_sections(&[
+                        ("meta", &meta_json),
+                        ("ptx", module.ptx.as_bytes()),
+                        ("cubin", &report.cubin),
+                    ]);
+                    return Ok((k, Some(payload)));
                 }
-                Err(e) => ptxas_err = Some(e.to_string()),
+                Err(e) => ptxas_err = Some(format!("the cubin of {} did not load: {e}", path.display())),
             }
         }
         meta.compiler = "driver JIT".into();

@@ -29,8 +29,8 @@ pub use attnc_ir::{
 };
 pub use attnc_lower::ptxas::{self, PtxasError, PtxasReport};
 pub use attnc_lower::{
-    compile, compile_directions, Arch, CompileOptions, CompiledModule, Direction, FamilyChoice, FamilyKind, KernelInfo,
-    KernelRole, LowerError,
+    compile, compile_directions, compile_without_spills, Arch, CompileOptions, CompiledModule, Direction, FamilyChoice,
+    FamilyKind, KernelInfo, KernelRole, LowerError,
 };
 
 pub use attnc_dsl::{Diagnostic, Diagnostics};

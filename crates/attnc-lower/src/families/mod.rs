@@ -24,6 +24,18 @@ pub trait Family: Sync {
     fn unsupported_reason(&self, spec: &Spec, arch: Arch, direction: Direction) -> Option<String>;
     /// Lowers `direction` of `spec` (fails with the reason when unsupported).
     fn compile(&self, spec: &Spec, arch: Arch, direction: Direction) -> Result<CompiledModule, LowerError>;
+    /// The family's smaller configurations, for when ptxas reports spills in the one
+    /// before (`crate::compile::compile_without_spills`): attempt 0 is `compile`, attempt
+    /// `n` the n-th step down with a note saying what it gave up; `None` past the last.
+    fn compile_attempt(
+        &self,
+        spec: &Spec,
+        arch: Arch,
+        direction: Direction,
+        attempt: u32,
+    ) -> Option<Result<(CompiledModule, String), LowerError>> {
+        (attempt == 0).then(|| self.compile(spec, arch, direction).map(|m| (m, String::new())))
+    }
 }
 
 /// The family of `kind`.
@@ -61,5 +73,15 @@ pub(crate) fn finish_module_at(
     let build_ms = started.elapsed().as_secs_f64() * 1e3;
     let (llvm_ir, ptx, optimize_ms, codegen_ms) = emit_ptx_with(&kb.module, arch, ptx_feature)?;
     let timings = CompileTimings { build_ms, optimize_ms, codegen_ms };
-    Ok(CompiledModule { family, direction, arch, fallback_reason: None, kernels, llvm_ir, ptx, timings })
+    Ok(CompiledModule {
+        family,
+        direction,
+        arch,
+        fallback_reason: None,
+        config_note: None,
+        kernels,
+        llvm_ir,
+        ptx,
+        timings,
+    })
 }

@@ -277,6 +277,12 @@ impl Config {
         Ok(cfg)
     }
 
+    /// This configuration with one Q tile per CTA and the one-tile register budget: the
+    /// step down when the two-tile softmax spills.
+    pub fn one_q_tile(&self) -> Config {
+        Config { q_tiles: 1, regs: RegBudget::ONE_TILE, ..self.clone() }
+    }
+
     /// The resource limits: shared memory, TMEM columns, the register file.
     pub fn check(&self) -> Result<(), String> {
         let smem = self.smem().request;

@@ -63,6 +63,29 @@ impl Family for Blackwell {
         let cfg = Config::for_spec(spec).map_err(unsupported)?;
         compile_with_config(spec, arch, &cfg)
     }
+
+    /// The forward's step down: one Q tile per CTA (the working softmax warpgroup gets
+    /// the idle one's registers, 232 instead of 192), when the default has two.
+    fn compile_attempt(
+        &self,
+        spec: &Spec,
+        arch: Arch,
+        direction: Direction,
+        attempt: u32,
+    ) -> Option<Result<(CompiledModule, String), LowerError>> {
+        match (direction, attempt) {
+            (_, 0) => Some(self.compile(spec, arch, direction).map(|m| (m, String::new()))),
+            (Direction::Forward, 1) => {
+                let cfg = Config::for_spec(spec).ok()?;
+                let one = cfg.one_q_tile();
+                (one != cfg && one.check().is_ok()).then(|| {
+                    compile_with_config(spec, arch, &one)
+                        .map(|m| (m, "one Q tile per CTA (232 softmax registers instead of 192)".to_string()))
+                })
+            }
+            _ => None,
+        }
+    }
 }
 
 /// Why the dispatcher may not pick the forward for `spec` on `arch`, or `None`. The

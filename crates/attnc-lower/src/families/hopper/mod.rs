@@ -47,6 +47,29 @@ impl Family for Hopper {
             Direction::Backward => compile_backward_with_config(spec, arch, &BwdConfig::for_spec(spec)),
         }
     }
+
+    fn compile_attempt(
+        &self,
+        spec: &Spec,
+        arch: Arch,
+        direction: Direction,
+        attempt: u32,
+    ) -> Option<Result<(CompiledModule, String), LowerError>> {
+        match (direction, attempt) {
+            (_, 0) => Some(self.compile(spec, arch, direction).map(|m| (m, String::new()))),
+            (Direction::Forward, 1) => forward_step_down(spec, arch),
+            _ => None,
+        }
+    }
+}
+
+/// The forward's step down when the default spills: 64-key tiles where the default has
+/// 128 (S, P and the mask's work per step halve).
+fn forward_step_down(spec: &Spec, arch: Arch) -> Option<Result<(CompiledModule, String), LowerError>> {
+    let cfg = Config::for_spec(spec);
+    let small = Config { block_n: 64, ..cfg.clone() };
+    (small != cfg && small.check(spec, arch.max_smem_per_block()).is_ok())
+        .then(|| compile_with_config(spec, arch, &small).map(|m| (m, "64-key tiles instead of 128".to_string())))
 }
 
 /// Why the backward cannot compile `spec` for `arch`, or `None`.

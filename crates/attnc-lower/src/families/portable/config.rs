@@ -163,6 +163,12 @@ impl BwdConfig {
         cfg
     }
 
+    /// The 8-warp shape of this configuration (64 keys per CTA, no register cap): the
+    /// step down when the 16-warp shape spills.
+    pub fn wide(&self) -> BwdConfig {
+        BwdConfig { warps: 8, q_sub: 32, max_regs: 0, ..self.clone() }
+    }
+
     /// This configuration with `key=value,...` overrides applied (unknown keys and bad
     /// values are ignored; `check` rejects what the kernel cannot build).
     pub fn tuned(mut self, text: &str) -> BwdConfig {

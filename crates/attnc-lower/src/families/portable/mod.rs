@@ -45,6 +45,31 @@ impl Family for Portable {
             Direction::Backward => compile_backward_with_config(spec, arch, &BwdConfig::for_spec(spec, arch)),
         }
     }
+
+    /// The backward's step down: the 8-warp, 64-key shape without a register cap, when
+    /// the default is the 16-warp one (at 128 registers, ptxas spills a few bytes for
+    /// some variants, e.g. sinks with GQA on sm_80).
+    fn compile_attempt(
+        &self,
+        spec: &Spec,
+        arch: Arch,
+        direction: Direction,
+        attempt: u32,
+    ) -> Option<Result<(CompiledModule, String), LowerError>> {
+        match (direction, attempt) {
+            (_, 0) => Some(self.compile(spec, arch, direction).map(|m| (m, String::new()))),
+            (Direction::Backward, 1) => {
+                let cfg = BwdConfig::for_spec(spec, arch);
+                let wide = cfg.wide();
+                (wide != cfg && wide.check(spec).is_ok()).then(|| {
+                    compile_backward_with_config(spec, arch, &wide).map(|m| {
+                        (m, format!("the backward runs {} warps over {} keys per CTA", wide.warps, wide.block_n()))
+                    })
+                })
+            }
+            _ => None,
+        }
+    }
 }
 
 /// Why the forward cannot compile `spec`, or `None`. It covers the whole IR; the only
