@@ -142,7 +142,7 @@ pub struct SpillFreeCompile {
 }
 
 /// [`compile`], then ptxas (`ptxas`), then — while the module spills — the chosen
-/// family's smaller configurations in order ([`Family::compile_attempt`]): a spec that
+/// family's smaller configurations in order ([`Family::step_down`]): a spec that
 /// does not fit the default tiles gets smaller ones, never a silent spill. The module's
 /// `config_note` then says which configuration spilled how much and what the one kept
 /// gave up. When every configuration of a family `auto` chose spills, the portable
@@ -150,11 +150,23 @@ pub struct SpillFreeCompile {
 /// named, the first module is returned with its report (`attnc check` fails on it, the
 /// runtime runs it).
 ///
-/// [`Family::compile_attempt`]: crate::families::Family::compile_attempt
+/// [`Family::step_down`]: crate::families::Family::step_down
 pub fn compile_without_spills(
     spec: &Spec,
     opts: &CompileOptions,
     ptxas: &std::path::Path,
+) -> Result<SpillFreeCompile, LowerError> {
+    compile_without_spills_or_portable(spec, opts, ptxas, opts.family == FamilyChoice::Auto)
+}
+
+/// [`compile_without_spills`] with the last step said explicitly: `to_portable` lets a
+/// module whose every configuration spills fall back to portable (the runtime resolves
+/// `auto` itself and compiles the family it chose by name).
+pub fn compile_without_spills_or_portable(
+    spec: &Spec,
+    opts: &CompileOptions,
+    ptxas: &std::path::Path,
+    to_portable: bool,
 ) -> Result<SpillFreeCompile, LowerError> {
     let module = compile(spec, opts)?;
     let assemble = |m: &CompiledModule| {
@@ -174,8 +186,8 @@ pub fn compile_without_spills(
     };
     let mut stepped_down = vec![spilled(&report)];
     let fam = family(module.family);
-    for attempt in 1.. {
-        let Some(next) = fam.compile_attempt(spec, opts.arch, opts.direction, attempt) else { break };
+    for step in 1.. {
+        let Some(next) = fam.step_down(spec, opts.arch, opts.direction, step) else { break };
         let (mut m, gave_up) = next?;
         let r = assemble(&m)?;
         if !r.has_spills() {
@@ -191,9 +203,9 @@ pub fn compile_without_spills(
     }
     // Every configuration of a family `auto` chose spills: portable, the family of last
     // resort, runs it (its own ladder first).
-    if opts.family == FamilyChoice::Auto && module.family != FamilyKind::Portable {
-        let mut fallback =
-            compile_without_spills(spec, &opts.clone().family(FamilyChoice::Exactly(FamilyKind::Portable)), ptxas)?;
+    if to_portable && module.family != FamilyKind::Portable {
+        let portable = opts.clone().family(FamilyChoice::Exactly(FamilyKind::Portable));
+        let mut fallback = compile_without_spills_or_portable(spec, &portable, ptxas, false)?;
         let why = format!("{}: every configuration spills ({})", module.family.name(), stepped_down.join("; "));
         fallback.module.fallback_reason = Some(match &module.fallback_reason {
             Some(a) => format!("{a}; {why}"),

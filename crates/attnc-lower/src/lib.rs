@@ -24,7 +24,8 @@ pub mod variant;
 
 pub use arch::Arch;
 pub use compile::{
-    compile, compile_directions, compile_without_spills, CompileOptions, FamilyChoice, SpillFreeCompile,
+    compile, compile_directions, compile_without_spills, compile_without_spills_or_portable, CompileOptions,
+    FamilyChoice, SpillFreeCompile,
 };
 pub use error::LowerError;
 pub use module::{

@@ -240,8 +240,9 @@ fn instantiate(
     Ok(LoadedKernel { meta, ptx, image: kind, times, _module: module, functions, main_regs, main_ctas_per_sm })
 }
 
-/// Whether a module that spills gives way to portable: only a family `auto` chose, and
-/// never portable itself (the family of last resort runs as assembled).
+/// Whether a module whose every configuration spills gives way to portable: only a
+/// family `auto` chose, and never portable itself (the family of last resort runs as
+/// assembled).
 fn spill_fallback(choice: FamilyChoice, resolved: &Resolved) -> bool {
     choice == FamilyChoice::Auto && resolved.family != FamilyKind::Portable
 }
@@ -296,23 +297,9 @@ impl KernelProducer<'_> {
         let external = external_ptxas();
         let mut assembled = None;
         if let Some((path, _)) = &external {
-            match attnc_lower::compile_without_spills(self.spec, &opts, path) {
-                Ok(c) if c.report.has_spills() && spill_fallback(self.family, &resolved) => {
-                    let reason = format!(
-                        "{}: every configuration of its {} spills ({})",
-                        resolved.family.name(),
-                        match self.direction {
-                            Direction::Forward => "forward",
-                            Direction::Backward => "backward",
-                        },
-                        c.stepped_down.join("; ")
-                    );
-                    let fallback_reason = Some(match &resolved.fallback_reason {
-                        Some(earlier) => format!("{earlier}; {reason}"),
-                        None => reason,
-                    });
-                    return self.build_resolved(Resolved { family: FamilyKind::Portable, fallback_reason });
-                }
+            // Every configuration spilling: portable, when `auto` chose the family.
+            let to_portable = spill_fallback(self.family, &resolved);
+            match attnc_lower::compile_without_spills_or_portable(self.spec, &opts, path, to_portable) {
                 Ok(c) => assembled = Some(c),
                 Err(attnc_lower::LowerError::Ptxas(e)) => ptxas_err = Some(e),
                 Err(e) => return Err(e.into()),
@@ -328,10 +315,15 @@ impl KernelProducer<'_> {
             family: module.family.name().to_string(),
             direction: module.direction,
             arch: module.arch.name().to_string(),
-            // Why not the requested family, then why not its default configuration.
-            fallback_reason: match (&resolved.fallback_reason, &module.config_note) {
-                (Some(a), Some(b)) => Some(format!("{a}; {b}")),
-                (a, b) => a.clone().or_else(|| b.clone()),
+            // Why not the requested family (the dispatcher's reason, then spills), then
+            // why not its default configuration.
+            fallback_reason: {
+                let why: Vec<&str> = [&resolved.fallback_reason, &module.fallback_reason, &module.config_note]
+                    .into_iter()
+                    .flatten()
+                    .map(String::as_str)
+                    .collect();
+                (!why.is_empty()).then(|| why.join("; "))
             },
             kernels: module.kernels.iter().map(KernelMeta::from).collect(),
             compiler: String::new(),

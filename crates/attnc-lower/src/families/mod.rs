@@ -24,17 +24,17 @@ pub trait Family: Sync {
     fn unsupported_reason(&self, spec: &Spec, arch: Arch, direction: Direction) -> Option<String>;
     /// Lowers `direction` of `spec` (fails with the reason when unsupported).
     fn compile(&self, spec: &Spec, arch: Arch, direction: Direction) -> Result<CompiledModule, LowerError>;
-    /// The family's smaller configurations, for when ptxas reports spills in the one
-    /// before (`crate::compile::compile_without_spills`): attempt 0 is `compile`, attempt
-    /// `n` the n-th step down with a note saying what it gave up; `None` past the last.
-    fn compile_attempt(
+    /// The family's `step`-th smaller configuration of `direction` (1, 2, ...), for when
+    /// ptxas reports spills in the one before (`crate::compile::compile_without_spills`),
+    /// compiled, with a note saying what it gave up; `None` past the last.
+    fn step_down(
         &self,
-        spec: &Spec,
-        arch: Arch,
-        direction: Direction,
-        attempt: u32,
+        _spec: &Spec,
+        _arch: Arch,
+        _direction: Direction,
+        _step: u32,
     ) -> Option<Result<(CompiledModule, String), LowerError>> {
-        (attempt == 0).then(|| self.compile(spec, arch, direction).map(|m| (m, String::new())))
+        None
     }
 }
 

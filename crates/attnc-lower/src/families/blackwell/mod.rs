@@ -66,15 +66,14 @@ impl Family for Blackwell {
 
     /// The forward's step down: one Q tile per CTA (the working softmax warpgroup gets
     /// the idle one's registers, 232 instead of 192), when the default has two.
-    fn compile_attempt(
+    fn step_down(
         &self,
         spec: &Spec,
         arch: Arch,
         direction: Direction,
-        attempt: u32,
+        step: u32,
     ) -> Option<Result<(CompiledModule, String), LowerError>> {
-        match (direction, attempt) {
-            (_, 0) => Some(self.compile(spec, arch, direction).map(|m| (m, String::new()))),
+        match (direction, step) {
             (Direction::Forward, 1) => {
                 let cfg = Config::for_spec(spec).ok()?;
                 let one = cfg.one_q_tile();

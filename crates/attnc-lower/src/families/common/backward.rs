@@ -20,17 +20,43 @@
 //! Learnable aux gradients in deterministic mode go through `aux_grad_ws`,
 //! `[slices, Σ aux sizes]` f32 (one slice per (CTA, warp)), summed the same way.
 
-use super::abi::{variant_params, Args, ParamTy};
+use super::abi::{kernel_name, variant_params, Args, ParamTy};
 use crate::llvm::kb::{Kb, R};
+use crate::module::BlockLayout;
 use crate::module::{Grid, KernelInfo, KernelRole};
 pub use crate::variant::grad::learnable_aux;
 use crate::variant::grad::AuxSink;
 use crate::variant::layout::{batch_view, lse_offset, q_row_offset, LayoutArgs};
+use attnc_ir::block_mask::Tiling;
 use attnc_ir::{KvLayout, Spec};
 use inkwell::values::{FloatValue, IntValue};
 use inkwell::{AddressSpace, FloatPredicate, IntPredicate};
 
 const LOG2E: f64 = std::f64::consts::LOG2_E;
+
+/// The kernels of every family's backward module, in launch order around the family's
+/// main kernel (`main`): preprocess, main, dQ convert, then the sink gradient (specs with
+/// sinks), the aux-gradient reduce (learnable aux tensors) and the block classifier at the
+/// main kernel's tiling (masks over aux tensors; query tiles are per head, never packed).
+pub fn build_kernels<'ctx>(
+    kb: &mut Kb<'ctx>,
+    spec: &Spec,
+    main: impl FnOnce(&mut Kb<'ctx>) -> R<KernelInfo>,
+) -> R<Vec<KernelInfo>> {
+    let mut kernels = vec![build_preprocess(kb, spec, &kernel_name(spec, "bwd_pre"))?];
+    let main = main(kb)?;
+    let tiling = Tiling { block_m: main.block_m, block_n: main.block_n, pack_gqa: false };
+    kernels.push(main);
+    kernels.push(build_dq_convert(kb, spec, &kernel_name(spec, "bwd_dq"))?);
+    if spec.sinks {
+        kernels.push(build_sink_grad(kb, spec, &kernel_name(spec, "bwd_dsinks"))?);
+    }
+    if !learnable_aux(spec).is_empty() {
+        kernels.push(build_aux_reduce(kb, spec, &kernel_name(spec, "bwd_daux"))?);
+    }
+    super::block_mask::push_if_needed(kb, spec, tiling, BlockLayout::Dense, "bwd_block_classify", &mut kernels)?;
+    Ok(kernels)
+}
 
 /// Per-(batch, head) rows of the workspace are padded to a multiple of this many queries.
 pub const WS_ROW_ALIGN: u32 = 64;

@@ -206,23 +206,18 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             })?;
             kb.cta_barrier()?;
         }
-        let wg = kb.udiv(tid, kb.i32c(128), "warpgroup")?;
-        let is_producer = kb.icmp(IntPredicate::EQ, wg, kb.i32c(0), "")?;
-        kb.if_else(
-            is_producer,
-            "role",
+        super::split_roles(
+            kb,
+            tid,
+            (cfg.producer_regs, cfg.consumer_regs),
+            "consumer warpgroups: S^T, dP^T, dV, dK, dQ (wgmma)",
             |kb| {
-                kb.setmaxnreg_dec(cfg.producer_regs)?;
                 kb.section("producer warpgroup: one thread issues the TMA loads")?;
                 let tid = kb.opaque_i32(kb.sreg("tid.x", "")?, "tid")?;
                 let t0 = kb.icmp(IntPredicate::EQ, tid, kb.i32c(0), "")?;
                 kb.if_then(t0, "producer", |kb| self.producer(kb))
             },
-            |kb| {
-                kb.section("consumer warpgroups: S^T, dP^T, dV, dK, dQ (wgmma)")?;
-                kb.setmaxnreg_inc(cfg.consumer_regs)?;
-                self.consumer(kb)
-            },
+            |kb| self.consumer(kb),
         )
     }
 
@@ -642,14 +637,8 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         Ok(dq)
     }
 
-    /// This thread's fragment coordinates: the key of element `e` (row half `e / 2`) and
-    /// the query column (in the tile) of fragment element `idx`.
-    fn frag_coords(
-        &self,
-        kb: &Kb<'ctx>,
-        env: &Env<'_, 'ctx>,
-        n0: IntValue<'ctx>,
-    ) -> R<(IntValue<'ctx>, IntValue<'ctx>)> {
+    /// This thread's place in the Sᵀ fragment of the tile at keys `n0`.
+    fn frag_pos(&self, kb: &Kb<'ctx>, env: &Env<'_, 'ctx>, n0: IntValue<'ctx>) -> R<FragPos<'ctx>> {
         let lane = kb.and(env.ltid, kb.i32c(31), "lane")?;
         let warp = kb.udiv(env.ltid, kb.i32c(32), "warp_in_wg")?;
         let key0 = kb.add(
@@ -658,7 +647,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             "key0",
         )?;
         let col0 = kb.mul(kb.and(lane, kb.i32c(3), "")?, kb.i32c(2), "q_col0")?;
-        Ok((key0, col0))
+        Ok(FragPos { key0, col0 })
     }
 
     /// The mask of the tile for this thread's 32 fragment elements, bit `idx` set where
@@ -679,12 +668,12 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let partial = kb.not(unmasked, "partial_tile")?;
         kb.if_then(partial, "mask_bits", |kb| {
             kb.section("mask (partial tile): one bit per element")?;
-            let (key0, col0) = self.frag_coords(kb, env, n0)?;
+            let pos = self.frag_pos(kb, env, n0)?;
             let predicate = spec.mask.to_predicate();
             let mut acc = kb.i32c(0);
             for idx in 0..(self.cfg.block_m / 2) as usize {
-                let q = kb.add(m0, kb.add(col0, kb.i32c(col_in_tile(idx)), "")?, "q")?;
-                let key = kb.add(key0, kb.i32c(if idx % 4 >= 2 { 8 } else { 0 }), "key")?;
+                let q = pos.q(kb, m0, idx)?;
+                let key = pos.key(kb, idx)?;
                 let vars = cta.bv.elem_vars(cta.hkv, q, h, key);
                 let q_in = kb.icmp(IntPredicate::SLT, q, cta.bv.seqlen_q, "q_in_bounds")?;
                 let allowed = kb.and(vexpr::allowed(kb, spec, predicate.as_ref(), &vars, &cta.va)?, q_in, "")?;
@@ -719,17 +708,15 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             let ops = pack(kb, spec, s)?;
             return Ok(PTile { ops, p_f32: Vec::new(), slope: vec![None; s.len()], pre_d: vec![Vec::new(); s.len()] });
         }
-        let (key0, col0) = self.frag_coords(kb, env, n0)?;
-        let key_of = |kb: &Kb<'ctx>, idx: usize| kb.add(key0, kb.i32c(if idx % 4 >= 2 { 8 } else { 0 }), "key");
-        let q_of = |kb: &Kb<'ctx>, idx: usize| kb.add(m0, kb.add(col0, kb.i32c(col_in_tile(idx)), "")?, "q");
+        let pos = self.frag_pos(kb, env, n0)?;
         let n = s.len();
         let mut p = vec![kb.f32c(0.0); n];
         let mut slope: Vec<Option<FloatValue<'ctx>>> = vec![None; n];
         let mut pre_d: Vec<Vec<Option<FloatValue<'ctx>>>> = vec![Vec::new(); n];
         for idx in 0..n {
-            let lse2 = row_val(kb, rowvals, col0, idx, 0, "lse_log2")?;
+            let lse2 = row_val(kb, rowvals, &pos, idx, 0, "lse_log2")?;
             let s2 = if self.grad.has_score_mod() {
-                let vars = cta.bv.elem_vars(cta.hkv, q_of(kb, idx)?, h, key_of(kb, idx)?);
+                let vars = cta.bv.elem_vars(cta.hkv, pos.q(kb, m0, idx)?, h, pos.key(kb, idx)?);
                 let el = self.grad.logit(kb, spec, s[idx], vars, &cta.va)?;
                 slope[idx] = el.slope;
                 pre_d[idx] = el.aux_d;
@@ -785,7 +772,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         if self.cfg.diag.no_softmax {
             return pack(kb, spec, dp);
         }
-        let (key0, col0) = self.frag_coords(kb, env, n0)?;
+        let pos = self.frag_pos(kb, env, n0)?;
         let n = dp.len();
         let p_at = |kb: &Kb<'ctx>, idx: usize| -> R<FloatValue<'ctx>> {
             if let Some(v) = pt.p_f32.get(idx) {
@@ -796,16 +783,14 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         };
         let mut ds = vec![kb.f32c(0.0); n];
         for idx in 0..n {
-            let d = row_val(kb, rowvals, col0, idx, bm * 4, "d_row")?;
+            let d = row_val(kb, rowvals, &pos, idx, bm * 4, "d_row")?;
             ds[idx] = kb.fmul(p_at(kb, idx)?, kb.fsub(dp[idx], d, "")?, "ds")?;
         }
         if self.grad.has_aux_terms() {
             let sink = aux_sink(kb, spec, &self.args, env.deterministic, self.cfg.threads() / 32, env.tid)?;
             let mut elems = Vec::new();
             for idx in 0..n {
-                let q = kb.add(m0, kb.add(col0, kb.i32c(col_in_tile(idx)), "")?, "q")?;
-                let key = kb.add(key0, kb.i32c(if idx % 4 >= 2 { 8 } else { 0 }), "key")?;
-                let vars = cta.bv.elem_vars(cta.hkv, q, h, key);
+                let vars = cta.bv.elem_vars(cta.hkv, pos.q(kb, m0, idx)?, h, pos.key(kb, idx)?);
                 elems.push((vars, pt.p_f32[idx], ds[idx], pt.pre_d[idx].clone()));
             }
             self.grad.accumulate_aux(kb, spec, &cta.va, &elems, &sink)?;
@@ -910,6 +895,28 @@ struct PTile<'ctx> {
     pre_d: Vec<Vec<Option<FloatValue<'ctx>>>>,
 }
 
+/// A thread's place in an Sᵀ-shaped fragment (keys on rows, the tile's queries on
+/// columns): element `idx` sits at key `key0 + 8·(idx % 4 / 2)` and query column
+/// `col0 + 8·(idx / 4) + idx % 2`.
+struct FragPos<'ctx> {
+    key0: IntValue<'ctx>,
+    col0: IntValue<'ctx>,
+}
+
+impl<'ctx> FragPos<'ctx> {
+    fn key(&self, kb: &Kb<'ctx>, idx: usize) -> R<IntValue<'ctx>> {
+        kb.add(self.key0, kb.i32c(if idx % 4 >= 2 { 8 } else { 0 }), "key")
+    }
+    /// The query column within the tile.
+    fn col(&self, kb: &Kb<'ctx>, idx: usize) -> R<IntValue<'ctx>> {
+        kb.add(self.col0, kb.i32c(col_in_tile(idx)), "")
+    }
+    /// The query position of a tile starting at `m0`.
+    fn q(&self, kb: &Kb<'ctx>, m0: IntValue<'ctx>, idx: usize) -> R<IntValue<'ctx>> {
+        kb.add(m0, self.col(kb, idx)?, "q")
+    }
+}
+
 /// The query column (within the tile, past `2·(lane % 4)`) of accumulator element `idx`:
 /// 8-column tile `idx / 4`, column `idx % 2` of its pair.
 fn col_in_tile(idx: usize) -> i64 {
@@ -921,12 +928,12 @@ fn col_in_tile(idx: usize) -> i64 {
 fn row_val<'ctx>(
     kb: &Kb<'ctx>,
     rowvals: IntValue<'ctx>,
-    col0: IntValue<'ctx>,
+    pos: &FragPos<'ctx>,
     idx: usize,
     off: u32,
     name: &str,
 ) -> R<FloatValue<'ctx>> {
-    let col = kb.add(col0, kb.i32c(col_in_tile(idx)), "")?;
+    let col = pos.col(kb, idx)?;
     kb.ld_shared_f32(kb.add(rowvals, kb.add(kb.mul(col, kb.i32c(4), "")?, kb.i32c(off as i64), "")?, "")?, name)
 }
 

@@ -238,13 +238,12 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             })?;
             kb.cta_barrier()?;
         }
-        let wg = kb.udiv(tid, kb.i32c(128), "warpgroup")?;
-        let is_producer = kb.icmp(IntPredicate::EQ, wg, kb.i32c(0), "")?;
-        kb.if_else(
-            is_producer,
-            "role",
+        super::split_roles(
+            kb,
+            tid,
+            (cfg.producer_regs, cfg.consumer_regs),
+            "consumer warpgroups: S = Q.K^T, softmax, O += P.V",
             |kb| {
-                kb.setmaxnreg_dec(cfg.producer_regs)?;
                 let tid = kb.opaque_i32(kb.sreg("tid.x", "")?, "tid")?;
                 if cfg.gather {
                     kb.section("producer warpgroup: warps 0/2 gather K rows, 1/3 V rows (cp.async), half a tile each")?;
@@ -262,11 +261,7 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                     kb.if_then(t0, "producer", |kb| self.producer(kb))
                 }
             },
-            |kb| {
-                kb.section("consumer warpgroups: S = Q.K^T, softmax, O += P.V")?;
-                kb.setmaxnreg_inc(cfg.consumer_regs)?;
-                self.consumer(kb)
-            },
+            |kb| self.consumer(kb),
         )
     }
 

@@ -24,6 +24,8 @@ use attnc_ir::block_mask::Tiling;
 use attnc_ir::{Spec, SplitKv};
 use config::{BwdConfig, Config};
 use inkwell::context::Context;
+use inkwell::values::IntValue;
+use inkwell::IntPredicate;
 
 /// The hopper family (see the module docs).
 pub struct Hopper;
@@ -48,15 +50,14 @@ impl Family for Hopper {
         }
     }
 
-    fn compile_attempt(
+    fn step_down(
         &self,
         spec: &Spec,
         arch: Arch,
         direction: Direction,
-        attempt: u32,
+        step: u32,
     ) -> Option<Result<(CompiledModule, String), LowerError>> {
-        match (direction, attempt) {
-            (_, 0) => Some(self.compile(spec, arch, direction).map(|m| (m, String::new()))),
+        match (direction, step) {
             (Direction::Forward, 1) => forward_step_down(spec, arch),
             _ => None,
         }
@@ -92,22 +93,39 @@ pub fn compile_backward_with_config(spec: &Spec, arch: Arch, cfg: &BwdConfig) ->
     let t0 = std::time::Instant::now();
     let ctx = Context::create();
     let mut kb = Kb::new(&ctx, &format!("attnc_{}_bwd", spec.name));
-    let mut kernels = vec![
-        common_bwd::build_preprocess(&mut kb, spec, &kernel_name(spec, "bwd_pre"))?,
-        backward::build(&mut kb, spec, cfg, &kernel_name(spec, "hopper_bwd"))?,
-        common_bwd::build_dq_convert(&mut kb, spec, &kernel_name(spec, "bwd_dq"))?,
-    ];
-    if spec.sinks {
-        kernels.push(common_bwd::build_sink_grad(&mut kb, spec, &kernel_name(spec, "bwd_dsinks"))?);
-    }
-    if !common_bwd::learnable_aux(spec).is_empty() {
-        kernels.push(common_bwd::build_aux_reduce(&mut kb, spec, &kernel_name(spec, "bwd_daux"))?);
-    }
-    // Query tiles are per head in the backward (never packed).
-    let tiling = Tiling { block_m: cfg.block_m, block_n: cfg.block_n(), pack_gqa: false };
-    block_mask::push_if_needed(&mut kb, spec, tiling, BlockLayout::Dense, "bwd_block_classify", &mut kernels)?;
+    let kernels = common_bwd::build_kernels(&mut kb, spec, |kb| {
+        backward::build(kb, spec, cfg, &kernel_name(spec, "hopper_bwd"))
+    })?;
     // dQ goes out through vector atomics.
     finish_module_at(&kb, FamilyKind::Hopper, Direction::Backward, arch, kernels, t0, arch.vector_red_ptx_feature())
+}
+
+/// The warp-specialized split every hopper kernel makes after its setup: warpgroup 0
+/// lowers its registers to `regs.0` and runs `producer`; the consumer warpgroups mark
+/// their section, raise theirs to `regs.1` and run `consumer`.
+pub(crate) fn split_roles<'ctx>(
+    kb: &mut Kb<'ctx>,
+    tid: IntValue<'ctx>,
+    regs: (u32, u32),
+    consumer_section: &str,
+    producer: impl FnOnce(&mut Kb<'ctx>) -> Result<(), LowerError>,
+    consumer: impl FnOnce(&mut Kb<'ctx>) -> Result<(), LowerError>,
+) -> Result<(), LowerError> {
+    let wg = kb.udiv(tid, kb.i32c(128), "warpgroup")?;
+    let is_producer = kb.icmp(IntPredicate::EQ, wg, kb.i32c(0), "")?;
+    kb.if_else(
+        is_producer,
+        "role",
+        |kb| {
+            kb.setmaxnreg_dec(regs.0)?;
+            producer(kb)
+        },
+        |kb| {
+            kb.section(consumer_section)?;
+            kb.setmaxnreg_inc(regs.1)?;
+            consumer(kb)
+        },
+    )
 }
 
 /// Why the forward cannot compile `spec` for `arch`, or `None`.

@@ -49,15 +49,14 @@ impl Family for Portable {
     /// The backward's step down: the 8-warp, 64-key shape without a register cap, when
     /// the default is the 16-warp one (at 128 registers, ptxas spills a few bytes for
     /// some variants, e.g. sinks with GQA on sm_80).
-    fn compile_attempt(
+    fn step_down(
         &self,
         spec: &Spec,
         arch: Arch,
         direction: Direction,
-        attempt: u32,
+        step: u32,
     ) -> Option<Result<(CompiledModule, String), LowerError>> {
-        match (direction, attempt) {
-            (_, 0) => Some(self.compile(spec, arch, direction).map(|m| (m, String::new()))),
+        match (direction, step) {
             (Direction::Backward, 1) => {
                 let cfg = BwdConfig::for_spec(spec, arch);
                 let wide = cfg.wide();
@@ -119,20 +118,8 @@ pub fn compile_backward_with_config(spec: &Spec, arch: Arch, cfg: &BwdConfig) ->
     let t0 = std::time::Instant::now();
     let ctx = Context::create();
     let mut kb = Kb::new(&ctx, &format!("attnc_{}_bwd", spec.name));
-    let mut kernels = vec![
-        common_bwd::build_preprocess(&mut kb, spec, &kernel_name(spec, "bwd_pre"))?,
-        backward::build(&mut kb, spec, cfg, &kernel_name(spec, "bwd"))?,
-        common_bwd::build_dq_convert(&mut kb, spec, &kernel_name(spec, "bwd_dq"))?,
-    ];
-    if spec.sinks {
-        kernels.push(common_bwd::build_sink_grad(&mut kb, spec, &kernel_name(spec, "bwd_dsinks"))?);
-    }
-    if !common_bwd::learnable_aux(spec).is_empty() {
-        kernels.push(common_bwd::build_aux_reduce(&mut kb, spec, &kernel_name(spec, "bwd_daux"))?);
-    }
-    // Query tiles are per head in the backward (never packed).
-    let tiling = Tiling { block_m: cfg.block_m, block_n: cfg.block_n(), pack_gqa: false };
-    block_mask::push_if_needed(&mut kb, spec, tiling, BlockLayout::Dense, "bwd_block_classify", &mut kernels)?;
+    let kernels =
+        common_bwd::build_kernels(&mut kb, spec, |kb| backward::build(kb, spec, cfg, &kernel_name(spec, "bwd")))?;
     // Vector atomics for dQ need the PTX ISA that has them.
     let ptx = if cfg.dq_vec > 1 { arch.vector_red_ptx_feature() } else { arch.ptx_feature() };
     finish_module_at(&kb, FamilyKind::Portable, Direction::Backward, arch, kernels, t0, ptx)
