@@ -238,6 +238,42 @@ impl<'ctx> Kb<'ctx> {
         Ok(())
     }
 
+    /// `cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32`: adds `bytes` (a
+    /// multiple of 16; both addresses 16-byte aligned) of f32 from shared `src` into
+    /// global `dst`, element by element, as one bulk operation of this thread's open
+    /// bulk group.
+    pub fn bulk_reduce_add_f32(&self, dst: IntValue<'ctx>, src: IntValue<'ctx>, bytes: u32) -> R<()> {
+        self.asm_call(
+            None,
+            &format!("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [$0], [$1], {bytes};"),
+            "l,r,~{memory}",
+            false,
+            &[dst.into(), src.into()],
+            "",
+        )?;
+        Ok(())
+    }
+
+    /// `cp.async.bulk.wait_group n`: waits until at most `n` bulk groups are pending, their
+    /// writes done (not only their shared-memory reads).
+    pub fn bulk_wait_group(&self, n: u32) -> R<()> {
+        self.asm_call(None, &format!("cp.async.bulk.wait_group {n};"), "~{memory}", false, &[], "")?;
+        Ok(())
+    }
+
+    /// `st.shared.v2.f32`: two adjacent f32 (8-byte aligned address).
+    pub fn st_shared_v2_f32(&self, addr: IntValue<'ctx>, a: FloatValue<'ctx>, b: FloatValue<'ctx>) -> R<()> {
+        self.asm_call(
+            None,
+            "st.shared.v2.f32 [$0], {$1, $2};",
+            "r,f,f,~{memory}",
+            false,
+            &[addr.into(), a.into(), b.into()],
+            "",
+        )?;
+        Ok(())
+    }
+
     /// `cp.async.bulk.wait_group.read n`: waits until at most `n` bulk groups still read
     /// their shared-memory source (the buffer may then be reused).
     pub fn bulk_wait_group_read(&self, n: u32) -> R<()> {

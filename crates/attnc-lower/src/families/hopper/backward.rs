@@ -385,7 +385,12 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             let lane = kb.and(ltid, kb.i32c(31), "lane")?;
             kb.mbar_arrive_lane0(self.bar(kb, &cta, Bar::KvEmpty, kb.i32c(0))?, lane)?;
             self.store_dk_dv(kb, &env, &acc, n0)
-        })
+        })?;
+        if self.cfg.dq_bulk {
+            // The last bulk reduce reads shared memory the CTA gives back at exit.
+            kb.bulk_wait_group(0)?;
+        }
+        Ok(())
     }
 
     /// Query tile `p` (ring position `ring_pos`) against this warpgroup's 64 keys.
@@ -545,6 +550,9 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         if dq.is_empty() || cfg.diag.no_dq_red {
             return Ok(());
         }
+        if cfg.dq_bulk {
+            return self.bulk_dq(kb, env, h, m0, col0, slice, &frag);
+        }
         match cfg.dq_split {
             DqSplit::Columns => add(kb),
             DqSplit::Keys => {
@@ -594,6 +602,12 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let ds_smem = kb.add(cta.smem, ds_buf, "ds_smem")?;
         self.store_ds(kb, env, ds_smem, ds_ops)?;
         kb.fence_proxy_async_shared()?;
+        if cfg.dq_bulk {
+            // The last tile's bulk reduce has read its staging (deterministic: is done)
+            // before anyone passes this barrier and refills the staging at this tile's end.
+            // Only its issuing thread has a bulk group; the others pass at once.
+            kb.if_else(env.deterministic, "dq_bulk_wait", |kb| kb.bulk_wait_group(0), |kb| kb.bulk_wait_group_read(0))?;
+        }
         match cfg.dq_split {
             DqSplit::Columns => kb.named_bar_sync(DS_BAR, 128 * cfg.consumers)?,
             DqSplit::Keys => kb.named_bar_sync_r(kb.add(env.consumer, kb.i32c(DS_BAR as i64), "")?, 128)?,
@@ -635,6 +649,78 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         }
         kb.wgmma_commit_group()?;
         Ok(dq)
+    }
+
+    /// dQ of the tile through shared memory: each thread writes its fragment (query
+    /// rows, columns from `col0`) into the f32 staging tile, then one thread adds the
+    /// whole `64 × d_qk` tile (column split: both warpgroups' halves; key split: its own
+    /// warpgroup's) into `dq_accum` with one bulk reduce. Deterministic mode with the key
+    /// split orders the two warpgroups' reduces (each issuer waits for its reduce to land).
+    #[allow(clippy::too_many_arguments)]
+    fn bulk_dq(
+        &self,
+        kb: &mut Kb<'ctx>,
+        env: &Env<'_, 'ctx>,
+        h: IntValue<'ctx>,
+        m0: IntValue<'ctx>,
+        col0: IntValue<'ctx>,
+        slice: IntValue<'ctx>,
+        frag: &[[FloatValue<'ctx>; 4]],
+    ) -> R<()> {
+        let spec = self.spec;
+        let cfg = self.cfg;
+        let l = self.layout;
+        let cta = env.cta;
+        let d = spec.head_dim_qk;
+        kb.section("dQ -> shared staging tile (f32), then one bulk reduce-add into dq_accum")?;
+        let stage = kb.add(
+            kb.add(cta.smem, kb.i32c(l.dq_stage as i64), "")?,
+            kb.mul(env.consumer, kb.i32c(l.dq_stage_per_wg as i64), "")?,
+            "dq_stage",
+        )?;
+        let lane = kb.and(env.ltid, kb.i32c(31), "lane")?;
+        let warp = kb.udiv(env.ltid, kb.i32c(32), "warp_in_wg")?;
+        let row0 = kb.add(kb.mul(warp, kb.i32c(16), "")?, kb.udiv(lane, kb.i32c(4), "")?, "dq_row0")?;
+        let c0 = kb.add(col0, kb.mul(kb.and(lane, kb.i32c(3), "")?, kb.i32c(2), "")?, "dq_c0")?;
+        let base = kb.add(stage, kb.mul(kb.add(kb.mul(row0, kb.i32c(d as i64), "")?, c0, "")?, kb.i32c(4), "")?, "")?;
+        for (i, f) in frag.iter().enumerate() {
+            for half in 0..2usize {
+                let off = ((8 * half as u32 * d + 8 * i as u32) * 4) as i64;
+                kb.st_shared_v2_f32(kb.add(base, kb.i32c(off), "")?, f[2 * half], f[2 * half + 1])?;
+            }
+        }
+        kb.fence_proxy_async_shared()?;
+        let issuer = kb.icmp(IntPredicate::EQ, env.ltid, kb.i32c(0), "")?;
+        let dqs = DqSlice::new(kb, spec, &self.args, cta.seqlen_pad, cta.bv.b, slice)?;
+        let row = ws_row(kb, spec.q_heads, cta.seqlen_pad, cta.bv.b, h, m0)?;
+        let dst = kb.add(dqs.base, kb.mul(row, kb.i64c(d as i64 * 4), "")?, "dq_tile_addr")?;
+        let bytes = cfg.block_m * d * 4;
+        let issue = |kb: &mut Kb<'ctx>| -> R<()> {
+            kb.bulk_reduce_add_f32(dst, stage, bytes)?;
+            kb.bulk_commit_group()
+        };
+        match cfg.dq_split {
+            DqSplit::Columns => {
+                kb.named_bar_sync(DS_BAR, 128 * cfg.consumers)?;
+                let first = kb.icmp(IntPredicate::EQ, env.consumer, kb.i32c(0), "")?;
+                let one = kb.and(first, issuer, "dq_issuer")?;
+                kb.if_then(one, "dq_bulk", issue)
+            }
+            DqSplit::Keys => {
+                kb.named_bar_sync_r(kb.add(env.consumer, kb.i32c(DS_BAR as i64), "")?, 128)?;
+                let first = kb.icmp(IntPredicate::EQ, env.consumer, kb.i32c(0), "")?;
+                let issue_ordered = |kb: &mut Kb<'ctx>| -> R<()> {
+                    issue(kb)?;
+                    kb.if_then(env.deterministic, "dq_landed", |kb| kb.bulk_wait_group(0))
+                };
+                kb.if_then(kb.and(first, issuer, "")?, "dq_bulk_first", issue_ordered)?;
+                kb.if_then(env.deterministic, "dq_order", |kb| kb.named_bar_sync(ORDER_BAR, 128 * cfg.consumers))?;
+                kb.if_then(kb.and(kb.not(first, "")?, issuer, "")?, "dq_bulk_second", issue_ordered)?;
+                kb.if_then(env.deterministic, "dq_order_end", |kb| {
+                    kb.named_bar_sync(ORDER_BAR + 1, 128 * cfg.consumers)
+                })
+            }
+        }
     }
 
     /// This thread's place in the Sᵀ fragment of the tile at keys `n0`.

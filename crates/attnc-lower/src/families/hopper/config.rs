@@ -300,6 +300,9 @@ pub struct BwdConfig {
     /// Key tile `n` walks the query tiles from tile `n` (wrapping), so CTAs add their dQ
     /// into different rows at once (`QueryTiles::rotation`).
     pub rotate_walk: bool,
+    /// dQ of a tile goes through shared memory and one bulk reduce-add per tile (FA3's
+    /// way) instead of per-thread `red.global.add.v4.f32`.
+    pub dq_bulk: bool,
     pub producer_regs: u32,
     pub consumer_regs: u32,
     /// Diagnostics only (wrong results; never set by `for_spec`, only through
@@ -334,6 +337,10 @@ pub struct BwdSmem {
     /// dSᵀ (keys × queries, MN-major for dQ's A): `ds_buffers` buffers of `ds_per_buffer`.
     pub ds: u32,
     pub ds_per_buffer: u32,
+    /// dQ staging (f32, row-major `[64][d_qk]`): one tile both warpgroups fill (column
+    /// split) or one per warpgroup (key split); 0 bytes without `dq_bulk`.
+    pub dq_stage: u32,
+    pub dq_stage_per_wg: u32,
     /// mbarriers: kv_full, kv_empty, full[stages], empty[stages].
     pub bars: u32,
     pub used: u32,
@@ -351,6 +358,7 @@ impl BwdConfig {
             // aux tensors, score mods); after P, none of those.
             dp_with_s: false,
             rotate_walk: true,
+            dq_bulk: true,
             producer_regs: 24,
             consumer_regs: 240,
             diag: BwdDiag::default(),
@@ -360,7 +368,7 @@ impl BwdConfig {
 
     /// This configuration with `key=value,...` overrides (dev sweeps; unknown keys and bad
     /// values are ignored): `stages`, `producer_regs`, `consumer_regs`, `dq_split`
-    /// (0 columns, 1 keys), `dp_with_s`, `rotate_walk`, and the diagnostics `diag_no_dq_red`,
+    /// (0 columns, 1 keys), `dp_with_s`, `rotate_walk`, `dq_bulk`, and the diagnostics `diag_no_dq_red`,
     /// `diag_no_dq`, `diag_no_softmax`.
     pub fn tuned(mut self, text: &str) -> BwdConfig {
         for kv in text.split(',') {
@@ -373,6 +381,7 @@ impl BwdConfig {
                 "dq_split" => self.dq_split = if n == 0 { DqSplit::Columns } else { DqSplit::Keys },
                 "dp_with_s" => self.dp_with_s = n != 0,
                 "rotate_walk" => self.rotate_walk = n != 0,
+                "dq_bulk" => self.dq_bulk = n != 0,
                 "diag_no_dq_red" => self.diag.no_dq_red = n != 0,
                 "diag_no_dq" => self.diag.no_dq = n != 0,
                 "diag_no_softmax" => self.diag.no_softmax = n != 0,
@@ -408,7 +417,14 @@ impl BwdConfig {
             DqSplit::Columns => 2,
             DqSplit::Keys => 1,
         };
-        let rowvals = ds + ds_per_buffer * ds_buffers;
+        let dq_stage = ds + ds_per_buffer * ds_buffers;
+        let dq_tile = self.block_m * spec.head_dim_qk * 4;
+        let (dq_stage_per_wg, dq_stage_bytes) = match (self.dq_bulk, self.dq_split) {
+            (false, _) => (0, 0),
+            (true, DqSplit::Columns) => (0, dq_tile),
+            (true, DqSplit::Keys) => (dq_tile, dq_tile * self.consumers),
+        };
+        let rowvals = dq_stage + dq_stage_bytes;
         let rowvals_per_stage = 2 * self.block_m * 4;
         let bars = rowvals + rowvals_per_stage * self.stages;
         let used = bars + 8 * (2 + 2 * self.stages);
@@ -423,6 +439,8 @@ impl BwdConfig {
             rowvals_per_stage,
             ds,
             ds_per_buffer,
+            dq_stage,
+            dq_stage_per_wg,
             bars,
             used,
             request: used + 1024,

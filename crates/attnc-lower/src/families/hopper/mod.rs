@@ -200,7 +200,7 @@ mod tests {
                 }
                 if let Ok(sass) = a.disassemble() {
                     let ops = crate::ptxas::sass_opcode_counts(&sass);
-                    for want in ["HGMMA", "UTMALDG", "UBLKCP"] {
+                    for want in ["HGMMA", "UTMALDG", "UBLKCP", "UBLKRED"] {
                         assert!(ops.keys().any(|k| k.starts_with(want)), "d={dqk}: no {want}");
                     }
                 }
