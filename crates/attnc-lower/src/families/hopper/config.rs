@@ -349,16 +349,20 @@ pub struct BwdSmem {
 
 impl BwdConfig {
     pub fn for_spec(spec: &Spec) -> BwdConfig {
+        let dq_split = if spec.head_dim_qk == 128 { DqSplit::Columns } else { DqSplit::Keys };
         BwdConfig {
             consumers: 2,
             block_m: 64,
             stages: 2,
-            dq_split: if spec.head_dim_qk == 128 { DqSplit::Columns } else { DqSplit::Keys },
+            dq_split,
             // ptxas 13.5, d128: dPᵀ issued with Sᵀ spills 8-192 bytes (causal, masks over
             // aux tensors, score mods); after P, none of those.
             dp_with_s: false,
             rotate_walk: true,
-            dq_bulk: true,
+            // H100, 2026-11-23 (docs/results/2026-11-23-h100-hopper-backward-bulk-dq/): the
+            // bulk reduce-add gains 1-3% at d128 (one shared tile) and 5-10% deterministic,
+            // but loses 6-14% at d64, where each warpgroup stages its own tile.
+            dq_bulk: dq_split == DqSplit::Columns,
             producer_regs: 24,
             consumer_regs: 240,
             diag: BwdDiag::default(),

@@ -167,7 +167,7 @@ mod tests {
 
     /// The backward compiles for every head dim it has tiles for, masked and not, with
     /// GQA; with ptxas present it must assemble for sm_90a without spills and without
-    /// serialized wgmma, with HGMMA, UTMALDG and the bulk copy in the SASS. Other head
+    /// serialized wgmma, with HGMMA, UTMALDG, the bulk copy and the dQ adds in the SASS. Other head
     /// dims and learnable aux tensors are refused with a reason (the dispatcher falls
     /// back to portable).
     #[test]
@@ -200,7 +200,9 @@ mod tests {
                 }
                 if let Ok(sass) = a.disassemble() {
                     let ops = crate::ptxas::sass_opcode_counts(&sass);
-                    for want in ["HGMMA", "UTMALDG", "UBLKCP", "UBLKRED"] {
+                    // dQ: one bulk reduce-add per tile at d128, per-thread reds otherwise.
+                    let dq_add = if dqk == 128 { "UBLKRED" } else { "RED" };
+                    for want in ["HGMMA", "UTMALDG", "UBLKCP", dq_add] {
                         assert!(ops.keys().any(|k| k.starts_with(want)), "d={dqk}: no {want}");
                     }
                 }
