@@ -43,6 +43,23 @@ pub struct Gradients<'a> {
     pub dv: &'a mut Tensor,
 }
 
+/// A validated, sized backward call.
+struct BackwardSetup<'p> {
+    module: Arc<LoadedKernel>,
+    source: CacheSource,
+    descs: BackwardDescs<'p>,
+    plan: BackwardPlan,
+    /// The per-call classification of an aux mask: tile sizes, dims, bytes of its classes
+    /// (after the plan's workspace regions).
+    classify: Option<(u32, u32, BlockDims, usize)>,
+}
+
+impl BackwardSetup<'_> {
+    fn ws_bytes(&self) -> usize {
+        self.plan.ws_bytes + self.classify.map_or(0, |c| c.3)
+    }
+}
+
 /// Every argument of one backward launch, as descriptors.
 #[derive(Clone, Debug)]
 pub struct BackwardDescs<'a> {
@@ -341,6 +358,40 @@ impl Kernel {
         grads: Gradients<'_>,
         params: &Params,
     ) -> Result<Receipt, RuntimeError> {
+        let setup = self.backward_setup(q, k, v, o, lse, d_out, &grads, params)?;
+        self.run_backward(setup, params)
+    }
+
+    /// The workspace bytes a backward with these arguments needs; pass a buffer of at
+    /// least that in [`Params::workspace`] to keep the call off the pool.
+    #[allow(clippy::too_many_arguments)]
+    pub fn backward_workspace_bytes(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        o: &Tensor,
+        lse: &Tensor,
+        d_out: &Tensor,
+        grads: Gradients<'_>,
+        params: &Params,
+    ) -> Result<usize, RuntimeError> {
+        Ok(self.backward_setup(q, k, v, o, lse, d_out, &grads, params)?.ws_bytes())
+    }
+
+    /// Validates a backward call and sizes it (module, plan, workspace).
+    #[allow(clippy::too_many_arguments)]
+    fn backward_setup<'p>(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        o: &Tensor,
+        lse: &Tensor,
+        d_out: &Tensor,
+        grads: &Gradients<'_>,
+        params: &'p Params,
+    ) -> Result<BackwardSetup<'p>, RuntimeError> {
         if let Some(reason) = attnc_lower::compile::pass_unsupported_reason(&self.spec, Direction::Backward) {
             return Err(RuntimeError::Lower(LowerError::NoSuchPass { direction: Direction::Backward, reason }));
         }
@@ -383,6 +434,23 @@ impl Kernel {
         };
         let gpu = &self.rt.inner.gpu;
         let plan = plan_backward(&self.spec, &shape, gpu.info.sm_count, gpu.info.ordinal, &descs)?;
+        // A mask over aux tensors: its classes at the backward's tiling, classified per
+        // call into the workspace after the plan's regions.
+        let classify = module.meta.kernel(KernelRole::BlockClassify).map(|c| {
+            let tiling = Tiling { block_m: c.block_m, block_n: c.block_n, pack_gqa: false };
+            let d = BlockDims::new(&self.spec, tiling, plan.fwd.batch, plan.fwd.max_seqlen_q, plan.fwd.max_seqlen_k);
+            let words = crate::block_mask::layout_words(d, attnc_lower::BlockLayout::Dense);
+            (c.block_m, c.block_n, d, round256(words.max(1) * 4))
+        });
+        Ok(BackwardSetup { module, source, descs, plan, classify })
+    }
+
+    fn run_backward(&self, setup: BackwardSetup<'_>, params: &Params) -> Result<Receipt, RuntimeError> {
+        let ws_bytes = setup.ws_bytes();
+        let BackwardSetup { module, source, descs, plan, classify } = setup;
+        let meta = &module.meta;
+        let main = meta.main().ok_or_else(|| RuntimeError::Abi("the backward module has no main kernel".into()))?;
+        let gpu = &self.rt.inner.gpu;
         let mut receipt = Receipt {
             block_mask: None,
             spec: self.spec.name.clone(),
@@ -422,7 +490,9 @@ impl Kernel {
             return Ok(receipt);
         }
 
-        let (ws_guard, ws) = self.rt.workspace(plan.ws_bytes)?;
+        let queue = gpu.queue(params.stream);
+        let ws_guard = self.rt.workspace(ws_bytes, &queue, params.workspace)?;
+        let ws = ws_guard.ptr();
         let [o_dpsum, o_lse, o_dq, o_aux] = plan.ws_offsets;
         let mut extra: Vec<(&str, ArgValue)> = vec![
             ("dpsum", ArgValue::Ptr(ws + o_dpsum as u64)),
@@ -446,28 +516,18 @@ impl Kernel {
         }
         // A mask over aux tensors: its classes at the backward's tiling, classified now
         // (one class per (query tile, key tile); the main kernel probes them).
-        let classify = meta.kernel(KernelRole::BlockClassify);
         let mut classify_launch = None;
-        let _classes = match classify {
-            Some(c) => {
-                let tiling = Tiling { block_m: c.block_m, block_n: c.block_n, pack_gqa: false };
-                let d =
-                    BlockDims::new(&self.spec, tiling, plan.fwd.batch, plan.fwd.max_seqlen_q, plan.fwd.max_seqlen_k);
-                let words = crate::block_mask::layout_words(d, attnc_lower::BlockLayout::Dense);
-                let t = self.rt.alloc(crate::elem::ElemType::I32, &[words.max(1)])?;
-                extra.extend(crate::block_mask::list_args(t.device_ptr(), d));
-                classify_launch = Some(crate::block_mask::classifier_launch(d));
-                receipt.block_mask = Some(crate::receipt::BlockMaskUse {
-                    source: "built per call".into(),
-                    block_m: c.block_m,
-                    block_n: c.block_n,
-                    live_fraction: None,
-                    classify_ms: None,
-                });
-                Some(t)
-            }
-            None => None,
-        };
+        if let Some((block_m, block_n, d, _)) = classify {
+            extra.extend(crate::block_mask::list_args(ws + plan.ws_bytes as u64, d));
+            classify_launch = Some(crate::block_mask::classifier_launch(d));
+            receipt.block_mask = Some(crate::receipt::BlockMaskUse {
+                source: "built per call".into(),
+                block_m,
+                block_n,
+                live_fraction: None,
+                classify_ms: None,
+            });
+        }
         let launches: Vec<(&KernelMeta, [u32; 3])> = meta
             .kernels
             .iter()
@@ -504,10 +564,10 @@ impl Kernel {
 
         let events = if params.timing { Some((gpu.event()?, gpu.event()?, gpu.event()?, gpu.event()?)) } else { None };
         if let Some((a, ..)) = &events {
-            gpu.record(a)?;
+            queue.record(a)?;
         }
         // dq_accum and the aux accumulators start at 0.
-        gpu.memset_d32(
+        queue.memset_d32(
             ws + o_dq as u64,
             0,
             plan.dq_slices as usize
@@ -517,10 +577,10 @@ impl Kernel {
         )?;
         if plan.aux_total > 0 {
             if plan.deterministic {
-                gpu.memset_d32(ws + o_aux as u64, 0, plan.aux_slices as usize * plan.aux_total)?;
+                queue.memset_d32(ws + o_aux as u64, 0, plan.aux_slices as usize * plan.aux_total)?;
             } else {
                 for (_, t) in &params.aux_grads {
-                    gpu.memset_d32(t.device_ptr(), 0, t.numel())?;
+                    queue.memset_d32(t.device_ptr(), 0, t.numel())?;
                 }
             }
         }
@@ -530,22 +590,22 @@ impl Kernel {
             }
             if *role == KernelRole::BackwardMain {
                 if let Some((_, b, ..)) = &events {
-                    gpu.record(b)?;
+                    queue.record(b)?;
                 }
             }
             let smem = match (role, classify_launch) {
                 (KernelRole::BlockClassify, Some((_, bytes))) => bytes,
                 _ => k.dynamic_smem_bytes,
             };
-            gpu.launch(f, *grid, k.threads_per_block, smem, a)?;
+            queue.launch(f, *grid, k.threads_per_block, smem, a)?;
             if *role == KernelRole::BackwardMain {
                 if let Some((_, _, c, _)) = &events {
-                    gpu.record(c)?;
+                    queue.record(c)?;
                 }
             }
         }
         if let Some((a, b, c, e)) = &events {
-            gpu.record(e)?;
+            queue.record(e)?;
             let main_ms = f64::from(gpu.elapsed_ms(b, c)?);
             let total = f64::from(gpu.elapsed_ms(a, e)?);
             receipt.timings = Some(Timings { main_ms, combine_ms: None, total_ms: total });

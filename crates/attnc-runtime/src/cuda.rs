@@ -174,7 +174,7 @@ impl Gpu {
         // SAFETY: plain allocation in the bound context.
         let ptr = unsafe { result::malloc_sync(bytes.max(256)) }
             .map_err(|e| drv(&format!("cuMemAlloc({bytes} bytes)"), e))?;
-        Ok(Arc::new(DeviceBuffer { ptr, bytes, ordinal: self.info.ordinal, ctx: self.ctx.clone() }))
+        Ok(Arc::new(DeviceBuffer { ptr, bytes, ordinal: self.info.ordinal, owner: Some(self.ctx.clone()) }))
     }
 
     /// Host → device, then waits for the copy.
@@ -199,25 +199,24 @@ impl Gpu {
         self.synchronize()
     }
 
-    /// Device → device on the stream (asynchronous).
+    /// The runtime's own stream (`None`) or the caller's.
+    pub fn queue(&self, stream: Option<Stream>) -> Queue<'_> {
+        Queue { gpu: self, stream }
+    }
+
+    /// Device → device on the runtime's stream (asynchronous).
     pub fn dtod(&self, dst: u64, src: u64, bytes: usize) -> Result<(), RuntimeError> {
-        self.bind()?;
-        // SAFETY: both ranges hold `bytes` (checked by callers).
-        check("cuMemcpyDtoDAsync", unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, self.cu_stream()) })
+        self.queue(None).dtod(dst, src, bytes)
     }
 
-    /// Fills `n` 32-bit words at `dst` with `value` (asynchronous).
+    /// Fills `n` 32-bit words at `dst` with `value` on the runtime's stream (asynchronous).
     pub fn memset_d32(&self, dst: u64, value: u32, n: usize) -> Result<(), RuntimeError> {
-        self.bind()?;
-        // SAFETY: `dst` holds `n` words (checked by callers).
-        check("cuMemsetD32Async", unsafe { sys::cuMemsetD32Async(dst, value, n, self.cu_stream()) })
+        self.queue(None).memset_d32(dst, value, n)
     }
 
-    /// Fills `n` 16-bit words (asynchronous).
+    /// Fills `n` 16-bit words on the runtime's stream (asynchronous).
     pub fn memset_d16(&self, dst: u64, value: u16, n: usize) -> Result<(), RuntimeError> {
-        self.bind()?;
-        // SAFETY: `dst` holds `n` half-words (checked by callers).
-        check("cuMemsetD16Async", unsafe { sys::cuMemsetD16Async(dst, value, n, self.cu_stream()) })
+        self.queue(None).memset_d16(dst, value, n)
     }
 
     /// Waits for everything queued on the runtime's stream; reports asynchronous kernel
@@ -232,7 +231,7 @@ impl Gpu {
         self.ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(|e| drv("cuEventCreate", e))
     }
     pub fn record(&self, ev: &CudaEvent) -> Result<(), RuntimeError> {
-        ev.record(&self.stream).map_err(|e| drv("cuEventRecord", e))
+        self.queue(None).record(ev)
     }
     /// Milliseconds between two recorded events (waits for the second).
     pub fn elapsed_ms(&self, a: &CudaEvent, b: &CudaEvent) -> Result<f32, RuntimeError> {
@@ -248,9 +247,70 @@ impl Gpu {
         smem: u32,
         args: &[ArgValue],
     ) -> Result<(), RuntimeError> {
+        self.queue(None).launch(f, grid, block, smem, args)
+    }
+
+    /// Is `ctx` this device's (primary) context?
+    pub(crate) fn owns_context(&self, ctx: &CudaContext) -> bool {
+        ctx.cu_ctx() == self.ctx.cu_ctx()
+    }
+}
+
+/// A CUDA stream the caller owns (PyTorch's current stream, a cudarc stream). A call
+/// with [`crate::Params::on_stream`] queues all its work there, ordered with the caller's
+/// own work, and waits for nothing on the host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Stream(usize);
+
+impl Stream {
+    /// A stream from its driver handle (`CUstream`; 0 is the legacy default stream).
+    ///
+    /// # Safety
+    /// `handle` is a stream of the runtime device's primary context (the one PyTorch and
+    /// cudarc use), alive until the work queued on it has run.
+    pub unsafe fn from_raw(handle: usize) -> Stream {
+        Stream(handle)
+    }
+    /// A cudarc stream's handle (its context is checked by [`crate::Runtime::stream_of`]).
+    pub(crate) fn of_cudarc(stream: &CudaStream) -> Stream {
+        Stream(stream.cu_stream() as usize)
+    }
+    pub fn handle(&self) -> usize {
+        self.0
+    }
+    fn cu(&self) -> sys::CUstream {
+        self.0 as sys::CUstream
+    }
+}
+
+/// Where a call's work goes: the runtime's own stream or the caller's ([`Gpu::queue`]).
+#[derive(Clone, Copy)]
+pub struct Queue<'g> {
+    gpu: &'g Gpu,
+    stream: Option<Stream>,
+}
+
+impl Queue<'_> {
+    fn cu_stream(&self) -> sys::CUstream {
+        self.stream.map_or_else(|| self.gpu.cu_stream(), |s| s.cu())
+    }
+    /// The caller's stream, when the work goes there.
+    pub fn caller_stream(&self) -> Option<Stream> {
+        self.stream
+    }
+
+    /// Launches `f` with `args` in ABI order (see [`ArgSlots`]).
+    pub fn launch(
+        &self,
+        f: &Function,
+        grid: [u32; 3],
+        block: u32,
+        smem: u32,
+        args: &[ArgValue],
+    ) -> Result<(), RuntimeError> {
         let mut slots = ArgSlots::pack(args);
         let mut ptrs = slots.pointers();
-        self.bind()?;
+        self.gpu.bind()?;
         // SAFETY: `f` is a live function of a loaded module; one pointer per parameter, each
         // to a value of the parameter's size and alignment (tensor maps: 128 bytes,
         // 64-byte aligned); the slots outlive the call (the driver copies the values at
@@ -259,6 +319,41 @@ impl Gpu {
             result::launch_kernel(f.f, (grid[0], grid[1], grid[2]), (block, 1, 1), smem, self.cu_stream(), &mut ptrs)
         }
         .map_err(|e| drv(&format!("cuLaunchKernel({})", f.name), e))
+    }
+
+    /// Fills `n` 32-bit words at `dst` with `value` (asynchronous).
+    pub fn memset_d32(&self, dst: u64, value: u32, n: usize) -> Result<(), RuntimeError> {
+        self.gpu.bind()?;
+        // SAFETY: `dst` holds `n` words (checked by callers).
+        check("cuMemsetD32Async", unsafe { sys::cuMemsetD32Async(dst, value, n, self.cu_stream()) })
+    }
+
+    /// Fills `n` 16-bit words (asynchronous).
+    pub fn memset_d16(&self, dst: u64, value: u16, n: usize) -> Result<(), RuntimeError> {
+        self.gpu.bind()?;
+        // SAFETY: `dst` holds `n` half-words (checked by callers).
+        check("cuMemsetD16Async", unsafe { sys::cuMemsetD16Async(dst, value, n, self.cu_stream()) })
+    }
+
+    /// Device → device (asynchronous).
+    pub fn dtod(&self, dst: u64, src: u64, bytes: usize) -> Result<(), RuntimeError> {
+        self.gpu.bind()?;
+        // SAFETY: both ranges hold `bytes` (checked by callers).
+        check("cuMemcpyDtoDAsync", unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, self.cu_stream()) })
+    }
+
+    /// Records a timing event.
+    pub fn record(&self, ev: &CudaEvent) -> Result<(), RuntimeError> {
+        self.gpu.bind()?;
+        // SAFETY: a live event of this context on a live stream.
+        check("cuEventRecord", unsafe { sys::cuEventRecord(ev.cu_event(), self.cu_stream()) })
+    }
+
+    /// Waits on the host for everything queued so far.
+    pub fn synchronize(&self) -> Result<(), RuntimeError> {
+        self.gpu.bind()?;
+        // SAFETY: a live stream.
+        check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(self.cu_stream()) })
     }
 }
 
@@ -300,12 +395,14 @@ impl ArgSlots {
     }
 }
 
-/// A device allocation, freed on drop.
+/// Device memory a [`crate::Tensor`] views: an allocation of the runtime's (freed on drop)
+/// or a range the caller owns (never freed here; see [`crate::Tensor::from_raw_parts`]).
 pub struct DeviceBuffer {
     pub(crate) ptr: u64,
     pub(crate) bytes: usize,
     pub(crate) ordinal: usize,
-    ctx: Arc<CudaContext>,
+    /// The context that allocated it, when the runtime did.
+    owner: Option<Arc<CudaContext>>,
 }
 
 impl std::fmt::Debug for DeviceBuffer {
@@ -315,6 +412,14 @@ impl std::fmt::Debug for DeviceBuffer {
 }
 
 impl DeviceBuffer {
+    /// Memory the caller owns: `bytes` from `ptr` on device `ordinal`.
+    pub(crate) fn borrowed(ptr: u64, bytes: usize, ordinal: usize) -> DeviceBuffer {
+        DeviceBuffer { ptr, bytes, ordinal, owner: None }
+    }
+    /// Does the runtime own (and free) it?
+    pub fn is_owned(&self) -> bool {
+        self.owner.is_some()
+    }
     pub fn ptr(&self) -> u64 {
         self.ptr
     }
@@ -325,7 +430,8 @@ impl DeviceBuffer {
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
-        if self.ctx.bind_to_thread().is_ok() {
+        let Some(ctx) = &self.owner else { return };
+        if ctx.bind_to_thread().is_ok() {
             // SAFETY: allocated by `alloc_bytes`, freed once. cuMemFree synchronizes with
             // work that may still use the buffer.
             let _ = unsafe { result::free_sync(self.ptr) };

@@ -80,6 +80,8 @@ pub enum ValidationError {
     Sinks { detail: String },
     #[error("{what} = {value} is too large (limit {limit})")]
     TooLarge { what: String, value: u64, limit: u64 },
+    #[error("workspace: {detail}")]
+    Workspace { detail: String },
     #[error("num_splits: {detail}")]
     Splits { detail: String },
     /// A tensor that a kernel reads or writes through a TMA tensor map breaks a

@@ -17,6 +17,34 @@
 //! # Ok(()) }
 //! ```
 //!
+//! Memory the caller owns, on the caller's stream — here a cudarc program's (`f16` feature
+//! for bf16 slices); the Python package does the same with PyTorch's tensors and current
+//! stream. Once the kernel is cached (and the stream's workspace sized, for split-KV and
+//! the backward) such a call allocates nothing and waits for nothing on the host, so it can
+//! be captured in a CUDA graph:
+//!
+//! ```no_run
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use attnc_runtime::{Params, Runtime};
+//! use half::bf16;
+//! let cu = |e: cudarc::driver::DriverError| format!("{e:?}");
+//! let rt = Runtime::new(0)?;
+//! let ctx = cudarc::driver::CudaContext::new(0).map_err(cu)?; // device 0's primary context
+//! let stream = ctx.new_stream().map_err(cu)?;
+//! let kernel = rt.kernel(&attnc_ir::Spec::new("full", 128, 16))?;
+//! let shape = [2, 1024, 16, 128];
+//! let n: usize = shape.iter().product();
+//! let zeros = || stream.alloc_zeros::<bf16>(n).map_err(cu);
+//! let (q, k, v, mut o) = (zeros()?, zeros()?, zeros()?, zeros()?);
+//! {
+//!     let (tq, tk, tv) = (rt.borrow(&q, &stream, &shape)?, rt.borrow(&k, &stream, &shape)?, rt.borrow(&v, &stream, &shape)?);
+//!     let mut to = rt.borrow_mut(&mut o, &stream, &shape)?;
+//!     kernel.forward(&tq, &tk, &tv, &mut to, &Params::default().on_stream(rt.stream_of(&stream)?))?;
+//! } // the borrows end: cudarc orders later uses of q, k, v, o after the kernel
+//! let o_host: Vec<bf16> = stream.memcpy_dtov(&o).map_err(cu)?;
+//! # Ok(()) }
+//! ```
+//!
 //! - [`cache`] — the memory + disk artifact cache (generic; CPU-tested);
 //! - [`cuda`] — the driver layer (context, stream, memory, modules, launches, events);
 //! - [`jit`] — spec → PTX → cubin → module, cache keys and payloads;
@@ -55,10 +83,10 @@ pub mod variant_bench;
 pub use backward::Gradients;
 pub use block_mask::BlockMask;
 pub use cache::{CacheConfig, CacheSource, CacheStats};
-pub use cuda::{driver_present, DeviceInfo};
+pub use cuda::{driver_present, DeviceInfo, Stream};
 pub use error::{RuntimeError, ValidationError};
 pub use receipt::{BlockMaskUse, KernelConfig, Receipt, Timings};
-pub use runtime::{Kernel, Params, Runtime};
+pub use runtime::{Borrowed, Kernel, Params, Runtime};
 pub use tensor::{ElemType, Element, IndexTensor, Tensor, TensorDesc};
 pub use validate::{LaunchPlan, ParamValue};
 

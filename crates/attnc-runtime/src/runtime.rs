@@ -3,8 +3,8 @@
 use crate::block_mask::{launch_seqlens, BlockMask, BuiltFor};
 use crate::cache::{Cache, CacheConfig, CacheSource, CacheStats};
 use crate::cuda::ArgValue;
-use crate::cuda::{DeviceBuffer, DeviceInfo, Gpu, Image};
-use crate::error::RuntimeError;
+use crate::cuda::{DeviceBuffer, DeviceInfo, Gpu, Image, Queue, Stream};
+use crate::error::{RuntimeError, ValidationError};
 use crate::jit::{kernel_key, KernelProducer, LoadedKernel};
 use crate::receipt::{KernelConfig, Receipt, Timings};
 use crate::tensor::{contiguous_strides, ElemType, Element, IndexTensor, Tensor};
@@ -12,17 +12,38 @@ use crate::validate::{marshal, plan, KernelShape, LaunchDescs, LaunchPlan, Param
 use attnc_ir::block_mask::{BlockDims, Tiling};
 use attnc_ir::Spec;
 use attnc_lower::{Arch, Direction, FamilyChoice, Grid, KernelRole};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 pub(crate) struct Inner {
     pub(crate) gpu: Gpu,
     pub(crate) kernels: Cache<LoadedKernel>,
-    /// The split-KV workspace, grown on demand; held locked from the forward launch to
-    /// the combine launch so concurrent launches cannot interleave on it.
-    workspace: Mutex<Option<Arc<DeviceBuffer>>>,
+    /// Workspaces (split-KV partials, the backward's dQ accumulator and row values), one
+    /// per stream (`None`: the runtime's), grown on demand and then reused, so a sized
+    /// call allocates nothing (CUDA-graph capture). Held locked from a call's first
+    /// launch to its last, so concurrent calls cannot interleave on one.
+    workspaces: Mutex<HashMap<Option<Stream>, Arc<DeviceBuffer>>>,
 }
 
-pub(crate) type WorkspaceGuard<'a> = std::sync::MutexGuard<'a, Option<Arc<DeviceBuffer>>>;
+/// A call's workspace: the pool's (locked for the call) or the caller's.
+pub(crate) enum Workspace<'a> {
+    None,
+    /// The pool stays locked while the call queues its work.
+    Pooled {
+        _lock: std::sync::MutexGuard<'a, HashMap<Option<Stream>, Arc<DeviceBuffer>>>,
+        ptr: u64,
+    },
+    Caller(u64),
+}
+
+impl Workspace<'_> {
+    pub(crate) fn ptr(&self) -> u64 {
+        match self {
+            Workspace::None => 0,
+            Workspace::Pooled { ptr, .. } | Workspace::Caller(ptr) => *ptr,
+        }
+    }
+}
 
 /// A CUDA device with attnc's JIT. Cheap to clone (shared).
 #[derive(Clone)]
@@ -45,7 +66,9 @@ impl Runtime {
 
     pub fn with_cache(device: usize, cache: &CacheConfig) -> Result<Runtime, RuntimeError> {
         let gpu = Gpu::open(device)?;
-        Ok(Runtime { inner: Arc::new(Inner { gpu, kernels: Cache::new(cache), workspace: Mutex::new(None) }) })
+        Ok(Runtime {
+            inner: Arc::new(Inner { gpu, kernels: Cache::new(cache), workspaces: Mutex::new(HashMap::new()) }),
+        })
     }
 
     pub fn device(&self) -> &DeviceInfo {
@@ -225,19 +248,123 @@ impl Runtime {
         self.inner.gpu.synchronize()
     }
 
-    pub(crate) fn workspace(&self, bytes: usize) -> Result<(WorkspaceGuard<'_>, u64), RuntimeError> {
-        let mut g = self.inner.workspace.lock().unwrap_or_else(|e| e.into_inner());
-        let ok = g.as_ref().is_some_and(|b| b.bytes() >= bytes);
-        if !ok {
-            // Free the old one first, once no queued launch can still use it.
-            if g.is_some() {
-                self.inner.gpu.synchronize()?;
-            }
-            *g = None;
-            *g = Some(self.inner.gpu.alloc_bytes(bytes.max(1 << 20))?);
+    /// `bytes` of workspace for a call queued on `queue`: the caller's `given` buffer
+    /// (checked: device, size, 256-byte alignment) or the pool's buffer of that stream.
+    pub(crate) fn workspace(
+        &self,
+        bytes: usize,
+        queue: &Queue,
+        given: Option<&Tensor>,
+    ) -> Result<Workspace<'_>, RuntimeError> {
+        if bytes == 0 {
+            return Ok(Workspace::None);
         }
-        let ptr = g.as_ref().map_or(0, |b| b.ptr());
-        Ok((g, ptr))
+        if let Some(t) = given {
+            let d = t.desc();
+            let have = d.capacity.saturating_mul(d.dtype.bytes() as u64);
+            let err = |detail: String| RuntimeError::Validation(ValidationError::Workspace { detail });
+            if d.device != self.inner.gpu.info.ordinal {
+                return Err(err(format!(
+                    "on device {}, the kernel runs on device {}",
+                    d.device, self.inner.gpu.info.ordinal
+                )));
+            }
+            if have < bytes as u64 {
+                return Err(err(format!("{have} bytes, this call needs {bytes}")));
+            }
+            if d.addr % 256 != 0 {
+                return Err(err(format!("address {:#x} is not 256-byte aligned", d.addr)));
+            }
+            return Ok(Workspace::Caller(d.addr));
+        }
+        let key = queue.caller_stream();
+        let mut g = self.inner.workspaces.lock().unwrap_or_else(|e| e.into_inner());
+        if g.get(&key).is_none_or(|b| b.bytes() < bytes) {
+            // Free the old one once no work queued on its stream can still use it.
+            if g.remove(&key).is_some() {
+                queue.synchronize()?;
+            }
+            g.insert(key, self.inner.gpu.alloc_bytes(bytes.max(1 << 20))?);
+        }
+        let ptr = g.get(&key).map_or(0, |b| b.ptr());
+        Ok(Workspace::Pooled { _lock: g, ptr })
+    }
+
+    /// The [`Stream`] of a cudarc stream, checked to be of this runtime's context.
+    pub fn stream_of(&self, stream: &cudarc::driver::CudaStream) -> Result<Stream, RuntimeError> {
+        if !self.inner.gpu.owns_context(stream.context()) {
+            return Err(RuntimeError::Other(format!(
+                "the stream is of another CUDA context than device {}'s primary context",
+                self.inner.gpu.info.ordinal
+            )));
+        }
+        Ok(Stream::of_cudarc(stream))
+    }
+
+    /// A tensor over a cudarc slice (`shape`, row-major), read by work queued on `stream`
+    /// (pass `self.stream_of(stream)` in [`Params::on_stream`]): cudarc's stream ordering
+    /// sees the read when the returned [`Borrowed`] drops, after the launch.
+    pub fn borrow<'a, T: Element, S: cudarc::driver::DevicePtr<T>>(
+        &self,
+        slice: &'a S,
+        stream: &'a cudarc::driver::CudaStream,
+        shape: &[usize],
+    ) -> Result<Borrowed<'a>, RuntimeError> {
+        self.check_slice_context(slice.stream().context())?;
+        let len = slice.len();
+        let (ptr, sync) = slice.device_ptr(stream);
+        // SAFETY: the slice's memory holds `len` elements of T and outlives `'a`, for which
+        // the borrow keeps it (and `Borrowed` is tied to it).
+        let tensor = unsafe {
+            Tensor::from_raw_parts(self.inner.gpu.info.ordinal, ptr, T::TYPE, shape, &contiguous_strides(shape), len)?
+        };
+        Ok(Borrowed { tensor, _sync: sync })
+    }
+
+    /// [`Runtime::borrow`] for an output: the kernel writes the slice.
+    pub fn borrow_mut<'a, T: Element, S: cudarc::driver::DevicePtrMut<T>>(
+        &self,
+        slice: &'a mut S,
+        stream: &'a cudarc::driver::CudaStream,
+        shape: &[usize],
+    ) -> Result<Borrowed<'a>, RuntimeError> {
+        self.check_slice_context(slice.stream().context())?;
+        let len = slice.len();
+        let (ptr, sync) = slice.device_ptr_mut(stream);
+        // SAFETY: as for `borrow`, with the slice borrowed mutably.
+        let tensor = unsafe {
+            Tensor::from_raw_parts(self.inner.gpu.info.ordinal, ptr, T::TYPE, shape, &contiguous_strides(shape), len)?
+        };
+        Ok(Borrowed { tensor, _sync: sync })
+    }
+
+    fn check_slice_context(&self, ctx: &cudarc::driver::CudaContext) -> Result<(), RuntimeError> {
+        if self.inner.gpu.owns_context(ctx) {
+            return Ok(());
+        }
+        Err(RuntimeError::Other(format!(
+            "the slice is of another CUDA context than device {}'s primary context",
+            self.inner.gpu.info.ordinal
+        )))
+    }
+}
+
+/// A [`Tensor`] over a cudarc slice for the length of the borrow ([`Runtime::borrow`]).
+pub struct Borrowed<'a> {
+    tensor: Tensor,
+    _sync: cudarc::driver::SyncOnDrop<'a>,
+}
+
+impl std::ops::Deref for Borrowed<'_> {
+    type Target = Tensor;
+    fn deref(&self) -> &Tensor {
+        &self.tensor
+    }
+}
+
+impl std::ops::DerefMut for Borrowed<'_> {
+    fn deref_mut(&mut self) -> &mut Tensor {
+        &mut self.tensor
     }
 }
 
@@ -272,6 +399,12 @@ pub struct Params<'a> {
     /// [`Kernel::block_mask`] for these shapes, params and aux tensors (checked). Without
     /// it the forward classifies per call.
     pub block_mask: Option<&'a BlockMask>,
+    /// Queue the call's work on the caller's stream instead of the runtime's.
+    pub stream: Option<Stream>,
+    /// The caller's workspace buffer (256-byte aligned, at least
+    /// [`Kernel::forward_workspace_bytes`] / [`Kernel::backward_workspace_bytes`]); without
+    /// it the call takes the stream's pooled workspace.
+    pub workspace: Option<&'a Tensor>,
 }
 
 impl<'a> Params<'a> {
@@ -323,6 +456,14 @@ impl<'a> Params<'a> {
     }
     pub fn block_mask(mut self, m: &'a BlockMask) -> Self {
         self.block_mask = Some(m);
+        self
+    }
+    pub fn on_stream(mut self, s: Stream) -> Self {
+        self.stream = Some(s);
+        self
+    }
+    pub fn workspace(mut self, t: &'a Tensor) -> Self {
+        self.workspace = Some(t);
         self
     }
 }
@@ -439,7 +580,7 @@ impl Kernel {
         params: &Params,
     ) -> Result<BlockMask, RuntimeError> {
         let plan = self.plan(q, k, v, out, None, params)?;
-        self.build_block_mask(&plan, params)
+        self.build_block_mask(&plan, params, &self.rt.gpu().queue(params.stream))
     }
 
     fn block_mask_built_for(&self, plan: &LaunchPlan, params: &Params) -> Result<BuiltFor, RuntimeError> {
@@ -472,7 +613,7 @@ impl Kernel {
     }
 
     /// Runs the classifier for a validated launch.
-    fn build_block_mask(&self, plan: &LaunchPlan, params: &Params) -> Result<BlockMask, RuntimeError> {
+    fn build_block_mask(&self, plan: &LaunchPlan, params: &Params, queue: &Queue) -> Result<BlockMask, RuntimeError> {
         let kernel = self;
         let bf = self.block_mask_built_for(plan, params)?;
         let meta = kernel.meta();
@@ -494,14 +635,14 @@ impl Kernel {
         let timing = params.timing;
         let events = if timing { Some((gpu.event()?, gpu.event()?)) } else { None };
         if let Some((a, _)) = &events {
-            gpu.record(a)?;
+            queue.record(a)?;
         }
         if d.batch > 0 && d.m_tiles > 0 {
-            gpu.launch(f, grid, classify.threads_per_block, smem, &args)?;
+            queue.launch(f, grid, classify.threads_per_block, smem, &args)?;
         }
         let mut mask = mask;
         if let Some((a, b)) = &events {
-            gpu.record(b)?;
+            queue.record(b)?;
             mask.classify_ms = Some(f64::from(gpu.elapsed_ms(a, b)?));
         }
         Ok(mask)
@@ -546,6 +687,19 @@ impl Kernel {
     pub fn block_mask_live_fraction(&self, mask: &BlockMask) -> Result<f64, RuntimeError> {
         let group = if self.spec.pack_gqa { self.spec.group_size().max(1) as usize } else { 1 };
         Ok(mask.live_fraction_of(&self.block_mask_lists(mask)?, group))
+    }
+
+    /// The workspace bytes a forward with these arguments needs (0 without split-KV); pass
+    /// a buffer of at least that in [`Params::workspace`] to keep the call off the pool.
+    pub fn forward_workspace_bytes(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        out: &Tensor,
+        params: &Params,
+    ) -> Result<usize, RuntimeError> {
+        Ok(forward_workspace(&self.plan(q, k, v, out, None, params)?).0)
     }
 
     /// Validates a launch without running it.
@@ -638,16 +792,10 @@ impl Kernel {
             return Ok(receipt);
         }
 
-        // Split workspace: o_partial, then lse_partial (256-byte aligned).
-        let o_bytes = plan.o_partial_elems * 4;
-        let lse_off = o_bytes.div_ceil(256) * 256;
-        let ws_bytes = lse_off + plan.lse_partial_elems * 4;
-        let (ws_guard, ws) = if plan.num_splits > 1 {
-            let (g, p) = self.rt.workspace(ws_bytes)?;
-            (Some(g), p)
-        } else {
-            (None, 0)
-        };
+        let queue = gpu.queue(params.stream);
+        let (ws_bytes, lse_off) = forward_workspace(&plan);
+        let ws_guard = self.rt.workspace(ws_bytes, &queue, params.workspace)?;
+        let ws = ws_guard.ptr();
         let maps = plan
             .tensor_maps
             .iter()
@@ -666,7 +814,7 @@ impl Kernel {
                 self.check_block_mask(m, &plan, params)?;
                 None
             }
-            (true, None) => Some(self.build_block_mask(&plan, params)?),
+            (true, None) => Some(self.build_block_mask(&plan, params, &queue)?),
         };
         let mask = per_call.as_ref().or(params.block_mask).filter(|_| takes_lists);
         if let Some(m) = mask {
@@ -690,19 +838,19 @@ impl Kernel {
 
         let events = if params.timing { Some((gpu.event()?, gpu.event()?, gpu.event()?)) } else { None };
         if let Some((a, _, _)) = &events {
-            gpu.record(a)?;
+            queue.record(a)?;
         }
         let fwd_fn =
             self.loaded.function(KernelRole::Forward).ok_or_else(|| RuntimeError::Abi("no forward kernel".into()))?;
-        gpu.launch(fwd_fn, plan.fwd_grid, fwd.threads_per_block, fwd.dynamic_smem_bytes, &fwd_args)?;
+        queue.launch(fwd_fn, plan.fwd_grid, fwd.threads_per_block, fwd.dynamic_smem_bytes, &fwd_args)?;
         if let Some((_, b, _)) = &events {
-            gpu.record(b)?;
+            queue.record(b)?;
         }
         if let Some((grid, cm, cf, args)) = &combine {
-            gpu.launch(cf, *grid, cm.threads_per_block, cm.dynamic_smem_bytes, args)?;
+            queue.launch(cf, *grid, cm.threads_per_block, cm.dynamic_smem_bytes, args)?;
         }
         if let Some((a, b, c)) = &events {
-            gpu.record(c)?;
+            queue.record(c)?;
             let f = f64::from(gpu.elapsed_ms(a, b)?);
             let total = f64::from(gpu.elapsed_ms(a, c)?);
             receipt.timings =
@@ -711,6 +859,16 @@ impl Kernel {
         drop(ws_guard);
         Ok(receipt)
     }
+}
+
+/// The forward's workspace: the split-KV partials `o_partial`, then `lse_partial` at the
+/// returned offset (256-byte aligned); 0 bytes without splits.
+fn forward_workspace(plan: &LaunchPlan) -> (usize, usize) {
+    if plan.num_splits <= 1 {
+        return (0, 0);
+    }
+    let lse_off = (plan.o_partial_elems * 4).div_ceil(256) * 256;
+    (lse_off + plan.lse_partial_elems * 4, lse_off)
 }
 
 /// Row-major strides (re-exported for callers building views).

@@ -156,6 +156,54 @@ impl Tensor {
         Ok(t)
     }
 
+    /// A tensor over device memory the caller owns (a PyTorch or CuPy tensor, a buffer of
+    /// another library): `shape` and `strides` (in elements) from `ptr`, which reaches
+    /// `capacity` elements. attnc never frees it. Launches validate it like any other
+    /// tensor (dtype, shape, strides, alignment, bounds, aliasing), so a bad view is a
+    /// typed error, never a launch.
+    ///
+    /// # Safety
+    /// `ptr` is a device address of the runtime's device in its primary context, and the
+    /// `capacity` elements from it stay allocated (and are not written by anyone else)
+    /// until the work queued with this tensor has run.
+    pub unsafe fn from_raw_parts(
+        device: usize,
+        ptr: u64,
+        dtype: ElemType,
+        shape: &[usize],
+        strides: &[usize],
+        capacity: usize,
+    ) -> Result<Tensor, RuntimeError> {
+        if shape.len() != strides.len() {
+            return Err(RuntimeError::Other(format!("tensor: shape {shape:?} and strides {strides:?} differ in rank")));
+        }
+        if ptr == 0 && capacity > 0 {
+            return Err(RuntimeError::Other("tensor: null device pointer".into()));
+        }
+        let bytes = capacity.checked_mul(dtype.bytes()).ok_or_else(|| {
+            RuntimeError::Other(format!("tensor: a capacity of {capacity} elements overflows the address space"))
+        })?;
+        let t = Tensor {
+            buf: Arc::new(DeviceBuffer::borrowed(ptr, bytes, device)),
+            dtype,
+            shape: shape.to_vec(),
+            strides: strides.to_vec(),
+            offset: 0,
+        };
+        let span = t.desc().span();
+        if span > capacity as u128 {
+            return Err(RuntimeError::Other(format!(
+                "tensor {shape:?} strides {strides:?} reaches {span} elements, its memory holds {capacity}"
+            )));
+        }
+        Ok(t)
+    }
+
+    /// Does this view's memory belong to the caller ([`Tensor::from_raw_parts`])?
+    pub fn is_borrowed(&self) -> bool {
+        !self.buf.is_owned()
+    }
+
     /// The same elements with another shape (contiguous views only).
     pub fn reshape(&self, shape: &[usize]) -> Result<Tensor, RuntimeError> {
         if !self.is_contiguous() || shape.iter().product::<usize>() != self.numel() {
@@ -173,6 +221,23 @@ pub struct IndexTensor {
 }
 
 impl IndexTensor {
+    /// An index tensor over the caller's device memory and its values on the host, so
+    /// launches validate the values (monotonic cu_seqlens, pages in range) without reading
+    /// the device. `tensor` must be contiguous i32 and hold `host.len()` elements.
+    ///
+    /// # Safety
+    /// The device memory holds exactly `host` (row-major) while launches use it.
+    pub unsafe fn from_parts(tensor: Tensor, host: Vec<i32>) -> Result<IndexTensor, RuntimeError> {
+        if tensor.dtype() != ElemType::I32 || !tensor.is_contiguous() || tensor.numel() != host.len() {
+            return Err(RuntimeError::Other(format!(
+                "index tensor: expected a contiguous i32 tensor of {} elements, found {:?}",
+                host.len(),
+                tensor
+            )));
+        }
+        Ok(IndexTensor { tensor, host: Arc::new(host) })
+    }
+
     pub fn tensor(&self) -> &Tensor {
         &self.tensor
     }
@@ -197,6 +262,31 @@ pub struct HostIndex<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn caller_memory_is_viewed_checked_and_never_freed() {
+        // SAFETY: only descriptors are built; nothing dereferences the address.
+        let t = unsafe { Tensor::from_raw_parts(0, 0x7000_0000, ElemType::Bf16, &[2, 3, 4], &[24, 4, 1], 48) }
+            .expect("a view inside its memory");
+        assert!(t.is_borrowed());
+        assert_eq!(t.desc().capacity, 48);
+        assert_eq!(t.device_ptr(), 0x7000_0000);
+        // A strided Q slice of a fused QKV buffer, and one reaching past the memory.
+        let qkv = unsafe { Tensor::from_raw_parts(0, 0x7000_0000, ElemType::Bf16, &[2, 4], &[12, 1], 24) };
+        assert!(qkv.is_ok());
+        let past = unsafe { Tensor::from_raw_parts(0, 0x7000_0000, ElemType::Bf16, &[2, 4], &[12, 1], 15) };
+        assert!(past.unwrap_err().to_string().contains("reaches 16 elements"));
+        let rank = unsafe { Tensor::from_raw_parts(0, 0x7000_0000, ElemType::F32, &[2, 4], &[1], 8) };
+        assert!(rank.is_err());
+        let null = unsafe { Tensor::from_raw_parts(0, 0, ElemType::F32, &[2], &[1], 2) };
+        assert!(null.is_err());
+        // Dropping it frees nothing (no driver on this machine to call).
+        drop(t);
+        let idx = unsafe { Tensor::from_raw_parts(0, 0x8000_0000, ElemType::I32, &[3], &[1], 3) }.unwrap();
+        let host = unsafe { IndexTensor::from_parts(idx.clone(), vec![0, 5, 9]) }.unwrap();
+        assert_eq!(host.host(), &[0, 5, 9]);
+        assert!(unsafe { IndexTensor::from_parts(idx, vec![0, 5]) }.is_err());
+    }
 
     #[test]
     fn strides_and_span() {

@@ -1,0 +1,160 @@
+"""attnc: attention kernels compiled from `.attn` files.
+
+    import torch, attnc
+    attn = attnc.load("dsl-examples/document_mask.attn")    # or attnc.compile(text)
+    o = attn(q, k, v, aux={"doc": doc_ids})                  # torch tensors, current stream
+    o.sum().backward()                                       # attnc's backward
+    attn.receipt()                                           # which kernel ran, and why
+
+Calls with torch tensors go through the custom op ``torch.ops.attnc.forward`` (autograd,
+``torch.compile`` without graph breaks); other CUDA arrays (CuPy, JAX via DLPack) run the
+forward directly with :meth:`Attention.forward_into`.
+"""
+
+import hashlib
+import json
+import os
+
+from . import _attnc, _registry
+from ._tensors import describe, describe_index, is_torch
+from .errors import AttncSyntaxError
+
+__all__ = ["Attention", "AttncSyntaxError", "load", "compile", "cache_info", "driver_present"]
+__version__ = _attnc.__version__
+
+
+def load(path, family="auto"):
+    """The variant of a `.attn` file."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    return Attention(_attnc.parse(text, os.fspath(path)), family)
+
+
+def compile(source, name="<string>", family="auto"):  # noqa: A001 (the verb users expect)
+    """The variant of `.attn` source text; errors name ``name`` as the file."""
+    return Attention(_attnc.parse(source, name), family)
+
+
+def cache_info(device=0):
+    """The kernel cache of ``device``: hits, builds, the disk directory."""
+    return _attnc.cache_info(device)
+
+
+def driver_present():
+    """Is a CUDA driver loadable on this machine?"""
+    return _attnc.driver_present()
+
+
+class Attention:
+    """One attention variant: callable on tensors, compiled per device on first use."""
+
+    def __init__(self, variant, family="auto"):
+        self._variant = variant
+        self._family = family
+        self.spec = json.loads(variant.spec_json())
+        self.name = variant.name
+        self.layout = _attnc.kv_layout(variant)
+        self._kernels = {}
+        self._last = None
+        # Registered with the torch op layer under this key (attnc.torch imports lazily).
+        self.key = f"{self.name}-{family}-{hashlib.sha1(variant.source().encode()).hexdigest()[:16]}"
+        _registry.VARIANTS.setdefault(self.key, self)
+
+    # ---- what the variant is -------------------------------------------------------------
+    @property
+    def source(self):
+        """The canonical `.attn` text."""
+        return self._variant.source()
+
+    @property
+    def params(self):
+        """Declared params: ``[(name, "Int" | "Float" | "Bool")]``."""
+        return [(p["name"], p["ty"]) for p in self.spec["params"]]
+
+    @property
+    def aux(self):
+        """Declared aux tensors, in order: ``[(name, "Int" | "Float", learnable)]``."""
+        return [(a["name"], a.get("elem", "Int"), a.get("learnable", False)) for a in self.spec["aux"]]
+
+    def ptx(self, arch="sm_90a", direction="forward", family=None):
+        """PTX for ``arch`` (no GPU needed)."""
+        return self._variant.ptx(arch, direction, family or self._family)
+
+    def __repr__(self):
+        return f"attnc.Attention({self.name!r}, layout={self.layout}, family={self._family})"
+
+    # ---- running ---------------------------------------------------------------------------
+    def kernel(self, device=0):
+        """The compiled kernel for CUDA device ``device`` (cached)."""
+        k = self._kernels.get(device)
+        if k is None:
+            k = _attnc.kernel(self._variant, device, self._family)
+            self._kernels[device] = k
+        return k
+
+    def __call__(self, q, k, v, *, aux=None, params=None, sinks=None, cu_seqlens_q=None, cu_seqlens_k=None,
+                 block_table=None, seqused_k=None, splits=None, deterministic=False, return_lse=False):
+        """Attention forward on torch tensors (differentiable) or other CUDA arrays."""
+        if is_torch(q):
+            from . import torch as attnc_torch
+
+            return attnc_torch.attention(self, q, k, v, aux=aux, params=params, sinks=sinks,
+                                         cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                                         block_table=block_table, seqused_k=seqused_k, splits=splits,
+                                         deterministic=deterministic, return_lse=return_lse)
+        raise TypeError("calling an Attention needs torch tensors; for other arrays use forward_into(q, k, v, out)")
+
+    def forward_into(self, q, k, v, out, *, lse=None, stream=0, aux=None, params=None, sinks=None, splits=None):
+        """The forward on any CUDA arrays, written into ``out`` (and ``lse``), on ``stream``."""
+        extras = {}
+        if params:
+            extras["params"] = dict(params)
+        if aux:
+            extras["aux"] = {n: describe(f"aux `{n}`", t) for n, t in aux.items()}
+        if sinks is not None:
+            extras["sinks"] = describe("sinks", sinks)
+        if splits is not None:
+            extras["splits"] = int(splits)
+        dev = describe("q", q)[4]
+        kern = self.kernel(dev)
+        kern.forward(describe("q", q), describe("k", k), describe("v", v), describe("o", out),
+                     None if lse is None else describe("lse", lse), int(stream), extras)
+        self._last = kern
+
+    def check(self, q, k, v, out, *, lse=None, aux=None, params=None, device=0):
+        """Validates a forward's arguments without a GPU (descriptors only); raises
+        ``ValueError`` naming the argument at fault."""
+        extras = {}
+        if params:
+            extras["params"] = dict(params)
+        if aux:
+            extras["aux"] = {n: _desc_any(f"aux `{n}`", t) for n, t in aux.items()}
+        self._variant.check_forward(_desc_any("q", q), _desc_any("k", k), _desc_any("v", v), _desc_any("o", out),
+                                    None if lse is None else _desc_any("lse", lse), extras, device)
+
+    def receipt(self):
+        """The last launch's receipt (dict: family, fallback reason, config, grid, splits)."""
+        if self._last is None:
+            return None
+        text = self._last.receipt_json()
+        return None if text is None else json.loads(text)
+
+    def receipt_text(self):
+        """The last launch's receipt as attnc prints it."""
+        return None if self._last is None else self._last.receipt_text()
+
+
+def _desc_any(arg, t):
+    """A descriptor of a tensor on any device, for host-side validation: a CPU or meta
+    tensor is described as if it were on the GPU at a 256-byte aligned address."""
+    if isinstance(t, tuple):
+        return t
+    if is_torch(t) and not t.is_cuda:
+        from ._tensors import _torch_dtypes
+
+        dtype = _torch_dtypes().get(t.dtype)
+        if dtype is None:
+            raise ValueError(f"{arg}: dtype {t.dtype} is not supported (bfloat16, float16, float32 or int32)")
+        base = 0x7F00_0000_0000 + (abs(hash(arg)) % 4096) * (1 << 32)
+        return (base + t.storage_offset() * t.element_size(), dtype, tuple(t.shape), t.stride(), 0, None)
+    return describe(arg, t)

@@ -1,0 +1,213 @@
+"""attnc as PyTorch custom ops: ``torch.ops.attnc.forward`` / ``torch.ops.attnc.backward``.
+
+Both are registered with ``torch.library.custom_op`` and a fake (meta) implementation, so
+``torch.compile(fullgraph=True)`` traces them without a graph break; autograd is
+registered on the forward and runs attnc's backward (dq, dk, dv, dsinks and the
+learnable aux tensors' gradients). A variant is named in the ops by its key (its name and
+a hash of its canonical source); :func:`attention` registers it on first use.
+
+Kernels run on ``torch.cuda.current_stream()``, on the caller's tensors, outputs from
+PyTorch's caching allocator: nothing is copied and nothing waits on the host, except that
+CUDA ``cu_seqlens`` / block tables are read back once per call (pass them as CPU int32
+tensors to avoid that).
+"""
+
+from typing import Optional
+
+import torch
+
+from ._registry import VARIANTS
+from ._tensors import describe_index, describe_torch
+
+
+def _variant(key):
+    attn = VARIANTS.get(key)
+    if attn is None:
+        raise RuntimeError(f"attnc: variant {key} is not registered in this process (call it through attnc first)")
+    return attn
+
+
+def _params(attn, params):
+    """Params in declaration order, split by type (the op schema needs fixed types)."""
+    params = params or {}
+    unknown = set(params) - {n for n, _ in attn.params}
+    if unknown:
+        raise ValueError(f"param `{sorted(unknown)[0]}`: the variant `{attn.name}` declares no such param")
+    ints, floats = [], []
+    for name, ty in attn.params:
+        if name not in params:
+            raise ValueError(f"param `{name}`: missing (the variant `{attn.name}` declares it)")
+        if ty == "Int":
+            ints.append(int(params[name]))
+        else:
+            floats.append(float(params[name]))
+    return ints, floats
+
+
+def _aux_list(attn, aux):
+    aux = aux or {}
+    names = [n for n, _, _ in attn.aux]
+    unknown = set(aux) - set(names)
+    if unknown:
+        raise ValueError(f"aux tensor `{sorted(unknown)[0]}`: the variant `{attn.name}` declares no such aux tensor")
+    missing = [n for n in names if n not in aux]
+    if missing:
+        raise ValueError(f"aux tensor `{missing[0]}`: missing (the variant `{attn.name}` reads it)")
+    return [aux[n] for n in names]
+
+
+def _extras(attn, device, aux, sinks, cu_q, cu_k, block_table, seqused_k, ints, floats, splits, keep):
+    """The Rust side's `extras` dict; `keep` collects device copies that must outlive the launch."""
+    x = {}
+    values = {}
+    it_i, it_f = iter(ints), iter(floats)
+    for name, ty in attn.params:
+        values[name] = next(it_i) if ty == "Int" else next(it_f)
+    if values:
+        x["params"] = values
+    if aux:
+        x["aux"] = {n: describe_torch(f"aux `{n}`", t) for (n, _, _), t in zip(attn.aux, aux)}
+    if sinks is not None:
+        x["sinks"] = describe_torch("sinks", sinks)
+    if cu_q is not None or cu_k is not None:
+        if cu_q is None or cu_k is None:
+            raise ValueError("cu_seqlens_q and cu_seqlens_k go together")
+        dq_, tq = describe_index("cu_seqlens_q", cu_q, device)
+        dk_, tk = describe_index("cu_seqlens_k", cu_k, device)
+        keep += [tq, tk]
+        x["cu_seqlens"] = (dq_, dk_)
+    if block_table is not None or seqused_k is not None:
+        if block_table is None or seqused_k is None:
+            raise ValueError("block_table and seqused_k go together")
+        db, tb = describe_index("block_table", block_table, device)
+        du, tu = describe_index("seqused_k", seqused_k, device)
+        keep += [tb, tu]
+        x["paged"] = (db, du)
+    if splits > 0:
+        x["splits"] = splits
+    return x
+
+
+def _out_shapes(attn, q, cu_q):
+    dv = attn.spec["head_dim_v"]
+    o_shape = tuple(q.shape[:-1]) + (dv,)
+    if attn.layout == "varlen":
+        lse_shape = (q.shape[1], q.shape[0])
+    else:
+        lse_shape = (q.shape[0], q.shape[2], q.shape[1])
+    return o_shape, lse_shape
+
+
+@torch.library.custom_op("attnc::forward", mutates_args=())
+def _forward_op(key: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, aux: list[torch.Tensor],
+                sinks: Optional[torch.Tensor], cu_seqlens_q: Optional[torch.Tensor],
+                cu_seqlens_k: Optional[torch.Tensor], block_table: Optional[torch.Tensor],
+                seqused_k: Optional[torch.Tensor], iparams: list[int], fparams: list[float], splits: int,
+                need_lse: bool, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    # `deterministic` is the backward's (kept by autograd's context).
+    attn = _variant(key)
+    qkv = (describe_torch("q", q), describe_torch("k", k), describe_torch("v", v))
+    o_shape, lse_shape = _out_shapes(attn, q, cu_seqlens_q)
+    o = q.new_empty(o_shape)
+    lse = q.new_empty(lse_shape if need_lse else (0,), dtype=torch.float32)
+    keep = []
+    extras = _extras(attn, q.device, aux, sinks, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k, iparams,
+                     fparams, splits, keep)
+    kern = attn.kernel(q.device.index)
+    kern.forward(*qkv, describe_torch("o", o), describe_torch("lse", lse) if need_lse else None,
+                 torch.cuda.current_stream(q.device).cuda_stream, extras)
+    attn._last = kern
+    return o, lse
+
+
+@_forward_op.register_fake
+def _forward_fake(key, q, k, v, aux, sinks, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k, iparams, fparams,
+                  splits, need_lse, deterministic):
+    attn = _variant(key)
+    o_shape, lse_shape = _out_shapes(attn, q, cu_seqlens_q)
+    return q.new_empty(o_shape), q.new_empty(lse_shape if need_lse else (0,), dtype=torch.float32)
+
+
+@torch.library.custom_op("attnc::backward", mutates_args=())
+def _backward_op(key: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
+                 d_out: torch.Tensor, aux: list[torch.Tensor], sinks: Optional[torch.Tensor],
+                 cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor], iparams: list[int],
+                 fparams: list[float], deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                                                     torch.Tensor, list[torch.Tensor]]:
+    attn = _variant(key)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    dsinks = q.new_empty((attn.spec["q_heads"],) if sinks is not None else (0,), dtype=torch.float32)
+    learn = [a[2] for a in attn.aux]
+    aux_grads = [torch.empty_like(t, dtype=torch.float32) if l else t.new_empty((0,), dtype=torch.float32)
+                 for t, l in zip(aux, learn)]
+    keep = []
+    extras = _extras(attn, q.device, aux, sinks, cu_seqlens_q, cu_seqlens_k, None, None, iparams, fparams, 0, keep)
+    if sinks is not None:
+        extras["dsinks"] = describe_torch("dsinks", dsinks)
+    grads = {n: describe_torch(f"aux gradient `{n}`", g) for (n, _, l), g in zip(attn.aux, aux_grads) if l}
+    if grads:
+        extras["aux_grads"] = grads
+    extras["deterministic"] = bool(deterministic)
+    kern = attn.kernel(q.device.index)
+    kern.backward(describe_torch("q", q), describe_torch("k", k), describe_torch("v", v), describe_torch("o", o),
+                  describe_torch("lse", lse), describe_torch("d_out", d_out), describe_torch("dq", dq),
+                  describe_torch("dk", dk), describe_torch("dv", dv), torch.cuda.current_stream(q.device).cuda_stream,
+                  extras)
+    attn._last = kern
+    return dq, dk, dv, dsinks, aux_grads
+
+
+@_backward_op.register_fake
+def _backward_fake(key, q, k, v, o, lse, d_out, aux, sinks, cu_seqlens_q, cu_seqlens_k, iparams, fparams,
+                   deterministic):
+    attn = _variant(key)
+    dsinks = q.new_empty((attn.spec["q_heads"],) if sinks is not None else (0,), dtype=torch.float32)
+    learn = [a[2] for a in attn.aux]
+    aux_grads = [torch.empty_like(t, dtype=torch.float32) if l else t.new_empty((0,), dtype=torch.float32)
+                 for t, l in zip(aux, learn)]
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dsinks, aux_grads
+
+
+def _setup_context(ctx, inputs, output):
+    (key, q, k, v, aux, sinks, cu_q, cu_k, block_table, seqused_k, iparams, fparams, splits, need_lse,
+     deterministic) = inputs
+    o, lse = output
+    if not need_lse:
+        # Only reached when a caller asked for no LSE yet needs gradients: attention()
+        # always asks for it when any input requires grad.
+        raise RuntimeError("attnc: the forward ran without LSE; it cannot be differentiated")
+    ctx.key = key
+    ctx.iparams, ctx.fparams = list(iparams), list(fparams)
+    ctx.n_aux = len(aux)
+    ctx.has_sinks = sinks is not None
+    ctx.deterministic = bool(deterministic)
+    ctx.save_for_backward(q, k, v, o, lse, sinks, cu_q, cu_k, *aux)
+
+
+def _backward(ctx, d_out, d_lse):
+    q, k, v, o, lse, sinks, cu_q, cu_k, *aux = ctx.saved_tensors
+    attn = _variant(ctx.key)
+    dq, dk, dv, dsinks, aux_grads = torch.ops.attnc.backward(
+        ctx.key, q, k, v, o, lse, d_out.contiguous(), list(aux), sinks, cu_q, cu_k, ctx.iparams, ctx.fparams,
+        ctx.deterministic)
+    aux_out = [g if learn else None for g, (_, _, learn) in zip(aux_grads, attn.aux)]
+    # One gradient per forward input, lists as lists: key, q, k, v, aux, sinks, cu_seqlens_q,
+    # cu_seqlens_k, block_table, seqused_k, iparams, fparams, splits, need_lse, deterministic.
+    return (None, dq, dk, dv, aux_out, dsinks if ctx.has_sinks else None, None, None, None, None,
+            [None] * len(ctx.iparams), [None] * len(ctx.fparams), None, None, None)
+
+
+torch.library.register_autograd("attnc::forward", _backward, setup_context=_setup_context)
+
+
+def attention(attn, q, k, v, *, aux=None, params=None, sinks=None, cu_seqlens_q=None, cu_seqlens_k=None,
+              block_table=None, seqused_k=None, splits=None, deterministic=False, return_lse=False):
+    """``attn``'s forward on torch tensors through ``torch.ops.attnc.forward``."""
+    ints, floats = _params(attn, params)
+    aux_list = _aux_list(attn, aux)
+    need_grad = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (q, k, v, sinks, *aux_list))
+    o, lse = torch.ops.attnc.forward(attn.key, q, k, v, aux_list, sinks, cu_seqlens_q, cu_seqlens_k, block_table,
+                                     seqused_k, ints, floats, int(splits or 0), bool(need_grad or return_lse),
+                                     bool(deterministic))
+    return (o, lse) if return_lse else o

@@ -1,0 +1,469 @@
+//! `attnc._attnc`: the Rust half of the Python package.
+//!
+//! Python hands tensors over as plain descriptors — `(data_ptr, dtype, shape, strides,
+//! device, capacity)`, from any DLPack / `__cuda_array_interface__` tensor — and a CUDA
+//! stream handle; nothing is copied, and the work goes on the caller's stream. Every
+//! descriptor goes through the runtime's launch validation, so a bad tensor is a
+//! `ValueError` naming the argument before anything launches. The pure-Python package
+//! (`python/attnc`) holds the user-facing API, the torch custom op and autograd.
+
+use attnc_ir::{KvLayout, Spec, Ty};
+use attnc_lower::{Arch, CompileOptions, Direction, FamilyChoice};
+use attnc_runtime::validate::{plan, KernelShape, LaunchDescs, ParamValue};
+use attnc_runtime::{
+    ElemType, Gradients, IndexTensor, Params, Receipt, Runtime, RuntimeError, Stream, Tensor, ValidationError,
+};
+use pyo3::exceptions::{PyNotImplementedError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+/// A tensor as Python describes it: data pointer, dtype name, shape, strides (elements),
+/// device ordinal, and the elements reachable from the pointer — `None` for a framework
+/// tensor, whose views lie inside their storage by the framework's own rules (the span
+/// of the view is then its capacity).
+type Desc = (u64, String, Vec<usize>, Vec<usize>, usize, Option<usize>);
+
+/// An index tensor: its descriptor and its values on the host.
+type IndexDesc = (Desc, Vec<i32>);
+
+fn elem_type(arg: &str, name: &str) -> PyResult<ElemType> {
+    match name {
+        "bfloat16" | "bf16" => Ok(ElemType::Bf16),
+        "float16" | "f16" => Ok(ElemType::F16),
+        "float32" | "f32" => Ok(ElemType::F32),
+        "int32" | "i32" => Ok(ElemType::I32),
+        other => Err(PyValueError::new_err(format!(
+            "{arg}: dtype {other} is not supported (bfloat16, float16, float32 or int32)"
+        ))),
+    }
+}
+
+fn tensor(arg: &str, d: &Desc) -> PyResult<Tensor> {
+    let dtype = elem_type(arg, &d.1)?;
+    // SAFETY: the descriptor comes from a live tensor the Python caller keeps alive for
+    // the call (and, for work queued on its stream, the stream-ordered allocator of
+    // its framework keeps the memory until that work has run).
+    let span = if d.2.contains(&0) {
+        0
+    } else {
+        d.2.iter().zip(&d.3).map(|(&n, &s)| (n - 1).saturating_mul(s)).fold(1, usize::saturating_add)
+    };
+    unsafe { Tensor::from_raw_parts(d.4, d.0, dtype, &d.2, &d.3, d.5.unwrap_or(span)) }
+        .map_err(|e| PyValueError::new_err(format!("{arg}: {e}")))
+}
+
+fn index_tensor(arg: &str, d: &IndexDesc) -> PyResult<IndexTensor> {
+    let t = tensor(arg, &d.0)?;
+    // SAFETY: the Python side read `d.1` from the same tensor (or the caller passed
+    // both, as the docs require).
+    unsafe { IndexTensor::from_parts(t, d.1.clone()) }.map_err(|e| PyValueError::new_err(format!("{arg}: {e}")))
+}
+
+/// A runtime error as the Python exception a user expects.
+fn py_err(e: RuntimeError) -> PyErr {
+    match e {
+        RuntimeError::Validation(v) => PyValueError::new_err(v.to_string()),
+        RuntimeError::BlockMask(m) => PyValueError::new_err(format!("block mask: {m}")),
+        RuntimeError::Lower(attnc_lower::LowerError::NoSuchPass { direction, reason }) => {
+            PyNotImplementedError::new_err(format!("no {direction} pass for this variant: {reason}"))
+        }
+        other => PyRuntimeError::new_err(other.to_string()),
+    }
+}
+
+fn validation_err(e: ValidationError) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}
+
+/// The arguments beside Q, K, V, O and LSE, owned for the length of a call.
+#[derive(Default)]
+struct Extras {
+    values: Vec<(String, ParamValue)>,
+    aux: Vec<(String, Tensor)>,
+    sinks: Option<Tensor>,
+    cu_seqlens: Option<(IndexTensor, IndexTensor)>,
+    paged: Option<(IndexTensor, IndexTensor)>,
+    splits: Option<u32>,
+    deterministic: bool,
+    dsinks: Option<Tensor>,
+    aux_grads: Vec<(String, Tensor)>,
+    stream: Option<Stream>,
+}
+
+impl Extras {
+    /// Reads the `extras` dict of the Python side: `params`, `aux`, `sinks`,
+    /// `cu_seqlens` (q, k), `paged` (block_table, seqused_k), `splits`, `deterministic`,
+    /// `dsinks`, `aux_grads`. Unknown keys are an error (a typo must not pass silently).
+    fn from_py(spec: &Spec, extras: Option<&Bound<'_, PyDict>>, stream: Option<usize>) -> PyResult<Extras> {
+        // SAFETY: the handle is the caller's current stream of the device's primary
+        // context (torch.cuda.current_stream().cuda_stream), alive while work runs on it.
+        let mut x = Extras { stream: stream.map(|s| unsafe { Stream::from_raw(s) }), ..Extras::default() };
+        let Some(extras) = extras else {
+            return check_params(spec, x);
+        };
+        for (key, value) in extras.iter() {
+            let key: String = key.extract()?;
+            match key.as_str() {
+                "params" => {
+                    let given: HashMap<String, Bound<'_, PyAny>> = value.extract()?;
+                    for (name, v) in given {
+                        let decl = spec.params.iter().find(|p| p.name == name).ok_or_else(|| {
+                            PyValueError::new_err(format!("param `{name}`: the variant `{}` declares no such param", spec.name))
+                        })?;
+                        let pv = match decl.ty {
+                            Ty::Int => ParamValue::Int(v.extract::<i32>().map_err(|_| {
+                                PyValueError::new_err(format!("param `{name}`: expected an int"))
+                            })?),
+                            _ => ParamValue::Float(v.extract::<f32>().map_err(|_| {
+                                PyValueError::new_err(format!("param `{name}`: expected a float"))
+                            })?),
+                        };
+                        x.values.push((name, pv));
+                    }
+                }
+                "aux" => {
+                    let given: HashMap<String, Desc> = value.extract()?;
+                    for (name, d) in given {
+                        let t = tensor(&format!("aux `{name}`"), &d)?;
+                        x.aux.push((name, t));
+                    }
+                    x.aux.sort_by(|a, b| a.0.cmp(&b.0));
+                }
+                "aux_grads" => {
+                    let given: HashMap<String, Desc> = value.extract()?;
+                    for (name, d) in given {
+                        let t = tensor(&format!("aux gradient `{name}`"), &d)?;
+                        x.aux_grads.push((name, t));
+                    }
+                    x.aux_grads.sort_by(|a, b| a.0.cmp(&b.0));
+                }
+                "sinks" => x.sinks = Some(tensor("sinks", &value.extract()?)?),
+                "dsinks" => x.dsinks = Some(tensor("dsinks", &value.extract()?)?),
+                "cu_seqlens" => {
+                    let (q, k): (IndexDesc, IndexDesc) = value.extract()?;
+                    x.cu_seqlens = Some((index_tensor("cu_seqlens_q", &q)?, index_tensor("cu_seqlens_k", &k)?));
+                }
+                "paged" => {
+                    let (bt, used): (IndexDesc, IndexDesc) = value.extract()?;
+                    x.paged = Some((index_tensor("block_table", &bt)?, index_tensor("seqused_k", &used)?));
+                }
+                "splits" => x.splits = Some(value.extract()?),
+                "deterministic" => x.deterministic = value.extract()?,
+                other => {
+                    return Err(PyValueError::new_err(format!(
+                        "unknown argument `{other}` (expected params, aux, sinks, cu_seqlens, paged, splits, deterministic, dsinks, aux_grads)"
+                    )))
+                }
+            }
+        }
+        check_params(spec, x)
+    }
+
+    fn params(&self) -> Params<'_> {
+        let mut p = Params { values: self.values.clone(), ..Params::default() };
+        for (n, t) in &self.aux {
+            p = p.aux(n, t);
+        }
+        for (n, t) in &self.aux_grads {
+            p = p.aux_grad(n, t);
+        }
+        if let Some(s) = &self.sinks {
+            p = p.sinks(s);
+        }
+        if let Some(s) = &self.dsinks {
+            p = p.dsinks(s);
+        }
+        if let Some((q, k)) = &self.cu_seqlens {
+            p = p.varlen(q, k);
+        }
+        if let Some((bt, used)) = &self.paged {
+            p = p.paged(bt, used);
+        }
+        if let Some(n) = self.splits {
+            p = p.splits(n);
+        }
+        if let Some(s) = self.stream {
+            p = p.on_stream(s);
+        }
+        p.deterministic(self.deterministic)
+    }
+}
+
+/// Every declared param is given (the runtime checks it too; this names the Python way).
+fn check_params(spec: &Spec, x: Extras) -> PyResult<Extras> {
+    for p in &spec.params {
+        if !x.values.iter().any(|(n, _)| n == &p.name) {
+            return Err(PyValueError::new_err(format!(
+                "param `{}`: missing (the variant `{}` declares it; pass params={{\"{}\": ...}})",
+                p.name, spec.name, p.name
+            )));
+        }
+    }
+    Ok(x)
+}
+
+/// A parsed, validated `.attn` variant.
+#[pyclass(frozen, module = "attnc._attnc")]
+struct Variant {
+    spec: Spec,
+}
+
+#[pymethods]
+impl Variant {
+    #[getter]
+    fn name(&self) -> String {
+        self.spec.name.clone()
+    }
+
+    /// The spec as JSON (the Python side reads heads, head dims, layout, params, aux).
+    fn spec_json(&self) -> PyResult<String> {
+        serde_json::to_string(&self.spec).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+    }
+
+    /// The canonical `.attn` text of the variant.
+    fn source(&self) -> String {
+        attnc_dsl::print(&self.spec)
+    }
+
+    /// PTX of one direction for one arch (`sm_80`, `sm_90a`, `sm_100a`), no GPU needed.
+    #[pyo3(signature = (arch = "sm_90a", direction = "forward", family = "auto"))]
+    fn ptx(&self, py: Python<'_>, arch: &str, direction: &str, family: &str) -> PyResult<String> {
+        let arch: Arch = arch.parse().map_err(PyValueError::new_err)?;
+        let direction = match direction {
+            "forward" => Direction::Forward,
+            "backward" => Direction::Backward,
+            other => return Err(PyValueError::new_err(format!("direction `{other}`: forward or backward"))),
+        };
+        let family: FamilyChoice = family.parse().map_err(PyValueError::new_err)?;
+        let opts = CompileOptions { arch, family, direction };
+        let spec = self.spec.clone();
+        py.detach(move || attnc_lower::compile(&spec, &opts))
+            .map(|m| m.ptx)
+            .map_err(|e| PyRuntimeError::new_err(e.to_string()))
+    }
+
+    /// Validates a forward launch's arguments on the host, without a GPU: the checks a
+    /// launch makes before anything runs (dtypes, shapes, strides, alignment, bounds,
+    /// aliasing, params, aux tensors, varlen and paged metadata).
+    #[pyo3(signature = (q, k, v, o, lse = None, extras = None, device = 0))]
+    fn check_forward(
+        &self,
+        q: Desc,
+        k: Desc,
+        v: Desc,
+        o: Desc,
+        lse: Option<Desc>,
+        extras: Option<&Bound<'_, PyDict>>,
+        device: usize,
+    ) -> PyResult<()> {
+        let x = Extras::from_py(&self.spec, extras, None)?;
+        let p = x.params();
+        let lse = lse.map(|l| tensor("lse", &l)).transpose()?;
+        let (q, k, v, o) = (tensor("q", &q)?, tensor("k", &k)?, tensor("v", &v)?, tensor("o", &o)?);
+        let descs = LaunchDescs {
+            q: q.desc(),
+            k: k.desc(),
+            v: v.desc(),
+            o: o.desc(),
+            lse: lse.as_ref().map(|l| l.desc()),
+            cu_seqlens_q: p.cu_seqlens_q.map(|t| t.host_index()),
+            cu_seqlens_k: p.cu_seqlens_k.map(|t| t.host_index()),
+            block_table: p.block_table.map(|t| t.host_index()),
+            seqused_k: p.seqused_k.map(|t| t.host_index()),
+            sinks: p.sinks.map(|t| t.desc()),
+            aux: p.aux.iter().map(|(n, t)| (n.clone(), t.desc())).collect(),
+            params: p.values.clone(),
+            num_splits: p.num_splits,
+        };
+        // Tile sizes only shape grids and splits, which this check does not report.
+        let shape =
+            KernelShape { block_m: 128, block_n: 128, combine_block_m: None, ctas_per_sm: 1, persistent: false };
+        plan(&self.spec, &shape, 132, device, &descs).map(|_| ()).map_err(validation_err)
+    }
+}
+
+/// Parses `.attn` text. A mistake raises `attnc.AttncSyntaxError` with the file, line,
+/// column, source line and caret.
+#[pyfunction]
+fn parse(py: Python<'_>, source: &str, file: &str) -> PyResult<Variant> {
+    match attnc_dsl::parse_named(file, source) {
+        Ok(spec) => Ok(Variant { spec }),
+        Err(diags) => {
+            let first = diags.iter().next();
+            let (line, col, message, source_line) = first
+                .map(|d| (d.line, d.col, d.message.clone(), d.source_line.clone()))
+                .unwrap_or((0, 0, "invalid variant".into(), String::new()));
+            let class = py.import("attnc.errors")?.getattr("AttncSyntaxError")?;
+            let exc = class.call1((diags.to_string(), file, line, col, message, source_line))?;
+            Err(PyErr::from_value(exc))
+        }
+    }
+}
+
+/// One runtime per device, for the process (modules and workspaces are per runtime).
+fn runtime(device: usize) -> PyResult<Runtime> {
+    static RUNTIMES: OnceLock<Mutex<HashMap<usize, Runtime>>> = OnceLock::new();
+    let map = RUNTIMES.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut g = map.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(rt) = g.get(&device) {
+        return Ok(rt.clone());
+    }
+    let rt = Runtime::new(device).map_err(py_err)?;
+    g.insert(device, rt.clone());
+    Ok(rt)
+}
+
+/// A variant compiled for one device: launches on caller-owned tensors.
+#[pyclass(frozen, module = "attnc._attnc")]
+struct Kernel {
+    kernel: attnc_runtime::Kernel,
+    last: Mutex<Option<Receipt>>,
+}
+
+impl Kernel {
+    fn remember(&self, r: Receipt) {
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+    }
+}
+
+#[pymethods]
+impl Kernel {
+    /// O (and LSE when given) from Q, K, V, queued on `stream` (a `CUstream` handle).
+    #[pyo3(signature = (q, k, v, o, lse, stream, extras = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn forward(
+        &self,
+        q: Desc,
+        k: Desc,
+        v: Desc,
+        o: Desc,
+        lse: Option<Desc>,
+        stream: usize,
+        extras: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<()> {
+        let x = Extras::from_py(self.kernel.spec(), extras, Some(stream))?;
+        let (q, k, v, mut o) = (tensor("q", &q)?, tensor("k", &k)?, tensor("v", &v)?, tensor("o", &o)?);
+        let p = x.params();
+        let r = match lse {
+            Some(l) => {
+                let mut l = tensor("lse", &l)?;
+                self.kernel.forward_lse(&q, &k, &v, &mut o, &mut l, &p)
+            }
+            None => self.kernel.forward(&q, &k, &v, &mut o, &p),
+        }
+        .map_err(py_err)?;
+        self.remember(r);
+        Ok(())
+    }
+
+    /// dQ, dK, dV (and dsinks / aux gradients through `extras`) from the forward's
+    /// inputs, its O and LSE, and dO, queued on `stream`.
+    #[pyo3(signature = (q, k, v, o, lse, d_out, dq, dk, dv, stream, extras = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn backward(
+        &self,
+        q: Desc,
+        k: Desc,
+        v: Desc,
+        o: Desc,
+        lse: Desc,
+        d_out: Desc,
+        dq: Desc,
+        dk: Desc,
+        dv: Desc,
+        stream: usize,
+        extras: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<()> {
+        let x = Extras::from_py(self.kernel.spec(), extras, Some(stream))?;
+        let (q, k, v, o) = (tensor("q", &q)?, tensor("k", &k)?, tensor("v", &v)?, tensor("o", &o)?);
+        let (lse, d_out) = (tensor("lse", &lse)?, tensor("d_out", &d_out)?);
+        let (mut dq, mut dk, mut dv) = (tensor("dq", &dq)?, tensor("dk", &dk)?, tensor("dv", &dv)?);
+        let p = x.params();
+        let grads = Gradients { dq: &mut dq, dk: &mut dk, dv: &mut dv };
+        let r = self.kernel.backward(&q, &k, &v, &o, &lse, &d_out, grads, &p).map_err(py_err)?;
+        self.remember(r);
+        Ok(())
+    }
+
+    /// The last launch's receipt as JSON (None before the first launch).
+    fn receipt_json(&self) -> PyResult<Option<String>> {
+        let g = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        g.as_ref().map(|r| serde_json::to_string(r).map_err(|e| PyRuntimeError::new_err(e.to_string()))).transpose()
+    }
+
+    /// The last launch's receipt as text (what `attnc` prints).
+    fn receipt_text(&self) -> Option<String> {
+        self.last.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|r| r.to_string())
+    }
+
+    #[getter]
+    fn family(&self) -> String {
+        self.kernel.family().to_string()
+    }
+
+    #[getter]
+    fn fallback_reason(&self) -> Option<String> {
+        self.kernel.fallback_reason().map(str::to_string)
+    }
+}
+
+/// The kernel of `variant` on CUDA device `device` (compiled once, then cached in memory
+/// and on disk). `family`: auto, portable, hopper or blackwell.
+#[pyfunction]
+#[pyo3(signature = (variant, device = 0, family = "auto"))]
+fn kernel(py: Python<'_>, variant: &Variant, device: usize, family: &str) -> PyResult<Kernel> {
+    let family: FamilyChoice = family.parse().map_err(PyValueError::new_err)?;
+    let spec = variant.spec.clone();
+    let k = py.detach(move || runtime(device).and_then(|rt| rt.kernel_with(&spec, family).map_err(py_err)))?;
+    Ok(Kernel { kernel: k, last: Mutex::new(None) })
+}
+
+/// The cache of device `device`'s runtime: counters and the disk directory.
+#[pyfunction]
+#[pyo3(signature = (device = 0))]
+fn cache_info(py: Python<'_>, device: usize) -> PyResult<Py<PyDict>> {
+    let rt = runtime(device)?;
+    let s = rt.cache_stats();
+    let d = PyDict::new(py);
+    d.set_item("memory_hits", s.memory_hits)?;
+    d.set_item("disk_hits", s.disk_hits)?;
+    d.set_item("builds", s.builds)?;
+    d.set_item("discarded", s.discarded)?;
+    d.set_item("write_errors", s.write_errors)?;
+    d.set_item("dir", rt.cache_dir().map(|p| p.display().to_string()))?;
+    d.set_item("warning", rt.cache_warning())?;
+    d.set_item("device", rt.device().name.clone())?;
+    d.set_item("arch", rt.device().arch.clone())?;
+    Ok(d.unbind())
+}
+
+/// Is a CUDA driver loadable here?
+#[pyfunction]
+fn driver_present() -> bool {
+    attnc_runtime::driver_present()
+}
+
+/// The layout name of a variant's KV cache (for the Python side's shape rules).
+#[pyfunction]
+fn kv_layout(variant: &Variant) -> &'static str {
+    match variant.spec.kv_layout {
+        KvLayout::Contiguous => "contiguous",
+        KvLayout::Varlen => "varlen",
+        KvLayout::Paged { .. } => "paged",
+    }
+}
+
+#[pymodule]
+fn _attnc(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Variant>()?;
+    m.add_class::<Kernel>()?;
+    m.add_function(wrap_pyfunction!(parse, m)?)?;
+    m.add_function(wrap_pyfunction!(kernel, m)?)?;
+    m.add_function(wrap_pyfunction!(cache_info, m)?)?;
+    m.add_function(wrap_pyfunction!(driver_present, m)?)?;
+    m.add_function(wrap_pyfunction!(kv_layout, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

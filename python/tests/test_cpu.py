@@ -1,0 +1,184 @@
+"""The Python package's CPU-side tests: parsing and its errors, launch validation, PTX for
+every example, and the torch op layer traced with fake tensors (no GPU needed)."""
+
+import pathlib
+
+import pytest
+import torch
+
+import attnc
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((ROOT / "dsl-examples").glob("*.attn"))
+
+
+def test_every_example_loads_and_prints_back():
+    assert len(EXAMPLES) >= 10
+    for path in EXAMPLES:
+        a = attnc.load(path)
+        again = attnc.compile(a.source, name=path.name)
+        assert again.spec == a.spec, path
+        assert a.layout in ("contiguous", "varlen", "paged")
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_every_example_compiles_to_ptx_without_a_gpu(path):
+    ptx = attnc.load(path).ptx("sm_90a")
+    assert ".target sm_90a" in ptx and ".entry" in ptx
+
+
+def test_a_syntax_error_names_file_line_column_and_caret():
+    src = "attention x {\n  dtype bf16\n  head_dim 128\n  heads 4\n  mask causal &&\n}\n"
+    with pytest.raises(attnc.AttncSyntaxError) as info:
+        attnc.compile(src, name="bad.attn")
+    e = info.value
+    assert (e.file, e.line, e.column) == ("bad.attn", 5, 17)
+    assert "expected an expression" in e.message
+    assert "bad.attn:5:17" in str(e) and "mask causal &&" in str(e) and "^" in str(e)
+    assert isinstance(e, ValueError)
+
+
+def test_an_invalid_variant_is_a_syntax_error_too():
+    src = "attention x {\n  dtype bf16\n  head_dim 100\n  heads 4\n}\n"
+    with pytest.raises(attnc.AttncSyntaxError) as info:
+        attnc.compile(src, name="dims.attn")
+    assert info.value.file == "dims.attn" and "head_dim" in str(info.value)
+
+
+def _doc():
+    a = attnc.load(ROOT / "dsl-examples" / "document_mask.attn")
+    q = torch.empty(2, 100, 32, 128, dtype=torch.bfloat16)
+    k = torch.empty(2, 100, 8, 128, dtype=torch.bfloat16)
+    doc = torch.zeros(2, 100, dtype=torch.int32)
+    return a, q, k, doc
+
+
+def test_valid_arguments_pass_host_validation():
+    a, q, k, doc = _doc()
+    a.check(q, k, k, torch.empty_like(q), aux={"doc": doc})
+
+
+@pytest.mark.parametrize(
+    "case, expected",
+    [
+        ("q_dtype", "q: dtype is f32, expected bf16"),
+        ("q_head_dim", "q: dim 3 (head_dim_qk) is 64, expected 128"),
+        ("q_layout", "GQA"),
+        ("inner_stride", "the last dimension must have unit stride"),
+        ("aux_missing", "aux tensor `doc`: missing"),
+        ("aux_shape", "aux tensor `doc`"),
+        ("out_shape", "o: dim 1"),
+        ("unknown_param", "param `window`"),
+    ],
+)
+def test_bad_arguments_raise_value_errors_naming_them(case, expected):
+    a, q, k, doc = _doc()
+    o = torch.empty_like(q)
+    args = dict(q=q, k=k, v=k, out=o, aux={"doc": doc})
+    if case == "q_dtype":
+        args["q"] = q.float()
+    elif case == "q_head_dim":
+        args["q"] = q[..., :64]
+    elif case == "q_layout":
+        args["q"] = q.transpose(1, 2)
+    elif case == "inner_stride":
+        args["k"] = torch.empty(2, 100, 8, 256, dtype=torch.bfloat16)[..., ::2]
+    elif case == "aux_missing":
+        args["aux"] = None
+    elif case == "aux_shape":
+        args["aux"] = {"doc": doc[:, :50]}
+    elif case == "out_shape":
+        args["out"] = o[:, :50]
+    elif case == "unknown_param":
+        with pytest.raises(ValueError, match=expected):
+            a.check(q, k, k, o, aux={"doc": doc}, params={"window": 3})
+        return
+    with pytest.raises(ValueError, match=expected.replace("(", r"\(").replace(")", r"\)")):
+        a.check(args["q"], args["k"], args["v"], args["out"], aux=args["aux"])
+
+
+def test_calls_with_cpu_tensors_are_refused_before_anything_launches():
+    a, q, k, doc = _doc()
+    with pytest.raises(ValueError, match="must be a CUDA tensor"):
+        a(q, k, k, aux={"doc": doc})
+    with pytest.raises(ValueError, match="aux tensor `doc`: missing"):
+        a(q, k, k)
+    with pytest.raises(ValueError, match="declares no such aux tensor"):
+        a(q, k, k, aux={"doc": doc, "other": doc})
+
+
+def test_the_ops_are_registered():
+    assert hasattr(torch.ops.attnc, "forward") and hasattr(torch.ops.attnc, "backward")
+
+
+def _fake_trace(fn, *args):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    return make_fx(fn, tracing_mode="fake")(*args)
+
+
+def _targets(gm):
+    return [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+
+
+def test_the_forward_and_backward_trace_with_fake_tensors():
+    a = attnc.load(ROOT / "dsl-examples" / "alibi_learned.attn")
+
+    def step(q, k, v, slopes):
+        o = a(q, k, v, aux={"slopes": slopes})
+        return torch.autograd.grad(o.float().sum(), (q, k, v, slopes))
+
+    q = torch.randn(2, 77, 16, 128, dtype=torch.bfloat16, requires_grad=True)
+    k = torch.randn(2, 91, 16, 128, dtype=torch.bfloat16, requires_grad=True)
+    v = torch.randn(2, 91, 16, 128, dtype=torch.bfloat16, requires_grad=True)
+    slopes = torch.rand(16, requires_grad=True)
+    gm = _fake_trace(step, q, k, v, slopes)
+    targets = _targets(gm)
+    assert "attnc.forward.default" in targets and "attnc.backward.default" in targets
+
+
+def test_sinks_and_varlen_have_fake_shapes():
+    s = attnc.load(ROOT / "dsl-examples" / "sinks.attn")
+    q = torch.randn(1, 33, 64, 64, dtype=torch.bfloat16, requires_grad=True)
+    k = torch.randn(1, 33, 8, 64, dtype=torch.bfloat16, requires_grad=True)
+    sinks = torch.zeros(64, requires_grad=True)
+
+    def step(q, k, sinks):
+        o = s(q, k, k, sinks=sinks)
+        return (o,) + torch.autograd.grad(o.float().sum(), (q, k, sinks))
+
+    gm = _fake_trace(step, q, k, sinks)
+    outs = [n for n in gm.graph.nodes if n.op == "output"][0].args[0]
+    shapes = [tuple(n.meta["val"].shape) for n in outs]
+    assert shapes == [(1, 33, 64, 64), (1, 33, 64, 64), (1, 33, 8, 64), (64,)]
+
+    v = attnc.load(ROOT / "dsl-examples" / "varlen_causal.attn")
+    qv = torch.randn(50, 28, 128, dtype=torch.bfloat16)
+    kv = torch.randn(60, 4, 128, dtype=torch.bfloat16)
+    cu_q = torch.tensor([0, 20, 50], dtype=torch.int32)
+    cu_k = torch.tensor([0, 25, 60], dtype=torch.int32)
+    gm = _fake_trace(lambda q, k, cq, ck: v(q, k, k, cu_seqlens_q=cq, cu_seqlens_k=ck, return_lse=True),
+                     qv, kv, cu_q, cu_k)
+    outs = [n for n in gm.graph.nodes if n.op == "output"][0].args[0]
+    assert [tuple(n.meta["val"].shape) for n in outs] == [(50, 28, 128), (28, 50)]
+
+
+def test_torch_compile_traces_the_op_in_one_graph():
+    """Dynamo captures the call as one graph (fullgraph: a break would raise)."""
+    a = attnc.load(ROOT / "dsl-examples" / "causal.attn")
+    spec = a.spec
+    h, d = spec["q_heads"], spec["head_dim_qk"]
+
+    class Block(torch.nn.Module):
+        def forward(self, q, k, v):
+            return a(q, k, v) * 2
+
+    q = torch.randn(1, 16, h, d, dtype=torch.bfloat16)
+    ep = torch.export.export(Block(), (q, q, q), strict=True)
+    assert "attnc.forward.default" in _targets(ep.graph_module)
+
+
+def test_non_torch_arrays_need_forward_into():
+    a, q, k, doc = _doc()
+    with pytest.raises(TypeError, match="forward_into"):
+        a(object(), k, k)
