@@ -6,6 +6,7 @@
 #     not work; needs root or sudo only when something is missing.
 #   - .venv/ in the repository with the NVIDIA wheels that ship ptxas, nvdisasm and
 #     cuobjdump (PyPI; no CUDA install, no GPU needed).
+#   - with --python: maturin, pytest and torch in .venv (the Python package's build and tests).
 # Assumes cargo (rustup), python3 and a C compiler are installed.
 set -euo pipefail
 
@@ -105,4 +106,21 @@ PTXAS="$(tool_path ptxas)" || die "ptxas is not in .venv after pip install"
 say "ptxas:     $PTXAS ($("$PTXAS" --version | grep -m1 release || true))"
 say "nvdisasm:  $(tool_path nvdisasm || echo 'not found')"
 say "cuobjdump: $(tool_path cuobjdump || echo 'not found')"
+# ---- the Python package's build and test tools, in .venv (with --python) ------------------
+# maturin builds the extension (python/), pytest runs its tests, and torch is what the
+# package plugs into (its CPU tests trace the ops with fake tensors; no GPU needed).
+if [ "${1:-}" = "--python" ]; then
+    PY_PKGS=("maturin>=1.7,<2" "pytest" "torch==2.11.0")
+    py_missing=()
+    .venv/bin/python -c "import maturin" >/dev/null 2>&1 || [ -x .venv/bin/maturin ] || py_missing+=("${PY_PKGS[0]}")
+    .venv/bin/python -c "import pytest" >/dev/null 2>&1 || py_missing+=("${PY_PKGS[1]}")
+    .venv/bin/python -c "import torch" >/dev/null 2>&1 || py_missing+=("${PY_PKGS[2]}")
+    if [ ${#py_missing[@]} -eq 0 ]; then
+        say "venv: maturin, pytest and torch already installed"
+    else
+        say "venv: pip install ${py_missing[*]} (torch brings several GB of CUDA libraries)"
+        .venv/bin/python -m pip install --disable-pip-version-check --no-input -q "${py_missing[@]}"
+    fi
+fi
+
 say "done. Builds need: export LLVM_SYS_221_PREFIX=/usr/lib/llvm-22 (scripts/env.sh sets it)"

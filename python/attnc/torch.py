@@ -88,6 +88,18 @@ def _extras(attn, device, aux, sinks, cu_q, cu_k, block_table, seqused_k, ints, 
     return x
 
 
+def _stream(t):
+    """The raw handle of the current CUDA stream of ``t``'s device."""
+    if _RAW_STREAM is not None:
+        return _RAW_STREAM(t.get_device())
+    return torch.cuda.current_stream(t.device).cuda_stream
+
+
+# torch's own C accessor (what its Triton kernels launch with): a tenth of the cost of
+# torch.cuda.current_stream(); the public call where it is missing.
+_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
 def _out_shapes(attn, q, cu_q):
     dv = attn.spec["head_dim_v"]
     o_shape = tuple(q.shape[:-1]) + (dv,)
@@ -98,6 +110,23 @@ def _out_shapes(attn, q, cu_q):
     return o_shape, lse_shape
 
 
+def _forward_impl(key, q, k, v, aux, sinks, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k, iparams, fparams,
+                  splits, need_lse):
+    attn = _variant(key)
+    qkv = (describe_torch("q", q), describe_torch("k", k), describe_torch("v", v))
+    o_shape, lse_shape = _out_shapes(attn, q, cu_seqlens_q)
+    o = q.new_empty(o_shape)
+    lse = q.new_empty(lse_shape, dtype=torch.float32) if need_lse else None
+    keep = []
+    extras = _extras(attn, q.device, aux, sinks, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k, iparams,
+                     fparams, splits, keep)
+    kern = attn.kernel(q.device.index)
+    kern.forward(*qkv, describe_torch("o", o), describe_torch("lse", lse) if need_lse else None,
+                 _stream(q), extras)
+    attn._last = kern
+    return o, lse
+
+
 @torch.library.custom_op("attnc::forward", mutates_args=())
 def _forward_op(key: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, aux: list[torch.Tensor],
                 sinks: Optional[torch.Tensor], cu_seqlens_q: Optional[torch.Tensor],
@@ -105,19 +134,9 @@ def _forward_op(key: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, aux
                 seqused_k: Optional[torch.Tensor], iparams: list[int], fparams: list[float], splits: int,
                 need_lse: bool, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
     # `deterministic` is the backward's (kept by autograd's context).
-    attn = _variant(key)
-    qkv = (describe_torch("q", q), describe_torch("k", k), describe_torch("v", v))
-    o_shape, lse_shape = _out_shapes(attn, q, cu_seqlens_q)
-    o = q.new_empty(o_shape)
-    lse = q.new_empty(lse_shape if need_lse else (0,), dtype=torch.float32)
-    keep = []
-    extras = _extras(attn, q.device, aux, sinks, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k, iparams,
-                     fparams, splits, keep)
-    kern = attn.kernel(q.device.index)
-    kern.forward(*qkv, describe_torch("o", o), describe_torch("lse", lse) if need_lse else None,
-                 torch.cuda.current_stream(q.device).cuda_stream, extras)
-    attn._last = kern
-    return o, lse
+    o, lse = _forward_impl(key, q, k, v, aux, sinks, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k, iparams,
+                           fparams, splits, need_lse)
+    return o, (lse if lse is not None else q.new_empty((0,), dtype=torch.float32))
 
 
 @_forward_op.register_fake
@@ -128,12 +147,8 @@ def _forward_fake(key, q, k, v, aux, sinks, cu_seqlens_q, cu_seqlens_k, block_ta
     return q.new_empty(o_shape), q.new_empty(lse_shape if need_lse else (0,), dtype=torch.float32)
 
 
-@torch.library.custom_op("attnc::backward", mutates_args=())
-def _backward_op(key: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
-                 d_out: torch.Tensor, aux: list[torch.Tensor], sinks: Optional[torch.Tensor],
-                 cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor], iparams: list[int],
-                 fparams: list[float], deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
-                                                                     torch.Tensor, list[torch.Tensor]]:
+def _backward_impl(key, q, k, v, o, lse, d_out, aux, sinks, cu_seqlens_q, cu_seqlens_k, iparams, fparams,
+                   deterministic):
     attn = _variant(key)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     dsinks = q.new_empty((attn.spec["q_heads"],) if sinks is not None else (0,), dtype=torch.float32)
@@ -151,10 +166,20 @@ def _backward_op(key: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o:
     kern = attn.kernel(q.device.index)
     kern.backward(describe_torch("q", q), describe_torch("k", k), describe_torch("v", v), describe_torch("o", o),
                   describe_torch("lse", lse), describe_torch("d_out", d_out), describe_torch("dq", dq),
-                  describe_torch("dk", dk), describe_torch("dv", dv), torch.cuda.current_stream(q.device).cuda_stream,
+                  describe_torch("dk", dk), describe_torch("dv", dv), _stream(q),
                   extras)
     attn._last = kern
     return dq, dk, dv, dsinks, aux_grads
+
+
+@torch.library.custom_op("attnc::backward", mutates_args=())
+def _backward_op(key: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
+                 d_out: torch.Tensor, aux: list[torch.Tensor], sinks: Optional[torch.Tensor],
+                 cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor], iparams: list[int],
+                 fparams: list[float], deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                                                     torch.Tensor, list[torch.Tensor]]:
+    return _backward_impl(key, q, k, v, o, lse, d_out, aux, sinks, cu_seqlens_q, cu_seqlens_k, iparams, fparams,
+                          deterministic)
 
 
 @_backward_op.register_fake
@@ -200,14 +225,50 @@ def _backward(ctx, d_out, d_lse):
 torch.library.register_autograd("attnc::forward", _backward, setup_context=_setup_context)
 
 
+class _EagerAttention(torch.autograd.Function):
+    """Eager autograd without the custom-op dispatcher (whose Python wrapper costs tens of
+    microseconds a call): the same forward and backward implementations as the ops."""
+
+    @staticmethod
+    def forward(ctx, key, q, k, v, sinks, cu_q, cu_k, iparams, fparams, deterministic, *aux):
+        o, lse = _forward_impl(key, q, k, v, list(aux), sinks, cu_q, cu_k, None, None, iparams, fparams, 0, True)
+        ctx.key, ctx.iparams, ctx.fparams, ctx.deterministic = key, iparams, fparams, deterministic
+        ctx.has_sinks = sinks is not None
+        ctx.save_for_backward(q, k, v, o, lse, sinks, cu_q, cu_k, *aux)
+        ctx.mark_non_differentiable(lse)
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, d_out, d_lse):
+        q, k, v, o, lse, sinks, cu_q, cu_k, *aux = ctx.saved_tensors
+        attn = _variant(ctx.key)
+        dq, dk, dv, dsinks, aux_grads = _backward_impl(ctx.key, q, k, v, o, lse, d_out.contiguous(), list(aux), sinks,
+                                                       cu_q, cu_k, ctx.iparams, ctx.fparams, ctx.deterministic)
+        aux_out = [g if learn else None for g, (_, _, learn) in zip(aux_grads, attn.aux)]
+        return (None, dq, dk, dv, dsinks if ctx.has_sinks else None, None, None, None, None, None, *aux_out)
+
+
 def attention(attn, q, k, v, *, aux=None, params=None, sinks=None, cu_seqlens_q=None, cu_seqlens_k=None,
               block_table=None, seqused_k=None, splits=None, deterministic=False, return_lse=False):
-    """``attn``'s forward on torch tensors through ``torch.ops.attnc.forward``."""
+    """``attn``'s forward on torch tensors: through ``torch.ops.attnc.forward`` under
+    ``torch.compile`` / export, directly (same implementation, less dispatch) in eager mode."""
     ints, floats = _params(attn, params)
     aux_list = _aux_list(attn, aux)
     need_grad = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (q, k, v, sinks, *aux_list))
-    o, lse = torch.ops.attnc.forward(attn.key, q, k, v, aux_list, sinks, cu_seqlens_q, cu_seqlens_k, block_table,
-                                     seqused_k, ints, floats, int(splits or 0), bool(need_grad or return_lse),
-                                     bool(deterministic))
+    if torch.compiler.is_compiling() or _tracing(q):
+        o, lse = torch.ops.attnc.forward(attn.key, q, k, v, aux_list, sinks, cu_seqlens_q, cu_seqlens_k, block_table,
+                                         seqused_k, ints, floats, int(splits or 0), bool(need_grad or return_lse),
+                                         bool(deterministic))
+    elif need_grad and block_table is None and not splits:
+        o, lse = _EagerAttention.apply(attn.key, q, k, v, sinks, cu_seqlens_q, cu_seqlens_k, ints, floats,
+                                       bool(deterministic), *aux_list)
+    else:
+        o, lse = _forward_impl(attn.key, q, k, v, aux_list, sinks, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k,
+                               ints, floats, int(splits or 0), bool(return_lse))
     return (o, lse) if return_lse else o
+
+
+def _tracing(t):
+    """A fake or functional tensor (make_fx, export, a fake mode): the op must be recorded."""
+    return type(t) is not torch.Tensor and not isinstance(t, torch.nn.Parameter)

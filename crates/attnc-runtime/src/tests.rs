@@ -863,3 +863,38 @@ fn the_blackwell_row_gather_marshals_pointers_and_one_map() {
     marshal_with_placeholder_maps(fwd, &p, Vec::new());
     assert!(fwd.params.iter().any(|x| x == "k_stride_row:i64"));
 }
+
+/// Host cost of validating one launch (run with `--ignored --nocapture`; a measurement,
+/// not a check).
+#[test]
+#[ignore]
+fn plan_cost() {
+    let s = spec(KvLayout::Contiguous);
+    let mut a = Alloc::new();
+    let d = contiguous(&mut a, &s);
+    let n = 20000;
+    let t0 = std::time::Instant::now();
+    for _ in 0..n {
+        std::hint::black_box(check(&s, std::hint::black_box(&d)).unwrap());
+    }
+    println!("plan: {:.2} us", t0.elapsed().as_secs_f64() / n as f64 * 1e6);
+
+    // The hopper forward's marshalling of the same launch (tensor maps faked).
+    let mut hs = s.clone();
+    hs.kv_heads = 8;
+    let mut a = Alloc::new();
+    let d = contiguous(&mut a, &Spec { kv_heads: 2, ..hs.clone() });
+    let m =
+        attnc_lower::compile(&Spec { kv_heads: 2, ..hs }, &attnc_lower::CompileOptions::new(attnc_lower::Arch::Sm90a))
+            .expect("compiles");
+    let fwd = m.kernels.iter().find(|k| k.role == attnc_lower::KernelRole::Forward).expect("forward");
+    let p = check(&s, &d).unwrap();
+    let map = ArgValue::TensorMap(crate::tensor_map::TensorMapArg([0; 16]));
+    let mut extra: Vec<(&str, ArgValue)> = fwd.tensor_maps.iter().map(|t| (t.param.as_str(), map)).collect();
+    extra.extend([("o_partial", ArgValue::Ptr(0)), ("lse_partial", ArgValue::Ptr(0))]);
+    let t0 = std::time::Instant::now();
+    for _ in 0..n {
+        std::hint::black_box(marshal(&fwd.params, &p, &extra).unwrap());
+    }
+    println!("marshal ({} params): {:.2} us", fwd.params.len(), t0.elapsed().as_secs_f64() / n as f64 * 1e6);
+}
