@@ -115,7 +115,7 @@ class Attention:
             extras["sinks"] = describe("sinks", sinks)
         if splits is not None:
             extras["splits"] = int(splits)
-        dev = describe("q", q)[4]
+        dev = describe("q", q)[2]
         kern = self.kernel(dev)
         kern.forward(describe("q", q), describe("k", k), describe("v", v), describe("o", out),
                      None if lse is None else describe("lse", lse), int(stream), extras)
@@ -156,5 +156,5 @@ def _desc_any(arg, t):
         if dtype is None:
             raise ValueError(f"{arg}: dtype {t.dtype} is not supported (bfloat16, float16, float32 or int32)")
         base = 0x7F00_0000_0000 + (abs(hash(arg)) % 4096) * (1 << 32)
-        return (base + t.storage_offset() * t.element_size(), dtype, tuple(t.shape), t.stride(), 0, None)
+        return (base + t.storage_offset() * t.element_size(), dtype, 0, -1, *t.shape, *t.stride())
     return describe(arg, t)

@@ -1,4 +1,6 @@
-"""Tensor descriptors for the Rust side: ``(data_ptr, dtype, shape, strides, device, capacity)``.
+"""Tensor descriptors for the Rust side, one flat tuple of ints:
+``(data_ptr, dtype_code, device, capacity, *shape, *strides)`` (strides in elements;
+capacity -1 for a framework tensor, whose view lies inside its storage).
 
 No data is copied. Torch tensors take a fast path; anything else with
 ``__cuda_array_interface__`` (CuPy, Numba) or ``__dlpack__`` (JAX, through torch's DLPack
@@ -13,16 +15,11 @@ def _torch_dtypes():
     if _TORCH_DTYPES is None:
         import torch
 
-        _TORCH_DTYPES = {
-            torch.bfloat16: "bfloat16",
-            torch.float16: "float16",
-            torch.float32: "float32",
-            torch.int32: "int32",
-        }
+        _TORCH_DTYPES = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2, torch.int32: 3}
     return _TORCH_DTYPES
 
 
-_CAI_DTYPES = {"<f2": "float16", "<f4": "float32", "<i4": "int32", "<V2": "bfloat16"}
+_CAI_DTYPES = {"<f2": 1, "<f4": 2, "<i4": 3, "<V2": 0}
 
 
 def is_torch(t):
@@ -49,7 +46,7 @@ def describe_torch(arg, t):
     dtype = _torch_dtypes().get(t.dtype)
     if dtype is None:
         raise ValueError(f"{arg}: dtype {t.dtype} is not supported (bfloat16, float16, float32 or int32)")
-    return (t.data_ptr(), dtype, tuple(t.shape), t.stride(), t.device.index, None)
+    return (t.data_ptr(), dtype, t.device.index, -1, *t.shape, *t.stride())
 
 
 def _describe_cai(arg, t, cai):
@@ -72,7 +69,7 @@ def _describe_cai(arg, t, cai):
         strides = tuple(s // item for s in strides)
     ptr = cai["data"][0]
     device = getattr(getattr(t, "device", None), "id", 0)
-    return (ptr, dtype, shape, strides, int(device), None)
+    return (ptr, dtype, int(device), -1, *shape, *strides)
 
 
 def describe_index(arg, t, device):

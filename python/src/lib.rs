@@ -15,46 +15,56 @@ use attnc_runtime::{
 };
 use pyo3::exceptions::{PyNotImplementedError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyTuple};
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
-/// A tensor as Python describes it: data pointer, dtype name, shape, strides (elements),
-/// device ordinal, and the elements reachable from the pointer — `None` for a framework
-/// tensor, whose views lie inside their storage by the framework's own rules (the span
-/// of the view is then its capacity).
-type Desc = (u64, String, Vec<usize>, Vec<usize>, usize, Option<usize>);
+/// A tensor as Python describes it, one flat tuple of ints (cheap to read on every
+/// call): `(data_ptr, dtype, device, capacity, *shape, *strides)` with dtype 0 bf16,
+/// 1 f16, 2 f32, 3 i32, strides in elements, and capacity the elements reachable from the
+/// pointer — `-1` for a framework tensor, whose views lie inside their storage by the
+/// framework's own rules (the span of the view is then its capacity).
+type Desc<'py> = Bound<'py, PyTuple>;
 
 /// An index tensor: its descriptor and its values on the host.
-type IndexDesc = (Desc, Vec<i32>);
+type IndexDesc<'py> = (Desc<'py>, Vec<i32>);
 
-fn elem_type(arg: &str, name: &str) -> PyResult<ElemType> {
-    match name {
-        "bfloat16" | "bf16" => Ok(ElemType::Bf16),
-        "float16" | "f16" => Ok(ElemType::F16),
-        "float32" | "f32" => Ok(ElemType::F32),
-        "int32" | "i32" => Ok(ElemType::I32),
-        other => Err(PyValueError::new_err(format!(
-            "{arg}: dtype {other} is not supported (bfloat16, float16, float32 or int32)"
-        ))),
+const DTYPES: [ElemType; 4] = [ElemType::Bf16, ElemType::F16, ElemType::F32, ElemType::I32];
+
+fn tensor(arg: &str, d: &Desc<'_>) -> PyResult<Tensor> {
+    let bad = || PyValueError::new_err(format!("{arg}: malformed tensor descriptor"));
+    let n = d.len();
+    if n < 4 || (n - 4) % 2 != 0 {
+        return Err(bad());
     }
-}
-
-fn tensor(arg: &str, d: &Desc) -> PyResult<Tensor> {
-    let dtype = elem_type(arg, &d.1)?;
+    let int = |i: usize| -> PyResult<i64> { d.get_item(i)?.extract::<i64>() };
+    let ptr = u64::try_from(int(0)?).map_err(|_| bad())?;
+    let dtype = *usize::try_from(int(1)?).ok().and_then(|c| DTYPES.get(c)).ok_or_else(bad)?;
+    let device = usize::try_from(int(2)?).map_err(|_| bad())?;
+    let capacity = int(3)?;
+    let rank = (n - 4) / 2;
+    let (mut shape, mut strides) = (Vec::with_capacity(rank), Vec::with_capacity(rank));
+    for i in 0..rank {
+        let dim = usize::try_from(int(4 + i)?).map_err(|_| bad())?;
+        let stride = usize::try_from(int(4 + rank + i)?)
+            .map_err(|_| PyValueError::new_err(format!("{arg}: negative strides are not supported")))?;
+        shape.push(dim);
+        strides.push(stride);
+    }
+    let span = if shape.contains(&0) {
+        0
+    } else {
+        shape.iter().zip(&strides).map(|(&n, &s)| (n - 1).saturating_mul(s)).fold(1, usize::saturating_add)
+    };
+    let capacity = if capacity < 0 { span } else { usize::try_from(capacity).map_err(|_| bad())? };
     // SAFETY: the descriptor comes from a live tensor the Python caller keeps alive for
     // the call (and, for work queued on its stream, the stream-ordered allocator of
     // its framework keeps the memory until that work has run).
-    let span = if d.2.contains(&0) {
-        0
-    } else {
-        d.2.iter().zip(&d.3).map(|(&n, &s)| (n - 1).saturating_mul(s)).fold(1, usize::saturating_add)
-    };
-    unsafe { Tensor::from_raw_parts(d.4, d.0, dtype, &d.2, &d.3, d.5.unwrap_or(span)) }
+    unsafe { Tensor::from_raw_parts(device, ptr, dtype, &shape, &strides, capacity) }
         .map_err(|e| PyValueError::new_err(format!("{arg}: {e}")))
 }
 
-fn index_tensor(arg: &str, d: &IndexDesc) -> PyResult<IndexTensor> {
+fn index_tensor(arg: &str, d: &IndexDesc<'_>) -> PyResult<IndexTensor> {
     let t = tensor(arg, &d.0)?;
     // SAFETY: the Python side read `d.1` from the same tensor (or the caller passed
     // both, as the docs require).
@@ -124,7 +134,7 @@ impl Extras {
                     }
                 }
                 "aux" => {
-                    let given: HashMap<String, Desc> = value.extract()?;
+                    let given: HashMap<String, Desc<'_>> = value.extract()?;
                     for (name, d) in given {
                         let t = tensor(&format!("aux `{name}`"), &d)?;
                         x.aux.push((name, t));
@@ -132,7 +142,7 @@ impl Extras {
                     x.aux.sort_by(|a, b| a.0.cmp(&b.0));
                 }
                 "aux_grads" => {
-                    let given: HashMap<String, Desc> = value.extract()?;
+                    let given: HashMap<String, Desc<'_>> = value.extract()?;
                     for (name, d) in given {
                         let t = tensor(&format!("aux gradient `{name}`"), &d)?;
                         x.aux_grads.push((name, t));
@@ -142,11 +152,11 @@ impl Extras {
                 "sinks" => x.sinks = Some(tensor("sinks", &value.extract()?)?),
                 "dsinks" => x.dsinks = Some(tensor("dsinks", &value.extract()?)?),
                 "cu_seqlens" => {
-                    let (q, k): (IndexDesc, IndexDesc) = value.extract()?;
+                    let (q, k): (IndexDesc<'_>, IndexDesc<'_>) = value.extract()?;
                     x.cu_seqlens = Some((index_tensor("cu_seqlens_q", &q)?, index_tensor("cu_seqlens_k", &k)?));
                 }
                 "paged" => {
-                    let (bt, used): (IndexDesc, IndexDesc) = value.extract()?;
+                    let (bt, used): (IndexDesc<'_>, IndexDesc<'_>) = value.extract()?;
                     x.paged = Some((index_tensor("block_table", &bt)?, index_tensor("seqused_k", &used)?));
                 }
                 "splits" => x.splits = Some(value.extract()?),
@@ -227,6 +237,13 @@ impl Variant {
         attnc_dsl::print(&self.spec)
     }
 
+    /// PyTorch FlexAttention source of the variant (`make(seqlen_q, seqlen_k, params,
+    /// aux) -> (mask_mod, score_mod)`), and what FlexAttention cannot express.
+    fn flex_source(&self) -> (String, Vec<String>) {
+        let f = attnc_ir::flex_source(&self.spec);
+        (f.source, f.unsupported)
+    }
+
     /// PTX of one direction for one arch (`sm_80`, `sm_90a`, `sm_100a`), no GPU needed.
     #[pyo3(signature = (arch = "sm_90a", direction = "forward", family = "auto"))]
     fn ptx(&self, py: Python<'_>, arch: &str, direction: &str, family: &str) -> PyResult<String> {
@@ -250,11 +267,11 @@ impl Variant {
     #[pyo3(signature = (q, k, v, o, lse = None, extras = None, device = 0))]
     fn check_forward(
         &self,
-        q: Desc,
-        k: Desc,
-        v: Desc,
-        o: Desc,
-        lse: Option<Desc>,
+        q: Desc<'_>,
+        k: Desc<'_>,
+        v: Desc<'_>,
+        o: Desc<'_>,
+        lse: Option<Desc<'_>>,
         extras: Option<&Bound<'_, PyDict>>,
         device: usize,
     ) -> PyResult<()> {
@@ -335,11 +352,11 @@ impl Kernel {
     #[allow(clippy::too_many_arguments)]
     fn forward(
         &self,
-        q: Desc,
-        k: Desc,
-        v: Desc,
-        o: Desc,
-        lse: Option<Desc>,
+        q: Desc<'_>,
+        k: Desc<'_>,
+        v: Desc<'_>,
+        o: Desc<'_>,
+        lse: Option<Desc<'_>>,
         stream: usize,
         extras: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<()> {
@@ -364,15 +381,15 @@ impl Kernel {
     #[allow(clippy::too_many_arguments)]
     fn backward(
         &self,
-        q: Desc,
-        k: Desc,
-        v: Desc,
-        o: Desc,
-        lse: Desc,
-        d_out: Desc,
-        dq: Desc,
-        dk: Desc,
-        dv: Desc,
+        q: Desc<'_>,
+        k: Desc<'_>,
+        v: Desc<'_>,
+        o: Desc<'_>,
+        lse: Desc<'_>,
+        d_out: Desc<'_>,
+        dq: Desc<'_>,
+        dk: Desc<'_>,
+        dv: Desc<'_>,
         stream: usize,
         extras: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<()> {

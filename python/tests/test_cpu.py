@@ -182,3 +182,65 @@ def test_non_torch_arrays_need_forward_into():
     a, q, k, doc = _doc()
     with pytest.raises(TypeError, match="forward_into"):
         a(object(), k, k)
+
+
+def _flex_inputs(a, batch, seqlen):
+    from attnc.compare import _aux_tensors
+
+    gen = torch.Generator().manual_seed(0)
+    aux = _aux_tensors(a, batch, seqlen, seqlen, "cpu", gen)
+    params = {n: (3 if ty == "Int" else 0.5) for n, ty in a.params}
+    lens = torch.full((batch,), seqlen, dtype=torch.int32)
+    return aux, params, lens
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_every_example_has_flex_functions_that_run(path):
+    """The generated FlexAttention module of every example runs FlexAttention (eager, CPU)."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    from attnc.compare import flex_functions
+
+    a = attnc.load(path)
+    ns, unsupported = flex_functions(a)
+    if a.spec["sinks"]:
+        assert unsupported, "sinks have no Flex form and must be reported"
+        return
+    b, s = 2, 40
+    aux, params, lens = _flex_inputs(a, b, s)
+    mask_mod, score_mod = ns["make"](lens, lens, params, aux)
+    hq, hkv = a.spec["q_heads"], a.spec["kv_heads"]
+    d, dv = a.spec["head_dim_qk"], a.spec["head_dim_v"]
+    q, k, v = torch.randn(b, hq, s, d), torch.randn(b, hkv, s, d), torch.randn(b, hkv, s, dv)
+    bm = None if mask_mod is None else create_block_mask(mask_mod, b, hq, s, s, device="cpu")
+    o = flex_attention(q, k, v, score_mod=score_mod, block_mask=bm, scale=ns["SCALE"], enable_gqa=ns["ENABLE_GQA"])
+    assert o.shape == (b, hq, s, dv)
+
+
+def test_flex_functions_mean_what_the_variant_means():
+    """Causal and the document mask through the generated functions equal a dense masked
+    softmax (CPU, f32)."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    from attnc.compare import flex_functions
+
+    doc = attnc.load(ROOT / "dsl-examples" / "document_mask.attn")
+    ns, _ = flex_functions(doc)
+    b, s = 2, 50
+    ids = torch.sort(torch.randint(0, 3, (b, s), dtype=torch.int32), dim=1).values
+    lens = torch.full((b,), s, dtype=torch.int32)
+    mask_mod, _ = ns["make"](lens, lens, {}, {"doc": ids})
+    q, k, v = torch.randn(b, 32, s, 128), torch.randn(b, 8, s, 128), torch.randn(b, 8, s, 128)
+    bm = create_block_mask(mask_mod, b, 32, s, s, device="cpu")
+    o = flex_attention(q, k, v, block_mask=bm, scale=ns["SCALE"], enable_gqa=True)
+    allowed = (ids[:, None, :, None] == ids[:, None, None, :]) & torch.ones(s, s, dtype=torch.bool).tril()
+    kk, vv = k.repeat_interleave(4, 1), v.repeat_interleave(4, 1)
+    logits = (q @ kk.transpose(-1, -2) * ns["SCALE"]).masked_fill(~allowed, float("-inf"))
+    want = torch.softmax(logits, -1) @ vv
+    assert torch.allclose(o, want, atol=1e-4, rtol=1e-4)
+
+    soft = attnc.load(ROOT / "dsl-examples" / "grok_softcap.attn")
+    ns, _ = flex_functions(soft)
+    _, score_mod = ns["make"](lens, lens, {}, {})
+    x = torch.linspace(-200, 200, 11)
+    assert torch.allclose(score_mod(x, 0, 0, 0, 0), 30.0 * torch.tanh(x / 30.0))  # its `score` line

@@ -5,6 +5,7 @@
 //! - [`expr`]: the typed expression language of masks and score modifications;
 //! - [`check`]: the type checker and the validity rules of a spec;
 //! - [`eval`]: concrete evaluation, the definition of an expression's meaning;
+//! - [`flex`]: the spec as PyTorch FlexAttention `mask_mod` / `score_mod` source;
 //! - [`deriv`]: symbolic derivatives of score modifications (for the backward pass);
 //! - [`analysis`]: tile mask analysis (Full / Partial / Empty) by interval arithmetic;
 //! - [`reference`](mod@reference): the f64 CPU reference executor, the definition of a variant's output,
@@ -18,6 +19,7 @@ pub mod check;
 pub mod deriv;
 pub mod eval;
 pub mod expr;
+pub mod flex;
 pub mod generate;
 pub mod gradcheck;
 pub mod reference;
@@ -28,6 +30,7 @@ pub use check::{validate, ExprContext, Field, SpecError, MAX_SEQLEN, MAX_WINDOW}
 pub use deriv::{score_mod_grad, simplify, AuxGradTerm, ScoreModGrad};
 pub use eval::{AuxData, AuxTensor};
 pub use expr::{BinOp, Expr, ExprKind, Func, Span, Ty, UnOp, Var};
+pub use flex::{flex_source, FlexSource};
 pub use reference::{
     random_inputs, reference_backward, reference_backward_with_output, reference_forward, rel_l2, Grads, Inputs,
     ReferenceError, SeqGrads, SeqOutput, Sequence,
