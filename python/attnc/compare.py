@@ -50,8 +50,9 @@ def _aux_tensors(attn, batch, seqlen_q, seqlen_k, device, gen):
     return out
 
 
-def compare_one(attn, batch, seqlen, params, device="cuda", reps=10, seed=0):
-    """One shape: max abs / rel-L2 difference and both sides' timings."""
+def compare_one(attn, batch, seqlen, params, device="cuda", reps=10, seed=0, timed=True):
+    """One shape: max abs / rel-L2 difference and (``timed``) both sides' timings; untimed,
+    FlexAttention runs eagerly (no compile)."""
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     ns, unsupported = flex_functions(attn)
@@ -85,8 +86,9 @@ def compare_one(attn, batch, seqlen, params, device="cuda", reps=10, seed=0):
             ok = (q_idx < seq_len[b]) & (kv_idx < seq_len[b])
             return ok if inner is None else ok & inner(b, h, q_idx, kv_idx)
 
-    block_mask = create_block_mask(mask_mod, batch, hq, seqlen, seqlen, device=device)
-    flex = torch.compile(flex_attention)
+    # Compiled, so the dense [batch, heads, seqlen, seqlen] mask is never materialized.
+    block_mask = create_block_mask(mask_mod, batch, hq, seqlen, seqlen, device=device, _compile=True)
+    flex = torch.compile(flex_attention) if timed else flex_attention
     tr = lambda t: t.transpose(1, 2)  # noqa: E731
     flex_call = lambda: flex(tr(q), tr(k), tr(v), score_mod=score_mod, block_mask=block_mask,  # noqa: E731
                              scale=ns["SCALE"], enable_gqa=ns["ENABLE_GQA"])
@@ -103,7 +105,7 @@ def compare_one(attn, batch, seqlen, params, device="cuda", reps=10, seed=0):
         "rel_l2": (diff.norm() / o_ref.float().norm().clamp_min(1e-30)).item(),
     }
     flops = 4.0 * batch * hq * seqlen * seqlen * (dqk + dv) / 2
-    for name, fn in (("attnc", call), ("flex", flex_call)):
+    for name, fn in (("attnc", call), ("flex", flex_call)) if timed else ():
         ms = _median_ms(fn, reps)
         row[f"{name}_ms"] = ms
         row[f"{name}_tflops_dense_equiv"] = flops / ms / 1e9
@@ -155,6 +157,7 @@ def main(argv=None):
     ap.add_argument("--param", action="append", default=[], help="name=value for each declared param")
     ap.add_argument("--plot", help="write a plot of the sweep (SVG/PNG; needs matplotlib)")
     ap.add_argument("--json", help="write the rows as JSON")
+    ap.add_argument("--check-only", action="store_true", help="compare outputs only (eager FlexAttention, no timing)")
     args = ap.parse_args(argv)
 
     attn = attnc.load(args.file)
@@ -169,12 +172,14 @@ def main(argv=None):
     if missing:
         ap.error(f"the variant declares param(s) {', '.join(missing)}: pass --param NAME=VALUE")
     rows = []
-    print(f"{'seqlen':>7} {'max|diff|':>10} {'rel-L2':>9} {'attnc ms':>9} {'flex ms':>9} {'speedup':>8}")
+    print(f"{attn.name}: {'seqlen':>7} {'max|diff|':>10} {'rel-L2':>9} {'attnc ms':>9} {'flex ms':>9} {'speedup':>8}")
     for s in [int(x) for x in args.seqlen.split(",")]:
-        r = compare_one(attn, args.batch, s, params)
+        r = compare_one(attn, args.batch, s, params, timed=not args.check_only)
         rows.append(r)
-        print(f"{s:>7} {r['max_abs_diff']:>10.3e} {r['rel_l2']:>9.2e} {r['attnc_ms']:>9.3f} {r['flex_ms']:>9.3f} "
-              f"{r['flex_ms'] / r['attnc_ms']:>7.2f}x", flush=True)
+        line = f"{attn.name}: {s:>7} {r['max_abs_diff']:>10.3e} {r['rel_l2']:>9.2e}"
+        if not args.check_only:
+            line += f" {r['attnc_ms']:>9.3f} {r['flex_ms']:>9.3f} {r['flex_ms'] / r['attnc_ms']:>7.2f}x"
+        print(line + f"  ({r['family']})", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"variant": attn.name, "rows": rows}, f, indent=1)

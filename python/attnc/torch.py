@@ -256,16 +256,18 @@ def attention(attn, q, k, v, *, aux=None, params=None, sinks=None, cu_seqlens_q=
     aux_list = _aux_list(attn, aux)
     need_grad = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (q, k, v, sinks, *aux_list))
+    # A variant that declares `lse` always writes it.
+    need_lse = need_grad or return_lse or attn.spec["lse"]
     if torch.compiler.is_compiling() or _tracing(q):
         o, lse = torch.ops.attnc.forward(attn.key, q, k, v, aux_list, sinks, cu_seqlens_q, cu_seqlens_k, block_table,
-                                         seqused_k, ints, floats, int(splits or 0), bool(need_grad or return_lse),
+                                         seqused_k, ints, floats, int(splits or 0), bool(need_lse),
                                          bool(deterministic))
     elif need_grad and block_table is None and not splits:
         o, lse = _EagerAttention.apply(attn.key, q, k, v, sinks, cu_seqlens_q, cu_seqlens_k, ints, floats,
                                        bool(deterministic), *aux_list)
     else:
         o, lse = _forward_impl(attn.key, q, k, v, aux_list, sinks, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k,
-                               ints, floats, int(splits or 0), bool(return_lse))
+                               ints, floats, int(splits or 0), bool(need_lse))
     return (o, lse) if return_lse else o
 
 

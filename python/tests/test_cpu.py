@@ -244,3 +244,16 @@ def test_flex_functions_mean_what_the_variant_means():
     _, score_mod = ns["make"](lens, lens, {}, {})
     x = torch.linspace(-200, 200, 11)
     assert torch.allclose(score_mod(x, 0, 0, 0, 0), 30.0 * torch.tanh(x / 30.0))  # its `score` line
+
+
+def test_a_variant_declaring_lse_always_gets_an_lse_buffer():
+    """`lse` in the spec: the kernel writes it, so even a no-grad call without
+    return_lse passes one (traced: the op is asked for it)."""
+    vl = attnc.load(ROOT / "dsl-examples" / "varlen_causal.attn")
+    qv = torch.randn(50, 28, 128, dtype=torch.bfloat16)
+    kv = torch.randn(60, 4, 128, dtype=torch.bfloat16)
+    cu_q = torch.tensor([0, 20, 50], dtype=torch.int32)
+    cu_k = torch.tensor([0, 25, 60], dtype=torch.int32)
+    gm = _fake_trace(lambda q, k, cq, ck: vl(q, k, k, cu_seqlens_q=cq, cu_seqlens_k=ck), qv, kv, cu_q, cu_k)
+    call = [n for n in gm.graph.nodes if str(n.target) == "attnc.forward.default"][0]
+    assert call.args[13] is True, call.args
