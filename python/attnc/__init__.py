@@ -80,6 +80,11 @@ class Attention:
         """PTX for ``arch`` (no GPU needed)."""
         return self._variant.ptx(arch, direction, family or self._family)
 
+    def flex_source(self):
+        """PyTorch FlexAttention source of the variant: a module whose
+        ``make(seqlen_q, seqlen_k, params, aux)`` returns ``(mask_mod, score_mod)``."""
+        return self._variant.flex_source()[0]
+
     def __repr__(self):
         return f"attnc.Attention({self.name!r}, layout={self.layout}, family={self._family})"
 

@@ -74,6 +74,15 @@ pub struct BenchArgs {
     /// CUDA device ordinal.
     #[arg(long, default_value_t = 0)]
     device: usize,
+    /// Draw the report as an SVG (grouped bars per suite, head dim and mask; decode TB/s).
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
+    /// The peers' JSON (the anchors' bench.py output) to plot beside attnc.
+    #[arg(long, value_name = "PATH", requires = "plot")]
+    peers: Option<PathBuf>,
+    /// Plot a saved `attnc bench --json` report instead of running (no GPU needed).
+    #[arg(long, value_name = "PATH", requires = "plot")]
+    from_json: Option<PathBuf>,
     /// Internal: the fresh-process half of the disk-cache measurement.
     #[arg(long, hide = true)]
     disk_probe: bool,
@@ -134,7 +143,9 @@ pub fn selftest(args: &SelftestArgs) -> Result<(), Reported> {
         grads: !args.no_grads,
         ..Default::default()
     };
-    let report = selftest::run(&rt, &specs, &opts);
+    let mut bar = crate::output::ProgressBar::on_stderr();
+    let report = selftest::run_observed(&rt, &specs, &opts, &mut |p| bar.case(&p));
+    bar.finish();
     print!("{}", report.table());
     write_json(args.json.as_deref(), &report.to_json())?;
     if report.ok() {
@@ -213,7 +224,42 @@ fn variant_bench(file: &Path, args: &BenchArgs) -> Result<(), Reported> {
     write_json(args.json.as_deref(), &json)
 }
 
+fn read_json(what: &str, path: &Path) -> Result<serde_json::Value, Reported> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        eprintln!("error: {what} {}: {e}", path.display());
+        Reported
+    })?;
+    serde_json::from_str(&text).map_err(|e| {
+        eprintln!("error: {what} {}: not JSON: {e}", path.display());
+        Reported
+    })
+}
+
+/// `--plot`: the report (`report_json`, or `--from-json`'s) and the peers' as an SVG.
+fn plot(args: &BenchArgs, report_json: Option<&str>) -> Result<(), Reported> {
+    let Some(out) = &args.plot else { return Ok(()) };
+    let report = match (&args.from_json, report_json) {
+        (Some(p), _) => read_json("--from-json", p)?,
+        (None, Some(text)) => serde_json::from_str(text).map_err(|e| {
+            eprintln!("error: --plot: the report is not JSON: {e}");
+            Reported
+        })?,
+        (None, None) => return Ok(()),
+    };
+    let peers = args.peers.as_deref().map(|p| read_json("--peers", p)).transpose()?;
+    let svg = attnc::runtime::bench_plot::bench_svg(&report, peers.as_ref());
+    std::fs::write(out, svg).map_err(|e| {
+        eprintln!("error: --plot {}: {e}", out.display());
+        Reported
+    })?;
+    eprintln!("wrote {}", out.display());
+    Ok(())
+}
+
 pub fn bench(args: &BenchArgs) -> Result<(), Reported> {
+    if args.from_json.is_some() {
+        return plot(args, None);
+    }
     if let Some(file) = &args.file {
         return variant_bench(file, args);
     }
@@ -253,7 +299,9 @@ pub fn bench(args: &BenchArgs) -> Result<(), Reported> {
         Reported
     })?;
     print!("{}", report.table());
-    write_json(args.json.as_deref(), &report.to_json())?;
+    let json = report.to_json();
+    write_json(args.json.as_deref(), &json)?;
+    plot(args, Some(&json))?;
     if report.ok() {
         Ok(())
     } else {

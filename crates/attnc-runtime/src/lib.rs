@@ -58,10 +58,12 @@
 //! - [`runtime`] — [`Runtime`], [`Kernel`], [`Params`];
 //! - [`backward`] — [`Kernel::backward`]: its validation, workspace and kernel sequence;
 //! - [`receipt`] — [`Receipt`];
-//! - [`selftest`], [`bench`] — the library halves of `attnc selftest` and `attnc bench`.
+//! - [`selftest`], [`bench`] — the library halves of `attnc selftest` and `attnc bench`;
+//!   [`bench_plot`] — a bench report (and the peers') as an SVG.
 
 pub mod backward;
 pub mod bench;
+pub mod bench_plot;
 pub mod block_mask;
 pub mod cache;
 pub mod cuda;

@@ -43,7 +43,7 @@ pub struct SelftestOptions {
     pub tol_lse: f64,
     /// Only specs whose name contains this.
     pub filter: Option<String>,
-    /// Print one line per case to stderr.
+    /// [`run`]: print one line per case to stderr.
     pub progress: bool,
     /// The family to run (`auto`, `portable`, `hopper`, `blackwell`): a fallback
     /// family can be tested on a GPU where auto picks a faster one.
@@ -410,33 +410,63 @@ fn case_name(c: &CasePlan) -> String {
     n
 }
 
-/// Runs the matrix over `specs` on `rt`.
+/// One finished case of a run, for progress displays.
+pub struct CaseProgress<'a> {
+    /// Cases finished, this one included.
+    pub done: usize,
+    pub total: usize,
+    pub result: &'a CaseResult,
+}
+
+impl CaseProgress<'_> {
+    /// `[done/total] PASS spec case: rel_l2 ... lse ... nonfinite ...` (the plain-text
+    /// progress line).
+    pub fn line(&self) -> String {
+        let r = self.result;
+        let f = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.2e}"));
+        format!(
+            "[{}/{}] {} {} {}: rel_l2 {} lse {} nonfinite {}{}{}",
+            self.done,
+            self.total,
+            if r.ok { "PASS" } else { "FAIL" },
+            r.spec,
+            r.case,
+            f(r.rel_l2),
+            f(r.lse_err),
+            r.nonfinite,
+            r.num_splits.map_or(String::new(), |n| format!(" splits {n}")),
+            r.error.as_ref().map_or(String::new(), |e| format!(" error: {e}")),
+        )
+    }
+}
+
+/// Runs the matrix over `specs` on `rt`; with `opts.progress`, one line per case on stderr.
 pub fn run(rt: &Runtime, specs: &[Spec], opts: &SelftestOptions) -> SelftestReport {
+    run_observed(rt, specs, opts, &mut |p| {
+        if opts.progress {
+            eprintln!("{}", p.line());
+        }
+    })
+}
+
+/// [`run`] that hands every finished case to `observe` (the CLI draws a progress bar).
+pub fn run_observed(
+    rt: &Runtime,
+    specs: &[Spec],
+    opts: &SelftestOptions,
+    observe: &mut dyn FnMut(CaseProgress<'_>),
+) -> SelftestReport {
     let t0 = Instant::now();
     let mut cases = Vec::new();
     let selected: Vec<&Spec> =
         specs.iter().filter(|s| opts.filter.as_ref().is_none_or(|f| s.name.contains(f.as_str()))).collect();
+    let plans: Vec<CasePlan> = selected.into_iter().flat_map(|spec| plan_cases(spec, opts)).collect();
     let mut seed = opts.seed;
-    for spec in selected {
-        for plan in plan_cases(spec, opts) {
-            seed = seed.wrapping_add(1);
-            let r = run_case(rt, &plan, seed, opts);
-            if opts.progress {
-                let f = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.2e}"));
-                eprintln!(
-                    "{} {} {}: rel_l2 {} lse {} nonfinite {}{}{}",
-                    if r.ok { "PASS" } else { "FAIL" },
-                    r.spec,
-                    r.case,
-                    f(r.rel_l2),
-                    f(r.lse_err),
-                    r.nonfinite,
-                    r.num_splits.map_or(String::new(), |n| format!(" splits {n}")),
-                    r.error.as_ref().map_or(String::new(), |e| format!(" error: {e}")),
-                );
-            }
-            cases.push(r);
-        }
+    for plan in &plans {
+        seed = seed.wrapping_add(1);
+        let r = run_case(rt, plan, seed, opts);
+        observe(CaseProgress { done: cases.len() + 1, total: plans.len(), result: &r });
+        cases.push(r);
     }
     let passed = cases.iter().filter(|c| c.ok).count();
     let grads: Vec<f64> = cases.iter().filter_map(|c| c.grad.as_ref().map(|g| g.max)).collect();
