@@ -98,7 +98,8 @@ class Attention:
         return k
 
     def __call__(self, q, k, v, *, aux=None, params=None, sinks=None, cu_seqlens_q=None, cu_seqlens_k=None,
-                 block_table=None, seqused_k=None, splits=None, deterministic=False, return_lse=False):
+                 block_table=None, seqused_k=None, splits=None, deterministic=False, return_lse=False,
+                 block_mask=None):
         """Attention forward on torch tensors (differentiable) or other CUDA arrays."""
         if is_torch(q):
             from . import torch as attnc_torch
@@ -106,8 +107,19 @@ class Attention:
             return attnc_torch.attention(self, q, k, v, aux=aux, params=params, sinks=sinks,
                                          cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                                          block_table=block_table, seqused_k=seqused_k, splits=splits,
-                                         deterministic=deterministic, return_lse=return_lse)
+                                         deterministic=deterministic, return_lse=return_lse,
+                                         block_mask=block_mask)
         raise TypeError("calling an Attention needs torch tensors; for other arrays use forward_into(q, k, v, out)")
+
+    def block_mask(self, q, k, v, *, aux=None, params=None, sinks=None, cu_seqlens_q=None, cu_seqlens_k=None):
+        """The tile classification of a mask over aux tensors, for these shapes, params and aux
+        tensors: build it once and pass ``block_mask=`` to every forward that shares them
+        (every layer of a model). Without it such a mask is classified on each call. It is
+        checked against each launch; its aux tensors' contents must not change."""
+        from . import torch as attnc_torch
+
+        return attnc_torch.build_block_mask(self, q, k, v, aux=aux, params=params, sinks=sinks,
+                                            cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
 
     def forward_into(self, q, k, v, out, *, lse=None, stream=0, aux=None, params=None, sinks=None, splits=None):
         """The forward on any CUDA arrays, written into ``out`` (and ``lse``), on ``stream``."""

@@ -76,6 +76,12 @@ def compare_one(attn, batch, seqlen, params, device="cuda", reps=10, seed=0, tim
         seq_len = torch.tensor(lens, dtype=torch.int32, device=device)
     else:
         lens = [seqlen] * batch
+        # A mask over aux tensors is classified once, as FlexAttention's BlockMask is built
+        # once below (variants without run-time classification have none).
+        try:
+            kw["block_mask"] = attn.block_mask(q, k, v, **kw)
+        except RuntimeError:
+            pass
         call = lambda: attn(q, k, v, **kw)  # noqa: E731
         seq_len = torch.full((batch,), seqlen, dtype=torch.int32, device=device)
     mask_mod, score_mod = ns["make"](seq_len, seq_len, params or {}, aux)
@@ -109,7 +115,9 @@ def compare_one(attn, batch, seqlen, params, device="cuda", reps=10, seed=0, tim
         ms = _median_ms(fn, reps)
         row[f"{name}_ms"] = ms
         row[f"{name}_tflops_dense_equiv"] = flops / ms / 1e9
-    row["family"] = (attn.receipt() or {}).get("executed")
+    receipt = attn.receipt() or {}
+    row["family"] = receipt.get("executed")
+    row["block_mask"] = (receipt.get("block_mask") or {}).get("source")
     return row
 
 

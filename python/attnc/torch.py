@@ -16,7 +16,7 @@ from typing import Optional
 
 import torch
 
-from ._registry import VARIANTS
+from ._registry import BLOCK_MASKS, VARIANTS
 from ._tensors import describe_index, describe_torch
 
 
@@ -111,7 +111,7 @@ def _out_shapes(attn, q, cu_q):
 
 
 def _forward_impl(key, q, k, v, aux, sinks, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k, iparams, fparams,
-                  splits, need_lse):
+                  splits, need_lse, block_mask=""):
     attn = _variant(key)
     qkv = (describe_torch("q", q), describe_torch("k", k), describe_torch("v", v))
     o_shape, lse_shape = _out_shapes(attn, q, cu_seqlens_q)
@@ -120,6 +120,11 @@ def _forward_impl(key, q, k, v, aux, sinks, cu_seqlens_q, cu_seqlens_k, block_ta
     keep = []
     extras = _extras(attn, q.device, aux, sinks, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k, iparams,
                      fparams, splits, keep)
+    if block_mask:
+        mask = BLOCK_MASKS.get(block_mask)
+        if mask is None:
+            raise ValueError(f"block_mask: {block_mask} is gone (keep the object returned by block_mask() alive)")
+        extras["block_mask"] = mask
     kern = attn.kernel(q.device.index)
     kern.forward(*qkv, describe_torch("o", o), describe_torch("lse", lse) if need_lse else None,
                  _stream(q), extras)
@@ -132,16 +137,17 @@ def _forward_op(key: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, aux
                 sinks: Optional[torch.Tensor], cu_seqlens_q: Optional[torch.Tensor],
                 cu_seqlens_k: Optional[torch.Tensor], block_table: Optional[torch.Tensor],
                 seqused_k: Optional[torch.Tensor], iparams: list[int], fparams: list[float], splits: int,
-                need_lse: bool, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    # `deterministic` is the backward's (kept by autograd's context).
+                need_lse: bool, deterministic: bool, block_mask: str) -> tuple[torch.Tensor, torch.Tensor]:
+    # `deterministic` is the backward's (kept by autograd's context); `block_mask` names a
+    # mask of attnc._registry.BLOCK_MASKS ("" for none).
     o, lse = _forward_impl(key, q, k, v, aux, sinks, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k, iparams,
-                           fparams, splits, need_lse)
+                           fparams, splits, need_lse, block_mask)
     return o, (lse if lse is not None else q.new_empty((0,), dtype=torch.float32))
 
 
 @_forward_op.register_fake
 def _forward_fake(key, q, k, v, aux, sinks, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k, iparams, fparams,
-                  splits, need_lse, deterministic):
+                  splits, need_lse, deterministic, block_mask):
     attn = _variant(key)
     o_shape, lse_shape = _out_shapes(attn, q, cu_seqlens_q)
     return q.new_empty(o_shape), q.new_empty(lse_shape if need_lse else (0,), dtype=torch.float32)
@@ -195,7 +201,7 @@ def _backward_fake(key, q, k, v, o, lse, d_out, aux, sinks, cu_seqlens_q, cu_seq
 
 def _setup_context(ctx, inputs, output):
     (key, q, k, v, aux, sinks, cu_q, cu_k, block_table, seqused_k, iparams, fparams, splits, need_lse,
-     deterministic) = inputs
+     deterministic, _block_mask) = inputs
     o, lse = output
     if not need_lse:
         # Only reached when a caller asked for no LSE yet needs gradients: attention()
@@ -217,9 +223,10 @@ def _backward(ctx, d_out, d_lse):
         ctx.deterministic)
     aux_out = [g if learn else None for g, (_, _, learn) in zip(aux_grads, attn.aux)]
     # One gradient per forward input, lists as lists: key, q, k, v, aux, sinks, cu_seqlens_q,
-    # cu_seqlens_k, block_table, seqused_k, iparams, fparams, splits, need_lse, deterministic.
+    # cu_seqlens_k, block_table, seqused_k, iparams, fparams, splits, need_lse, deterministic,
+    # block_mask.
     return (None, dq, dk, dv, aux_out, dsinks if ctx.has_sinks else None, None, None, None, None,
-            [None] * len(ctx.iparams), [None] * len(ctx.fparams), None, None, None)
+            [None] * len(ctx.iparams), [None] * len(ctx.fparams), None, None, None, None)
 
 
 torch.library.register_autograd("attnc::forward", _backward, setup_context=_setup_context)
@@ -230,8 +237,9 @@ class _EagerAttention(torch.autograd.Function):
     microseconds a call): the same forward and backward implementations as the ops."""
 
     @staticmethod
-    def forward(ctx, key, q, k, v, sinks, cu_q, cu_k, iparams, fparams, deterministic, *aux):
-        o, lse = _forward_impl(key, q, k, v, list(aux), sinks, cu_q, cu_k, None, None, iparams, fparams, 0, True)
+    def forward(ctx, key, q, k, v, sinks, cu_q, cu_k, iparams, fparams, deterministic, block_mask, *aux):
+        o, lse = _forward_impl(key, q, k, v, list(aux), sinks, cu_q, cu_k, None, None, iparams, fparams, 0, True,
+                               block_mask)
         ctx.key, ctx.iparams, ctx.fparams, ctx.deterministic = key, iparams, fparams, deterministic
         ctx.has_sinks = sinks is not None
         ctx.save_for_backward(q, k, v, o, lse, sinks, cu_q, cu_k, *aux)
@@ -245,11 +253,12 @@ class _EagerAttention(torch.autograd.Function):
         dq, dk, dv, dsinks, aux_grads = _backward_impl(ctx.key, q, k, v, o, lse, d_out.contiguous(), list(aux), sinks,
                                                        cu_q, cu_k, ctx.iparams, ctx.fparams, ctx.deterministic)
         aux_out = [g if learn else None for g, (_, _, learn) in zip(aux_grads, attn.aux)]
-        return (None, dq, dk, dv, dsinks if ctx.has_sinks else None, None, None, None, None, None, *aux_out)
+        return (None, dq, dk, dv, dsinks if ctx.has_sinks else None, None, None, None, None, None, None, *aux_out)
 
 
 def attention(attn, q, k, v, *, aux=None, params=None, sinks=None, cu_seqlens_q=None, cu_seqlens_k=None,
-              block_table=None, seqused_k=None, splits=None, deterministic=False, return_lse=False):
+              block_table=None, seqused_k=None, splits=None, deterministic=False, return_lse=False,
+              block_mask=None):
     """``attn``'s forward on torch tensors: through ``torch.ops.attnc.forward`` under
     ``torch.compile`` / export, directly (same implementation, less dispatch) in eager mode."""
     ints, floats = _params(attn, params)
@@ -258,17 +267,38 @@ def attention(attn, q, k, v, *, aux=None, params=None, sinks=None, cu_seqlens_q=
         t is not None and t.requires_grad for t in (q, k, v, sinks, *aux_list))
     # A variant that declares `lse` always writes it.
     need_lse = need_grad or return_lse or attn.spec["lse"]
+    mask_key = "" if block_mask is None else block_mask_key(block_mask)
     if torch.compiler.is_compiling() or _tracing(q):
         o, lse = torch.ops.attnc.forward(attn.key, q, k, v, aux_list, sinks, cu_seqlens_q, cu_seqlens_k, block_table,
                                          seqused_k, ints, floats, int(splits or 0), bool(need_lse),
-                                         bool(deterministic))
+                                         bool(deterministic), mask_key)
     elif need_grad and block_table is None and not splits:
         o, lse = _EagerAttention.apply(attn.key, q, k, v, sinks, cu_seqlens_q, cu_seqlens_k, ints, floats,
-                                       bool(deterministic), *aux_list)
+                                       bool(deterministic), mask_key, *aux_list)
     else:
         o, lse = _forward_impl(attn.key, q, k, v, aux_list, sinks, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k,
-                               ints, floats, int(splits or 0), bool(need_lse))
+                               ints, floats, int(splits or 0), bool(need_lse), mask_key)
     return (o, lse) if return_lse else o
+
+
+def block_mask_key(mask):
+    """The registry key of a block mask (registering it)."""
+    key = f"bm{id(mask):x}"
+    BLOCK_MASKS[key] = mask
+    return key
+
+
+def build_block_mask(attn, q, k, v, *, aux=None, params=None, sinks=None, cu_seqlens_q=None, cu_seqlens_k=None):
+    """``attn``'s tile classification for these arguments (see Attention.block_mask)."""
+    ints, floats = _params(attn, params)
+    aux_list = _aux_list(attn, aux)
+    keep = []
+    extras = _extras(attn, q.device, aux_list, sinks, cu_seqlens_q, cu_seqlens_k, None, None, ints, floats, 0, keep)
+    o_shape, _ = _out_shapes(attn, q, cu_seqlens_q)
+    o = q.new_empty(o_shape)
+    kern = attn.kernel(q.device.index)
+    return kern.block_mask(describe_torch("q", q), describe_torch("k", k), describe_torch("v", v),
+                           describe_torch("o", o), _stream(q), extras)
 
 
 def _tracing(t):

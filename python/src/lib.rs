@@ -100,6 +100,7 @@ struct Extras {
     dsinks: Option<Tensor>,
     aux_grads: Vec<(String, Tensor)>,
     stream: Option<Stream>,
+    block_mask: Option<Py<BlockMask>>,
 }
 
 impl Extras {
@@ -161,9 +162,10 @@ impl Extras {
                 }
                 "splits" => x.splits = Some(value.extract()?),
                 "deterministic" => x.deterministic = value.extract()?,
+                "block_mask" => x.block_mask = Some(value.extract::<Py<BlockMask>>()?),
                 other => {
                     return Err(PyValueError::new_err(format!(
-                        "unknown argument `{other}` (expected params, aux, sinks, cu_seqlens, paged, splits, deterministic, dsinks, aux_grads)"
+                        "unknown argument `{other}` (expected params, aux, sinks, cu_seqlens, paged, splits, deterministic, dsinks, aux_grads, block_mask)"
                     )))
                 }
             }
@@ -196,6 +198,9 @@ impl Extras {
         }
         if let Some(s) = self.stream {
             p = p.on_stream(s);
+        }
+        if let Some(m) = &self.block_mask {
+            p = p.block_mask(&m.get().inner);
         }
         p.deterministic(self.deterministic)
     }
@@ -332,6 +337,20 @@ fn runtime(device: usize) -> PyResult<Runtime> {
     Ok(rt)
 }
 
+/// A variant's tile classification for one launch configuration (shapes, params, aux
+/// tensors), built once and passed to every forward that shares it.
+#[pyclass(frozen, weakref, module = "attnc._attnc")]
+struct BlockMask {
+    inner: attnc_runtime::BlockMask,
+}
+
+#[pymethods]
+impl BlockMask {
+    fn __repr__(&self) -> String {
+        format!("{:?}", self.inner)
+    }
+}
+
 /// A variant compiled for one device: launches on caller-owned tensors.
 #[pyclass(frozen, module = "attnc._attnc")]
 struct Kernel {
@@ -402,6 +421,25 @@ impl Kernel {
         let r = self.kernel.backward(&q, &k, &v, &o, &lse, &d_out, grads, &p).map_err(py_err)?;
         self.remember(r);
         Ok(())
+    }
+
+    /// Classifies the tiles of a mask over aux tensors for these arguments once (queued on
+    /// `stream`), for every forward with the same shapes, params and aux tensors.
+    #[pyo3(signature = (q, k, v, o, stream, extras = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn block_mask(
+        &self,
+        q: Desc<'_>,
+        k: Desc<'_>,
+        v: Desc<'_>,
+        o: Desc<'_>,
+        stream: usize,
+        extras: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<BlockMask> {
+        let x = Extras::from_py(self.kernel.spec(), extras, Some(stream))?;
+        let (q, k, v, o) = (tensor("q", &q)?, tensor("k", &k)?, tensor("v", &v)?, tensor("o", &o)?);
+        let inner = self.kernel.block_mask(&q, &k, &v, &o, &x.params()).map_err(py_err)?;
+        Ok(BlockMask { inner })
     }
 
     /// The last launch's receipt as JSON (None before the first launch).
@@ -476,6 +514,7 @@ fn kv_layout(variant: &Variant) -> &'static str {
 fn _attnc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Variant>()?;
     m.add_class::<Kernel>()?;
+    m.add_class::<BlockMask>()?;
     m.add_function(wrap_pyfunction!(parse, m)?)?;
     m.add_function(wrap_pyfunction!(kernel, m)?)?;
     m.add_function(wrap_pyfunction!(cache_info, m)?)?;

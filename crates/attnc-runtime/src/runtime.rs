@@ -122,6 +122,7 @@ impl Runtime {
             loaded,
             source,
             shape,
+            mask_key: key.clone(),
             key,
             lse_forward: Arc::new(OnceLock::new()),
             backward: Arc::new(OnceLock::new()),
@@ -479,6 +480,10 @@ pub struct Kernel {
     source: CacheSource,
     shape: KernelShape,
     key: String,
+    /// The key block masks are built and checked under: the module's own, or for the LSE
+    /// twin of a spec (`forward_lse`), its parent's — the same mask, so a mask built with
+    /// either kernel serves both (its tiling and shapes are checked as well).
+    mask_key: String,
     /// Loaded on first use: the forward of the spec with `lse` on (training needs the
     /// LSE of specs that do not ask for it), and the backward module.
     lse_forward: Arc<OnceLock<Kernel>>,
@@ -562,7 +567,8 @@ impl Kernel {
         }
         let mut spec = self.spec.clone();
         spec.lse = true;
-        let k = self.rt.kernel_with(&spec, self.family)?;
+        let mut k = self.rt.kernel_with(&spec, self.family)?;
+        k.mask_key = self.mask_key.clone();
         // A racing caller may have set it first: either is the same module.
         let _ = self.lse_forward.set(k);
         self.lse_forward.get().ok_or_else(|| RuntimeError::Other("the LSE forward did not load".into()))
@@ -602,7 +608,7 @@ impl Kernel {
             params.values.iter().map(|(n, v)| (n.clone(), format!("{v:?}"))).collect();
         values.sort();
         Ok(BuiltFor {
-            module_key: kernel.key().to_string(),
+            module_key: kernel.mask_key.clone(),
             tiling,
             layout,
             dims,
