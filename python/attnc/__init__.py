@@ -54,6 +54,7 @@ class Attention:
         self.spec = json.loads(variant.spec_json())
         self.name = variant.name
         self.layout = _attnc.kv_layout(variant)
+        self.head_dim_v = self.spec["head_dim_v"]
         self._kernels = {}
         self._last = None
         # Registered with the torch op layer under this key (attnc.torch imports lazily).
@@ -102,9 +103,7 @@ class Attention:
                  block_mask=None):
         """Attention forward on torch tensors (differentiable) or other CUDA arrays."""
         if is_torch(q):
-            from . import torch as attnc_torch
-
-            return attnc_torch.attention(self, q, k, v, aux=aux, params=params, sinks=sinks,
+            return _torch_layer().attention(self, q, k, v, aux=aux, params=params, sinks=sinks,
                                          cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                                          block_table=block_table, seqused_k=seqused_k, splits=splits,
                                          deterministic=deterministic, return_lse=return_lse,
@@ -159,6 +158,19 @@ class Attention:
     def receipt_text(self):
         """The last launch's receipt as attnc prints it."""
         return None if self._last is None else self._last.receipt_text()
+
+
+def _torch_layer():
+    """attnc.torch, imported on the first torch call (attnc itself does not need torch)."""
+    global _TORCH_LAYER
+    if _TORCH_LAYER is None:
+        from . import torch as attnc_torch
+
+        _TORCH_LAYER = attnc_torch
+    return _TORCH_LAYER
+
+
+_TORCH_LAYER = None
 
 
 def _desc_any(arg, t):

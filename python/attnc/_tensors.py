@@ -41,12 +41,13 @@ def describe(arg, t):
 
 
 def describe_torch(arg, t):
-    if not t.is_cuda:
+    device = t.get_device()  # -1 on the CPU; cheaper than t.device.index
+    if device < 0 or not t.is_cuda:
         raise ValueError(f"{arg}: must be a CUDA tensor, found device {t.device}")
-    dtype = _torch_dtypes().get(t.dtype)
+    dtype = (_TORCH_DTYPES or _torch_dtypes()).get(t.dtype)
     if dtype is None:
         raise ValueError(f"{arg}: dtype {t.dtype} is not supported (bfloat16, float16, float32 or int32)")
-    return (t.data_ptr(), dtype, t.device.index, -1, *t.shape, *t.stride())
+    return (t.data_ptr(), dtype, device, -1, *t.shape, *t.stride())
 
 
 def _describe_cai(arg, t, cai):

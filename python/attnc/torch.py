@@ -29,6 +29,8 @@ def _variant(key):
 
 def _params(attn, params):
     """Params in declaration order, split by type (the op schema needs fixed types)."""
+    if not params and not attn.params:
+        return [], []
     params = params or {}
     unknown = set(params) - {n for n, _ in attn.params}
     if unknown:
@@ -45,6 +47,8 @@ def _params(attn, params):
 
 
 def _aux_list(attn, aux):
+    if not aux and not attn.spec["aux"]:
+        return []
     aux = aux or {}
     names = [n for n, _, _ in attn.aux]
     unknown = set(aux) - set(names)
@@ -57,7 +61,11 @@ def _aux_list(attn, aux):
 
 
 def _extras(attn, device, aux, sinks, cu_q, cu_k, block_table, seqused_k, ints, floats, splits, keep):
-    """The Rust side's `extras` dict; `keep` collects device copies that must outlive the launch."""
+    """The Rust side's `extras` dict (None when there is nothing to pass); `keep` collects
+    device copies that must outlive the launch."""
+    if not (aux or ints or floats or splits) and sinks is None and cu_q is None and cu_k is None \
+            and block_table is None and seqused_k is None:
+        return None
     x = {}
     values = {}
     it_i, it_f = iter(ints), iter(floats)
@@ -101,8 +109,8 @@ _RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
 def _out_shapes(attn, q, cu_q):
-    dv = attn.spec["head_dim_v"]
-    o_shape = tuple(q.shape[:-1]) + (dv,)
+    shape = q.shape
+    o_shape = (*shape[:-1], attn.head_dim_v)
     if attn.layout == "varlen":
         lse_shape = (q.shape[1], q.shape[0])
     else:
@@ -110,9 +118,8 @@ def _out_shapes(attn, q, cu_q):
     return o_shape, lse_shape
 
 
-def _forward_impl(key, q, k, v, aux, sinks, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k, iparams, fparams,
+def _forward_impl(attn, q, k, v, aux, sinks, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k, iparams, fparams,
                   splits, need_lse, block_mask=""):
-    attn = _variant(key)
     qkv = (describe_torch("q", q), describe_torch("k", k), describe_torch("v", v))
     o_shape, lse_shape = _out_shapes(attn, q, cu_seqlens_q)
     o = q.new_empty(o_shape)
@@ -124,8 +131,9 @@ def _forward_impl(key, q, k, v, aux, sinks, cu_seqlens_q, cu_seqlens_k, block_ta
         mask = BLOCK_MASKS.get(block_mask)
         if mask is None:
             raise ValueError(f"block_mask: {block_mask} is gone (keep the object returned by block_mask() alive)")
+        extras = extras or {}
         extras["block_mask"] = mask
-    kern = attn.kernel(q.device.index)
+    kern = attn.kernel(qkv[0][2])
     kern.forward(*qkv, describe_torch("o", o), describe_torch("lse", lse) if need_lse else None,
                  _stream(q), extras)
     attn._last = kern
@@ -140,8 +148,8 @@ def _forward_op(key: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, aux
                 need_lse: bool, deterministic: bool, block_mask: str) -> tuple[torch.Tensor, torch.Tensor]:
     # `deterministic` is the backward's (kept by autograd's context); `block_mask` names a
     # mask of attnc._registry.BLOCK_MASKS ("" for none).
-    o, lse = _forward_impl(key, q, k, v, aux, sinks, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k, iparams,
-                           fparams, splits, need_lse, block_mask)
+    o, lse = _forward_impl(_variant(key), q, k, v, aux, sinks, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k,
+                           iparams, fparams, splits, need_lse, block_mask)
     return o, (lse if lse is not None else q.new_empty((0,), dtype=torch.float32))
 
 
@@ -238,8 +246,8 @@ class _EagerAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, key, q, k, v, sinks, cu_q, cu_k, iparams, fparams, deterministic, block_mask, *aux):
-        o, lse = _forward_impl(key, q, k, v, list(aux), sinks, cu_q, cu_k, None, None, iparams, fparams, 0, True,
-                               block_mask)
+        o, lse = _forward_impl(_variant(key), q, k, v, list(aux), sinks, cu_q, cu_k, None, None, iparams, fparams, 0,
+                               True, block_mask)
         ctx.key, ctx.iparams, ctx.fparams, ctx.deterministic = key, iparams, fparams, deterministic
         ctx.has_sinks = sinks is not None
         ctx.save_for_backward(q, k, v, o, lse, sinks, cu_q, cu_k, *aux)
@@ -263,8 +271,9 @@ def attention(attn, q, k, v, *, aux=None, params=None, sinks=None, cu_seqlens_q=
     ``torch.compile`` / export, directly (same implementation, less dispatch) in eager mode."""
     ints, floats = _params(attn, params)
     aux_list = _aux_list(attn, aux)
-    need_grad = torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in (q, k, v, sinks, *aux_list))
+    need_grad = torch.is_grad_enabled() and (
+        q.requires_grad or k.requires_grad or v.requires_grad or (sinks is not None and sinks.requires_grad)
+        or any(t.requires_grad for t in aux_list))
     # A variant that declares `lse` always writes it.
     need_lse = need_grad or return_lse or attn.spec["lse"]
     mask_key = "" if block_mask is None else block_mask_key(block_mask)
@@ -276,7 +285,7 @@ def attention(attn, q, k, v, *, aux=None, params=None, sinks=None, cu_seqlens_q=
         o, lse = _EagerAttention.apply(attn.key, q, k, v, sinks, cu_seqlens_q, cu_seqlens_k, ints, floats,
                                        bool(deterministic), mask_key, *aux_list)
     else:
-        o, lse = _forward_impl(attn.key, q, k, v, aux_list, sinks, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k,
+        o, lse = _forward_impl(attn, q, k, v, aux_list, sinks, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k,
                                ints, floats, int(splits or 0), bool(need_lse), mask_key)
     return (o, lse) if return_lse else o
 
