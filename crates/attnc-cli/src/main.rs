@@ -69,6 +69,10 @@ struct ReportArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
+    /// Which pass: `fwd` (the forward's schedule) or `bwd` (the backward's resource plan:
+    /// TMEM map, shared memory, warp roles, cycle model; the kernel is not built yet).
+    #[arg(long, default_value = "fwd", value_parser = ["fwd", "bwd"])]
+    pass: String,
 }
 
 #[derive(Args, Debug)]
@@ -264,6 +268,25 @@ fn report(args: &ReportArgs) -> Result<(), Reported> {
         return Err(Reported);
     }
     let spec = load(&args.file)?;
+    if args.pass == "bwd" {
+        return match attnc::lower::families::blackwell::backward_plan::plan(&spec) {
+            Ok(p) => {
+                let text = if args.json {
+                    serde_json::to_string_pretty(&p).map(|j| j + "\n").map_err(|e| {
+                        eprintln!("error: {e}");
+                        Reported
+                    })?
+                } else {
+                    p.to_string()
+                };
+                output::emit(&text, None)
+            }
+            Err(reason) => {
+                eprintln!("error: {}: no blackwell backward plan ({reason})", args.file.display());
+                Err(Reported)
+            }
+        };
+    }
     match attnc::lower::families::blackwell::report::report(&spec) {
         Ok(r) => {
             let text = if args.json {

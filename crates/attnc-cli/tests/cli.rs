@@ -303,3 +303,20 @@ fn report_models_sm100a_only() {
         assert_eq!(o.status.code(), Some(0), "{f}: {}", show(&o));
     }
 }
+
+/// `--pass bwd`: the backward's resource plan, or why a head dim has none.
+#[test]
+fn report_pass_bwd_prints_the_backward_plan_or_why_not() {
+    let o = run(&["report", EXAMPLE, "--pass", "bwd"]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let out = text(&o.stdout);
+    for needle in ["blackwell backward plan", "cycles per tile", "TMEM (512 of 512", "dQ", "shared memory", "warps:"] {
+        assert!(out.contains(needle), "no `{needle}` in\n{out}");
+    }
+    let j = run(&["report", EXAMPLE, "--pass", "bwd", "--json"]);
+    assert_eq!(j.status.code(), Some(0), "{}", show(&j));
+    assert!(text(&j.stdout).contains("\"tmem\""), "{}", show(&j));
+    let g = run(&["report", "dsl-examples/gemma2.attn", "--pass", "bwd"]);
+    assert_eq!(g.status.code(), Some(1), "{}", show(&g));
+    assert!(text(&g.stderr).contains("TMEM columns"), "{}", show(&g));
+}

@@ -15,6 +15,7 @@
 //! - [`verify`]: ptxas/SASS checks against the resource model (no GPU needed).
 
 pub mod abi;
+pub mod backward_plan;
 pub mod config;
 pub mod desc;
 pub mod forward;
