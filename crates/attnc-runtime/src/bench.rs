@@ -1,4 +1,4 @@
-//! `attnc bench`: the benchmark protocol (docs/bench.md).
+//! `attnc bench`: the benchmark protocol (docs/benchmarking.md).
 //!
 //! - **Prefill**: bf16, 32768 tokens (batch = 32768 / seqlen), hidden 2048 (heads =
 //!   2048 / head_dim), head_dim 64 and 128, causal and not, seqlen 1k–16k. TFLOP/s with
