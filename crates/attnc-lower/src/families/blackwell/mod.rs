@@ -16,6 +16,7 @@
 
 pub mod abi;
 pub mod backward_plan;
+pub mod backward_protocol;
 pub mod config;
 pub mod desc;
 pub mod forward;
