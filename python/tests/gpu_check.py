@@ -192,6 +192,33 @@ def training_step():
         record("torch.compile(fullgraph=True) step", False, error=f"{type(e).__name__}: {e}"[:2000])
 
 
+def repeated_calls():
+    """The same call again (same buffers: a launch-memo hit where the runtime has one),
+    with new buffers, with new contents in the old buffers, and with another split count:
+    each result equals a fresh reference, so nothing stale is replayed."""
+    causal = attnc.load(EX / "causal.attn")
+    h, d = causal.spec["q_heads"], causal.spec["head_dim_qk"]
+    m = torch.ones(129, 129, dtype=torch.bool, device=dev).tril()
+    q = torch.randn(2, 129, h, d, device=dev, dtype=torch.bfloat16)
+    k, v = torch.randn_like(q), torch.randn_like(q)
+    errs = []
+    for step in range(4):
+        if step == 2:
+            q.copy_(torch.randn_like(q))  # new contents, same addresses
+        if step == 3:
+            q, k, v = q.clone(), k.clone() * 0.5, v.clone()  # new addresses
+        o = causal(q, k, v)
+        errs.append(rel(o, ref_attention(q, k, v, m)))
+    dec = attnc.compile("attention d {\n dtype bf16\n head_dim 128\n heads 32 kv 8\n split auto\n}\n", "d.attn")
+    q1 = torch.randn(1, 1, 32, 128, device=dev, dtype=torch.bfloat16)
+    k1 = torch.randn(1, 4096, 8, 128, device=dev, dtype=torch.bfloat16)
+    v1 = torch.randn_like(k1)
+    for splits in (None, 4, 4, None):
+        o = dec(q1, k1, v1, splits=splits)
+        errs.append(rel(o, ref_attention(q1, k1, v1)))
+    record("repeated calls (same and new buffers, new contents, splits)", max(errs) < 2e-2, rel_l2=errs)
+
+
 def cuda_graph():
     causal = attnc.load(EX / "causal.attn")
     h, d = causal.spec["q_heads"], causal.spec["head_dim_qk"]
@@ -263,7 +290,7 @@ def overhead():
 
 
 if __name__ == "__main__":
-    for part in (variants, training_step, cuda_graph, overhead):
+    for part in (variants, training_step, repeated_calls, cuda_graph, overhead):
         try:
             part()
         except Exception as e:  # noqa: BLE001
