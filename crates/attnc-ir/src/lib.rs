@@ -32,8 +32,8 @@ pub use eval::{AuxData, AuxTensor};
 pub use expr::{BinOp, Expr, ExprKind, Func, Span, Ty, UnOp, Var};
 pub use flex::{flex_source, FlexSource};
 pub use reference::{
-    random_inputs, reference_backward, reference_backward_with_output, reference_forward, rel_l2, Grads, Inputs,
-    ReferenceError, SeqGrads, SeqOutput, Sequence,
+    merge_partials, random_inputs, reference_backward, reference_backward_with_output, reference_forward, rel_l2,
+    Grads, Inputs, ReferenceError, SeqGrads, SeqOutput, Sequence, ShardPositions,
 };
 pub use spec::{
     Align, AuxDecl, AuxDim, AuxElem, DType, KvLayout, Mask, ParamDecl, Scale, SoftmaxOptions, Spec, SplitKv, Window,

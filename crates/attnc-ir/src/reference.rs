@@ -65,6 +65,59 @@ pub struct Inputs {
     pub aux: Vec<AuxTensor>,
     /// `[q_heads]` sink logits, present exactly when `spec.sinks`.
     pub sinks: Option<Vec<f64>>,
+    /// Where each sequence sits in a longer one (context parallelism: a shard of queries
+    /// against a shard of keys), one per sequence; empty when every sequence is whole.
+    pub positions: Vec<ShardPositions>,
+}
+
+/// A shard's place in its global sequence. Masks and score modifications see global
+/// positions (`q = q_offset + local row`, `k = k_offset + local key`) and the global
+/// lengths, and aux tensors are the global ones (their dims resolve against the global
+/// lengths), so a variant computes on a shard exactly what it computes there on the whole.
+/// Partial results over key shards combine with [`merge_partials`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ShardPositions {
+    pub q_offset: usize,
+    pub k_offset: usize,
+    /// The global lengths.
+    pub seqlen_q: usize,
+    pub seqlen_k: usize,
+    /// Whether this shard's softmax takes the sink logit: exactly one key shard of each
+    /// query row should, or the merge counts the sink more than once.
+    pub sinks: bool,
+}
+
+/// The softmax of a row over the union of key shards, from each shard's `(o, lse)`:
+/// `lse = log Σ exp(lse_i)`, `o = Σ exp(lse_i − lse) · o_i` (f64). Shards whose row had no
+/// contributing key (`lse = −∞`) weigh nothing; a row with none anywhere stays `o = 0`,
+/// `lse = −∞`. All parts must have the same shape.
+pub fn merge_partials(parts: &[SeqOutput], q_heads: usize, d_v: usize) -> SeqOutput {
+    let Some(first) = parts.first() else { return SeqOutput::default() };
+    let rows = first.lse.len() / q_heads.max(1);
+    let mut out = SeqOutput { o: vec![0.0; first.o.len()], lse: vec![f64::NEG_INFINITY; first.lse.len()] };
+    for h in 0..q_heads {
+        for i in 0..rows {
+            let l = h * rows + i;
+            let m = parts.iter().map(|p| p.lse[l]).fold(f64::NEG_INFINITY, f64::max);
+            if m == f64::NEG_INFINITY || m.is_nan() {
+                out.lse[l] = m;
+                continue;
+            }
+            let total: f64 = parts.iter().map(|p| (p.lse[l] - m).exp()).sum();
+            let lse = m + total.ln();
+            out.lse[l] = lse;
+            let dst = &mut out.o[(i * q_heads + h) * d_v..][..d_v];
+            for p in parts {
+                let w = (p.lse[l] - lse).exp();
+                if w > 0.0 {
+                    for (acc, x) in dst.iter_mut().zip(&p.o[(i * q_heads + h) * d_v..][..d_v]) {
+                        *acc += w * x;
+                    }
+                }
+            }
+        }
+    }
+    out
 }
 
 impl Inputs {
@@ -209,7 +262,35 @@ fn prepare<'a>(spec: &'a Spec, inputs: &'a Inputs) -> Result<Ctx<'a>, ReferenceE
     }
 
     to_i32(inputs.seqs.len(), "batch size")?;
-    let seqlens: Vec<(usize, usize)> = inputs.seqs.iter().map(|s| (s.seqlen_q, s.seqlen_k)).collect();
+    if !inputs.positions.is_empty() {
+        if inputs.positions.len() != inputs.seqs.len() {
+            return Err(ReferenceError::Length {
+                what: "shard positions".into(),
+                expected: inputs.seqs.len(),
+                found: inputs.positions.len(),
+            });
+        }
+        for (b, (s, p)) in inputs.seqs.iter().zip(&inputs.positions).enumerate() {
+            if p.q_offset + s.seqlen_q > p.seqlen_q || p.k_offset + s.seqlen_k > p.seqlen_k {
+                return Err(ReferenceError::Spec(format!(
+                    "sequence {b}: rows {}..{} and keys {}..{} do not lie in the global {} x {}",
+                    p.q_offset,
+                    p.q_offset + s.seqlen_q,
+                    p.k_offset,
+                    p.k_offset + s.seqlen_k,
+                    p.seqlen_q,
+                    p.seqlen_k
+                )));
+            }
+            to_i32(p.seqlen_q.max(p.seqlen_k), "global sequence length")?;
+        }
+    }
+    // Aux tensors are the global ones: their dims resolve against the global lengths.
+    let seqlens: Vec<(usize, usize)> = if inputs.positions.is_empty() {
+        inputs.seqs.iter().map(|s| (s.seqlen_q, s.seqlen_k)).collect()
+    } else {
+        inputs.positions.iter().map(|p| (p.seqlen_q, p.seqlen_k)).collect()
+    };
     if inputs.aux.len() != spec.aux.len() {
         return Err(ReferenceError::Aux(format!(
             "expected {} aux tensor(s), found {}",
@@ -285,6 +366,8 @@ fn prepare<'a>(spec: &'a Spec, inputs: &'a Inputs) -> Result<Ctx<'a>, ReferenceE
 /// The environment of one (batch entry, q head); `q`, `k` and `score` are set per element.
 fn head_env<'a>(ctx: &Ctx<'a>, b: usize, h: usize) -> Env<'a> {
     let seq = &ctx.inputs.seqs[b];
+    let (seqlen_q, seqlen_k) =
+        ctx.inputs.positions.get(b).map_or((seq.seqlen_q, seq.seqlen_k), |p| (p.seqlen_q, p.seqlen_k));
     Env {
         b: b as i32,
         h: h as i32,
@@ -292,8 +375,8 @@ fn head_env<'a>(ctx: &Ctx<'a>, b: usize, h: usize) -> Env<'a> {
         q: 0,
         k: 0,
         score: 0.0,
-        seqlen_q: seq.seqlen_q as i32,
-        seqlen_k: seq.seqlen_k as i32,
+        seqlen_q: seqlen_q as i32,
+        seqlen_k: seqlen_k as i32,
         q_heads: ctx.qh as i32,
         kv_heads: ctx.kvh as i32,
         params: &ctx.inputs.params,
@@ -316,10 +399,11 @@ fn row_logits(ctx: &Ctx, env: &mut Env, b: usize, h: usize, i: usize, row: &mut 
     let seq = &ctx.inputs.seqs[b];
     let (dqk, hkv) = (ctx.dqk, h / ctx.group);
     row.clear();
-    env.q = i as i32;
+    let (q_off, k_off) = ctx.inputs.positions.get(b).map_or((0, 0), |p| (p.q_offset, p.k_offset));
+    env.q = (q_off + i) as i32;
     let qrow = &seq.q[(i * ctx.qh + h) * dqk..][..dqk];
     for j in 0..seq.seqlen_k {
-        env.k = j as i32;
+        env.k = (k_off + j) as i32;
         if let Some(p) = &ctx.pred {
             if !eval(ctx.spec, p, env).as_bool() {
                 continue;
@@ -389,6 +473,7 @@ fn head(ctx: &Ctx, b: usize, h: usize) -> HeadOut {
     let seq = &ctx.inputs.seqs[b];
     let (sq, dv) = (seq.seqlen_q, ctx.dv);
     let sink = ctx.inputs.sinks.as_ref().and_then(|s| s.get(h).copied());
+    let sink = sink.filter(|_| ctx.inputs.positions.get(b).is_none_or(|p| p.sinks));
     let mut env = head_env(ctx, b, h);
     let mut o = vec![0.0; sq * dv];
     let mut lse = vec![f64::NEG_INFINITY; sq];
@@ -553,6 +638,7 @@ fn group_backward(
     for gi in 0..group {
         let h = hkv * group + gi;
         let sink = ctx.inputs.sinks.as_ref().and_then(|s| s.get(h).copied());
+        let sink = sink.filter(|_| ctx.inputs.positions.get(b).is_none_or(|p| p.sinks));
         let mut env = head_env(ctx, b, h);
         for i in 0..sq {
             row_logits(ctx, &mut env, b, h, i, &mut row);
@@ -969,7 +1055,7 @@ pub fn random_inputs(spec: &Spec, seqlens: &[(usize, usize)], seed: u64) -> Inpu
         })
         .collect();
     let sinks = spec.sinks.then(|| (0..qh).map(|_| rng.normal() as f32 as f64).collect());
-    Inputs { seqs, params, aux, sinks }
+    Inputs { seqs, params, aux, sinks, positions: Vec::new() }
 }
 
 /// [`random_inputs`] with some params set by name.

@@ -530,8 +530,13 @@ fn mismatched_inputs_are_errors_not_panics() {
         let _ = reference_forward(&spec, &x);
     }
     // An empty batch is fine.
-    let empty =
-        Inputs { seqs: vec![], params: vec![Value::Int(0)], aux: vec![AuxTensor::int(vec![0], vec![])], sinks: None };
+    let empty = Inputs {
+        seqs: vec![],
+        params: vec![Value::Int(0)],
+        aux: vec![AuxTensor::int(vec![0], vec![])],
+        sinks: None,
+        positions: vec![],
+    };
     assert_eq!(reference_forward(&spec, &empty).unwrap(), vec![]);
     let _ = Sequence::default();
 }

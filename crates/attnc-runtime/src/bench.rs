@@ -682,6 +682,7 @@ fn check_prefill(
                     params: vec![],
                     aux: vec![],
                     sinks: None,
+                    positions: Vec::new(),
                 };
                 let r = reference_forward(&row_spec, &inputs)
                     .map_err(|e| RuntimeError::Other(format!("reference: {e}")))?;
@@ -792,6 +793,7 @@ fn check_backward(
         params: vec![],
         aux: vec![],
         sinks: None,
+        positions: Vec::new(),
     };
     let want = attnc_ir::reference::reference_backward(&one, &inputs, &[head(d_out, dv)?])
         .map_err(|e| RuntimeError::Other(format!("reference: {e}")))?;
@@ -933,6 +935,7 @@ fn check_decode(
             params: vec![],
             aux: vec![],
             sinks: None,
+            positions: Vec::new(),
         };
         let mut ref_spec = spec.clone();
         ref_spec.kv_layout = KvLayout::Contiguous;
