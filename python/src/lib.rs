@@ -64,6 +64,17 @@ fn tensor(arg: &str, d: &Desc<'_>) -> PyResult<Tensor> {
         .map_err(|e| PyValueError::new_err(format!("{arg}: {e}")))
 }
 
+/// A `{name: descriptor}` dict as tensors sorted by name; `what` names them in errors.
+fn named_tensors(what: &str, value: &Bound<'_, PyAny>) -> PyResult<Vec<(String, Tensor)>> {
+    let given: HashMap<String, Desc<'_>> = value.extract()?;
+    let mut out = given
+        .into_iter()
+        .map(|(name, d)| Ok((name.clone(), tensor(&format!("{what} `{name}`"), &d)?)))
+        .collect::<PyResult<Vec<_>>>()?;
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
 fn index_tensor(arg: &str, d: &IndexDesc<'_>) -> PyResult<IndexTensor> {
     let t = tensor(arg, &d.0)?;
     // SAFETY: the Python side read `d.1` from the same tensor (or the caller passed
@@ -134,22 +145,8 @@ impl Extras {
                         x.values.push((name, pv));
                     }
                 }
-                "aux" => {
-                    let given: HashMap<String, Desc<'_>> = value.extract()?;
-                    for (name, d) in given {
-                        let t = tensor(&format!("aux `{name}`"), &d)?;
-                        x.aux.push((name, t));
-                    }
-                    x.aux.sort_by(|a, b| a.0.cmp(&b.0));
-                }
-                "aux_grads" => {
-                    let given: HashMap<String, Desc<'_>> = value.extract()?;
-                    for (name, d) in given {
-                        let t = tensor(&format!("aux gradient `{name}`"), &d)?;
-                        x.aux_grads.push((name, t));
-                    }
-                    x.aux_grads.sort_by(|a, b| a.0.cmp(&b.0));
-                }
+                "aux" => x.aux = named_tensors("aux", &value)?,
+                "aux_grads" => x.aux_grads = named_tensors("aux gradient", &value)?,
                 "sinks" => x.sinks = Some(tensor("sinks", &value.extract()?)?),
                 "dsinks" => x.dsinks = Some(tensor("dsinks", &value.extract()?)?),
                 "cu_seqlens" => {

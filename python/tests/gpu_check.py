@@ -242,50 +242,33 @@ def cuda_graph():
         record("CUDA graph capture + replay", False, error=f"{type(e).__name__}: {e}"[:2000])
 
 
+def host_us(fn, n=2000):
+    """Host microseconds per call of ``fn`` (its GPU work negligible), after a warm-up."""
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / n * 1e6
+
+
 def overhead():
     dec = attnc.compile("attention decode {\n dtype bf16\n head_dim 128\n heads 32 kv 8\n}\n", "decode.attn")
     q = torch.randn(1, 1, 32, 128, device=dev, dtype=torch.bfloat16)
     k = torch.randn(1, 256, 8, 128, device=dev, dtype=torch.bfloat16)
     v = torch.randn_like(k)
-    out = {}
-    for name, fn in [("attnc", lambda: dec(q, k, v))]:
-        for _ in range(50):
-            fn()
-        torch.cuda.synchronize()
-        n = 2000
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        t1 = time.perf_counter()
-        torch.cuda.synchronize()
-        out[name] = (t1 - t0) / n * 1e6
+    out = {"attnc": host_us(lambda: dec(q, k, v))}
     try:
         from flash_attn.cute import flash_attn_func
 
-        fa = lambda: flash_attn_func(q, k, v)  # noqa: E731
-        for _ in range(50):
-            fa()
-        torch.cuda.synchronize()
-        n = 2000
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fa()
-        t1 = time.perf_counter()
-        torch.cuda.synchronize()
-        out["fa4"] = (t1 - t0) / n * 1e6
+        out["fa4"] = host_us(lambda: flash_attn_func(q, k, v))
     except Exception as e:  # noqa: BLE001
         out["fa4_error"] = f"{type(e).__name__}: {e}"[:300]
-    sd = lambda: F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),  # noqa: E731
-                                                enable_gqa=True)
-    for _ in range(50):
-        sd()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(2000):
-        sd()
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()
-    out["sdpa"] = (t1 - t0) / 2000 * 1e6
+    out["sdpa"] = host_us(lambda: F.scaled_dot_product_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), enable_gqa=True))
     record("host overhead per call (us)", out["attnc"] <= 15.0, **out)
 
 

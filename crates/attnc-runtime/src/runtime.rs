@@ -314,12 +314,7 @@ impl Runtime {
         self.check_slice_context(slice.stream().context())?;
         let len = slice.len();
         let (ptr, sync) = slice.device_ptr(stream);
-        // SAFETY: the slice's memory holds `len` elements of T and outlives `'a`, for which
-        // the borrow keeps it (and `Borrowed` is tied to it).
-        let tensor = unsafe {
-            Tensor::from_raw_parts(self.inner.gpu.info.ordinal, ptr, T::TYPE, shape, &contiguous_strides(shape), len)?
-        };
-        Ok(Borrowed { tensor, _sync: sync })
+        self.borrowed::<T>(ptr, len, shape, sync)
     }
 
     /// [`Runtime::borrow`] for an output: the kernel writes the slice.
@@ -332,7 +327,20 @@ impl Runtime {
         self.check_slice_context(slice.stream().context())?;
         let len = slice.len();
         let (ptr, sync) = slice.device_ptr_mut(stream);
-        // SAFETY: as for `borrow`, with the slice borrowed mutably.
+        self.borrowed::<T>(ptr, len, shape, sync)
+    }
+
+    /// The row-major `shape` view of `len` elements of a cudarc slice at `ptr`, holding
+    /// cudarc's stream-ordering guard until the borrow ends.
+    fn borrowed<'a, T: Element>(
+        &self,
+        ptr: u64,
+        len: usize,
+        shape: &[usize],
+        sync: cudarc::driver::SyncOnDrop<'a>,
+    ) -> Result<Borrowed<'a>, RuntimeError> {
+        // SAFETY: `ptr` is the slice's, which holds `len` elements of T and outlives `'a`,
+        // for which the caller's borrow keeps it (and `Borrowed` is tied to it).
         let tensor = unsafe {
             Tensor::from_raw_parts(self.inner.gpu.info.ordinal, ptr, T::TYPE, shape, &contiguous_strides(shape), len)?
         };
