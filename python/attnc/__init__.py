@@ -56,7 +56,6 @@ class Attention:
         self.layout = _attnc.kv_layout(variant)
         self.head_dim_v = self.spec["head_dim_v"]
         self._kernels = {}
-        self._last = None
         # Registered with the torch op layer under this key (attnc.torch imports lazily).
         self.key = f"{self.name}-{family}-{hashlib.sha1(variant.source().encode()).hexdigest()[:16]}"
         _registry.VARIANTS.setdefault(self.key, self)
@@ -135,7 +134,7 @@ class Attention:
         kern = self.kernel(dev)
         kern.forward(describe("q", q), describe("k", k), describe("v", v), describe("o", out),
                      None if lse is None else describe("lse", lse), int(stream), extras)
-        self._last = kern
+        _registry.LAST_KERNEL[self.key] = kern
 
     def check(self, q, k, v, out, *, lse=None, aux=None, params=None, device=0):
         """Validates a forward's arguments without a GPU (descriptors only); raises
@@ -150,14 +149,16 @@ class Attention:
 
     def receipt(self):
         """The last launch's receipt (dict: family, fallback reason, config, grid, splits)."""
-        if self._last is None:
+        last = _registry.LAST_KERNEL.get(self.key)
+        if last is None:
             return None
-        text = self._last.receipt_json()
+        text = last.receipt_json()
         return None if text is None else json.loads(text)
 
     def receipt_text(self):
         """The last launch's receipt as attnc prints it."""
-        return None if self._last is None else self._last.receipt_text()
+        last = _registry.LAST_KERNEL.get(self.key)
+        return None if last is None else last.receipt_text()
 
 
 def _torch_layer():

@@ -6,6 +6,10 @@ kept for the process, so a backward finds its variant after the caller dropped i
 
 VARIANTS = {}
 
+# The kernel of each variant's last launch, by key: two `Attention` objects of the same
+# source share a key (and the ops find the first), so the receipt lives here, not on one.
+LAST_KERNEL = {}
+
 # Block masks by key (``bm<id>``), for the ops' schema, which names one by a string; held
 # weakly: the caller's object decides how long a mask lives.
 import weakref  # noqa: E402

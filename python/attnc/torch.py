@@ -16,7 +16,7 @@ from typing import Optional
 
 import torch
 
-from ._registry import BLOCK_MASKS, VARIANTS
+from ._registry import BLOCK_MASKS, LAST_KERNEL, VARIANTS
 from ._tensors import describe_index, describe_torch
 
 
@@ -136,7 +136,7 @@ def _forward_impl(attn, q, k, v, aux, sinks, cu_seqlens_q, cu_seqlens_k, block_t
     kern = attn.kernel(qkv[0][2])
     kern.forward(*qkv, describe_torch("o", o), describe_torch("lse", lse) if need_lse else None,
                  _stream(q), extras)
-    attn._last = kern
+    LAST_KERNEL[attn.key] = kern
     return o, lse
 
 
@@ -170,7 +170,10 @@ def _backward_impl(key, q, k, v, o, lse, d_out, aux, sinks, cu_seqlens_q, cu_seq
     aux_grads = [torch.empty_like(t, dtype=torch.float32) if l else t.new_empty((0,), dtype=torch.float32)
                  for t, l in zip(aux, learn)]
     keep = []
-    extras = _extras(attn, q.device, aux, sinks, cu_seqlens_q, cu_seqlens_k, None, None, iparams, fparams, 0, keep)
+    # `_extras` gives None when the forward would pass nothing; the backward always passes
+    # at least the determinism flag.
+    extras = _extras(attn, q.device, aux, sinks, cu_seqlens_q, cu_seqlens_k, None, None, iparams, fparams, 0,
+                     keep) or {}
     if sinks is not None:
         extras["dsinks"] = describe_torch("dsinks", dsinks)
     grads = {n: describe_torch(f"aux gradient `{n}`", g) for (n, _, l), g in zip(attn.aux, aux_grads) if l}
@@ -182,7 +185,7 @@ def _backward_impl(key, q, k, v, o, lse, d_out, aux, sinks, cu_seqlens_q, cu_seq
                   describe_torch("lse", lse), describe_torch("d_out", d_out), describe_torch("dq", dq),
                   describe_torch("dk", dk), describe_torch("dv", dv), _stream(q),
                   extras)
-    attn._last = kern
+    LAST_KERNEL[attn.key] = kern
     return dq, dk, dv, dsinks, aux_grads
 
 
