@@ -594,7 +594,7 @@ impl Kernel {
         params: &Params,
     ) -> Result<BlockMask, RuntimeError> {
         let plan = self.plan(q, k, v, out, None, params)?;
-        self.build_block_mask(&plan, params, &self.rt.gpu().queue(params.stream))
+        self.build_block_mask(&plan, params, &self.rt.gpu().queue(params.stream), None)
     }
 
     fn block_mask_built_for(&self, plan: &LaunchPlan, params: &Params) -> Result<BuiltFor, RuntimeError> {
@@ -627,7 +627,16 @@ impl Kernel {
     }
 
     /// Runs the classifier for a validated launch.
-    fn build_block_mask(&self, plan: &LaunchPlan, params: &Params, queue: &Queue) -> Result<BlockMask, RuntimeError> {
+    /// Runs the classifier for a validated launch, into `storage` (a device address with
+    /// room for the lists: a per-call mask in the call's workspace) or a new allocation (a
+    /// mask the caller keeps).
+    fn build_block_mask(
+        &self,
+        plan: &LaunchPlan,
+        params: &Params,
+        queue: &Queue,
+        storage: Option<u64>,
+    ) -> Result<BlockMask, RuntimeError> {
         let kernel = self;
         let bf = self.block_mask_built_for(plan, params)?;
         let meta = kernel.meta();
@@ -640,7 +649,22 @@ impl Kernel {
             .ok_or_else(|| RuntimeError::Abi("the block classifier did not load".into()))?;
         let d = bf.dims;
         let words = bf.words().max(1);
-        let lists = kernel.rt.alloc(crate::elem::ElemType::I32, &[words])?;
+        let lists = match storage {
+            // SAFETY: the caller sized its workspace for `words` i32 from `ptr` and holds it
+            // until the launches that read the lists are queued (they run before the
+            // stream's next user of the workspace).
+            Some(ptr) => unsafe {
+                Tensor::from_raw_parts(
+                    self.rt.device().ordinal,
+                    ptr,
+                    crate::elem::ElemType::I32,
+                    &[words],
+                    &[1],
+                    words,
+                )?
+            },
+            None => kernel.rt.alloc(crate::elem::ElemType::I32, &[words])?,
+        };
         let mask = BlockMask { built_for: bf, lists, classify_ms: None };
         let extra = mask.args();
         let args = marshal(&classify.params, plan, &extra).map_err(RuntimeError::Abi)?;
@@ -703,7 +727,8 @@ impl Kernel {
         Ok(mask.live_fraction_of(&self.block_mask_lists(mask)?, group))
     }
 
-    /// The workspace bytes a forward with these arguments needs (0 without split-KV); pass
+    /// The workspace bytes a forward with these arguments needs (split-KV partials, and the
+    /// per-call tile lists of a mask over aux tensors without a [`Params::block_mask`]); pass
     /// a buffer of at least that in [`Params::workspace`] to keep the call off the pool.
     pub fn forward_workspace_bytes(
         &self,
@@ -713,7 +738,28 @@ impl Kernel {
         out: &Tensor,
         params: &Params,
     ) -> Result<usize, RuntimeError> {
-        Ok(forward_workspace(&self.plan(q, k, v, out, None, params)?).0)
+        Ok(self.forward_workspace(&self.plan(q, k, v, out, None, params)?, params)?.bytes)
+    }
+
+    /// The forward's workspace: the split-KV partials `o_partial` (f32), `lse_partial` at
+    /// `lse_off`, and — for a mask over aux tensors without a [`Params::block_mask`] — the
+    /// per-call tile lists at `lists_off` (no allocation on the launch path). Offsets
+    /// 256-byte aligned.
+    fn forward_workspace(&self, plan: &LaunchPlan, params: &Params) -> Result<ForwardWorkspace, RuntimeError> {
+        let (split_bytes, lse_off) = if plan.num_splits > 1 {
+            let lse_off = (plan.o_partial_elems * 4).div_ceil(256) * 256;
+            (lse_off + plan.lse_partial_elems * 4, lse_off)
+        } else {
+            (0, 0)
+        };
+        let takes_lists = self.meta().forward().is_some_and(|f| f.params.iter().any(|p| p.starts_with("block_lists:")));
+        let list_bytes = match (takes_lists, params.block_mask) {
+            (true, None) => self.block_mask_built_for(plan, params)?.words().max(1) * 4,
+            _ => 0,
+        };
+        let lists_off = split_bytes.div_ceil(256) * 256;
+        let bytes = if list_bytes > 0 { lists_off + list_bytes } else { split_bytes };
+        Ok(ForwardWorkspace { bytes, lse_off, lists_off })
     }
 
     /// Validates a launch without running it.
@@ -807,7 +853,8 @@ impl Kernel {
         }
 
         let queue = gpu.queue(params.stream);
-        let (ws_bytes, lse_off) = forward_workspace(&plan);
+        let takes_lists = fwd.params.iter().any(|p| p.starts_with("block_lists:"));
+        let ForwardWorkspace { bytes: ws_bytes, lse_off, lists_off } = self.forward_workspace(&plan, params)?;
         let ws_guard = self.rt.workspace(ws_bytes, &queue, params.workspace)?;
         let ws = ws_guard.ptr();
         let maps = plan
@@ -815,20 +862,20 @@ impl Kernel {
             .iter()
             .map(|e| Ok((e.param.as_str(), ArgValue::TensorMap(crate::tma::encode(gpu, e)?))))
             .collect::<Result<Vec<_>, RuntimeError>>()?;
+        let split = plan.num_splits > 1;
         let mut extra = vec![
-            ("o_partial", ArgValue::Ptr(if ws != 0 { ws } else { 0 })),
-            ("lse_partial", ArgValue::Ptr(if ws != 0 { ws + lse_off as u64 } else { 0 })),
+            ("o_partial", ArgValue::Ptr(if split { ws } else { 0 })),
+            ("lse_partial", ArgValue::Ptr(if split { ws + lse_off as u64 } else { 0 })),
         ];
         extra.extend(maps);
         // Block mask: the caller's (checked against this launch) or one built now.
-        let takes_lists = fwd.params.iter().any(|p| p.starts_with("block_lists:"));
         let per_call = match (takes_lists, params.block_mask) {
             (false, _) => None,
             (true, Some(m)) => {
                 self.check_block_mask(m, &plan, params)?;
                 None
             }
-            (true, None) => Some(self.build_block_mask(&plan, params, &queue)?),
+            (true, None) => Some(self.build_block_mask(&plan, params, &queue, Some(ws + lists_off as u64))?),
         };
         let mask = per_call.as_ref().or(params.block_mask).filter(|_| takes_lists);
         if let Some(m) = mask {
@@ -875,14 +922,11 @@ impl Kernel {
     }
 }
 
-/// The forward's workspace: the split-KV partials `o_partial`, then `lse_partial` at the
-/// returned offset (256-byte aligned); 0 bytes without splits.
-fn forward_workspace(plan: &LaunchPlan) -> (usize, usize) {
-    if plan.num_splits <= 1 {
-        return (0, 0);
-    }
-    let lse_off = (plan.o_partial_elems * 4).div_ceil(256) * 256;
-    (lse_off + plan.lse_partial_elems * 4, lse_off)
+/// Byte size and offsets of a forward's workspace ([`Kernel::forward_workspace`]).
+struct ForwardWorkspace {
+    bytes: usize,
+    lse_off: usize,
+    lists_off: usize,
 }
 
 /// Row-major strides (re-exported for callers building views).
