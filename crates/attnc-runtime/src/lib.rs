@@ -72,6 +72,7 @@ pub mod elem;
 pub mod error;
 pub mod hash;
 pub mod jit;
+mod launch_memo;
 pub mod receipt;
 pub mod runtime;
 pub mod selftest;
