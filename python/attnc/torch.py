@@ -96,6 +96,13 @@ def _extras(attn, device, aux, sinks, cu_q, cu_k, block_table, seqused_k, ints, 
     return x
 
 
+def _block_mask(key):
+    mask = BLOCK_MASKS.get(key)
+    if mask is None:
+        raise ValueError(f"block_mask: {key} is gone (keep the object returned by block_mask() alive)")
+    return mask
+
+
 def _stream(t):
     """The raw handle of the current CUDA stream of ``t``'s device."""
     if _RAW_STREAM is not None:
@@ -128,11 +135,8 @@ def _forward_impl(attn, q, k, v, aux, sinks, cu_seqlens_q, cu_seqlens_k, block_t
     extras = _extras(attn, q.device, aux, sinks, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k, iparams,
                      fparams, splits, keep)
     if block_mask:
-        mask = BLOCK_MASKS.get(block_mask)
-        if mask is None:
-            raise ValueError(f"block_mask: {block_mask} is gone (keep the object returned by block_mask() alive)")
         extras = extras or {}
-        extras["block_mask"] = mask
+        extras["block_mask"] = _block_mask(block_mask)
     kern = attn.kernel(qkv[0][2])
     kern.forward(*qkv, describe_torch("o", o), describe_torch("lse", lse) if need_lse else None,
                  _stream(q), extras)
@@ -162,7 +166,7 @@ def _forward_fake(key, q, k, v, aux, sinks, cu_seqlens_q, cu_seqlens_k, block_ta
 
 
 def _backward_impl(key, q, k, v, o, lse, d_out, aux, sinks, cu_seqlens_q, cu_seqlens_k, iparams, fparams,
-                   deterministic):
+                   deterministic, block_mask=""):
     attn = _variant(key)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     dsinks = q.new_empty((attn.spec["q_heads"],) if sinks is not None else (0,), dtype=torch.float32)
@@ -180,6 +184,9 @@ def _backward_impl(key, q, k, v, o, lse, d_out, aux, sinks, cu_seqlens_q, cu_seq
     if grads:
         extras["aux_grads"] = grads
     extras["deterministic"] = bool(deterministic)
+    if block_mask:
+        # The forward's mask: its backward classes are built by the first backward and kept.
+        extras["block_mask"] = _block_mask(block_mask)
     kern = attn.kernel(q.device.index)
     kern.backward(describe_torch("q", q), describe_torch("k", k), describe_torch("v", v), describe_torch("o", o),
                   describe_torch("lse", lse), describe_torch("d_out", d_out), describe_torch("dq", dq),
@@ -193,15 +200,15 @@ def _backward_impl(key, q, k, v, o, lse, d_out, aux, sinks, cu_seqlens_q, cu_seq
 def _backward_op(key: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
                  d_out: torch.Tensor, aux: list[torch.Tensor], sinks: Optional[torch.Tensor],
                  cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor], iparams: list[int],
-                 fparams: list[float], deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
-                                                                     torch.Tensor, list[torch.Tensor]]:
+                 fparams: list[float], deterministic: bool, block_mask: str) -> tuple[
+                     torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[torch.Tensor]]:
     return _backward_impl(key, q, k, v, o, lse, d_out, aux, sinks, cu_seqlens_q, cu_seqlens_k, iparams, fparams,
-                          deterministic)
+                          deterministic, block_mask)
 
 
 @_backward_op.register_fake
 def _backward_fake(key, q, k, v, o, lse, d_out, aux, sinks, cu_seqlens_q, cu_seqlens_k, iparams, fparams,
-                   deterministic):
+                   deterministic, block_mask):
     attn = _variant(key)
     dsinks = q.new_empty((attn.spec["q_heads"],) if sinks is not None else (0,), dtype=torch.float32)
     learn = [a[2] for a in attn.aux]
@@ -212,7 +219,7 @@ def _backward_fake(key, q, k, v, o, lse, d_out, aux, sinks, cu_seqlens_q, cu_seq
 
 def _setup_context(ctx, inputs, output):
     (key, q, k, v, aux, sinks, cu_q, cu_k, block_table, seqused_k, iparams, fparams, splits, need_lse,
-     deterministic, _block_mask) = inputs
+     deterministic, block_mask) = inputs
     o, lse = output
     if not need_lse:
         # Only reached when a caller asked for no LSE yet needs gradients: attention()
@@ -223,7 +230,15 @@ def _setup_context(ctx, inputs, output):
     ctx.n_aux = len(aux)
     ctx.has_sinks = sinks is not None
     ctx.deterministic = bool(deterministic)
+    _keep_block_mask(ctx, block_mask)
     ctx.save_for_backward(q, k, v, o, lse, sinks, cu_q, cu_k, *aux)
+
+
+def _keep_block_mask(ctx, key):
+    """The forward's block mask for the backward: its key, and the object itself, so the
+    registry's weak entry lives until the backward ran."""
+    ctx.block_mask = key
+    ctx.block_mask_obj = BLOCK_MASKS.get(key) if key else None
 
 
 def _backward(ctx, d_out, d_lse):
@@ -231,7 +246,7 @@ def _backward(ctx, d_out, d_lse):
     attn = _variant(ctx.key)
     dq, dk, dv, dsinks, aux_grads = torch.ops.attnc.backward(
         ctx.key, q, k, v, o, lse, d_out.contiguous(), list(aux), sinks, cu_q, cu_k, ctx.iparams, ctx.fparams,
-        ctx.deterministic)
+        ctx.deterministic, ctx.block_mask)
     aux_out = [g if learn else None for g, (_, _, learn) in zip(aux_grads, attn.aux)]
     # One gradient per forward input, lists as lists: key, q, k, v, aux, sinks, cu_seqlens_q,
     # cu_seqlens_k, block_table, seqused_k, iparams, fparams, splits, need_lse, deterministic,
@@ -253,6 +268,7 @@ class _EagerAttention(torch.autograd.Function):
                                True, block_mask)
         ctx.key, ctx.iparams, ctx.fparams, ctx.deterministic = key, iparams, fparams, deterministic
         ctx.has_sinks = sinks is not None
+        _keep_block_mask(ctx, block_mask)
         ctx.save_for_backward(q, k, v, o, lse, sinks, cu_q, cu_k, *aux)
         ctx.mark_non_differentiable(lse)
         return o, lse
@@ -262,7 +278,8 @@ class _EagerAttention(torch.autograd.Function):
         q, k, v, o, lse, sinks, cu_q, cu_k, *aux = ctx.saved_tensors
         attn = _variant(ctx.key)
         dq, dk, dv, dsinks, aux_grads = _backward_impl(ctx.key, q, k, v, o, lse, d_out.contiguous(), list(aux), sinks,
-                                                       cu_q, cu_k, ctx.iparams, ctx.fparams, ctx.deterministic)
+                                                       cu_q, cu_k, ctx.iparams, ctx.fparams, ctx.deterministic,
+                                                       ctx.block_mask)
         aux_out = [g if learn else None for g, (_, _, learn) in zip(aux_grads, attn.aux)]
         return (None, dq, dk, dv, dsinks if ctx.has_sinks else None, None, None, None, None, None, None, *aux_out)
 

@@ -306,3 +306,25 @@ def test_two_loads_of_one_file_share_the_last_receipt(monkeypatch):
     # The op finds its variant by key (the first object); both objects see the receipt.
     at._forward_impl(at._variant(second.key), q, q, q, [], None, None, None, None, None, [], [], 0, False)
     assert first.receipt_text() == second.receipt_text() == "stub receipt after 1 calls"
+
+
+@pytest.mark.parametrize("path", ["eager", "op"])
+def test_autograd_hands_the_forwards_block_mask_to_the_backward(monkeypatch, path):
+    # One mask object serves both directions: the backward builds its classes from it once.
+    a = attnc.load(ROOT / "dsl-examples" / "causal.attn")
+    at, stub = _stubbed(monkeypatch, a)
+
+    class Mask:
+        pass
+
+    mask = Mask()
+    key = at.block_mask_key(mask)
+    h, d = a.spec["q_heads"], a.spec["head_dim_qk"]
+    q = torch.randn(1, 7, h, d, dtype=torch.bfloat16, requires_grad=True)
+    if path == "eager":
+        o, _ = at._EagerAttention.apply(a.key, q, q, q, None, None, None, [], [], False, key)
+    else:
+        o, _ = torch.ops.attnc.forward(a.key, q, q, q, [], None, None, None, None, None, [], [], 0, True, False, key)
+    o.float().sum().backward()
+    assert stub.calls == [("forward", {"block_mask": mask}),
+                          ("backward", {"deterministic": False, "block_mask": mask})]

@@ -12,12 +12,14 @@
 //! ```
 //! The workspace layout is `attnc_lower::families::common::backward`'s.
 
+use crate::block_mask::{BackwardPart, BlockMask, BuiltFor};
 use crate::cache::CacheSource;
 use crate::cuda::ArgValue;
 use crate::error::{RuntimeError, ValidationError};
 use crate::jit::{KernelMeta, LoadedKernel};
-use crate::receipt::{KernelConfig, Receipt, Timings};
-use crate::runtime::{Kernel, Params};
+use crate::params::Params;
+use crate::receipt::{BlockMaskSource, KernelConfig, Receipt, Timings};
+use crate::runtime::Kernel;
 use crate::tensor::{ElemType, Tensor, TensorDesc};
 use crate::validate::{
     check_align, check_dims, check_dtype, check_qkvo, check_view, marshal, overlaps, plan, KernelShape, LaunchDescs,
@@ -49,14 +51,14 @@ struct BackwardSetup<'p> {
     source: CacheSource,
     descs: BackwardDescs<'p>,
     plan: BackwardPlan,
-    /// The per-call classification of an aux mask: tile sizes, dims, bytes of its classes
-    /// (after the plan's workspace regions).
-    classify: Option<(u32, u32, BlockDims, usize)>,
+    /// The classification of an aux mask: tiling, dims, workspace bytes of its classes
+    /// when classified per call (after the plan's regions; 0 with a mask passed in).
+    classify: Option<(Tiling, BlockDims, usize)>,
 }
 
 impl BackwardSetup<'_> {
     fn ws_bytes(&self) -> usize {
-        self.plan.ws_bytes + self.classify.map_or(0, |c| c.3)
+        self.plan.ws_bytes + self.classify.map_or(0, |c| c.2)
     }
 }
 
@@ -435,12 +437,13 @@ impl Kernel {
         let gpu = &self.rt.inner.gpu;
         let plan = plan_backward(&self.spec, &shape, gpu.info.sm_count, gpu.info.ordinal, &descs)?;
         // A mask over aux tensors: its classes at the backward's tiling, classified per
-        // call into the workspace after the plan's regions.
+        // call into the workspace after the plan's regions, or kept in a passed-in mask.
         let classify = module.meta.kernel(KernelRole::BlockClassify).map(|c| {
             let tiling = Tiling { block_m: c.block_m, block_n: c.block_n, pack_gqa: false };
             let d = BlockDims::new(&self.spec, tiling, plan.fwd.batch, plan.fwd.max_seqlen_q, plan.fwd.max_seqlen_k);
             let words = crate::block_mask::layout_words(d, attnc_lower::BlockLayout::Dense);
-            (c.block_m, c.block_n, d, round256(words.max(1) * 4))
+            let ws = if params.block_mask.is_some() { 0 } else { round256(words.max(1) * 4) };
+            (tiling, d, ws)
         });
         Ok(BackwardSetup { module, source, descs, plan, classify })
     }
@@ -514,16 +517,34 @@ impl Kernel {
         for e in &maps {
             extra.push((e.param.as_str(), ArgValue::TensorMap(crate::tma::encode(gpu, e)?)));
         }
-        // A mask over aux tensors: its classes at the backward's tiling, classified now
-        // (one class per (query tile, key tile); the main kernel probes them).
+        // A mask over aux tensors: its classes at the backward's tiling (one class per
+        // (query tile, key tile); the main kernel probes them) — the passed-in mask's, or
+        // classified now. The lock on a mask's backward part is held until the classifier
+        // is queued, so a concurrent caller never reads unqueued classes.
         let mut classify_launch = None;
-        if let Some((block_m, block_n, d, _)) = classify {
-            extra.extend(crate::block_mask::list_args(ws + plan.ws_bytes as u64, d));
-            classify_launch = Some(crate::block_mask::classifier_launch(d));
+        let mut _backward_part = None;
+        if let Some((tiling, d, _)) = classify {
+            let (ptr, source) = match params.block_mask {
+                None => (ws + plan.ws_bytes as u64, BlockMaskSource::BuiltPerCall),
+                Some(mask) => {
+                    let (guard, built_now) = self.backward_block_mask(mask, &plan.fwd, params, tiling, d)?;
+                    let ptr = guard.as_ref().map(|b| b.lists.device_ptr()).unwrap_or(0);
+                    _backward_part = Some(guard);
+                    if built_now {
+                        (ptr, BlockMaskSource::PassedInBackwardBuiltNow)
+                    } else {
+                        (ptr, BlockMaskSource::PassedIn)
+                    }
+                }
+            };
+            extra.extend(crate::block_mask::list_args(ptr, d));
+            if source != BlockMaskSource::PassedIn {
+                classify_launch = Some(crate::block_mask::classifier_launch(d));
+            }
             receipt.block_mask = Some(crate::receipt::BlockMaskUse {
-                source: "built per call".into(),
-                block_m,
-                block_n,
+                source,
+                block_m: tiling.block_m,
+                block_n: tiling.block_n,
                 live_fraction: None,
                 classify_ms: None,
             });
@@ -556,6 +577,9 @@ impl Kernel {
         let mut marshalled = Vec::new();
         for role in order {
             for (k, grid) in launches.iter().filter(|(k, _)| k.role == role) {
+                if role == KernelRole::BlockClassify && classify_launch.is_none() {
+                    continue;
+                }
                 let f = module.function(role).ok_or_else(|| RuntimeError::Abi(format!("{role} kernel not loaded")))?;
                 let a = marshal(&k.params, &plan.fwd, &extra).map_err(RuntimeError::Abi)?;
                 marshalled.push((role, f, *k, *grid, a));
@@ -612,6 +636,38 @@ impl Kernel {
         }
         drop(ws_guard);
         Ok(receipt)
+    }
+
+    /// The backward part of a passed-in block mask: checks that the mask serves this launch
+    /// (built by this kernel for the same shapes, aux tensors and params), then returns its
+    /// locked backward classes — allocated now when this is the first backward to receive
+    /// it (`true`: the caller queues the classifier into them before releasing the lock).
+    fn backward_block_mask<'m>(
+        &self,
+        mask: &'m BlockMask,
+        plan: &LaunchPlan,
+        params: &Params,
+        tiling: Tiling,
+        dims: BlockDims,
+    ) -> Result<(BackwardPart<'m>, bool), RuntimeError> {
+        let forward = self.block_mask_built_for(plan, params)?;
+        mask.built_for.check_serves(&forward)?;
+        let want = BuiltFor {
+            module_key: format!("{} backward", forward.module_key),
+            tiling,
+            layout: attnc_lower::BlockLayout::Dense,
+            dims,
+            ..forward
+        };
+        let mut slot =
+            mask.backward.lock().map_err(|_| RuntimeError::Other("a block mask's lock was poisoned".into()))?;
+        if let Some(part) = slot.as_ref() {
+            part.built_for.check_serves(&want)?;
+            return Ok((slot, false));
+        }
+        let lists = self.rt.alloc(ElemType::I32, &[want.words().max(1)])?;
+        *slot = Some(Box::new(BlockMask { built_for: want, lists, classify_ms: None, backward: Default::default() }));
+        Ok((slot, true))
     }
 
     /// The backward module (compiled or loaded on first use, then kept).

@@ -28,7 +28,8 @@
 use crate::cache::CacheConfig;
 use crate::cuda::{Function, Gpu, Image, Module};
 use crate::error::RuntimeError;
-use crate::runtime::{Params, Runtime};
+use crate::params::Params;
+use crate::runtime::Runtime;
 use crate::tensor::{ElemType, Tensor};
 use attnc_ir::reference::{reference_forward, rel_l2, Inputs, Rng, Sequence};
 use attnc_ir::{Align, KvLayout, Spec, SplitKv};

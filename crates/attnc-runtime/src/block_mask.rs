@@ -6,12 +6,14 @@
 //! classifies per call (correct, slower; the receipt says so).
 
 use crate::cuda::ArgValue;
-use crate::receipt::BlockMaskUse;
+use crate::error::RuntimeError;
+use crate::receipt::{BlockMaskSource, BlockMaskUse};
 use crate::tensor::{IndexTensor, Tensor};
 use crate::validate::LaunchPlan;
 use attnc_ir::block_mask::{BlockDims, Tiling, FULL_TILE};
 use attnc_lower::variant::tiles::BLOCK_LIST_PARAMS;
 use attnc_lower::BlockLayout;
+use std::sync::Mutex;
 
 /// What a launch's block mask was built for; a mask is only valid for the same.
 #[derive(Clone, Debug, PartialEq)]
@@ -29,12 +31,20 @@ pub(crate) struct BuiltFor {
     pub(crate) params: Vec<(String, String)>,
 }
 
+/// A block mask's backward classes, locked while a backward reads or builds them.
+pub(crate) type BackwardPart<'m> = std::sync::MutexGuard<'m, Option<Box<BlockMask>>>;
+
 /// The classified row lists of one launch configuration, on the device.
 pub struct BlockMask {
     pub(crate) built_for: BuiltFor,
     pub(crate) lists: Tensor,
     /// GPU time of the classification, when it was timed.
     pub(crate) classify_ms: Option<f64>,
+    /// The backward's classes (its own tiling and layout: one class per 64-row query tile
+    /// and key tile), added by the first backward that receives this mask and reused by
+    /// every later one, so a training step classifies once for all layers and both
+    /// directions. Behind a lock: a mask is shared by reference.
+    pub(crate) backward: Mutex<Option<Box<BlockMask>>>,
 }
 
 impl std::fmt::Debug for BlockMask {
@@ -75,6 +85,39 @@ impl BuiltFor {
     /// u32 words of what the classifier writes.
     pub(crate) fn words(&self) -> usize {
         layout_words(self.dims, self.layout)
+    }
+
+    /// Whether a mask built for `self` serves a launch that needs `want`: the same module,
+    /// tiling, shapes, aux tensors (by address) and param values; a typed error naming the
+    /// first difference otherwise.
+    pub(crate) fn check_serves(&self, want: &BuiltFor) -> Result<(), RuntimeError> {
+        let mismatch = |what: &str, have: String, want: String| {
+            Err(RuntimeError::BlockMask(format!("the block mask was built for {what} {have}, this launch has {want}")))
+        };
+        if self.module_key != want.module_key {
+            return mismatch("the module", self.module_key.clone(), want.module_key.clone());
+        }
+        if self.tiling != want.tiling || self.layout != want.layout {
+            return mismatch(
+                "tiles",
+                format!("{:?} {:?}", self.tiling, self.layout),
+                format!("{:?} {:?}", want.tiling, want.layout),
+            );
+        }
+        if self.dims != want.dims || self.seqlens != want.seqlens {
+            return mismatch(
+                "shapes",
+                format!("{:?} {:?}", self.dims, self.seqlens),
+                format!("{:?} {:?}", want.dims, want.seqlens),
+            );
+        }
+        if self.aux != want.aux {
+            return mismatch("aux tensors", format!("{:?}", self.aux), format!("{:?}", want.aux));
+        }
+        if self.params != want.params {
+            return mismatch("params", format!("{:?}", self.params), format!("{:?}", want.params));
+        }
+        Ok(())
     }
 }
 
@@ -127,9 +170,9 @@ impl BlockMask {
         list_args(self.lists.device_ptr(), self.built_for.dims)
     }
 
-    pub(crate) fn usage(&self, source: &str) -> BlockMaskUse {
+    pub(crate) fn usage(&self, source: BlockMaskSource) -> BlockMaskUse {
         BlockMaskUse {
-            source: source.into(),
+            source,
             block_m: self.built_for.tiling.block_m,
             block_n: self.built_for.tiling.block_n,
             live_fraction: None,

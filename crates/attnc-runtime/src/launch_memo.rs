@@ -12,8 +12,8 @@
 //! not see).
 
 use crate::cuda::{ArgValue, Stream};
+use crate::params::Params;
 use crate::receipt::Receipt;
-use crate::runtime::Params;
 use crate::tensor::{Tensor, TensorDesc};
 use crate::validate::ParamValue;
 

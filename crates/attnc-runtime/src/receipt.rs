@@ -112,11 +112,33 @@ impl fmt::Display for Receipt {
     }
 }
 
-/// What a receipt says about the block mask of a forward launch.
+/// Where a launch's tile classification came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BlockMaskSource {
+    /// The caller's [`crate::BlockMask`], built once.
+    PassedIn,
+    /// The caller's [`crate::BlockMask`], whose backward classes this launch added (the
+    /// first backward that receives a mask; later ones reuse them).
+    PassedInBackwardBuiltNow,
+    /// Classified by this launch, into its workspace (no mask passed in).
+    BuiltPerCall,
+}
+
+impl fmt::Display for BlockMaskSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            BlockMaskSource::PassedIn => "passed in",
+            BlockMaskSource::PassedInBackwardBuiltNow => "passed in (its backward classes built now)",
+            BlockMaskSource::BuiltPerCall => "built per call",
+        })
+    }
+}
+
+/// What a receipt says about the block mask of a launch.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct BlockMaskUse {
-    /// "passed in" (built once by the caller) or "built per call".
-    pub source: String,
+    pub source: BlockMaskSource,
     pub block_m: u32,
     pub block_n: u32,
     /// Non-empty tiles over all tiles inside the sequences (timed launches, where the

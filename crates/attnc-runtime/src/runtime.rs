@@ -7,9 +7,10 @@ use crate::cuda::{DeviceBuffer, DeviceInfo, Gpu, Image, Queue, Stream};
 use crate::error::{RuntimeError, ValidationError};
 use crate::jit::{kernel_key, KernelProducer, LoadedKernel};
 use crate::launch_memo::{LaunchMemo, LaunchSignature};
-use crate::receipt::{KernelConfig, Receipt, Timings};
+use crate::params::Params;
+use crate::receipt::{BlockMaskSource, KernelConfig, Receipt, Timings};
 use crate::tensor::{contiguous_strides, ElemType, Element, IndexTensor, Tensor};
-use crate::validate::{marshal, plan, KernelShape, LaunchDescs, LaunchPlan, ParamValue};
+use crate::validate::{marshal, plan, KernelShape, LaunchDescs, LaunchPlan};
 use attnc_ir::block_mask::{BlockDims, Tiling};
 use attnc_ir::Spec;
 use attnc_lower::{Arch, Direction, FamilyChoice, Grid, KernelRole};
@@ -379,106 +380,6 @@ impl std::ops::DerefMut for Borrowed<'_> {
     }
 }
 
-/// Launch-time inputs beside Q, K, V and O.
-#[derive(Clone, Debug, Default)]
-pub struct Params<'a> {
-    /// Scalar params by name (every param the spec declares).
-    pub values: Vec<(String, ParamValue)>,
-    /// Varlen: `[batch + 1]` each.
-    pub cu_seqlens_q: Option<&'a IndexTensor>,
-    pub cu_seqlens_k: Option<&'a IndexTensor>,
-    /// Paged: `[batch, max_pages]` and `[batch]`.
-    pub block_table: Option<&'a IndexTensor>,
-    pub seqused_k: Option<&'a IndexTensor>,
-    /// f32 `[q_heads]` (specs with sinks).
-    pub sinks: Option<&'a Tensor>,
-    /// i32 aux tensors by name.
-    pub aux: Vec<(String, &'a Tensor)>,
-    /// Override the spec's split count (split specs only).
-    pub num_splits: Option<u32>,
-    /// Time the launch with CUDA events (waits for it); the receipt carries the times.
-    pub timing: bool,
-    /// Backward, specs with sinks: f32 `[q_heads]`, the sinks' gradient (written).
-    pub dsinks: Option<&'a Tensor>,
-    /// Backward: f32 gradient tensors of the learnable aux tensors, by name, each of its
-    /// aux tensor's shape (written).
-    pub aux_grads: Vec<(String, &'a Tensor)>,
-    /// Backward: bitwise-identical dQ and aux gradients on every run (fixed accumulation
-    /// order; docs/backward.md gives the cost).
-    pub deterministic: bool,
-    /// Forward of a spec whose mask reads aux tensors: the block mask built once with
-    /// [`Kernel::block_mask`] for these shapes, params and aux tensors (checked). Without
-    /// it the forward classifies per call.
-    pub block_mask: Option<&'a BlockMask>,
-    /// Queue the call's work on the caller's stream instead of the runtime's.
-    pub stream: Option<Stream>,
-    /// The caller's workspace buffer (256-byte aligned, at least
-    /// [`Kernel::forward_workspace_bytes`] / [`Kernel::backward_workspace_bytes`]); without
-    /// it the call takes the stream's pooled workspace.
-    pub workspace: Option<&'a Tensor>,
-}
-
-impl<'a> Params<'a> {
-    pub fn int(mut self, name: &str, v: i32) -> Self {
-        self.values.push((name.into(), ParamValue::Int(v)));
-        self
-    }
-    pub fn float(mut self, name: &str, v: f32) -> Self {
-        self.values.push((name.into(), ParamValue::Float(v)));
-        self
-    }
-    pub fn varlen(mut self, cu_seqlens_q: &'a IndexTensor, cu_seqlens_k: &'a IndexTensor) -> Self {
-        self.cu_seqlens_q = Some(cu_seqlens_q);
-        self.cu_seqlens_k = Some(cu_seqlens_k);
-        self
-    }
-    pub fn paged(mut self, block_table: &'a IndexTensor, seqused_k: &'a IndexTensor) -> Self {
-        self.block_table = Some(block_table);
-        self.seqused_k = Some(seqused_k);
-        self
-    }
-    pub fn sinks(mut self, sinks: &'a Tensor) -> Self {
-        self.sinks = Some(sinks);
-        self
-    }
-    pub fn aux(mut self, name: &str, t: &'a Tensor) -> Self {
-        self.aux.push((name.into(), t));
-        self
-    }
-    pub fn splits(mut self, n: u32) -> Self {
-        self.num_splits = Some(n);
-        self
-    }
-    pub fn timed(mut self) -> Self {
-        self.timing = true;
-        self
-    }
-    pub fn dsinks(mut self, t: &'a Tensor) -> Self {
-        self.dsinks = Some(t);
-        self
-    }
-    pub fn aux_grad(mut self, name: &str, t: &'a Tensor) -> Self {
-        self.aux_grads.push((name.into(), t));
-        self
-    }
-    pub fn deterministic(mut self, on: bool) -> Self {
-        self.deterministic = on;
-        self
-    }
-    pub fn block_mask(mut self, m: &'a BlockMask) -> Self {
-        self.block_mask = Some(m);
-        self
-    }
-    pub fn on_stream(mut self, s: Stream) -> Self {
-        self.stream = Some(s);
-        self
-    }
-    pub fn workspace(mut self, t: &'a Tensor) -> Self {
-        self.workspace = Some(t);
-        self
-    }
-}
-
 /// A compiled kernel of one spec on one device.
 #[derive(Clone)]
 pub struct Kernel {
@@ -602,7 +503,7 @@ impl Kernel {
         self.build_block_mask(&plan, params, &self.rt.gpu().queue(params.stream), None)
     }
 
-    fn block_mask_built_for(&self, plan: &LaunchPlan, params: &Params) -> Result<BuiltFor, RuntimeError> {
+    pub(crate) fn block_mask_built_for(&self, plan: &LaunchPlan, params: &Params) -> Result<BuiltFor, RuntimeError> {
         let kernel = self;
         let meta = kernel.meta();
         let classify = meta
@@ -670,7 +571,7 @@ impl Kernel {
             },
             None => kernel.rt.alloc(crate::elem::ElemType::I32, &[words])?,
         };
-        let mask = BlockMask { built_for: bf, lists, classify_ms: None };
+        let mask = BlockMask { built_for: bf, lists, classify_ms: None, backward: Default::default() };
         let extra = mask.args();
         let args = marshal(&classify.params, plan, &extra).map_err(RuntimeError::Abi)?;
         let gpu = kernel.rt.gpu();
@@ -692,32 +593,13 @@ impl Kernel {
     }
 
     /// Checks that `mask` was built for this launch (typed error otherwise).
-    fn check_block_mask(&self, mask: &BlockMask, plan: &LaunchPlan, params: &Params) -> Result<(), RuntimeError> {
-        let want = self.block_mask_built_for(plan, params)?;
-        let have = &mask.built_for;
-        let mismatch = |what: &str, have: String, want: String| {
-            Err(RuntimeError::BlockMask(format!("the block mask was built for {what} {have}, this launch has {want}")))
-        };
-        if have.module_key != want.module_key {
-            return mismatch("the module", have.module_key.clone(), want.module_key);
-        }
-        if have.tiling != want.tiling {
-            return mismatch("tiles", format!("{:?}", have.tiling), format!("{:?}", want.tiling));
-        }
-        if have.dims != want.dims || have.seqlens != want.seqlens {
-            return mismatch(
-                "shapes",
-                format!("{:?} {:?}", have.dims, have.seqlens),
-                format!("{:?} {:?}", want.dims, want.seqlens),
-            );
-        }
-        if have.aux != want.aux {
-            return mismatch("aux tensors", format!("{:?}", have.aux), format!("{:?}", want.aux));
-        }
-        if have.params != want.params {
-            return mismatch("params", format!("{:?}", have.params), format!("{:?}", want.params));
-        }
-        Ok(())
+    pub(crate) fn check_block_mask(
+        &self,
+        mask: &BlockMask,
+        plan: &LaunchPlan,
+        params: &Params,
+    ) -> Result<(), RuntimeError> {
+        mask.built_for.check_serves(&self.block_mask_built_for(plan, params)?)
     }
 
     /// A block mask's row lists as the kernels read them (`[batch][slot][m_tiles][1 +
@@ -891,7 +773,8 @@ impl Kernel {
         let mask = per_call.as_ref().or(params.block_mask).filter(|_| takes_lists);
         if let Some(m) = mask {
             extra.extend(m.args());
-            let mut usage = m.usage(if per_call.is_some() { "built per call" } else { "passed in" });
+            let mut usage =
+                m.usage(if per_call.is_some() { BlockMaskSource::BuiltPerCall } else { BlockMaskSource::PassedIn });
             if params.timing {
                 usage.live_fraction = Some(self.block_mask_live_fraction(m)?);
             }

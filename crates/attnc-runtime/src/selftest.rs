@@ -18,8 +18,9 @@
 //! seqlen_q (keeping seqlen_k) and say so in the case name.
 
 use crate::error::RuntimeError;
+use crate::params::Params;
 use crate::receipt::Receipt;
-use crate::runtime::{Params, Runtime};
+use crate::runtime::Runtime;
 use crate::tensor::{ElemType, IndexTensor, Tensor};
 use crate::validate::ParamValue;
 use attnc_ir::eval::{AuxData, Value};
@@ -145,6 +146,10 @@ pub struct GradResult {
     /// within the bound); `None` where not run.
     pub deterministic_identical: Option<bool>,
     pub deterministic_max: Option<f64>,
+    /// A mask over aux tensors: deterministic backwards with one block mask passed in
+    /// (the first builds its backward classes, the second reuses them), both bitwise
+    /// identical to the one that classified per call, with receipts that say so.
+    pub block_mask_identical: Option<bool>,
     pub receipt: Option<Receipt>,
     pub reference_ms: f64,
     pub gpu_ms: Option<f64>,
@@ -204,6 +209,20 @@ impl SelftestReport {
             if let Some(e) = &c.error {
                 s.push_str(&format!("     error: {}\n", e.lines().next().unwrap_or("")));
             }
+            if g.and_then(|g| g.block_mask_identical) == Some(false) {
+                s.push_str(
+                    "     backward with a block mask passed in: other bits or receipt than classified per call\n",
+                );
+            }
+        }
+        let mask_checks: Vec<bool> =
+            self.cases.iter().filter_map(|c| c.grad.as_ref().and_then(|g| g.block_mask_identical)).collect();
+        if !mask_checks.is_empty() {
+            s.push_str(&format!(
+                "backward with one block mask passed in (built by the first, reused by the second): {} of {} cases bit-equal to per-call classification\n",
+                mask_checks.iter().filter(|&&x| x).count(),
+                mask_checks.len()
+            ));
         }
         s.push_str(&format!(
             "{} passed, {} failed ({} on {}, {:.1} s); gradients checked in {} cases, max rel-L2 {}\n",
@@ -795,10 +814,11 @@ fn run_case_inner(
     if opts.grads && trains && family_trains && plan.splits == SplitReq::Spec {
         // Deterministic mode on each variant's first shape: run twice, compare the bits.
         let deterministic = plan.first_shape;
-        let g = grad_check(rt, &kernel, s, &inputs, &tensors, seed, deterministic)?;
+        let g = grad_check(rt, &kernel, s, &inputs, &tensors, seed, deterministic, takes_mask)?;
         r.ok &= g.max <= opts.tol_grad_rel_l2
             && g.nonfinite == 0
             && g.deterministic_identical != Some(false)
+            && g.block_mask_identical != Some(false)
             && g.deterministic_max.is_none_or(|m| m <= opts.tol_grad_rel_l2);
         r.grad = Some(g);
     }
@@ -929,7 +949,10 @@ fn worst_rel(got: &[f64], want: &[&[f64]], rows: &dyn Fn(usize) -> (usize, usize
 
 /// The gradients of the case's inputs on the device (with the forward's O and LSE from the
 /// device, random dO) against the f64 reference backward; gradients poisoned first.
-/// `deterministic` also runs the deterministic mode twice and compares the bits.
+/// `deterministic` also runs the deterministic mode twice and compares the bits;
+/// `block_mask` (a mask over aux tensors) compares deterministic runs with a block mask
+/// passed in against one classified per call.
+#[allow(clippy::too_many_arguments)]
 fn grad_check(
     rt: &Runtime,
     kernel: &crate::runtime::Kernel,
@@ -938,6 +961,7 @@ fn grad_check(
     t: &CaseTensors,
     seed: u64,
     deterministic: bool,
+    block_mask: bool,
 ) -> Result<GradResult, RuntimeError> {
     let dt = ElemType::of(s.dtype);
     let (qh, kvh) = (s.q_heads as usize, s.kv_heads as usize);
@@ -997,7 +1021,7 @@ fn grad_check(
             .map_err(|e| RuntimeError::Other(format!("reference backward (stored O): {e}")))?;
         Some((g.daux, t_ref.elapsed().as_secs_f64() * 1e3))
     };
-    let run = |det: bool| -> Result<(Vec<Vec<f64>>, Receipt), RuntimeError> {
+    let run = |det: bool, mask: Option<&crate::BlockMask>| -> Result<(Vec<Vec<f64>>, Receipt), RuntimeError> {
         let mut dq = rt.alloc(dt, t.q.shape())?;
         let mut dk = rt.alloc(dt, t.k.shape())?;
         let mut dvt = rt.alloc(dt, t.v.shape())?;
@@ -1012,6 +1036,7 @@ fn grad_check(
         let mut p = t.params();
         p.timing = true;
         p.deterministic = det;
+        p.block_mask = mask;
         p.dsinks = dsinks.as_ref();
         p.aux_grads = learnable.iter().zip(&aux_grads).map(|((_, a), g)| (a.name.clone(), g)).collect();
         let grads = crate::backward::Gradients { dq: &mut dq, dk: &mut dk, dv: &mut dvt };
@@ -1064,19 +1089,34 @@ fn grad_check(
         }
         GradErrors { dq: edq, dk: edk, dv: edv, dsinks: esinks, daux: eaux, daux_exact: eaux_exact, nonfinite: bad }
     };
-    let (got, receipt) = run(false)?;
+    let (got, receipt) = run(false, None)?;
     let e = measure(&got);
-    let (mut det_same, mut det_max) = (None, None);
-    if deterministic {
-        let (a, _) = run(true)?;
-        let (b2, _) = run(true)?;
-        let same = a
-            .iter()
-            .zip(&b2)
-            .all(|(x, y)| x.len() == y.len() && x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits()));
-        let e2 = measure(&a);
-        det_same = Some(same && e2.nonfinite == 0);
-        det_max = Some(e2.max());
+    let same_bits = |a: &[Vec<f64>], b: &[Vec<f64>]| {
+        a.iter().zip(b).all(|(x, y)| x.len() == y.len() && x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits()))
+    };
+    let (mut det_same, mut det_max, mut mask_same) = (None, None, None);
+    // Only where this backward classifies (its module has a classifier).
+    let block_mask = block_mask && receipt.block_mask.is_some();
+    if deterministic || block_mask {
+        let (a, _) = run(true, None)?;
+        if deterministic {
+            let (b2, _) = run(true, None)?;
+            let e2 = measure(&a);
+            det_same = Some(same_bits(&a, &b2) && e2.nonfinite == 0);
+            det_max = Some(e2.max());
+        }
+        if block_mask {
+            let mask = kernel.block_mask(&t.q, &t.k, &t.v, &t.o, &t.params())?;
+            let (first, r1) = run(true, Some(&mask))?;
+            let (second, r2) = run(true, Some(&mask))?;
+            let source = |r: &Receipt| r.block_mask.as_ref().map(|m| m.source);
+            mask_same = Some(
+                same_bits(&a, &first)
+                    && same_bits(&a, &second)
+                    && source(&r1) == Some(crate::BlockMaskSource::PassedInBackwardBuiltNow)
+                    && source(&r2) == Some(crate::BlockMaskSource::PassedIn),
+            );
+        }
     }
     let max = e.max();
     Ok(GradResult {
@@ -1090,6 +1130,7 @@ fn grad_check(
         nonfinite: e.nonfinite,
         deterministic_identical: det_same,
         deterministic_max: det_max,
+        block_mask_identical: mask_same,
         gpu_ms: receipt.timings.map(|t| t.total_ms),
         receipt: Some(receipt),
         reference_ms: reference_ms + want_aux.map_or(0.0, |w| w.1),

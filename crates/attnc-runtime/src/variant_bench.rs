@@ -11,8 +11,9 @@
 
 use crate::bench::{time_gpu, Helpers, TimeStats};
 use crate::error::RuntimeError;
+use crate::params::Params;
 use crate::receipt::Receipt;
-use crate::runtime::{Params, Runtime};
+use crate::runtime::Runtime;
 use crate::tensor::{ElemType, Tensor};
 use crate::validate::ParamValue;
 use attnc_ir::block_mask::{allowed_pairs, LaunchData, Tiling};
