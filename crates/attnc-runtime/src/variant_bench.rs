@@ -83,9 +83,11 @@ pub struct VariantBenchResult {
     pub live_fraction: Option<f64>,
     pub receipt: Receipt,
     /// Variants that train: the backward (dQ, dK, dV from the forward's O and LSE and a
-    /// random dO; its classification, when it has one, included), and effective TFLOP/s
-    /// at 2.5 × the forward's FLOPs.
+    /// random dO; with the forward's block mask passed in, when it takes one), and
+    /// effective TFLOP/s at 2.5 × the forward's FLOPs.
     pub backward: Option<TimeStats>,
+    /// Specs with a block mask: the backward classifying per call.
+    pub backward_per_call: Option<TimeStats>,
     pub backward_effective_tflops: Option<f64>,
     pub backward_receipt: Option<Receipt>,
 }
@@ -219,10 +221,10 @@ pub fn bench_variant(
     let receipt = run(&Params { timing: true, ..params.clone() })?;
     let takes_mask = receipt.block_mask.is_some();
     let gpu = rt.gpu();
-    let (time, time_per_call, classify, live_fraction) = if takes_mask {
-        let mask = kernel.block_mask(&q, &k, &v, &o_view, &params)?;
-        let live = kernel.block_mask_live_fraction(&mask)?;
-        let with_mask = Params { block_mask: Some(&mask), ..params.clone() };
+    let mask = if takes_mask { Some(kernel.block_mask(&q, &k, &v, &o_view, &params)?) } else { None };
+    let (time, time_per_call, classify, live_fraction) = if let Some(mask) = &mask {
+        let live = kernel.block_mask_live_fraction(mask)?;
+        let with_mask = Params { block_mask: Some(mask), ..params.clone() };
         let t = time_gpu(gpu, opts.warmup, opts.iters, || run(&with_mask).map(|_| ()))?;
         let per_call = time_gpu(gpu, opts.warmup, opts.iters, || run(&params).map(|_| ()))?;
         let classify =
@@ -234,7 +236,7 @@ pub fn bench_variant(
 
     // The backward, for variants that train (learnable aux gradients included).
     let trains = attnc_lower::compile::pass_unsupported_reason(spec, attnc_lower::Direction::Backward).is_none();
-    let (backward, backward_receipt) = if trains {
+    let (backward, backward_per_call, backward_receipt) = if trains {
         let mut lse = rt.alloc(ElemType::F32, &[b, qh, sq])?;
         let mut o2 = rt.alloc(dtype, &[b, sq, qh, dv])?;
         kernel.forward_lse(&q, &k, &v, &mut o2, &mut lse, &params)?;
@@ -262,11 +264,18 @@ pub fn bench_variant(
             let g = crate::backward::Gradients { dq: &mut dq, dk: &mut dk, dv: &mut dvt };
             kernel.backward(&q, &k, &v, &o2, &lse, &d_out, g, p)
         };
+        // With a block mask: passed in (its backward classes built by the first call, as
+        // in a training step's first layer), and classified per call.
+        let per_call = match &mask {
+            Some(_) => Some(time_gpu(gpu, opts.warmup, opts.iters, || go(&bp).map(|_| ()))?),
+            None => None,
+        };
+        let bp = Params { block_mask: mask.as_ref(), ..bp };
         let r = go(&Params { timing: true, ..bp.clone() })?;
         let t = time_gpu(gpu, opts.warmup, opts.iters, || go(&bp).map(|_| ()))?;
-        (Some(t), Some(r))
+        (Some(t), per_call, Some(r))
     } else {
-        (None, None)
+        (None, None, None)
     };
 
     let seqlens = vec![(sq, sk); b];
@@ -298,6 +307,7 @@ pub fn bench_variant(
         effective_tflops: flops / (time.median_ms * 1e-3) / 1e12,
         backward_effective_tflops: backward.map(|t| 2.5 * flops / (t.median_ms * 1e-3) / 1e12),
         backward,
+        backward_per_call,
         backward_receipt,
         time,
         time_per_call,
@@ -326,6 +336,9 @@ impl VariantBenchResult {
         );
         if let (Some(t), Some(f)) = (&self.backward, self.backward_effective_tflops) {
             s.push_str(&format!("; backward {:.4} ms, {f:.1} effective TFLOP/s", t.median_ms));
+            if let Some(p) = &self.backward_per_call {
+                s.push_str(&format!(" (classified per call {:.4} ms)", p.median_ms));
+            }
         }
         if let (Some(p), Some(c), Some(l)) = (&self.time_per_call, &self.classify, self.live_fraction) {
             s.push_str(&format!(
