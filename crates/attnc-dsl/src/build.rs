@@ -42,6 +42,7 @@ struct Locs {
     page_size: Option<Span>,
     split: Option<Span>,
     lse: Option<Span>,
+    shards: Option<Span>,
     softmax: Option<Span>,
     exp2_emulation: Option<Span>,
     rescale_threshold: Option<Span>,
@@ -97,6 +98,7 @@ impl Locs {
             Field::KvLayout => self.page_size.or(self.kv).unwrap_or(h),
             Field::SplitKv => self.split.unwrap_or(h),
             Field::Lse => self.lse.unwrap_or(h),
+            Field::Shards => self.shards.unwrap_or(h),
             Field::Softmax => {
                 let s = self.softmax.unwrap_or(h);
                 if m.contains("exp2_emulation") {
@@ -218,6 +220,7 @@ pub(crate) fn build(raw: Raw, src: &str) -> Result<Spec, Vec<PErr>> {
     locs.scale = raw.scale.map(|d| d.1);
     locs.sinks = raw.sinks;
     locs.lse = raw.lse;
+    locs.shards = raw.shards;
     locs.split = raw.split.map(|s| s.1);
     if let Some((_, s, ps)) = raw.kv {
         locs.kv = Some(s);
@@ -249,6 +252,7 @@ pub(crate) fn build(raw: Raw, src: &str) -> Result<Spec, Vec<PErr>> {
         kv_layout: raw.kv.map_or(KvLayout::Contiguous, |k| k.0),
         split_kv: raw.split.map_or(SplitKv::None, |s| s.0),
         lse: raw.lse.is_some(),
+        shards: raw.shards.is_some(),
         softmax: raw.softmax.map_or(SoftmaxOptions::default(), |s| s.opts),
     };
     match attnc_ir::validate(&spec) {

@@ -19,8 +19,10 @@ use attnc_ir::{Align, AuxElem, BinOp, DType, KvLayout, SoftmaxOptions, Span, Spl
 pub const MAX_DEPTH: usize = 256;
 
 /// The settings (statement keywords), in canonical order.
-pub(crate) const SETTINGS: &[&str] =
-    &["dtype", "head_dim", "heads", "param", "aux", "mask", "score", "scale", "sinks", "kv", "split", "lse", "softmax"];
+pub(crate) const SETTINGS: &[&str] = &[
+    "dtype", "head_dim", "heads", "param", "aux", "mask", "score", "scale", "sinks", "kv", "split", "lse", "shards",
+    "softmax",
+];
 
 /// Aux dimension names.
 pub(crate) const AUX_DIMS: &[&str] = &["batch", "seqlen_q", "seqlen_k", "q_heads", "kv_heads"];
@@ -131,6 +133,7 @@ pub(crate) struct Raw {
     pub kv: Option<(KvLayout, Span, Option<Span>)>,
     pub split: Option<(SplitKv, Span)>,
     pub lse: Option<Span>,
+    pub shards: Option<Span>,
     pub softmax: Option<RawSoftmax>,
 }
 
@@ -566,6 +569,7 @@ impl<'a> Parser<'a> {
             }
             "sinks" => self.raw.sinks = Some(kw_span),
             "lse" => self.raw.lse = Some(kw_span),
+            "shards" => self.raw.shards = Some(kw_span),
             "kv" => {
                 let (w, s) = self.choice(&["contiguous", "varlen", "paged"])?;
                 self.raw.kv = Some(match w {

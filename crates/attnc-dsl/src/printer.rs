@@ -67,6 +67,9 @@ pub fn print(spec: &Spec) -> String {
     if spec.lse {
         line("lse".into());
     }
+    if spec.shards {
+        line("shards".into());
+    }
     let o = spec.softmax;
     if o.exp2_emulation != 0.0 || o.rescale_threshold != 0.0 {
         let mut s = "softmax".to_string();

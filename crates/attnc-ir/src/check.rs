@@ -28,6 +28,7 @@ pub enum Field {
     KvLayout,
     SplitKv,
     Lse,
+    Shards,
     Softmax,
 }
 
@@ -447,6 +448,12 @@ pub fn validate(spec: &Spec) -> Result<(), Vec<SpecError>> {
         if !(v.is_finite() && v > 0.0) {
             err(Field::Scale, format!("softmax scale must be a positive finite number, found {v}"));
         }
+    }
+    if spec.shards && spec.kv_layout != KvLayout::Contiguous {
+        err(
+            Field::Shards,
+            "`shards` runs on shards of contiguous sequences: expected `kv contiguous` (varlen and paged batches have no single global frame)".into(),
+        );
     }
     if let KvLayout::Paged { page_size } = spec.kv_layout {
         if page_size == 0 || page_size > 65536 {

@@ -135,6 +135,41 @@ impl Inputs {
         self.params[i] = value;
         Ok(())
     }
+
+    /// The shard of these (whole) sequences with queries `q` and keys `k`: their rows of
+    /// Q, K and V, the same params, aux tensors and sinks, and their positions (`sinks`:
+    /// whether this key shard takes the sink). Ranges past a sequence's end are cut to it.
+    pub fn shard(&self, spec: &Spec, q: std::ops::Range<usize>, k: std::ops::Range<usize>, sinks: bool) -> Inputs {
+        let (qh, kvh) = (spec.q_heads as usize, spec.kv_heads as usize);
+        let (dqk, dv) = (spec.head_dim_qk as usize, spec.head_dim_v as usize);
+        let cut = |r: &std::ops::Range<usize>, n: usize| r.start.min(n)..r.end.min(n);
+        let seqs: Vec<Sequence> = self
+            .seqs
+            .iter()
+            .map(|s| {
+                let (q, k) = (cut(&q, s.seqlen_q), cut(&k, s.seqlen_k));
+                Sequence {
+                    seqlen_q: q.len(),
+                    seqlen_k: k.len(),
+                    q: s.q[q.start * qh * dqk..q.end * qh * dqk].to_vec(),
+                    k: s.k[k.start * kvh * dqk..k.end * kvh * dqk].to_vec(),
+                    v: s.v[k.start * kvh * dv..k.end * kvh * dv].to_vec(),
+                }
+            })
+            .collect();
+        let positions = self
+            .seqs
+            .iter()
+            .map(|s| ShardPositions {
+                q_offset: q.start.min(s.seqlen_q),
+                k_offset: k.start.min(s.seqlen_k),
+                seqlen_q: s.seqlen_q,
+                seqlen_k: s.seqlen_k,
+                sinks,
+            })
+            .collect();
+        Inputs { seqs, positions, ..self.clone() }
+    }
 }
 
 /// The result for one batch entry.

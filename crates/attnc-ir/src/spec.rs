@@ -272,6 +272,12 @@ pub struct Spec {
     pub split_kv: SplitKv,
     /// Also write the log-sum-exp (natural log) per query row, f32 `[batch, q_heads, seqlen_q]`.
     pub lse: bool,
+    /// The kernels run on a shard of longer sequences (context parallelism): they take
+    /// the shard's place (`q_offset`, `k_offset` and the global lengths, see
+    /// [`crate::ShardPositions`]) as launch values, so positions in masks and score mods
+    /// are global. The runtime compiles this twin of a variant for sharded launches; the
+    /// variant itself pays nothing for it. Contiguous layout only.
+    pub shards: bool,
     pub softmax: SoftmaxOptions,
 }
 
@@ -295,8 +301,19 @@ impl Spec {
             kv_layout: KvLayout::Contiguous,
             split_kv: SplitKv::None,
             lse: false,
+            shards: false,
             softmax: SoftmaxOptions::default(),
         }
+    }
+
+    /// Whether the mask or the score modification reads a position or a length (`q`, `k`,
+    /// `seqlen_q`, `seqlen_k`, causal and window masks included): the variants whose
+    /// kernels take a shard's place in its global sequence (`ShardPositions`). For the
+    /// others every shard computes the same thing wherever it sits.
+    pub fn reads_positions(&self) -> bool {
+        // (Whether the kernels take a shard's frame is `shards && reads_positions()`.)
+        let reads = |e: &Expr| [Var::Q, Var::K, Var::SeqlenQ, Var::SeqlenK].into_iter().any(|v| e.uses_var(v));
+        self.mask.to_predicate().is_some_and(|p| reads(&p)) || self.score_mod.as_ref().is_some_and(reads)
     }
 
     /// q heads per KV head (at least 1, also for an invalid spec, so it is always a

@@ -6,18 +6,15 @@
 
 use attnc_ir::generate::random_spec;
 use attnc_ir::reference::Rng;
-use attnc_ir::{
-    merge_partials, random_inputs, reference_forward, Align, Inputs, Sequence, ShardPositions, Spec, Window,
-};
+use attnc_ir::{merge_partials, random_inputs, reference_forward, Align, Inputs, Spec, Window};
 
 /// `global` cut into `q_cuts` × `k_cuts`, each shard computed with its positions and the
 /// key shards merged; the largest difference to the whole computation (o relative to its
 /// scale, lse absolute), rows the whole computation makes NaN left out.
 fn sharded_error(spec: &Spec, global: &Inputs, q_cuts: &[usize], k_cuts: &[usize]) -> f64 {
     let full = reference_forward(spec, global).expect("the whole sequence computes");
-    let (qh, kvh) = (spec.q_heads as usize, spec.kv_heads as usize);
-    let (dqk, dv) = (spec.head_dim_qk as usize, spec.head_dim_v as usize);
-    let (sq, sk) = (global.seqs[0].seqlen_q, global.seqs[0].seqlen_k);
+    let (qh, dv) = (spec.q_heads as usize, spec.head_dim_v as usize);
+    let sq = global.seqs[0].seqlen_q;
     let scale = full.iter().flat_map(|o| o.o.iter()).filter(|x| x.is_finite()).fold(1e-300f64, |a, x| a.max(x.abs()));
     let mut worst = 0.0f64;
     for qw in q_cuts.windows(2) {
@@ -25,25 +22,7 @@ fn sharded_error(spec: &Spec, global: &Inputs, q_cuts: &[usize], k_cuts: &[usize
         let mut parts: Vec<Vec<attnc_ir::SeqOutput>> = vec![Vec::new(); global.seqs.len()];
         for kw in k_cuts.windows(2) {
             let (ka, kb) = (kw[0], kw[1]);
-            let shard = Inputs {
-                seqs: global
-                    .seqs
-                    .iter()
-                    .map(|s| Sequence {
-                        seqlen_q: qb - qa,
-                        seqlen_k: kb - ka,
-                        q: s.q[qa * qh * dqk..qb * qh * dqk].to_vec(),
-                        k: s.k[ka * kvh * dqk..kb * kvh * dqk].to_vec(),
-                        v: s.v[ka * kvh * dv..kb * kvh * dv].to_vec(),
-                    })
-                    .collect(),
-                positions: global
-                    .seqs
-                    .iter()
-                    .map(|_| ShardPositions { q_offset: qa, k_offset: ka, seqlen_q: sq, seqlen_k: sk, sinks: ka == 0 })
-                    .collect(),
-                ..global.clone()
-            };
+            let shard = global.shard(spec, qa..qb, ka..kb, ka == 0);
             let out = reference_forward(spec, &shard).expect("a shard computes");
             for (b, o) in out.into_iter().enumerate() {
                 parts[b].push(o);

@@ -360,8 +360,9 @@ impl Kernel {
         grads: Gradients<'_>,
         params: &Params,
     ) -> Result<Receipt, RuntimeError> {
-        let setup = self.backward_setup(q, k, v, o, lse, d_out, &grads, params)?;
-        self.run_backward(setup, params)
+        let this = self.for_launch(params)?;
+        let setup = this.backward_setup(q, k, v, o, lse, d_out, &grads, params)?;
+        this.run_backward(setup, params)
     }
 
     /// The workspace bytes a backward with these arguments needs; pass a buffer of at
@@ -378,7 +379,8 @@ impl Kernel {
         grads: Gradients<'_>,
         params: &Params,
     ) -> Result<usize, RuntimeError> {
-        Ok(self.backward_setup(q, k, v, o, lse, d_out, &grads, params)?.ws_bytes())
+        let this = self.for_launch(params)?;
+        Ok(this.backward_setup(q, k, v, o, lse, d_out, &grads, params)?.ws_bytes())
     }
 
     /// Validates a backward call and sizes it (module, plan, workspace).
@@ -425,6 +427,7 @@ impl Kernel {
                 aux: params.aux.iter().map(|(n, t)| (n.clone(), t.desc())).collect(),
                 params: params.values.clone(),
                 num_splits: None,
+                positions: params.positions,
             },
             d_out: d_out.desc(),
             dq: grads.dq.desc(),
@@ -435,7 +438,8 @@ impl Kernel {
             deterministic: params.deterministic,
         };
         let gpu = &self.rt.inner.gpu;
-        let plan = plan_backward(&self.spec, &shape, gpu.info.sm_count, gpu.info.ordinal, &descs)?;
+        let mut plan = plan_backward(&self.spec, &shape, gpu.info.sm_count, gpu.info.ordinal, &descs)?;
+        self.shard_sinks(&mut plan.fwd.args, params)?;
         // A mask over aux tensors: its classes at the backward's tiling, classified per
         // call into the workspace after the plan's regions, or kept in a passed-in mask.
         let classify = module.meta.kernel(KernelRole::BlockClassify).map(|c| {
@@ -729,6 +733,7 @@ mod tests {
                 aux: vec![("bias".into(), a.t(ElemType::F32, &[8, 32]))],
                 params: Vec::new(),
                 num_splits: None,
+                positions: None,
                 q: q.clone(),
                 k: k.clone(),
                 v: v.clone(),

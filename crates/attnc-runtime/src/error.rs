@@ -78,6 +78,8 @@ pub enum ValidationError {
     Param { name: String, detail: String },
     #[error("sinks: {detail}")]
     Sinks { detail: String },
+    #[error("positions: {detail}")]
+    Positions { detail: String },
     #[error("{what} = {value} is too large (limit {limit})")]
     TooLarge { what: String, value: u64, limit: u64 },
     #[error("workspace: {detail}")]

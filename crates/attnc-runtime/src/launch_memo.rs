@@ -54,6 +54,14 @@ impl LaunchSignature {
                 ParamValue::Float(f) => (2 << 32) | f.to_bits() as u64,
             });
         }
+        match p.positions {
+            Some(sp) => {
+                s.0.push(1);
+                s.0.extend([sp.q_offset, sp.k_offset, sp.seqlen_q, sp.seqlen_k].map(|x| x as u64));
+                s.0.push(u64::from(sp.sinks));
+            }
+            None => s.0.push(0),
+        }
         s.0.push(p.num_splits.map_or(0, |n| 1 + n as u64));
         s.0.push(p.stream.map_or(0, |st: Stream| 1 + st.handle() as u64));
         s
@@ -130,6 +138,18 @@ mod tests {
         assert_ne!(sig(&q, &o, &pi), sig(&q, &o, &Params::default().int("w", 4)));
         assert_ne!(sig(&q, &o, &pi), sig(&q, &o, &Params::default().float("w", 3.0)));
         assert_ne!(sig(&q, &o, &pi), sig(&q, &o, &Params::default().int("x", 3)));
+        // A shard's place in its sequence.
+        let at = |q_offset| {
+            Params::default().positions(attnc_ir::ShardPositions {
+                q_offset,
+                k_offset: 0,
+                seqlen_q: 100,
+                seqlen_k: 100,
+                sinks: true,
+            })
+        };
+        assert_ne!(sig(&q, &o, &at(0)), sig(&q, &o, &at(8)));
+        assert_ne!(sig(&q, &o, &base), sig(&q, &o, &at(0)));
         // Aux tensors, splits, the stream, an LSE output.
         let a = t(0x80000, &[2, 33]);
         assert_ne!(s0, sig(&q, &o, &Params::default().aux("doc", &a)));

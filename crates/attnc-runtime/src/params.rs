@@ -6,6 +6,7 @@ use crate::block_mask::BlockMask;
 use crate::cuda::Stream;
 use crate::tensor::{IndexTensor, Tensor};
 use crate::validate::ParamValue;
+use attnc_ir::ShardPositions;
 
 /// Launch-time inputs beside Q, K, V and O.
 #[derive(Clone, Debug, Default)]
@@ -38,6 +39,11 @@ pub struct Params<'a> {
     /// [`crate::Kernel::block_mask`] for these shapes, params and aux tensors (checked). Without
     /// it the forward classifies per call.
     pub block_mask: Option<&'a BlockMask>,
+    /// A shard of a longer sequence (context parallelism): masks and score mods see
+    /// global positions and lengths, aux tensors are the global ones, and with
+    /// `sinks: false` a spec's sink logit is left to another key shard. Contiguous
+    /// layouts; docs/context-parallel.md.
+    pub positions: Option<ShardPositions>,
     /// Queue the call's work on the caller's stream instead of the runtime's.
     pub stream: Option<Stream>,
     /// The caller's workspace buffer (256-byte aligned, at least
@@ -95,6 +101,10 @@ impl<'a> Params<'a> {
     }
     pub fn block_mask(mut self, m: &'a BlockMask) -> Self {
         self.block_mask = Some(m);
+        self
+    }
+    pub fn positions(mut self, p: ShardPositions) -> Self {
+        self.positions = Some(p);
         self
     }
     pub fn on_stream(mut self, s: Stream) -> Self {

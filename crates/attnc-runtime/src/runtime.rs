@@ -129,6 +129,8 @@ impl Runtime {
             lse_forward: Arc::new(OnceLock::new()),
             backward: Arc::new(OnceLock::new()),
             memo: Arc::new(Mutex::new(None)),
+            no_sink: Arc::new(OnceLock::new()),
+            sharded: Arc::new(OnceLock::new()),
         })
     }
 
@@ -401,6 +403,12 @@ pub struct Kernel {
     pub(crate) backward: Arc<OnceLock<(Arc<LoadedKernel>, CacheSource)>>,
     /// The last forward launch, replayed when a call repeats it exactly (`launch_memo`).
     memo: Arc<Mutex<Option<LaunchMemo>>>,
+    /// The sharded twin (`Spec::shards`) that runs launches on shards of longer
+    /// sequences when the variant reads positions (loaded on first use).
+    sharded: Arc<OnceLock<Kernel>>,
+    /// Sink logits of −∞ (`[q_heads]` f32), made on first use: what a shard that leaves
+    /// the sink to another key shard passes instead of the caller's sinks.
+    no_sink: Arc<OnceLock<Tensor>>,
 }
 
 impl std::fmt::Debug for Kernel {
@@ -473,6 +481,51 @@ impl Kernel {
         self.lse_forward()?.run(q, k, v, out, Some(lse), params)
     }
 
+    /// A shard that leaves the sink to another key shard (`ShardPositions::sinks` false)
+    /// reads sink logits of −∞: its softmax takes no sink, and its sink gradient is 0.
+    pub(crate) fn shard_sinks(&self, args: &mut [(String, ArgValue)], params: &Params) -> Result<(), RuntimeError> {
+        if !self.spec.sinks || params.positions.is_none_or(|p| p.sinks) {
+            return Ok(());
+        }
+        let no_sink = match self.no_sink.get() {
+            Some(t) => t,
+            None => {
+                let t = self.rt.alloc(ElemType::F32, &[self.spec.q_heads as usize])?;
+                self.rt.gpu().memset_d32(t.device_ptr(), f32::NEG_INFINITY.to_bits(), t.numel())?;
+                // A racing caller may have set it first: either holds the same values.
+                let _ = self.no_sink.set(t);
+                self.no_sink.get().ok_or_else(|| RuntimeError::Other("the sink buffer did not initialize".into()))?
+            }
+        };
+        for (n, v) in args.iter_mut() {
+            if n == "sinks" {
+                *v = ArgValue::Ptr(no_sink.device_ptr());
+            }
+        }
+        Ok(())
+    }
+
+    /// The kernel that runs a launch with `params`: this one, or — for a launch on a shard
+    /// of longer sequences (`Params::positions`) of a variant whose expressions read
+    /// positions — its sharded twin, whose kernels take the shard's place as launch values
+    /// (compiled once, cached; the variant itself pays nothing for it). Block masks built
+    /// through either serve both (the twin's masks are keyed by the parent's key).
+    pub(crate) fn for_launch(&self, params: &Params) -> Result<&Kernel, RuntimeError> {
+        if params.positions.is_none() || self.spec.shards || !self.spec.reads_positions() {
+            return Ok(self);
+        }
+        if let Some(k) = self.sharded.get() {
+            return Ok(k);
+        }
+        let mut spec = self.spec.clone();
+        spec.shards = true;
+        let mut k = self.rt.kernel_with(&spec, self.family)?;
+        k.mask_key = format!("{} shards", self.mask_key);
+        // A racing caller may have set it first: either is the same module.
+        let _ = self.sharded.set(k);
+        self.sharded.get().ok_or_else(|| RuntimeError::Other("the sharded kernel did not load".into()))
+    }
+
     /// The kernel of this spec with `lse` on (loaded on first use).
     fn lse_forward(&self) -> Result<&Kernel, RuntimeError> {
         if let Some(k) = self.lse_forward.get() {
@@ -499,6 +552,10 @@ impl Kernel {
         out: &Tensor,
         params: &Params,
     ) -> Result<BlockMask, RuntimeError> {
+        let this = self.for_launch(params)?;
+        if !std::ptr::eq(this, self) {
+            return this.block_mask(q, k, v, out, params);
+        }
         let plan = self.plan(q, k, v, out, None, params)?;
         self.build_block_mask(&plan, params, &self.rt.gpu().queue(params.stream), None)
     }
@@ -521,6 +578,10 @@ impl Kernel {
         let mut values: Vec<(String, String)> =
             params.values.iter().map(|(n, v)| (n.clone(), format!("{v:?}"))).collect();
         values.sort();
+        // A shard's place in its sequence decides its tiles like a param.
+        if let Some(p) = params.positions {
+            values.push(("<positions>".into(), format!("{p:?}")));
+        }
         Ok(BuiltFor {
             module_key: kernel.mask_key.clone(),
             tiling,
@@ -625,7 +686,8 @@ impl Kernel {
         out: &Tensor,
         params: &Params,
     ) -> Result<usize, RuntimeError> {
-        Ok(self.forward_workspace(&self.plan(q, k, v, out, None, params)?, params)?.bytes)
+        let this = self.for_launch(params)?;
+        Ok(this.forward_workspace(&this.plan(q, k, v, out, None, params)?, params)?.bytes)
     }
 
     /// The forward's workspace: the split-KV partials `o_partial` (f32), `lse_partial` at
@@ -673,9 +735,11 @@ impl Kernel {
             aux: params.aux.iter().map(|(n, t)| (n.clone(), t.desc())).collect(),
             params: params.values.clone(),
             num_splits: params.num_splits,
+            positions: params.positions,
         };
         let info = &self.rt.inner.gpu.info;
         let mut p = plan(&self.spec, &self.shape, info.sm_count, info.ordinal, &descs)?;
+        self.shard_sinks(&mut p.args, params)?;
         // The forward kernel's tensor maps: every precondition of cuTensorMapEncodeTiled
         // is checked here, so a plan that passes encodes (the driver runs at launch).
         if !p.empty {
@@ -695,6 +759,10 @@ impl Kernel {
         lse: Option<&mut Tensor>,
         params: &Params,
     ) -> Result<Receipt, RuntimeError> {
+        let this = self.for_launch(params)?;
+        if !std::ptr::eq(this, self) {
+            return this.run(q, k, v, out, lse, params);
+        }
         let lse = lse.map(|l| &*l);
         let gpu = &self.rt.inner.gpu;
         let meta = &self.loaded.meta;

@@ -273,6 +273,28 @@ pub struct CasePlan {
     pub shrunk: bool,
     /// The variant's first shape (the deterministic backward is checked there).
     pub first_shape: bool,
+    /// A shard of longer sequences (context parallelism); `seqlens` are the shard's.
+    pub shard: Option<ShardCase>,
+}
+
+/// A shard case: queries `q` and keys `k` of sequences `global` long (every batch entry).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShardCase {
+    pub global: (usize, usize),
+    pub q: std::ops::Range<usize>,
+    pub k: std::ops::Range<usize>,
+    /// Whether this key shard takes the spec's sink.
+    pub sinks: bool,
+}
+
+/// Shards for a variant that reads positions: an interior pair, a pair a causal mask
+/// rules out entirely (its shard leaves the sink to another), and a tall one.
+fn shard_cases(spec: &Spec) -> Vec<ShardCase> {
+    vec![
+        ShardCase { global: (300, 517), q: 97..208, k: 150..353, sinks: true },
+        ShardCase { global: (300, 300), q: 0..100, k: 200..300, sinks: !spec.sinks },
+        ShardCase { global: (257, 600), q: 150..257, k: 0..333, sinks: true },
+    ]
 }
 
 /// The spec with at most `max_kv` KV heads and the same group size.
@@ -404,8 +426,22 @@ pub fn plan_cases(spec: &Spec, opts: &SelftestOptions) -> Vec<CasePlan> {
                     splits: r,
                     shrunk,
                     first_shape: si == 0,
+                    shard: None,
                 });
             }
+        }
+    }
+    if base.reads_positions() && base.kv_layout == KvLayout::Contiguous {
+        for sc in shard_cases(&base) {
+            cases.push(CasePlan {
+                spec: base.clone(),
+                variant: String::new(),
+                seqlens: vec![(sc.q.len(), sc.k.len()); 2],
+                splits: if split { SplitReq::Auto } else { SplitReq::Spec },
+                shrunk: false,
+                first_shape: false,
+                shard: Some(sc),
+            });
         }
     }
     cases
@@ -418,6 +454,18 @@ fn case_name(c: &CasePlan) -> String {
     }
     let lens: Vec<String> = c.seqlens.iter().map(|(q, k)| format!("{q}x{k}")).collect();
     n.push_str(&format!(" [{}]", lens.join(",")));
+    if let Some(sc) = &c.shard {
+        n.push_str(&format!(
+            " shard q{}..{}/{} k{}..{}/{}{}",
+            sc.q.start,
+            sc.q.end,
+            sc.global.0,
+            sc.k.start,
+            sc.k.end,
+            sc.global.1,
+            if sc.sinks { "" } else { " no-sink" }
+        ));
+    }
     match c.splits {
         SplitReq::Spec => {}
         SplitReq::Auto => n.push_str(" split=auto"),
@@ -557,6 +605,8 @@ pub struct CaseTensors {
     pub sinks: Option<Tensor>,
     pub aux: Vec<(String, Tensor)>,
     pub params: Vec<(String, ParamValue)>,
+    /// The shard's place in its sequences (every batch entry's is the same here).
+    pub positions: Option<attnc_ir::ShardPositions>,
 }
 
 impl CaseTensors {
@@ -580,6 +630,7 @@ impl CaseTensors {
             aux: self.aux.iter().map(|(n, t)| (n.clone(), t)).collect(),
             num_splits: None,
             timing: false,
+            positions: self.positions,
             ..Params::default()
         }
     }
@@ -715,6 +766,7 @@ pub fn build_tensors(rt: &Runtime, spec: &Spec, inputs: &Inputs, seed: u64) -> R
         sinks,
         aux,
         params,
+        positions: inputs.positions.first().copied(),
     })
 }
 
@@ -772,7 +824,12 @@ fn run_case_inner(
     let s = &plan.spec;
     let family: attnc_lower::FamilyChoice = opts.family.parse().map_err(RuntimeError::Other)?;
     let kernel = rt.kernel_with(s, family)?;
-    let inputs = random_inputs(s, &plan.seqlens, seed);
+    let inputs = match &plan.shard {
+        None => random_inputs(s, &plan.seqlens, seed),
+        Some(sc) => {
+            random_inputs(s, &vec![sc.global; plan.seqlens.len()], seed).shard(s, sc.q.clone(), sc.k.clone(), sc.sinks)
+        }
+    };
     let t = Instant::now();
     let expected = reference_forward(s, &inputs).map_err(|e| RuntimeError::Other(format!("reference: {e}")))?;
     r.reference_ms = t.elapsed().as_secs_f64() * 1e3;

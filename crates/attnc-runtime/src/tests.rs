@@ -5,7 +5,8 @@ use crate::cuda::ArgValue;
 use crate::error::ValidationError as E;
 use crate::tensor::{ElemType, HostIndex, TensorDesc};
 use crate::validate::{marshal, plan, KernelShape, LaunchDescs, LaunchPlan, ParamValue};
-use attnc_ir::{Align, AuxDecl, AuxDim, KvLayout, ParamDecl, Spec, SplitKv, Ty};
+use attnc_ir::{Align, AuxDecl, AuxDim, KvLayout, ParamDecl, ShardPositions, Spec, SplitKv, Ty};
+use attnc_lower::families::common::abi::POSITION_PARAMS;
 
 const SMS: u32 = 132;
 const KS: KernelShape =
@@ -49,6 +50,7 @@ fn contiguous(a: &mut Alloc, s: &Spec) -> LaunchDescs<'static> {
         aux: Vec::new(),
         params: Vec::new(),
         num_splits: None,
+        positions: None,
     }
 }
 
@@ -228,6 +230,7 @@ fn varlen_descs<'a>(a: &mut Alloc, cq: &'a [i32], ck: &'a [i32], tq: usize, tk: 
         aux: Vec::new(),
         params: Vec::new(),
         num_splits: None,
+        positions: None,
     }
 }
 
@@ -304,6 +307,7 @@ fn paged_descs<'a>(
         aux: Vec::new(),
         params: Vec::new(),
         num_splits: None,
+        positions: None,
     }
 }
 
@@ -511,6 +515,46 @@ fn params_aux_sinks() {
 }
 
 #[test]
+fn a_shard_sees_global_positions_and_global_aux_dims() {
+    // Queries 17 of a global 64 at offset 40, keys 100 of a global 300 at offset 200.
+    let mut s = spec(KvLayout::Contiguous);
+    s.aux = vec![AuxDecl::int("doc", vec![AuxDim::Batch, AuxDim::MaxSeqlenK])];
+    let at = |q_offset, k_offset| ShardPositions { q_offset, k_offset, seqlen_q: 64, seqlen_k: 300, sinks: true };
+    let mut a = Alloc::new();
+    let mut d = contiguous(&mut a, &s);
+    d.aux = vec![("doc".into(), a.t(ElemType::I32, &[2, 300]))];
+    d.positions = Some(at(40, 200));
+    let p = check(&s, &d).expect("valid");
+    let frame: Vec<_> = POSITION_PARAMS.iter().map(|n| p.arg(n)).collect();
+    assert_eq!(frame, [40, 200, 64 - 17, 300 - 100].map(|x| Some(ArgValue::I32(x))));
+    assert_eq!(p.arg("aux_doc_dim1"), Some(ArgValue::I32(300)), "aux dims resolve against the global lengths");
+
+    // The local aux shape is the wrong one for a shard.
+    let mut local = d.clone();
+    local.aux = vec![("doc".into(), a.t(ElemType::I32, &[2, 100]))];
+    assert!(matches!(err(&s, &local), E::Aux { name, detail } if name == "doc" && detail.contains("expected 300")));
+    // Rows or keys past the global lengths.
+    for bad in [at(48, 200), at(40, 201)] {
+        let mut d2 = d.clone();
+        d2.positions = Some(bad);
+        assert!(matches!(err(&s, &d2), E::Positions { detail } if detail.contains("past the global")));
+    }
+    // Without positions the frame is all zeros (the whole sequence).
+    let mut whole = contiguous(&mut a, &s);
+    whole.aux = vec![("doc".into(), a.t(ElemType::I32, &[2, 100]))];
+    let p = check(&s, &whole).expect("valid");
+    assert!(POSITION_PARAMS.iter().all(|n| p.arg(n) == Some(ArgValue::I32(0))));
+    // Varlen sequences have no single global frame.
+    let mut sv = spec(KvLayout::Varlen);
+    sv.lse = true;
+    let (cq, ck) = ([0, 5, 12], [0, 40, 90]);
+    let mut dv = varlen_descs(&mut a, &cq, &ck, 12, 90);
+    dv.positions = Some(at(0, 0));
+    let e = err(&sv, &dv);
+    assert!(matches!(&e, E::Positions { detail } if detail.contains("contiguous")), "{e}");
+}
+
+#[test]
 fn empty_launches_are_accepted_and_skipped() {
     let s = spec(KvLayout::Contiguous);
     let mut a = Alloc::new();
@@ -568,6 +612,7 @@ fn every_example_spec_plans_with_its_abi() {
                     || name.starts_with("param_")
                     // Block masks: filled from the `BlockMask` (`block_mask.rs`).
                     || attnc_lower::variant::tiles::BLOCK_LIST_PARAMS.contains(&name)
+                    || POSITION_PARAMS.contains(&name)
                     || (ty == "tensormap" && k.tensor_maps.iter().any(|b| b.param == name));
                 assert!(known, "{} ({}): unknown kernel parameter {param}", spec.name, m.family);
             }

@@ -38,7 +38,7 @@ use crate::error::ValidationError;
 use crate::split::{auto_num_splits, SplitChoice, MAX_SPLITS};
 use crate::tensor::{ElemType, HostIndex, TensorDesc};
 use crate::tensor_map::TmaEncode;
-use attnc_ir::{AuxDim, KvLayout, Spec, SplitKv, Ty};
+use attnc_ir::{AuxDim, KvLayout, ShardPositions, Spec, SplitKv, Ty};
 use serde::Serialize;
 
 /// A scalar param value.
@@ -79,6 +79,9 @@ pub struct LaunchDescs<'a> {
     pub params: Vec<(String, ParamValue)>,
     /// Overrides the spec's split count (split specs only).
     pub num_splits: Option<u32>,
+    /// A shard of a longer sequence (context parallelism): where its rows and keys sit,
+    /// and the global lengths. Contiguous layouts only.
+    pub positions: Option<ShardPositions>,
 }
 
 /// A validated launch.
@@ -448,6 +451,16 @@ pub fn plan(spec: &Spec, ks: &KernelShape, sm_count: u32, device: usize, d: &Lau
         absent("sinks", &d.sinks, "the spec has no sinks")?;
     }
 
+    // ---- shard positions (context parallelism): masks, score mods and aux dims see the
+    // global sequence
+    let (aux_sq, aux_sk) = match &d.positions {
+        None => (max_sq, max_sk),
+        Some(p) => {
+            check_positions(spec, p, max_sq, max_sk)?;
+            (p.seqlen_q, p.seqlen_k)
+        }
+    };
+
     // ---- aux tensors
     for (name, _) in &d.aux {
         if spec.aux_decl(name).is_none() {
@@ -477,8 +490,8 @@ pub fn plan(spec: &Spec, ks: &KernelShape, sm_count: u32, device: usize, d: &Lau
         for (j, dim) in decl.dims.iter().enumerate() {
             let (n, dn) = match *dim {
                 AuxDim::Batch => (batch as u64, "batch".to_string()),
-                AuxDim::MaxSeqlenQ => (max_sq as u64, "seqlen_q".into()),
-                AuxDim::MaxSeqlenK => (max_sk as u64, "seqlen_k".into()),
+                AuxDim::MaxSeqlenQ => (aux_sq as u64, "seqlen_q".into()),
+                AuxDim::MaxSeqlenK => (aux_sk as u64, "seqlen_k".into()),
                 AuxDim::QHeads => (qh as u64, "q_heads".into()),
                 AuxDim::KvHeads => (kvh as u64, "kv_heads".into()),
                 AuxDim::Fixed(n) => (n, n.to_string()),
@@ -662,6 +675,14 @@ pub fn plan(spec: &Spec, ks: &KernelShape, sm_count: u32, device: usize, d: &Lau
     }
     args.extend(aux_args);
     args.extend(param_args);
+    // The kernels of variants that read positions take the shard's frame (zeros: the
+    // whole sequence).
+    let frame = d
+        .positions
+        .map_or([0; 4], |p| [p.q_offset, p.k_offset, p.seqlen_q - max_sq, p.seqlen_k - max_sk].map(|x| x as i32));
+    for (n, v) in attnc_lower::families::common::abi::POSITION_PARAMS.iter().zip(frame) {
+        args.push((n.to_string(), ArgValue::I32(v)));
+    }
 
     Ok(LaunchPlan {
         batch,
@@ -678,6 +699,37 @@ pub fn plan(spec: &Spec, ks: &KernelShape, sm_count: u32, device: usize, d: &Lau
         tensor_maps: Vec::new(),
         empty,
     })
+}
+
+/// A shard's positions: contiguous layout, inside the global lengths, every global
+/// position an i32.
+fn check_positions(spec: &Spec, p: &ShardPositions, max_sq: usize, max_sk: usize) -> V<()> {
+    let bad = |detail: String| Err(ValidationError::Positions { detail });
+    if spec.kv_layout != KvLayout::Contiguous {
+        return bad(format!(
+            "a shard of a longer sequence needs the contiguous layout (this spec's is {:?})",
+            spec.kv_layout
+        ));
+    }
+    if p.q_offset + max_sq > p.seqlen_q {
+        return bad(format!(
+            "query rows {}..{} lie past the global seqlen_q {}",
+            p.q_offset,
+            p.q_offset + max_sq,
+            p.seqlen_q
+        ));
+    }
+    if p.k_offset + max_sk > p.seqlen_k {
+        return bad(format!(
+            "keys {}..{} lie past the global seqlen_k {}",
+            p.k_offset,
+            p.k_offset + max_sk,
+            p.seqlen_k
+        ));
+    }
+    too_large("global seqlen_q", p.seqlen_q as u64, I32_LIMIT)?;
+    too_large("global seqlen_k", p.seqlen_k as u64, I32_LIMIT)?;
+    Ok(())
 }
 
 /// The argument list of one kernel, in ABI order, from its `"name:type"` parameter list.

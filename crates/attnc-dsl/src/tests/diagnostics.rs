@@ -335,7 +335,7 @@ fn syntax_errors_say_what_was_expected() {
     err_at(&body("mask (q < k"), 5, 1, "expected an operator or `)`, found `}`");
     err_at(&body("score min(score 1.0)"), 4, 17, "expected an operator, `,` or `)`, found `1.0`");
     err_at(&body("score exp(,)"), 4, 11, "expected `)` or an expression, found `,`");
-    err_at(&body("head_dims 64"), 4, 1, "unknown setting `head_dims`: expected one of dtype, head_dim, heads, param, aux, mask, score, scale, sinks, kv, split, lse, softmax (did you mean `head_dim`?)");
+    err_at(&body("head_dims 64"), 4, 1, "unknown setting `head_dims`: expected one of dtype, head_dim, heads, param, aux, mask, score, scale, sinks, kv, split, lse, shards, softmax (did you mean `head_dim`?)");
     err_at(&body("dtype f16"), 4, 7, "expected `bf16` or `fp16`, found `f16` (did you mean `fp16`?)");
     err_at(
         "attention t { head_dim 128; heads 8 }\nattention u { }",

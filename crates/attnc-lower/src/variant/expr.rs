@@ -53,6 +53,18 @@ pub struct VariantArgs<'ctx> {
     /// Param values in declaration order (i32 or f32).
     pub params: Vec<Val<'ctx>>,
     pub aux: Vec<AuxArg<'ctx>>,
+    /// The shard's place in its global sequence (variants that read positions): the
+    /// expressions see global positions and lengths; tile bounds stay local.
+    pub frame: Option<PositionFrame<'ctx>>,
+}
+
+/// Launch values that move local positions and lengths to global ones.
+#[derive(Clone, Copy, Debug)]
+pub struct PositionFrame<'ctx> {
+    pub q_offset: IntValue<'ctx>,
+    pub k_offset: IntValue<'ctx>,
+    pub seqlen_q_extra: IntValue<'ctx>,
+    pub seqlen_k_extra: IntValue<'ctx>,
 }
 
 /// The per-element variables (all i32 except `score`).
@@ -103,6 +115,14 @@ pub fn modded_score_log2<'ctx>(
     kb.fmul(modded, kb.f32c(LOG2E), "s_log2")
 }
 
+/// A local position or length moved into the global sequence by the launch's frame.
+fn global<'ctx>(kb: &Kb<'ctx>, local: IntValue<'ctx>, shift: Option<IntValue<'ctx>>, name: &str) -> R<IntValue<'ctx>> {
+    match shift {
+        Some(s) => kb.add(local, s, name),
+        None => Ok(local),
+    }
+}
+
 /// Emits `e` for one element, memoized when `memo` is given.
 fn gen_with<'ctx>(
     kb: &Kb<'ctx>,
@@ -123,10 +143,14 @@ fn gen_with<'ctx>(
             Var::B => Val::Int(vars.b),
             Var::H => Val::Int(vars.h),
             Var::Hkv => Val::Int(vars.hkv),
-            Var::Q => Val::Int(vars.q),
-            Var::K => Val::Int(vars.k),
-            Var::SeqlenQ => Val::Int(vars.seqlen_q),
-            Var::SeqlenK => Val::Int(vars.seqlen_k),
+            Var::Q => Val::Int(global(kb, vars.q, args.frame.map(|f| f.q_offset), "q_global")?),
+            Var::K => Val::Int(global(kb, vars.k, args.frame.map(|f| f.k_offset), "k_global")?),
+            Var::SeqlenQ => {
+                Val::Int(global(kb, vars.seqlen_q, args.frame.map(|f| f.seqlen_q_extra), "seqlen_q_global")?)
+            }
+            Var::SeqlenK => {
+                Val::Int(global(kb, vars.seqlen_k, args.frame.map(|f| f.seqlen_k_extra), "seqlen_k_global")?)
+            }
             Var::QHeads => Val::Int(kb.i32c(spec.q_heads as i64)),
             Var::KvHeads => Val::Int(kb.i32c(spec.kv_heads as i64)),
             Var::Score => Val::Float(vars.score.unwrap_or_else(|| kb.f32c(0.0))),

@@ -74,6 +74,12 @@ impl<'ctx> Ctx<'_, 'ctx> {
     fn unknown(&self) -> Tri<'ctx> {
         Tri { can_true: self.kb.boolc(true), can_false: self.kb.boolc(true) }
     }
+    /// `r` moved by a launch value (i64: no overflow for i32 inputs).
+    fn shifted(&self, r: Range<'ctx>, by: Option<IntValue<'ctx>>) -> R<Range<'ctx>> {
+        let Some(by) = by else { return Ok(r) };
+        let by = self.kb.sext64(by, "")?;
+        Ok(Range { lo: self.kb.add(r.lo, by, "")?, hi: self.kb.add(r.hi, by, "")? })
+    }
     fn point(&self, v: IntValue<'ctx>) -> R<Range<'ctx>> {
         let v = self.kb.sext64(v, "")?;
         Ok(Range { lo: v, hi: v })
@@ -142,10 +148,11 @@ impl<'ctx> Ctx<'_, 'ctx> {
                 Var::B => self.pair(t.b)?,
                 Var::H => self.pair(t.h)?,
                 Var::Hkv => self.pair(t.hkv)?,
-                Var::Q => self.pair(t.q)?,
-                Var::K => self.pair(t.k)?,
-                Var::SeqlenQ => self.point(t.seqlen_q)?,
-                Var::SeqlenK => self.point(t.seqlen_k)?,
+                // Global positions and lengths (the launch's frame), as the expressions see.
+                Var::Q => self.shifted(self.pair(t.q)?, self.args.frame.map(|f| f.q_offset))?,
+                Var::K => self.shifted(self.pair(t.k)?, self.args.frame.map(|f| f.k_offset))?,
+                Var::SeqlenQ => self.shifted(self.point(t.seqlen_q)?, self.args.frame.map(|f| f.seqlen_q_extra))?,
+                Var::SeqlenK => self.shifted(self.point(t.seqlen_k)?, self.args.frame.map(|f| f.seqlen_k_extra))?,
                 Var::QHeads => Range { lo: self.c(self.spec.q_heads as i64), hi: self.c(self.spec.q_heads as i64) },
                 Var::KvHeads => Range { lo: self.c(self.spec.kv_heads as i64), hi: self.c(self.spec.kv_heads as i64) },
                 Var::Score => return Ok(AVal::Float),

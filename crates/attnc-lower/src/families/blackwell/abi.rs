@@ -58,15 +58,7 @@ pub fn forward_params(spec: &attnc_ir::Spec) -> Vec<(String, ParamTy)> {
     if spec.sinks {
         add("sinks", Ptr);
     }
-    for a in &spec.aux {
-        add(&format!("aux_{}", a.name), Ptr);
-        for j in 0..a.dims.len() {
-            add(&format!("aux_{}_dim{j}", a.name), I32);
-        }
-    }
-    for prm in &spec.params {
-        add(&format!("param_{}", prm.name), if prm.ty == attnc_ir::Ty::Float { F32 } else { I32 });
-    }
+    crate::families::common::abi::expression_params(spec, &mut p);
     // A mask over aux tensors: the block mask's class table (`BlockLayout::Dense`).
     crate::families::common::abi::block_list_params(spec, &mut p);
     p

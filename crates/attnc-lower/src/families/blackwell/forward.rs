@@ -32,12 +32,12 @@ use crate::llvm::kb::{Kb, Slot, R};
 use crate::llvm::operand::Major;
 use crate::llvm::tcgen05::{Acc, SmemOperand};
 use crate::module::{Grid, KernelInfo, KernelRole};
-use crate::variant::expr::{self as vexpr, AuxArg, ElemVars, Val, VariantArgs};
+use crate::variant::expr::{self as vexpr, ElemVars, VariantArgs};
 use crate::variant::interval::{classify_tile, TileClassVals, TileRanges};
 use crate::variant::softmax::exp2_emulated;
 use crate::variant::tiles::{classes_of, BlockListArgs, BLOCK_LIST_PARAMS};
 use attnc_ir::block_mask::{needs_block_mask, HeadSlots};
-use attnc_ir::{KvLayout, Spec, Ty};
+use attnc_ir::{KvLayout, Spec};
 use inkwell::types::BasicMetadataTypeEnum;
 use inkwell::values::{BasicValueEnum, FloatValue, IntValue};
 use inkwell::{AddressSpace, FloatPredicate, IntPredicate};
@@ -137,21 +137,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                 .map(|i| values[i])
                 .ok_or_else(|| LowerError::Llvm(format!("kernel has no parameter `{n}`")))
         };
-        let mut va = VariantArgs::default();
-        for a in &spec.aux {
-            let addr = get(&format!("aux_{}", a.name))?.into_int_value();
-            let dims = (0..a.dims.len())
-                .map(|j| Ok(get(&format!("aux_{}_dim{j}", a.name))?.into_int_value()))
-                .collect::<R<Vec<_>>>()?;
-            va.aux.push(AuxArg { addr, dims });
-        }
-        for p in &spec.params {
-            let v = get(&format!("param_{}", p.name))?;
-            va.params.push(match p.ty {
-                Ty::Float => Val::Float(v.into_float_value()),
-                _ => Val::Int(v.into_int_value()),
-            });
-        }
+        let va = crate::families::common::abi::variant_args(spec, &get)?;
         let seqlen_q = get("seqlen_q")?.into_int_value();
         let seqlen_k = get("seqlen_k")?.into_int_value();
         let batch = get("batch")?.into_int_value();

@@ -6,7 +6,7 @@
 //! names appear in the PTX as `<kernel>_param_<i>` in the same order.
 
 use crate::llvm::kb::{Kb, R};
-use crate::variant::expr::{AuxArg, Val, VariantArgs};
+use crate::variant::expr::{AuxArg, PositionFrame, Val, VariantArgs};
 use crate::variant::layout::{LayoutArgs, Strides};
 use crate::variant::tiles::{BlockListArgs, BLOCK_LIST_PARAMS};
 use attnc_ir::{KvLayout, Spec, Ty};
@@ -102,6 +102,26 @@ pub fn variant_params(spec: &Spec, p: &mut Vec<(String, ParamTy)>) {
     if spec.sinks {
         add("sinks".into(), Ptr);
     }
+    expression_params(spec, p);
+}
+
+/// The shard's place in its global sequence, for the sharded twin of a variant that reads
+/// positions ([`takes_frame`]): `q = q_offset + local row`, `k = k_offset + local key`,
+/// and the global lengths as the local ones plus `seqlen_*_extra` (all 0 without
+/// sharding, whatever the layout).
+pub const POSITION_PARAMS: [&str; 4] = ["q_offset", "k_offset", "seqlen_q_extra", "seqlen_k_extra"];
+
+/// Whether the kernels take [`POSITION_PARAMS`]: the sharded twin of a variant whose
+/// expressions read positions (for the others every shard computes the same thing).
+pub fn takes_frame(spec: &Spec) -> bool {
+    spec.shards && spec.reads_positions()
+}
+
+/// What the mask and score-mod expressions read: aux tensors with their dims, scalar
+/// params, and the shard's positions (every family's kernels, in this order).
+pub fn expression_params(spec: &Spec, p: &mut Vec<(String, ParamTy)>) {
+    use ParamTy::*;
+    let mut add = |n: String, t: ParamTy| p.push((n, t));
     for a in &spec.aux {
         add(format!("aux_{}", a.name), Ptr);
         for j in 0..a.dims.len() {
@@ -111,6 +131,35 @@ pub fn variant_params(spec: &Spec, p: &mut Vec<(String, ParamTy)>) {
     for prm in &spec.params {
         add(format!("param_{}", prm.name), if prm.ty == Ty::Float { F32 } else { I32 });
     }
+    if takes_frame(spec) {
+        for n in POSITION_PARAMS {
+            add(n.into(), I32);
+        }
+    }
+}
+
+/// The expressions' arguments ([`expression_params`]) from a kernel's parameters by name.
+pub fn variant_args<'ctx>(spec: &Spec, get: &dyn Fn(&str) -> R<BasicValueEnum<'ctx>>) -> R<VariantArgs<'ctx>> {
+    let mut va = VariantArgs::default();
+    for a in &spec.aux {
+        let addr = get(&format!("aux_{}", a.name))?.into_int_value();
+        let dims = (0..a.dims.len())
+            .map(|j| Ok(get(&format!("aux_{}_dim{j}", a.name))?.into_int_value()))
+            .collect::<R<Vec<_>>>()?;
+        va.aux.push(AuxArg { addr, dims });
+    }
+    for p in &spec.params {
+        let v = get(&format!("param_{}", p.name))?;
+        va.params.push(match p.ty {
+            Ty::Float => Val::Float(v.into_float_value()),
+            _ => Val::Int(v.into_int_value()),
+        });
+    }
+    if takes_frame(spec) {
+        let [q, k, sq, sk] = POSITION_PARAMS.map(|n| get(n).map(|v| v.into_int_value()));
+        va.frame = Some(PositionFrame { q_offset: q?, k_offset: k?, seqlen_q_extra: sq?, seqlen_k_extra: sk? });
+    }
+    Ok(va)
 }
 
 /// The ordered parameter list of the split-KV combine kernel.
@@ -207,19 +256,6 @@ impl<'ctx> Args<'ctx> {
     }
 
     pub fn variant(&self, spec: &Spec) -> R<VariantArgs<'ctx>> {
-        let mut va = VariantArgs::default();
-        for a in &spec.aux {
-            let addr = self.int(&format!("aux_{}", a.name))?;
-            let dims = (0..a.dims.len()).map(|j| self.int(&format!("aux_{}_dim{j}", a.name))).collect::<R<Vec<_>>>()?;
-            va.aux.push(AuxArg { addr, dims });
-        }
-        for p in &spec.params {
-            let v = self.get(&format!("param_{}", p.name))?;
-            va.params.push(match p.ty {
-                Ty::Float => Val::Float(v.into_float_value()),
-                _ => Val::Int(v.into_int_value()),
-            });
-        }
-        Ok(va)
+        variant_args(spec, &|n| self.get(n))
     }
 }
