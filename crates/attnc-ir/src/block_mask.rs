@@ -185,6 +185,16 @@ pub struct LaunchData<'a> {
     pub params: &'a [Value],
     /// Aux tensors in declaration order, dims resolved.
     pub aux: &'a [AuxTensor],
+    /// Where each batch entry sits in longer sequences (context parallelism); empty
+    /// when every entry is whole. Masks see global positions and lengths.
+    pub positions: &'a [crate::ShardPositions],
+}
+
+impl LaunchData<'_> {
+    /// Batch entry `b`'s query and key offsets and global lengths (given its local ones).
+    fn frame(&self, b: usize, sq: usize, sk: usize) -> (usize, usize, usize, usize) {
+        self.positions.get(b).map_or((0, 0, sq, sk), |p| (p.q_offset, p.k_offset, p.seqlen_q, p.seqlen_k))
+    }
 }
 
 /// The elements of one row tile: its (position, head) pairs inside seqlen_q.
@@ -257,7 +267,11 @@ pub fn classify_tile(
     if rows.is_empty() || keys.is_empty() {
         return (TileClass::Empty, Decided::Intervals);
     }
-    let mut query = tile_query(spec, b, &rows, IntRange::new(keys.start as i64, keys.end as i64 - 1), (sq, sk));
+    // The analysis sees the tile in the global frame (as the kernels' expressions do).
+    let (qo, ko, gsq, gsk) = data.frame(b, sq, sk);
+    let global_rows: Vec<(usize, usize)> = rows.iter().map(|&(q, h)| (qo + q, h)).collect();
+    let global_keys = IntRange::new((ko + keys.start) as i64, (ko + keys.end) as i64 - 1);
+    let mut query = tile_query(spec, b, &global_rows, global_keys, (gsq, gsk));
     query.params = param_ranges(spec, data.params);
     let c = classify_with_aux(spec, &query, &HostAux(data.aux));
     if c != TileClass::Partial {
@@ -265,7 +279,7 @@ pub fn classify_tile(
     }
     let mut env = env_for(spec, data, b, sq, sk);
     let (mut any, mut all) = (false, true);
-    for_each_element(spec, &mut env, &rows, keys, |env| {
+    for_each_element(spec, &mut env, (qo, ko), &rows, keys, |env| {
         let ok = eval(spec, &pred, env).as_bool();
         any |= ok;
         all &= ok;
@@ -285,17 +299,18 @@ pub fn classify_tile(
 fn for_each_element(
     spec: &Spec,
     env: &mut Env,
+    offsets: (usize, usize),
     rows: &[(usize, usize)],
     keys: std::ops::Range<usize>,
     mut visit: impl FnMut(&Env) -> bool,
 ) {
     let group = spec.group_size().max(1) as usize;
     for &(q, h) in rows {
-        env.q = q as i32;
+        env.q = (offsets.0 + q) as i32;
         env.h = h as i32;
         env.hkv = (h / group) as i32;
         for k in keys.clone() {
-            env.k = k as i32;
+            env.k = (offsets.1 + k) as i32;
             if !visit(env) {
                 return;
             }
@@ -304,6 +319,7 @@ fn for_each_element(
 }
 
 fn env_for<'a>(spec: &Spec, data: &LaunchData<'a>, b: usize, sq: usize, sk: usize) -> Env<'a> {
+    let (_, _, sq, sk) = data.frame(b, sq, sk);
     Env {
         b: b as i32,
         h: 0,
@@ -337,6 +353,8 @@ pub fn allowed_pairs(spec: &Spec, tiling: Tiling, data: &LaunchData) -> u64 {
     let mut total = 0u64;
     for (b, &(sq, sk)) in data.seqlens.iter().enumerate() {
         let mut env = env_for(spec, data, b, sq, sk);
+        let (qo, ko, _, _) = data.frame(b, sq, sk);
+        let offsets = (qo, ko);
         for slot in 0..heads {
             for m in 0..sq.div_ceil(bm) {
                 let rows = tile_rows(spec, tiling, slot, m, sq);
@@ -345,7 +363,7 @@ pub fn allowed_pairs(spec: &Spec, tiling: Tiling, data: &LaunchData) -> u64 {
                     match classify_tile(spec, tiling, data, b, slot, m, n).0 {
                         TileClass::Empty => {}
                         TileClass::Full => total += (rows.len() * keys.len()) as u64 * per_slot,
-                        TileClass::Partial => for_each_element(spec, &mut env, &rows, keys, |env| {
+                        TileClass::Partial => for_each_element(spec, &mut env, offsets, &rows, keys, |env| {
                             total += u64::from(eval(spec, &pred, env).as_bool()) * per_slot;
                             true
                         }),
@@ -368,6 +386,7 @@ pub fn reference_classes(spec: &Spec, tiling: Tiling, data: &LaunchData) -> Bloc
     let bn = tiling.block_n as usize;
     for (b, &(sq, sk)) in data.seqlens.iter().enumerate() {
         let mut env = env_for(spec, data, b, sq, sk);
+        let (qo, ko, _, _) = data.frame(b, sq, sk);
         for slot in 0..dims.slots {
             for m in 0..dims.m_tiles {
                 let rows = tile_rows(spec, tiling, slot, m, sq);
@@ -377,7 +396,7 @@ pub fn reference_classes(spec: &Spec, tiling: Tiling, data: &LaunchData) -> Bloc
                         continue;
                     }
                     let (mut any, mut all) = (false, true);
-                    for_each_element(spec, &mut env, &rows, keys, |env| {
+                    for_each_element(spec, &mut env, (qo, ko), &rows, keys, |env| {
                         let ok = pred.as_ref().is_none_or(|p| eval(spec, p, env).as_bool());
                         any |= ok;
                         all &= ok;
@@ -464,7 +483,7 @@ mod tests {
         let spec = document_mask(4, 2);
         let seqlens = [(203, 203), (97, 97)];
         let aux = [documents(&mut rng, 2, 203, 40)];
-        let data = LaunchData { seqlens: &seqlens, params: &[], aux: &aux };
+        let data = LaunchData { seqlens: &seqlens, params: &[], aux: &aux, positions: &[] };
         for tiling in [
             Tiling { block_m: 16, block_n: 16, pack_gqa: false },
             Tiling { block_m: 32, block_n: 16, pack_gqa: true },
@@ -514,12 +533,26 @@ mod tests {
                 continue;
             }
             let inputs = random_inputs(&spec, &seqlens, rng.next_u64());
-            let data = LaunchData { seqlens: &seqlens, params: &inputs.params, aux: &inputs.aux };
+            let data = LaunchData { seqlens: &seqlens, params: &inputs.params, aux: &inputs.aux, positions: &[] };
+            // And a shard of the same sequences (context parallelism): its tiles in the
+            // global frame, through both the intervals and the elements.
+            let (gq, gk) = (seqlens[0].0.min(seqlens[1].0), seqlens[0].1.min(seqlens[1].1));
+            let qa = rng.int_in(0, gq as i64 - 1) as usize;
+            let ka = rng.int_in(0, gk as i64 - 1) as usize;
+            let shard = inputs.shard(&spec, qa..gq, ka..gk, true);
+            let shard_lens: Vec<(usize, usize)> = shard.seqs.iter().map(|s| (s.seqlen_q, s.seqlen_k)).collect();
+            let shard_data = LaunchData {
+                seqlens: &shard_lens,
+                params: &shard.params,
+                aux: &shard.aux,
+                positions: &shard.positions,
+            };
             for tiling in [
                 Tiling { block_m: 8, block_n: 8, pack_gqa: false },
                 Tiling { block_m: 16, block_n: 8, pack_gqa: spec.kv_heads < spec.q_heads },
             ] {
                 check_all_tiles(&spec, tiling, &data);
+                check_all_tiles(&spec, tiling, &shard_data);
             }
             tested += 1;
         }
@@ -532,7 +565,7 @@ mod tests {
         let spec = document_mask(4, 2);
         let seqlens = [(150, 150), (61, 61)];
         let aux = [documents(&mut rng, 2, 150, 30)];
-        let data = LaunchData { seqlens: &seqlens, params: &[], aux: &aux };
+        let data = LaunchData { seqlens: &seqlens, params: &[], aux: &aux, positions: &[] };
         let pred = spec.mask.to_predicate().expect("mask");
         let mut want = 0u64;
         for (b, &(sq, sk)) in seqlens.iter().enumerate() {

@@ -675,6 +675,8 @@ fn group_backward(
         let sink = ctx.inputs.sinks.as_ref().and_then(|s| s.get(h).copied());
         let sink = sink.filter(|_| ctx.inputs.positions.get(b).is_none_or(|p| p.sinks));
         let mut env = head_env(ctx, b, h);
+        // Keys are global positions, as in the forward (`row_logits`).
+        let k_off = ctx.inputs.positions.get(b).map_or(0, |p| p.k_offset);
         for i in 0..sq {
             row_logits(ctx, &mut env, b, h, i, &mut row);
             let softmax = row_softmax(&row, sink);
@@ -684,7 +686,7 @@ fn group_backward(
             let stored_o = stored_out.map(|o| &o[b][(i * ctx.qh + h) * dv..][..dv]);
             // The aux elements this row's keys read, with what to add to each.
             let mut add_aux = |env: &mut Env, score: f64, j: usize, ds: f64, daux: &mut [HashMap<usize, f64>]| {
-                env.k = j as i32;
+                env.k = (k_off + j) as i32;
                 env.score = score;
                 for (slot, t) in &derivs.terms {
                     idx.clear();
@@ -738,7 +740,7 @@ fn group_backward(
                 }
                 let dscore = match &derivs.d_score {
                     Some(e) => {
-                        env.k = r.j as i32;
+                        env.k = (k_off + r.j) as i32;
                         env.score = r.score;
                         ds * eval(ctx.spec, e, &env).as_float()
                     }

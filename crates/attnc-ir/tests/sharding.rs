@@ -117,3 +117,59 @@ fn attnc_dsl_free_document_mask() -> Spec {
     s.mask.predicate = Some(Expr::binary(BinOp::Eq, doc(Expr::var(Var::Q)), doc(Expr::var(Var::K))));
     s
 }
+
+/// The backward of query shards, each against the key shard that holds every key its rows
+/// may see (a local window), equals the whole backward: dQ by rows, dK, dV and the
+/// learnable aux gradient summed over shards. The score mod reads a learnable bias by the
+/// key's global position and scales by its distance, so a key offset dropped in the
+/// backward (as the reference once did) shows.
+#[test]
+fn backward_of_query_shards_over_their_key_windows_equals_the_whole() {
+    use attnc_ir::{reference_backward, AuxDecl, AuxDim, BinOp, Expr, Var};
+    let mut spec = Spec::new("window_bias", 64, 4);
+    spec.kv_heads = 2;
+    let (left, right) = (9usize, 3usize);
+    spec.mask.window = Some(Window { left: Some(left as u64), right: Some(right as u64), align: Align::TopLeft });
+    spec.aux.push(AuxDecl::float("bias", vec![AuxDim::QHeads, AuxDim::MaxSeqlenK], true));
+    let bias = Expr::aux("bias", vec![Expr::var(Var::H), Expr::var(Var::K)]);
+    let dist = Expr::binary(BinOp::Sub, Expr::var(Var::Q), Expr::var(Var::K));
+    spec.score_mod = Some(Expr::binary(
+        BinOp::Add,
+        Expr::var(Var::Score),
+        Expr::binary(BinOp::Mul, bias, Expr::call(attnc_ir::Func::ToFloat, vec![dist])),
+    ));
+    let n = 47;
+    let global = random_inputs(&spec, &[(n, n)], 11);
+    let (qh, kvh, d) = (4usize, 2usize, 64usize);
+    let mut rng = Rng::new(5);
+    let d_out: Vec<f64> = (0..n * qh * d).map(|_| rng.normal()).collect();
+    let whole = reference_backward(&spec, &global, std::slice::from_ref(&d_out)).expect("whole backward");
+
+    let (mut dq, mut dk, mut dv) = (vec![0.0; n * qh * d], vec![0.0; n * kvh * d], vec![0.0; n * kvh * d]);
+    let mut daux = vec![0.0; whole.daux[0].as_ref().expect("learnable").len()];
+    for w in [0usize, 1, 13, 30, 47].windows(2) {
+        let (qa, qb) = (w[0], w[1]);
+        let (ka, kb) = (qa.saturating_sub(left), (qb + right).min(n));
+        let shard = global.shard(&spec, qa..qb, ka..kb, true);
+        let g = reference_backward(&spec, &shard, &[d_out[qa * qh * d..qb * qh * d].to_vec()]).expect("a shard");
+        dq[qa * qh * d..qb * qh * d].copy_from_slice(&g.seqs[0].dq);
+        for (acc, x) in dk[ka * kvh * d..kb * kvh * d].iter_mut().zip(&g.seqs[0].dk) {
+            *acc += x;
+        }
+        for (acc, x) in dv[ka * kvh * d..kb * kvh * d].iter_mut().zip(&g.seqs[0].dv) {
+            *acc += x;
+        }
+        for (acc, x) in daux.iter_mut().zip(g.daux[0].as_ref().expect("learnable")) {
+            *acc += x;
+        }
+    }
+    let close = |a: &[f64], b: &[f64], what: &str| {
+        let err = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+        let scale = b.iter().map(|x| x.abs()).fold(1e-300, f64::max);
+        assert!(err / scale < 1e-9, "{what}: sharded differs by {:e} of its scale", err / scale);
+    };
+    close(&dq, &whole.seqs[0].dq, "dq");
+    close(&dk, &whole.seqs[0].dk, "dk");
+    close(&dv, &whole.seqs[0].dv, "dv");
+    close(&daux, whole.daux[0].as_ref().expect("learnable"), "d bias");
+}

@@ -897,7 +897,8 @@ fn block_mask_check(
     let s = &plan.spec;
     let mask = kernel.block_mask(&t.q, &t.k, &t.v, &t.o, params)?;
     let got = kernel.block_mask_lists(&mask)?;
-    let data = LaunchData { seqlens: &plan.seqlens, params: &inputs.params, aux: &inputs.aux };
+    let data =
+        LaunchData { seqlens: &plan.seqlens, params: &inputs.params, aux: &inputs.aux, positions: &inputs.positions };
     let classes = reference_classes(s, mask.tiling(), &data);
     let d = mask.dims();
     let rows = d.batch * d.slots * d.m_tiles;

@@ -288,7 +288,7 @@ pub fn bench_variant(
             None => Value::Int(0),
         })
         .collect();
-    let data = LaunchData { seqlens: &seqlens, params: &values, aux: &aux_host };
+    let data = LaunchData { seqlens: &seqlens, params: &values, aux: &aux_host, positions: &[] };
     let pairs = allowed_pairs(spec, Tiling { block_m: 128, block_n: 128, pack_gqa: false }, &data);
     let all = (b * sq * sk * qh) as f64;
     let flops = 2.0 * pairs as f64 * (dqk + dv) as f64;
