@@ -99,14 +99,14 @@ class Attention:
 
     def __call__(self, q, k, v, *, aux=None, params=None, sinks=None, cu_seqlens_q=None, cu_seqlens_k=None,
                  block_table=None, seqused_k=None, splits=None, deterministic=False, return_lse=False,
-                 block_mask=None):
+                 block_mask=None, positions=None):
         """Attention forward on torch tensors (differentiable) or other CUDA arrays."""
         if is_torch(q):
             return _torch_layer().attention(self, q, k, v, aux=aux, params=params, sinks=sinks,
                                          cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                                          block_table=block_table, seqused_k=seqused_k, splits=splits,
                                          deterministic=deterministic, return_lse=return_lse,
-                                         block_mask=block_mask)
+                                         block_mask=block_mask, positions=positions)
         raise TypeError("calling an Attention needs torch tensors; for other arrays use forward_into(q, k, v, out)")
 
     def block_mask(self, q, k, v, *, aux=None, params=None, sinks=None, cu_seqlens_q=None, cu_seqlens_k=None):

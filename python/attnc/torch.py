@@ -60,13 +60,15 @@ def _aux_list(attn, aux):
     return [aux[n] for n in names]
 
 
-def _extras(attn, device, aux, sinks, cu_q, cu_k, block_table, seqused_k, ints, floats, splits, keep):
+def _extras(attn, device, aux, sinks, cu_q, cu_k, block_table, seqused_k, ints, floats, splits, keep, positions=None):
     """The Rust side's `extras` dict (None when there is nothing to pass); `keep` collects
     device copies that must outlive the launch."""
     if not (aux or ints or floats or splits) and sinks is None and cu_q is None and cu_k is None \
-            and block_table is None and seqused_k is None:
+            and block_table is None and seqused_k is None and positions is None:
         return None
     x = {}
+    if positions is not None:
+        x["positions"] = _positions(positions)
     values = {}
     it_i, it_f = iter(ints), iter(floats)
     for name, ty in attn.params:
@@ -94,6 +96,17 @@ def _extras(attn, device, aux, sinks, cu_q, cu_k, block_table, seqused_k, ints, 
     if splits > 0:
         x["splits"] = splits
     return x
+
+
+def _positions(p):
+    """``(q_offset, k_offset, seqlen_q, seqlen_k[, sinks])``: a shard's place in its global
+    sequences (masks and score mods see global positions; aux tensors are the global ones)."""
+    p = tuple(p)
+    if len(p) == 4:
+        p = (*p, True)
+    if len(p) != 5:
+        raise ValueError("positions: expected (q_offset, k_offset, seqlen_q, seqlen_k[, sinks])")
+    return (int(p[0]), int(p[1]), int(p[2]), int(p[3]), bool(p[4]))
 
 
 def _block_mask(key):
@@ -126,14 +139,14 @@ def _out_shapes(attn, q, cu_q):
 
 
 def _forward_impl(attn, q, k, v, aux, sinks, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k, iparams, fparams,
-                  splits, need_lse, block_mask=""):
+                  splits, need_lse, block_mask="", positions=None):
     qkv = (describe_torch("q", q), describe_torch("k", k), describe_torch("v", v))
     o_shape, lse_shape = _out_shapes(attn, q, cu_seqlens_q)
     o = q.new_empty(o_shape)
     lse = q.new_empty(lse_shape, dtype=torch.float32) if need_lse else None
     keep = []
     extras = _extras(attn, q.device, aux, sinks, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k, iparams,
-                     fparams, splits, keep)
+                     fparams, splits, keep, positions)
     if block_mask:
         extras = extras or {}
         extras["block_mask"] = _block_mask(block_mask)
@@ -166,7 +179,7 @@ def _forward_fake(key, q, k, v, aux, sinks, cu_seqlens_q, cu_seqlens_k, block_ta
 
 
 def _backward_impl(key, q, k, v, o, lse, d_out, aux, sinks, cu_seqlens_q, cu_seqlens_k, iparams, fparams,
-                   deterministic, block_mask=""):
+                   deterministic, block_mask="", positions=None):
     attn = _variant(key)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     dsinks = q.new_empty((attn.spec["q_heads"],) if sinks is not None else (0,), dtype=torch.float32)
@@ -177,7 +190,7 @@ def _backward_impl(key, q, k, v, o, lse, d_out, aux, sinks, cu_seqlens_q, cu_seq
     # `_extras` gives None when the forward would pass nothing; the backward always passes
     # at least the determinism flag.
     extras = _extras(attn, q.device, aux, sinks, cu_seqlens_q, cu_seqlens_k, None, None, iparams, fparams, 0,
-                     keep) or {}
+                     keep, positions) or {}
     if sinks is not None:
         extras["dsinks"] = describe_torch("dsinks", dsinks)
     grads = {n: describe_torch(f"aux gradient `{n}`", g) for (n, _, l), g in zip(attn.aux, aux_grads) if l}
@@ -263,10 +276,11 @@ class _EagerAttention(torch.autograd.Function):
     microseconds a call): the same forward and backward implementations as the ops."""
 
     @staticmethod
-    def forward(ctx, key, q, k, v, sinks, cu_q, cu_k, iparams, fparams, deterministic, block_mask, *aux):
+    def forward(ctx, key, q, k, v, sinks, cu_q, cu_k, iparams, fparams, deterministic, block_mask, positions, *aux):
         o, lse = _forward_impl(_variant(key), q, k, v, list(aux), sinks, cu_q, cu_k, None, None, iparams, fparams, 0,
-                               True, block_mask)
+                               True, block_mask, positions)
         ctx.key, ctx.iparams, ctx.fparams, ctx.deterministic = key, iparams, fparams, deterministic
+        ctx.positions = positions
         ctx.has_sinks = sinks is not None
         _keep_block_mask(ctx, block_mask)
         ctx.save_for_backward(q, k, v, o, lse, sinks, cu_q, cu_k, *aux)
@@ -279,16 +293,18 @@ class _EagerAttention(torch.autograd.Function):
         attn = _variant(ctx.key)
         dq, dk, dv, dsinks, aux_grads = _backward_impl(ctx.key, q, k, v, o, lse, d_out.contiguous(), list(aux), sinks,
                                                        cu_q, cu_k, ctx.iparams, ctx.fparams, ctx.deterministic,
-                                                       ctx.block_mask)
+                                                       ctx.block_mask, ctx.positions)
         aux_out = [g if learn else None for g, (_, _, learn) in zip(aux_grads, attn.aux)]
-        return (None, dq, dk, dv, dsinks if ctx.has_sinks else None, None, None, None, None, None, None, *aux_out)
+        return (None, dq, dk, dv, dsinks if ctx.has_sinks else None, None, None, None, None, None, None, None,
+                *aux_out)
 
 
 def attention(attn, q, k, v, *, aux=None, params=None, sinks=None, cu_seqlens_q=None, cu_seqlens_k=None,
               block_table=None, seqused_k=None, splits=None, deterministic=False, return_lse=False,
-              block_mask=None):
+              block_mask=None, positions=None):
     """``attn``'s forward on torch tensors: through ``torch.ops.attnc.forward`` under
-    ``torch.compile`` / export, directly (same implementation, less dispatch) in eager mode."""
+    ``torch.compile`` / export, directly (same implementation, less dispatch) in eager mode.
+    ``positions`` (a shard of longer sequences, see attnc.cp) runs eagerly only."""
     ints, floats = _params(attn, params)
     aux_list = _aux_list(attn, aux)
     need_grad = torch.is_grad_enabled() and (
@@ -297,16 +313,20 @@ def attention(attn, q, k, v, *, aux=None, params=None, sinks=None, cu_seqlens_q=
     # A variant that declares `lse` always writes it.
     need_lse = need_grad or return_lse or attn.spec["lse"]
     mask_key = "" if block_mask is None else block_mask_key(block_mask)
+    if positions is not None:
+        positions = _positions(positions)
+        if torch.compiler.is_compiling() or _tracing(q):
+            raise NotImplementedError("positions= is not supported under torch.compile yet (call it eagerly)")
     if torch.compiler.is_compiling() or _tracing(q):
         o, lse = torch.ops.attnc.forward(attn.key, q, k, v, aux_list, sinks, cu_seqlens_q, cu_seqlens_k, block_table,
                                          seqused_k, ints, floats, int(splits or 0), bool(need_lse),
                                          bool(deterministic), mask_key)
     elif need_grad and block_table is None and not splits:
         o, lse = _EagerAttention.apply(attn.key, q, k, v, sinks, cu_seqlens_q, cu_seqlens_k, ints, floats,
-                                       bool(deterministic), mask_key, *aux_list)
+                                       bool(deterministic), mask_key, positions, *aux_list)
     else:
         o, lse = _forward_impl(attn, q, k, v, aux_list, sinks, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k,
-                               ints, floats, int(splits or 0), bool(need_lse), mask_key)
+                               ints, floats, int(splits or 0), bool(need_lse), mask_key, positions)
     return (o, lse) if return_lse else o
 
 

@@ -7,7 +7,7 @@
 //! `ValueError` naming the argument before anything launches. The pure-Python package
 //! (`python/attnc`) holds the user-facing API, the torch custom op and autograd.
 
-use attnc_ir::{KvLayout, Spec, Ty};
+use attnc_ir::{KvLayout, ShardPositions, Spec, Ty};
 use attnc_lower::{Arch, CompileOptions, Direction, FamilyChoice};
 use attnc_runtime::validate::{plan, KernelShape, LaunchDescs, ParamValue};
 use attnc_runtime::{
@@ -112,6 +112,7 @@ struct Extras {
     aux_grads: Vec<(String, Tensor)>,
     stream: Option<Stream>,
     block_mask: Option<Py<BlockMask>>,
+    positions: Option<ShardPositions>,
 }
 
 impl Extras {
@@ -160,9 +161,18 @@ impl Extras {
                 "splits" => x.splits = Some(value.extract()?),
                 "deterministic" => x.deterministic = value.extract()?,
                 "block_mask" => x.block_mask = Some(value.extract::<Py<BlockMask>>()?),
+                "positions" => {
+                    let (q_offset, k_offset, seqlen_q, seqlen_k, sinks): (usize, usize, usize, usize, bool) =
+                        value.extract().map_err(|_| {
+                            PyValueError::new_err(
+                                "positions: expected (q_offset, k_offset, seqlen_q, seqlen_k, sinks) with non-negative ints",
+                            )
+                        })?;
+                    x.positions = Some(ShardPositions { q_offset, k_offset, seqlen_q, seqlen_k, sinks });
+                }
                 other => {
                     return Err(PyValueError::new_err(format!(
-                        "unknown argument `{other}` (expected params, aux, sinks, cu_seqlens, paged, splits, deterministic, dsinks, aux_grads, block_mask)"
+                        "unknown argument `{other}` (expected params, aux, sinks, cu_seqlens, paged, splits, deterministic, dsinks, aux_grads, block_mask, positions)"
                     )))
                 }
             }
@@ -198,6 +208,9 @@ impl Extras {
         }
         if let Some(m) = &self.block_mask {
             p = p.block_mask(&m.get().inner);
+        }
+        if let Some(sp) = self.positions {
+            p = p.positions(sp);
         }
         p.deterministic(self.deterministic)
     }
@@ -295,6 +308,7 @@ impl Variant {
             aux: p.aux.iter().map(|(n, t)| (n.clone(), t.desc())).collect(),
             params: p.values.clone(),
             num_splits: p.num_splits,
+            positions: p.positions,
         };
         // Tile sizes only shape grids and splits, which this check does not report.
         let shape =

@@ -322,9 +322,52 @@ def test_autograd_hands_the_forwards_block_mask_to_the_backward(monkeypatch, pat
     h, d = a.spec["q_heads"], a.spec["head_dim_qk"]
     q = torch.randn(1, 7, h, d, dtype=torch.bfloat16, requires_grad=True)
     if path == "eager":
-        o, _ = at._EagerAttention.apply(a.key, q, q, q, None, None, None, [], [], False, key)
+        o, _ = at._EagerAttention.apply(a.key, q, q, q, None, None, None, [], [], False, key, None)
     else:
         o, _ = torch.ops.attnc.forward(a.key, q, q, q, [], None, None, None, None, None, [], [], 0, True, False, key)
     o.float().sum().backward()
     assert stub.calls == [("forward", {"block_mask": mask}),
                           ("backward", {"deterministic": False, "block_mask": mask})]
+
+
+@pytest.mark.parametrize("layout", ["zigzag", "contiguous"])
+def test_sequence_shards_round_trip_and_balance_causal_work(layout):
+    from attnc.cp import shard_sequence, unshard_sequence
+
+    world = 4
+    x = torch.arange(2 * 64 * 3).view(2, 64, 3)
+    shards = [shard_sequence(x, r, world, layout) for r in range(world)]
+    assert torch.equal(unshard_sequence(shards, layout), x)
+    # Causal work per rank: the number of (q, k <= q) pairs of its rows.
+    work = [int((s[0, :, 0] // 3 + 1).sum()) for s in shards]
+    if layout == "zigzag":
+        assert len(set(work)) == 1, work
+    with pytest.raises(ValueError, match="equal chunks"):
+        shard_sequence(torch.zeros(1, 30, 1), 0, world, layout)
+
+
+def test_partial_softmaxes_merge_by_lse_into_the_whole():
+    from attnc.cp import _merge
+
+    torch.manual_seed(0)
+    b, s, h, d, n = 2, 5, 3, 4, 12
+    scores = torch.randn(b, h, s, n, dtype=torch.float64)
+    scores[0, 0, 1, :7] = float("-inf")  # a row with no keys in the first part
+    scores[1, 2, 3, :] = float("-inf")  # a row with no keys at all
+    v = torch.randn(b, n, h, d, dtype=torch.float64)
+
+    def part(lo, hi):
+        sc = scores[..., lo:hi]
+        lse = torch.logsumexp(sc, dim=-1)
+        p = torch.exp(sc - torch.where(torch.isinf(lse), torch.zeros_like(lse), lse).unsqueeze(-1))
+        o = torch.einsum("bhsn,bnhd->bshd", p, v[:, lo:hi])
+        return o, lse
+
+    o_acc = torch.zeros(b, s, h, d, dtype=torch.float64)
+    lse_acc = torch.full((b, h, s), float("-inf"), dtype=torch.float64)
+    for lo, hi in [(0, 7), (7, 8), (8, 12)]:
+        o_acc, lse_acc = _merge(o_acc, lse_acc, *part(lo, hi))
+    o_all, lse_all = part(0, n)
+    assert torch.allclose(o_acc, o_all) and torch.equal(torch.isinf(lse_acc), torch.isinf(lse_all))
+    finite = ~torch.isinf(lse_all)
+    assert torch.allclose(lse_acc[finite], lse_all[finite])

@@ -1,0 +1,246 @@
+"""Context parallelism: attention over sequences sharded across the ranks of a
+``torch.distributed`` process group (NCCL), for every variant.
+
+Each rank holds its shard of Q, K and V (``[batch, local_seqlen, heads, head_dim]``) and gets
+its rows of O back. Masks and score modifications see global positions: every launch passes
+the shard's place in the global sequence (``positions=``), so a causal, windowed or document
+mask means on a shard what it means on the whole. Aux tensors are the global ones: every
+rank passes the same whole tensor (they are per-token metadata, small next to K and V).
+
+Two strategies (docs/context-parallel.md weighs them):
+
+- ``"allgather"``: gather K and V once, run this rank's query chunks against all of them
+  (one launch per chunk, nothing to merge); the backward reduce-scatters dK and dV.
+- ``"ring"``: pass K/V chunks around the ring (NCCL send/recv of the next chunk posted
+  before the current one computes, so the transfer overlaps), merge the partial outputs
+  by their LSE in f32; the backward runs each step against the merged O and LSE and sends
+  dK/dV along with their chunk until they are home.
+
+Two layouts: ``"contiguous"`` (rank r holds rows [r·S, (r+1)·S)) and ``"zigzag"`` (the
+sequence in 2·W equal chunks; rank r holds chunks r and 2·W−1−r, so a causal mask gives
+every rank the same work).
+"""
+
+import torch
+import torch.distributed as dist
+
+from .torch import _aux_list, _backward_impl, _forward_impl, _params
+
+__all__ = ["context_parallel_attention", "shard_sequence", "unshard_sequence"]
+
+
+def _chunk_ids(layout, rank, world):
+    if layout == "contiguous":
+        return [rank]
+    if layout == "zigzag":
+        return [rank, 2 * world - 1 - rank]
+    raise ValueError(f"layout: expected 'contiguous' or 'zigzag', found {layout!r}")
+
+
+def _chunks_per_rank(layout):
+    return 1 if layout == "contiguous" else 2
+
+
+def shard_sequence(x, rank, world, layout="zigzag", dim=1):
+    """This rank's shard of a whole-sequence tensor (sequence along ``dim``)."""
+    n = world * _chunks_per_rank(layout)
+    parts = x.chunk(n, dim=dim)
+    if len(parts) != n or any(p.shape[dim] != parts[0].shape[dim] for p in parts):
+        raise ValueError(f"the sequence length {x.shape[dim]} must split into {n} equal chunks")
+    return torch.cat([parts[c] for c in _chunk_ids(layout, rank, world)], dim=dim)
+
+
+def unshard_sequence(shards, layout="zigzag", dim=1):
+    """The whole-sequence tensor from every rank's shard (in rank order)."""
+    world = len(shards)
+    per = _chunks_per_rank(layout)
+    chunks = {}
+    for r, s in enumerate(shards):
+        for c, part in zip(_chunk_ids(layout, r, world), s.chunk(per, dim=dim)):
+            chunks[c] = part
+    return torch.cat([chunks[c] for c in range(world * per)], dim=dim)
+
+
+def _merge(o_acc, lse_acc, o, lse):
+    """Two partial softmaxes over disjoint keys, by their LSE (f32). O ``[b, s, h, d]``,
+    LSE ``[b, h, s]``; rows without keys on one side (LSE −∞) take the other."""
+    lse_new = torch.logaddexp(lse_acc, lse)
+    lse_safe = torch.where(torch.isinf(lse_new), torch.zeros_like(lse_new), lse_new)
+    w_acc = torch.exp(lse_acc - lse_safe).transpose(1, 2).unsqueeze(-1)
+    w = torch.exp(lse - lse_safe).transpose(1, 2).unsqueeze(-1)
+    return o_acc * w_acc + o.float() * w, lse_new
+
+
+class _Ring:
+    """Posts the send of what this rank holds to the next rank and the receive of the
+    previous rank's, on NCCL's stream; ``wait`` before using what arrived."""
+
+    def __init__(self, group, rank, world):
+        self.group, self.rank, self.world = group, rank, world
+
+    def shift(self, tensors):
+        nxt, prv = (self.rank + 1) % self.world, (self.rank - 1) % self.world
+        recv = [torch.empty_like(t) for t in tensors]
+        ops = [dist.P2POp(dist.isend, t, dist.get_global_rank(self.group, nxt) if self.group else nxt, self.group)
+               for t in tensors]
+        ops += [dist.P2POp(dist.irecv, t, dist.get_global_rank(self.group, prv) if self.group else prv, self.group)
+                for t in recv]
+        return dist.batch_isend_irecv(ops), recv
+
+
+class _ContextParallel(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, attn, cfg, q, k, v, sinks, *aux):
+        group, strategy, layout, ints, floats, deterministic = cfg
+        world, rank = dist.get_world_size(group), dist.get_rank(group)
+        per = _chunks_per_rank(layout)
+        b, s_local = q.shape[0], q.shape[1]
+        if s_local % per:
+            raise ValueError(f"the local sequence ({s_local}) must hold {per} equal chunks for layout {layout!r}")
+        c = s_local // per
+        total = c * per * world
+        mine = _chunk_ids(layout, rank, world)
+        q_chunks = list(q.split(c, dim=1))
+        aux = list(aux)
+
+        def fwd(qc, kc, vc, q_off, k_off, take_sink):
+            return _forward_impl(attn, qc, kc, vc, aux, sinks, None, None, None, None, ints, floats, 0, True, "",
+                                 (q_off, k_off, total, total, take_sink))
+
+        if strategy == "allgather":
+            k_all = [torch.empty_like(k) for _ in range(world)]
+            v_all = [torch.empty_like(v) for _ in range(world)]
+            dist.all_gather(k_all, k.contiguous(), group=group)
+            dist.all_gather(v_all, v.contiguous(), group=group)
+            k_glob = unshard_sequence(k_all, layout).contiguous()
+            v_glob = unshard_sequence(v_all, layout).contiguous()
+            outs = [fwd(qc, k_glob, v_glob, cid * c, 0, True) for qc, cid in zip(q_chunks, mine)]
+            o = [x[0] for x in outs]
+            lse = [x[1] for x in outs]
+            ctx.save_for_backward(q, k_glob, v_glob, sinks, *o, *lse, *aux)
+        elif strategy == "ring":
+            ring = _Ring(group, rank, world)
+            o_acc = [torch.zeros(qc.shape[:-1] + (v.shape[-1],), device=q.device, dtype=torch.float32)
+                     for qc in q_chunks]
+            lse_acc = [torch.full((b, q.shape[2], c), float("-inf"), device=q.device, dtype=torch.float32)
+                       for _ in q_chunks]
+            held_k, held_v = k.contiguous(), v.contiguous()
+            for step in range(world):
+                owner = (rank - step) % world
+                pending = ring.shift([held_k, held_v]) if step + 1 < world else None
+                for kc, vc, kid in zip(held_k.split(c, dim=1), held_v.split(c, dim=1),
+                                       _chunk_ids(layout, owner, world)):
+                    for i, (qc, qid) in enumerate(zip(q_chunks, mine)):
+                        # Exactly one key chunk (the first) takes the sink.
+                        o_p, lse_p = fwd(qc, kc, vc, qid * c, kid * c, kid == 0)
+                        o_acc[i], lse_acc[i] = _merge(o_acc[i], lse_acc[i], o_p, lse_p)
+                if pending is not None:
+                    for w in pending[0]:
+                        w.wait()
+                    held_k, held_v = pending[1]
+            o = [x.to(q.dtype) for x in o_acc]
+            lse = lse_acc
+            ctx.save_for_backward(q, k, v, sinks, *o, *lse, *aux)
+        else:
+            raise ValueError(f"strategy: expected 'ring' or 'allgather', found {strategy!r}")
+        ctx.attn, ctx.cfg, ctx.c, ctx.total, ctx.per, ctx.n_aux = attn, cfg, c, total, per, len(aux)
+        return torch.cat(o, dim=1)
+
+    @staticmethod
+    def backward(ctx, d_o):
+        attn, (group, strategy, layout, ints, floats, deterministic) = ctx.attn, ctx.cfg
+        c, total, per = ctx.c, ctx.total, ctx.per
+        world, rank = dist.get_world_size(group), dist.get_rank(group)
+        saved = ctx.saved_tensors
+        q, k, v, sinks = saved[:4]
+        o = saved[4:4 + per]
+        lse = saved[4 + per:4 + 2 * per]
+        aux = list(saved[4 + 2 * per:])
+        mine = _chunk_ids(layout, rank, world)
+        q_chunks = q.split(c, dim=1)
+        do_chunks = d_o.contiguous().split(c, dim=1)
+        learn = [a[2] for a in attn.aux]
+
+        def bwd(qc, kc, vc, oc, lc, doc, q_off, k_off, take_sink):
+            return _backward_impl(attn.key, qc, kc, vc, oc, lc, doc.contiguous(), aux, sinks, None, None, ints,
+                                  floats, deterministic, "", (q_off, k_off, total, total, take_sink))
+
+        dq = [torch.zeros_like(qc, dtype=torch.float32) for qc in q_chunks]
+        dsinks = None
+        aux_grads = [None] * len(aux)
+
+        def add_extras(ds, ag):
+            nonlocal dsinks
+            if sinks is not None:
+                dsinks = ds if dsinks is None else dsinks + ds
+            for j, g in enumerate(ag):
+                if learn[j]:
+                    aux_grads[j] = g if aux_grads[j] is None else aux_grads[j] + g
+
+        if strategy == "allgather":
+            k_glob, v_glob = k, v
+            dk_glob = torch.zeros_like(k_glob, dtype=torch.float32)
+            dv_glob = torch.zeros_like(v_glob, dtype=torch.float32)
+            for i, (qc, qid) in enumerate(zip(q_chunks, mine)):
+                g = bwd(qc, k_glob, v_glob, o[i], lse[i], do_chunks[i], qid * c, 0, True)
+                dq[i] += g[0].float()
+                dk_glob += g[1].float()
+                dv_glob += g[2].float()
+                add_extras(g[3], g[4])
+            # Each rank's dK, dV: the sum over ranks of its rows of dK_glob.
+            dk = torch.empty_like(dk_glob[:, :per * c])
+            dv = torch.empty_like(dv_glob[:, :per * c])
+            dist.reduce_scatter(dk, [shard_sequence(dk_glob, r, world, layout).contiguous() for r in range(world)],
+                                group=group)
+            dist.reduce_scatter(dv, [shard_sequence(dv_glob, r, world, layout).contiguous() for r in range(world)],
+                                group=group)
+        else:
+            ring = _Ring(group, rank, world)
+            held_k, held_v = k.contiguous(), v.contiguous()
+            held_dk = torch.zeros_like(k, dtype=torch.float32)
+            held_dv = torch.zeros_like(v, dtype=torch.float32)
+            for step in range(world):
+                owner = (rank - step) % world
+                kcs, vcs = held_k.split(c, dim=1), held_v.split(c, dim=1)
+                for j, kid in enumerate(_chunk_ids(layout, owner, world)):
+                    for i, (qc, qid) in enumerate(zip(q_chunks, mine)):
+                        g = bwd(qc, kcs[j], vcs[j], o[i], lse[i], do_chunks[i], qid * c, kid * c, kid == 0)
+                        dq[i] += g[0].float()
+                        held_dk[:, j * c:(j + 1) * c] += g[1].float()
+                        held_dv[:, j * c:(j + 1) * c] += g[2].float()
+                        add_extras(g[3], g[4])
+                # Pass the chunk on with its gradients; after the last step only the
+                # gradients travel, and they arrive home.
+                last = step + 1 == world
+                works, recv = ring.shift([held_dk, held_dv] if last else [held_k, held_v, held_dk, held_dv])
+                for w in works:
+                    w.wait()
+                if last:
+                    held_dk, held_dv = recv
+                else:
+                    held_k, held_v, held_dk, held_dv = recv
+            dk, dv = held_dk, held_dv
+        # The sink and aux gradients: every rank holds a part.
+        if dsinks is not None:
+            dist.all_reduce(dsinks, group=group)
+        for g in aux_grads:
+            if g is not None:
+                dist.all_reduce(g, group=group)
+        dq = torch.cat(dq, dim=1).to(q.dtype)
+        return (None, None, dq, dk.to(k.dtype), dv.to(v.dtype), dsinks if sinks is not None else None, *aux_grads)
+
+
+def context_parallel_attention(attn, q, k, v, *, group=None, strategy="ring", layout="zigzag", aux=None, params=None,
+                               sinks=None, deterministic=False):
+    """``attn`` over sequences sharded across ``group`` (``torch.distributed``, NCCL).
+
+    ``q``, ``k``, ``v``: this rank's shard, ``[batch, local_seqlen, heads, head_dim]``, laid
+    out by ``layout`` (``shard_sequence`` cuts a whole tensor that way). ``aux``: the
+    variant's aux tensors, whole (every rank passes the same). Returns this rank's rows of
+    O; autograd gives dQ, dK, dV of the shard (and sink and learnable aux gradients, summed
+    over ranks). Contiguous-layout variants only.
+    """
+    ints, floats = _params(attn, params)
+    aux_list = _aux_list(attn, aux)
+    cfg = (group, strategy, layout, ints, floats, bool(deterministic))
+    return _ContextParallel.apply(attn, cfg, q, k, v, sinks, *aux_list)
