@@ -131,6 +131,8 @@ pub(crate) fn spec_strategy() -> impl Strategy<Value = Spec> {
         spec.kv_layout = kv_layout;
         spec.split_kv = split_kv;
         spec.lse = lse;
+        // `shards` needs the contiguous layout; the lse flag's bits pick it elsewhere too.
+        spec.shards = lse && spec.kv_layout == KvLayout::Contiguous && spec.q_heads % 2 == 0;
         // Conditional rescaling may let P grow to 2^threshold; fp16 overflows past 2^15.
         let rescale_threshold = if fp16 { rescale_threshold.min(15.0) } else { rescale_threshold };
         spec.softmax = SoftmaxOptions { exp2_emulation, rescale_threshold };

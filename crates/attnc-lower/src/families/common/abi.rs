@@ -259,3 +259,27 @@ impl<'ctx> Args<'ctx> {
         variant_args(spec, &|n| self.get(n))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only the sharded twin of a variant that reads positions takes the shard's frame:
+    /// every other module keeps its ABI (and PTX).
+    #[test]
+    fn the_position_frame_is_in_the_sharded_twin_of_positional_variants_only() {
+        let takes = |s: &Spec| {
+            let p = forward_params(s);
+            POSITION_PARAMS.iter().all(|n| p.iter().any(|(m, _)| m == n))
+        };
+        let mut causal = Spec::new("c", 128, 8);
+        causal.mask.causal = Some(attnc_ir::Align::TopLeft);
+        let plain = Spec::new("p", 128, 8);
+        assert!(!takes(&causal) && !takes(&plain));
+        let (mut causal_twin, mut plain_twin) = (causal.clone(), plain.clone());
+        causal_twin.shards = true;
+        plain_twin.shards = true;
+        assert!(takes(&causal_twin), "a causal mask reads positions");
+        assert!(!takes(&plain_twin), "no expression reads a position: nothing to shift");
+    }
+}
