@@ -627,6 +627,10 @@ pub struct Grads {
     /// One per aux declaration (declaration order): `Some` (same length as the tensor's
     /// data) for a learnable tensor, `None` otherwise.
     pub daux: Vec<Option<Vec<f64>>>,
+    /// Per element of `daux`, the sum of the magnitudes of its terms: the scale rounding
+    /// errors are relative to when the terms cancel (a learned position bias whose rows'
+    /// contributions sum to nearly 0 leaves `daux` far below its terms).
+    pub daux_scale: Vec<Option<Vec<f64>>>,
 }
 
 /// The gradient of one (batch entry, KV head): the rows of its query heads, its keys and
@@ -640,8 +644,8 @@ struct GroupGrads {
     /// `[group]`.
     dsink: Vec<f64>,
     /// Per aux declaration, this group's contributions by element (each summed in the
-    /// group's fixed order).
-    daux: Vec<HashMap<usize, f64>>,
+    /// group's fixed order), and the sum of their magnitudes.
+    daux: Vec<HashMap<usize, (f64, f64)>>,
 }
 
 /// The spec's derivatives, with each aux term's declaration slot resolved.
@@ -685,17 +689,20 @@ fn group_backward(
             let dorow = &d_out[b][(i * ctx.qh + h) * dv..][..dv];
             let stored_o = stored_out.map(|o| &o[b][(i * ctx.qh + h) * dv..][..dv]);
             // The aux elements this row's keys read, with what to add to each.
-            let mut add_aux = |env: &mut Env, score: f64, j: usize, ds: f64, daux: &mut [HashMap<usize, f64>]| {
-                env.k = (k_off + j) as i32;
-                env.score = score;
-                for (slot, t) in &derivs.terms {
-                    idx.clear();
-                    idx.extend(t.index.iter().map(|e| eval(ctx.spec, e, env).as_int()));
-                    let Some(flat) = ctx.inputs.aux[*slot].flat_index(&idx) else { continue };
-                    let d = if ds.is_nan() { f64::NAN } else { ds * eval(ctx.spec, &t.d, env).as_float() };
-                    *daux[*slot].entry(flat).or_insert(0.0) += d;
-                }
-            };
+            let mut add_aux =
+                |env: &mut Env, score: f64, j: usize, ds: f64, daux: &mut [HashMap<usize, (f64, f64)>]| {
+                    env.k = (k_off + j) as i32;
+                    env.score = score;
+                    for (slot, t) in &derivs.terms {
+                        idx.clear();
+                        idx.extend(t.index.iter().map(|e| eval(ctx.spec, e, env).as_int()));
+                        let Some(flat) = ctx.inputs.aux[*slot].flat_index(&idx) else { continue };
+                        let d = if ds.is_nan() { f64::NAN } else { ds * eval(ctx.spec, &t.d, env).as_float() };
+                        let acc = daux[*slot].entry(flat).or_insert((0.0, 0.0));
+                        acc.0 += d;
+                        acc.1 += d.abs();
+                    }
+                };
             let (m, denom) = match softmax {
                 RowSoftmax::Empty => continue,
                 RowSoftmax::Nan => {
@@ -880,6 +887,7 @@ fn backward_impl(
     let mut dsinks = spec.sinks.then(|| vec![0.0; qh]);
     let mut daux: Vec<Option<Vec<f64>>> =
         spec.aux.iter().zip(&inputs.aux).map(|(d, t)| d.learnable.then(|| vec![0.0; t.data.len()])).collect();
+    let mut daux_scale = daux.clone();
     for (n, &(b, hkv)) in items.iter().enumerate() {
         let Some(g) = results[n].take() else {
             return Err(ReferenceError::Internal(format!("worker for sequence {b}, kv head {hkv} failed")));
@@ -900,16 +908,17 @@ fn backward_impl(
             dst.dv[(j * kvh + hkv) * dv..][..dv].copy_from_slice(&g.dv[j * dv..][..dv]);
         }
         for (slot, contrib) in g.daux.into_iter().enumerate() {
-            if let Some(Some(acc)) = daux.get_mut(slot) {
-                for (flat, v) in contrib {
-                    if let Some(x) = acc.get_mut(flat) {
+            if let (Some(Some(acc)), Some(Some(scale))) = (daux.get_mut(slot), daux_scale.get_mut(slot)) {
+                for (flat, (v, a)) in contrib {
+                    if let (Some(x), Some(s)) = (acc.get_mut(flat), scale.get_mut(flat)) {
                         *x += v;
+                        *s += a;
                     }
                 }
             }
         }
     }
-    Ok(Grads { seqs, dsinks, daux })
+    Ok(Grads { seqs, dsinks, daux, daux_scale })
 }
 
 /// Relative L2 error `‖a − b‖₂ / ‖b‖₂` (`b` is the reference). Pairs that are identical

@@ -313,3 +313,26 @@ fn stored_output_reference_and_the_conditioning_of_position_biases() {
     let short = vec![rounded[0][1..].to_vec()];
     assert!(matches!(reference_backward_with_output(&s, &inputs, &dout, &short), Err(ReferenceError::Length { .. })));
 }
+
+/// The magnitude sums bound the aux gradients they come with, element by element.
+#[test]
+fn aux_gradient_scales_bound_the_gradients() {
+    use attnc_ir::{AuxDecl, AuxDim, BinOp, Expr, Var};
+    let mut spec = Spec::new("bias", 64, 2);
+    spec.mask.causal = Some(attnc_ir::Align::TopLeft);
+    spec.aux.push(AuxDecl::float("bias", vec![AuxDim::QHeads, AuxDim::MaxSeqlenK], true));
+    spec.score_mod = Some(Expr::binary(
+        BinOp::Add,
+        Expr::var(Var::Score),
+        Expr::aux("bias", vec![Expr::var(Var::H), Expr::var(Var::K)]),
+    ));
+    let inputs = attnc_ir::random_inputs(&spec, &[(23, 23)], 3);
+    let mut rng = attnc_ir::reference::Rng::new(9);
+    let d_out = vec![(0..23 * 2 * 64).map(|_| rng.normal()).collect::<Vec<f64>>()];
+    let g = attnc_ir::reference_backward(&spec, &inputs, &d_out).expect("backward");
+    let (d, s) = (g.daux[0].as_ref().expect("learnable"), g.daux_scale[0].as_ref().expect("learnable"));
+    assert!(s.iter().any(|&x| x > 0.0));
+    for (x, m) in d.iter().zip(s) {
+        assert!(x.abs() <= m * (1.0 + 1e-12) + 1e-300, "{x} > {m}");
+    }
+}

@@ -134,7 +134,8 @@ pub struct GradResult {
     /// Per learnable aux tensor, against the reference fed the device's stored O (see
     /// `attnc_ir::reference::reference_backward_with_output`): the kernel's `D` comes from
     /// that rounded O, and a cancelling aux reduction (a learned position bias) amplifies
-    /// its rounding far past any kernel error.
+    /// its rounding far past any kernel error. Measured by `aux_grad_error`: relative to
+    /// the gradient, or to a tenth of its terms' magnitudes where those cancel.
     pub daux: Vec<(String, f64)>,
     /// The same against the exact reference: what the O rounding costs (informational).
     pub daux_exact: Vec<(String, f64)>,
@@ -991,6 +992,24 @@ impl GradErrors {
     }
 }
 
+/// An aux gradient's error: `‖got − want‖ / max(‖want‖, ‖terms‖ / 10)`, where `terms` holds
+/// each element's sum of term magnitudes. A gradient that is a cancelling sum (a learned
+/// position bias whose per-row contributions nearly cancel) is far smaller than its terms,
+/// and rounding errors scale with the terms: plain rel-L2 would then measure noise. For a
+/// gradient not dominated by cancellation, `‖want‖` is the larger and this is rel-L2.
+fn aux_grad_error(got: &[f64], want: &[f64], terms: &[f64]) -> f64 {
+    let norm = |x: &mut dyn Iterator<Item = f64>| x.map(|v| v * v).sum::<f64>().sqrt();
+    let diff = norm(&mut got.iter().zip(want).map(|(g, w)| if g == w { 0.0 } else { g - w }));
+    let scale = norm(&mut want.iter().copied()).max(norm(&mut terms.iter().copied()) / 10.0);
+    if diff == 0.0 {
+        0.0
+    } else if scale == 0.0 || !diff.is_finite() {
+        f64::INFINITY
+    } else {
+        diff / scale
+    }
+}
+
 /// The largest rel-L2 of `got` against `want`, sequence by sequence (`rows(b)` gives a
 /// sequence's element range in the device layout), and the count of non-finite values
 /// where the reference is finite.
@@ -1077,7 +1096,7 @@ fn grad_check(
         let t_ref = Instant::now();
         let g = attnc_ir::reference::reference_backward_with_output(s, inputs, &d_out, &per_seq)
             .map_err(|e| RuntimeError::Other(format!("reference backward (stored O): {e}")))?;
-        Some((g.daux, t_ref.elapsed().as_secs_f64() * 1e3))
+        Some((g.daux, g.daux_scale, t_ref.elapsed().as_secs_f64() * 1e3))
     };
     let run = |det: bool, mask: Option<&crate::BlockMask>| -> Result<(Vec<Vec<f64>>, Receipt), RuntimeError> {
         let mut dq = rt.alloc(dt, t.q.shape())?;
@@ -1135,14 +1154,15 @@ fn grad_check(
         let (mut eaux, mut eaux_exact) = (Vec::new(), Vec::new());
         let empty = Vec::new();
         let stored = want_aux.as_ref().map_or(&empty, |w| &w.0);
+        let stored_scale = want_aux.as_ref().map_or(&empty, |w| &w.1);
         for (i, a) in &learnable {
             let pick =
                 |d: &[Option<Vec<f64>>]| d.get(*i).and_then(|x| x.as_ref()).map(|x| x.to_vec()).unwrap_or_default();
-            let (w, w_exact) = (pick(stored), pick(&want.daux));
+            let (w, w_exact, scale) = (pick(stored), pick(&want.daux), pick(stored_scale));
             let g = &got[next];
             next += 1;
             bad += g.iter().zip(&w).filter(|(g, w)| !g.is_finite() && w.is_finite()).count();
-            eaux.push((a.name.clone(), rel_l2(g, &w)));
+            eaux.push((a.name.clone(), aux_grad_error(g, &w, &scale)));
             eaux_exact.push((a.name.clone(), rel_l2(g, &w_exact)));
         }
         GradErrors { dq: edq, dk: edk, dv: edv, dsinks: esinks, daux: eaux, daux_exact: eaux_exact, nonfinite: bad }
@@ -1191,7 +1211,7 @@ fn grad_check(
         block_mask_identical: mask_same,
         gpu_ms: receipt.timings.map(|t| t.total_ms),
         receipt: Some(receipt),
-        reference_ms: reference_ms + want_aux.map_or(0.0, |w| w.1),
+        reference_ms: reference_ms + want_aux.map_or(0.0, |w| w.2),
     })
 }
 
@@ -1199,6 +1219,18 @@ fn grad_check(
 mod tests {
     use super::*;
     use attnc_ir::Align;
+
+    #[test]
+    fn aux_gradient_errors_are_relative_to_the_terms_when_they_cancel() {
+        let want = [3.0, -4.0];
+        let got = [3.03, -4.0];
+        // Not dominated by cancellation: plain rel-L2.
+        assert!((aux_grad_error(&got, &want, &[3.0, 4.0]) - rel_l2(&got, &want)).abs() < 1e-12);
+        // Terms of magnitude 1000 summing to (3, -4): an error of 0.03 is small against them.
+        assert!((aux_grad_error(&got, &want, &[600.0, 800.0]) - 0.03 / 100.0).abs() < 1e-12);
+        assert_eq!(aux_grad_error(&want, &want, &[0.0, 0.0]), 0.0);
+        assert!(aux_grad_error(&[f64::NAN, 0.0], &want, &[3.0, 4.0]).is_infinite());
+    }
 
     #[test]
     fn matrix_covers_what_the_issue_asks() {
