@@ -162,17 +162,19 @@ def _forward_op(key: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, aux
                 sinks: Optional[torch.Tensor], cu_seqlens_q: Optional[torch.Tensor],
                 cu_seqlens_k: Optional[torch.Tensor], block_table: Optional[torch.Tensor],
                 seqused_k: Optional[torch.Tensor], iparams: list[int], fparams: list[float], splits: int,
-                need_lse: bool, deterministic: bool, block_mask: str) -> tuple[torch.Tensor, torch.Tensor]:
+                need_lse: bool, deterministic: bool, block_mask: str,
+                positions: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     # `deterministic` is the backward's (kept by autograd's context); `block_mask` names a
-    # mask of attnc._registry.BLOCK_MASKS ("" for none).
+    # mask of attnc._registry.BLOCK_MASKS ("" for none); `positions` is empty or the 5
+    # ints of a shard's place (sinks as 0/1).
     o, lse = _forward_impl(_variant(key), q, k, v, aux, sinks, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k,
-                           iparams, fparams, splits, need_lse, block_mask)
+                           iparams, fparams, splits, need_lse, block_mask, positions or None)
     return o, (lse if lse is not None else q.new_empty((0,), dtype=torch.float32))
 
 
 @_forward_op.register_fake
 def _forward_fake(key, q, k, v, aux, sinks, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k, iparams, fparams,
-                  splits, need_lse, deterministic, block_mask):
+                  splits, need_lse, deterministic, block_mask, positions):
     attn = _variant(key)
     o_shape, lse_shape = _out_shapes(attn, q, cu_seqlens_q)
     return q.new_empty(o_shape), q.new_empty(lse_shape if need_lse else (0,), dtype=torch.float32)
@@ -213,15 +215,15 @@ def _backward_impl(key, q, k, v, o, lse, d_out, aux, sinks, cu_seqlens_q, cu_seq
 def _backward_op(key: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
                  d_out: torch.Tensor, aux: list[torch.Tensor], sinks: Optional[torch.Tensor],
                  cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor], iparams: list[int],
-                 fparams: list[float], deterministic: bool, block_mask: str) -> tuple[
+                 fparams: list[float], deterministic: bool, block_mask: str, positions: list[int]) -> tuple[
                      torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[torch.Tensor]]:
     return _backward_impl(key, q, k, v, o, lse, d_out, aux, sinks, cu_seqlens_q, cu_seqlens_k, iparams, fparams,
-                          deterministic, block_mask)
+                          deterministic, block_mask, positions or None)
 
 
 @_backward_op.register_fake
 def _backward_fake(key, q, k, v, o, lse, d_out, aux, sinks, cu_seqlens_q, cu_seqlens_k, iparams, fparams,
-                   deterministic, block_mask):
+                   deterministic, block_mask, positions):
     attn = _variant(key)
     dsinks = q.new_empty((attn.spec["q_heads"],) if sinks is not None else (0,), dtype=torch.float32)
     learn = [a[2] for a in attn.aux]
@@ -232,7 +234,7 @@ def _backward_fake(key, q, k, v, o, lse, d_out, aux, sinks, cu_seqlens_q, cu_seq
 
 def _setup_context(ctx, inputs, output):
     (key, q, k, v, aux, sinks, cu_q, cu_k, block_table, seqused_k, iparams, fparams, splits, need_lse,
-     deterministic, block_mask) = inputs
+     deterministic, block_mask, positions) = inputs
     o, lse = output
     if not need_lse:
         # Only reached when a caller asked for no LSE yet needs gradients: attention()
@@ -244,6 +246,7 @@ def _setup_context(ctx, inputs, output):
     ctx.has_sinks = sinks is not None
     ctx.deterministic = bool(deterministic)
     _keep_block_mask(ctx, block_mask)
+    ctx.positions = list(positions)
     ctx.save_for_backward(q, k, v, o, lse, sinks, cu_q, cu_k, *aux)
 
 
@@ -259,13 +262,13 @@ def _backward(ctx, d_out, d_lse):
     attn = _variant(ctx.key)
     dq, dk, dv, dsinks, aux_grads = torch.ops.attnc.backward(
         ctx.key, q, k, v, o, lse, d_out.contiguous(), list(aux), sinks, cu_q, cu_k, ctx.iparams, ctx.fparams,
-        ctx.deterministic, ctx.block_mask)
+        ctx.deterministic, ctx.block_mask, ctx.positions)
     aux_out = [g if learn else None for g, (_, _, learn) in zip(aux_grads, attn.aux)]
     # One gradient per forward input, lists as lists: key, q, k, v, aux, sinks, cu_seqlens_q,
     # cu_seqlens_k, block_table, seqused_k, iparams, fparams, splits, need_lse, deterministic,
-    # block_mask.
+    # block_mask, positions.
     return (None, dq, dk, dv, aux_out, dsinks if ctx.has_sinks else None, None, None, None, None,
-            [None] * len(ctx.iparams), [None] * len(ctx.fparams), None, None, None, None)
+            [None] * len(ctx.iparams), [None] * len(ctx.fparams), None, None, None, None, None)
 
 
 torch.library.register_autograd("attnc::forward", _backward, setup_context=_setup_context)
@@ -304,7 +307,7 @@ def attention(attn, q, k, v, *, aux=None, params=None, sinks=None, cu_seqlens_q=
               block_mask=None, positions=None):
     """``attn``'s forward on torch tensors: through ``torch.ops.attnc.forward`` under
     ``torch.compile`` / export, directly (same implementation, less dispatch) in eager mode.
-    ``positions`` (a shard of longer sequences, see attnc.cp) runs eagerly only."""
+    ``positions``: these tensors are a shard of longer sequences (see attnc.cp)."""
     ints, floats = _params(attn, params)
     aux_list = _aux_list(attn, aux)
     need_grad = torch.is_grad_enabled() and (
@@ -315,12 +318,11 @@ def attention(attn, q, k, v, *, aux=None, params=None, sinks=None, cu_seqlens_q=
     mask_key = "" if block_mask is None else block_mask_key(block_mask)
     if positions is not None:
         positions = _positions(positions)
-        if torch.compiler.is_compiling() or _tracing(q):
-            raise NotImplementedError("positions= is not supported under torch.compile yet (call it eagerly)")
     if torch.compiler.is_compiling() or _tracing(q):
         o, lse = torch.ops.attnc.forward(attn.key, q, k, v, aux_list, sinks, cu_seqlens_q, cu_seqlens_k, block_table,
                                          seqused_k, ints, floats, int(splits or 0), bool(need_lse),
-                                         bool(deterministic), mask_key)
+                                         bool(deterministic), mask_key,
+                                         [int(x) for x in positions] if positions is not None else [])
     elif need_grad and block_table is None and not splits:
         o, lse = _EagerAttention.apply(attn.key, q, k, v, sinks, cu_seqlens_q, cu_seqlens_k, ints, floats,
                                        bool(deterministic), mask_key, positions, *aux_list)

@@ -137,6 +137,22 @@ def test_the_forward_and_backward_trace_with_fake_tensors():
     assert "attnc.forward.default" in targets and "attnc.backward.default" in targets
 
 
+def test_a_shard_traces_with_its_positions_in_both_ops():
+    a = attnc.load(ROOT / "dsl-examples" / "alibi_learned.attn")
+
+    def step(q, k, v, slopes):
+        o = a(q, k, v, aux={"slopes": slopes}, positions=(100, 40, 300, 300))
+        return torch.autograd.grad(o.float().sum(), (q, k, v, slopes))
+
+    q = torch.randn(1, 77, 16, 128, dtype=torch.bfloat16, requires_grad=True)
+    k = torch.randn(1, 91, 16, 128, dtype=torch.bfloat16, requires_grad=True)
+    v = torch.randn(1, 91, 16, 128, dtype=torch.bfloat16, requires_grad=True)
+    gm = _fake_trace(step, q, k, v, torch.rand(16, requires_grad=True))
+    calls = [n for n in gm.graph.nodes if n.op == "call_function" and str(n.target).startswith("attnc.")]
+    assert {str(n.target) for n in calls} == {"attnc.forward.default", "attnc.backward.default"}
+    assert all(list(n.args[-1]) == [100, 40, 300, 300, 1] for n in calls), [n.args[-1] for n in calls]
+
+
 def test_sinks_and_varlen_have_fake_shapes():
     s = attnc.load(ROOT / "dsl-examples" / "sinks.attn")
     q = torch.randn(1, 33, 64, 64, dtype=torch.bfloat16, requires_grad=True)
@@ -324,7 +340,7 @@ def test_autograd_hands_the_forwards_block_mask_to_the_backward(monkeypatch, pat
     if path == "eager":
         o, _ = at._EagerAttention.apply(a.key, q, q, q, None, None, None, [], [], False, key, None)
     else:
-        o, _ = torch.ops.attnc.forward(a.key, q, q, q, [], None, None, None, None, None, [], [], 0, True, False, key)
+        o, _ = torch.ops.attnc.forward(a.key, q, q, q, [], None, None, None, None, None, [], [], 0, True, False, key, [])
     o.float().sum().backward()
     assert stub.calls == [("forward", {"block_mask": mask}),
                           ("backward", {"deterministic": False, "block_mask": mask})]
