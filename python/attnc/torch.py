@@ -268,7 +268,13 @@ def _backward(ctx, d_out, d_lse):
     # cu_seqlens_k, block_table, seqused_k, iparams, fparams, splits, need_lse, deterministic,
     # block_mask, positions.
     return (None, dq, dk, dv, aux_out, dsinks if ctx.has_sinks else None, None, None, None, None,
-            [None] * len(ctx.iparams), [None] * len(ctx.fparams), None, None, None, None, None)
+            _no_grads(ctx.iparams), _no_grads(ctx.fparams), None, None, None, None, _no_grads(ctx.positions))
+
+
+def _no_grads(values):
+    """The backward's entry for a list-of-numbers input: autograd takes a non-empty one as
+    a single leaf (None) and an empty one as an empty list."""
+    return None if values else []
 
 
 torch.library.register_autograd("attnc::forward", _backward, setup_context=_setup_context)

@@ -387,3 +387,17 @@ def test_partial_softmaxes_merge_by_lse_into_the_whole():
     assert torch.allclose(o_acc, o_all) and torch.equal(torch.isinf(lse_acc), torch.isinf(lse_all))
     finite = ~torch.isinf(lse_all)
     assert torch.allclose(lse_acc[finite], lse_all[finite])
+
+
+def test_a_variant_with_int_params_traces_through_both_ops():
+    # Autograd takes a non-empty list of ints as one leaf: the backward's entry is None.
+    a = attnc.load(ROOT / "dsl-examples" / "prefix_lm.attn")
+    h, d = a.spec["q_heads"], a.spec["head_dim_qk"]
+
+    def step(q, k, v):
+        o = a(q, k, v, params={"prefix": 5})
+        return torch.autograd.grad(o.float().sum(), (q, k, v))
+
+    q, k, v = (torch.randn(1, 33, h, d, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    targets = _targets(_fake_trace(step, q, k, v))
+    assert "attnc.forward.default" in targets and "attnc.backward.default" in targets
