@@ -26,7 +26,32 @@ import torch.distributed as dist
 
 from .torch import _aux_list, _backward_impl, _forward_impl, _params
 
-__all__ = ["context_parallel_attention", "shard_sequence", "unshard_sequence"]
+__all__ = ["context_parallel_attention", "shard_sequence", "unshard_sequence", "last_stats"]
+
+# The last call's chunk pairs: computed, and skipped because the mask rules them out.
+last_stats = {"pairs": 0, "skipped": 0}
+
+
+class _Pairs:
+    """Which (query chunk, key chunk) pairs the mask rules out entirely, by the interval
+    analysis over positions and int params (aux values unknown): no launch and no merge
+    for them, forward or backward. A pair that takes the sink always runs."""
+
+    def __init__(self, attn, c, total, int_params):
+        self.attn, self.c, self.total, self.int_params, self.memo = attn, c, total, int_params, {}
+        self.sinks = attn.spec["sinks"]
+        last_stats.update(pairs=0, skipped=0)
+
+    def runs(self, qid, kid):
+        if (qid, kid) not in self.memo:
+            c = self.c
+            cls = self.attn._variant.classify_block(qid * c, (qid + 1) * c, kid * c, (kid + 1) * c, self.total,
+                                                    self.total, self.int_params)
+            self.memo[(qid, kid)] = cls != "empty" or (self.sinks and kid == 0)
+        run = self.memo[(qid, kid)]
+        last_stats["pairs"] += 1
+        last_stats["skipped"] += 0 if run else 1
+        return run
 
 
 def _chunk_ids(layout, rank, world):
@@ -91,7 +116,7 @@ class _Ring:
 class _ContextParallel(torch.autograd.Function):
     @staticmethod
     def forward(ctx, attn, cfg, q, k, v, sinks, *aux):
-        group, strategy, layout, ints, floats, deterministic = cfg
+        group, strategy, layout, ints, floats, deterministic, int_params = cfg
         world, rank = dist.get_world_size(group), dist.get_rank(group)
         per = _chunks_per_rank(layout)
         b, s_local = q.shape[0], q.shape[1]
@@ -120,6 +145,7 @@ class _ContextParallel(torch.autograd.Function):
             ctx.save_for_backward(q, k_glob, v_glob, sinks, *o, *lse, *aux)
         elif strategy == "ring":
             ring = _Ring(group, rank, world)
+            pairs = _Pairs(attn, c, total, int_params)
             o_acc = [torch.zeros(qc.shape[:-1] + (v.shape[-1],), device=q.device, dtype=torch.float32)
                      for qc in q_chunks]
             lse_acc = [torch.full((b, q.shape[2], c), float("-inf"), device=q.device, dtype=torch.float32)
@@ -131,6 +157,8 @@ class _ContextParallel(torch.autograd.Function):
                 for kc, vc, kid in zip(held_k.split(c, dim=1), held_v.split(c, dim=1),
                                        _chunk_ids(layout, owner, world)):
                     for i, (qc, qid) in enumerate(zip(q_chunks, mine)):
+                        if not pairs.runs(qid, kid):
+                            continue
                         # Exactly one key chunk (the first) takes the sink.
                         o_p, lse_p = fwd(qc, kc, vc, qid * c, kid * c, kid == 0)
                         o_acc[i], lse_acc[i] = _merge(o_acc[i], lse_acc[i], o_p, lse_p)
@@ -148,7 +176,7 @@ class _ContextParallel(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, d_o):
-        attn, (group, strategy, layout, ints, floats, deterministic) = ctx.attn, ctx.cfg
+        attn, (group, strategy, layout, ints, floats, deterministic, int_params) = ctx.attn, ctx.cfg
         c, total, per = ctx.c, ctx.total, ctx.per
         world, rank = dist.get_world_size(group), dist.get_rank(group)
         saved = ctx.saved_tensors
@@ -196,6 +224,7 @@ class _ContextParallel(torch.autograd.Function):
                                 group=group)
         else:
             ring = _Ring(group, rank, world)
+            pairs = _Pairs(attn, c, total, int_params)
             held_k, held_v = k.contiguous(), v.contiguous()
             held_dk = torch.zeros_like(k, dtype=torch.float32)
             held_dv = torch.zeros_like(v, dtype=torch.float32)
@@ -204,6 +233,8 @@ class _ContextParallel(torch.autograd.Function):
                 kcs, vcs = held_k.split(c, dim=1), held_v.split(c, dim=1)
                 for j, kid in enumerate(_chunk_ids(layout, owner, world)):
                     for i, (qc, qid) in enumerate(zip(q_chunks, mine)):
+                        if not pairs.runs(qid, kid):
+                            continue
                         g = bwd(qc, kcs[j], vcs[j], o[i], lse[i], do_chunks[i], qid * c, kid * c, kid == 0)
                         dq[i] += g[0].float()
                         held_dk[:, j * c:(j + 1) * c] += g[1].float()
@@ -242,5 +273,7 @@ def context_parallel_attention(attn, q, k, v, *, group=None, strategy="ring", la
     """
     ints, floats = _params(attn, params)
     aux_list = _aux_list(attn, aux)
-    cfg = (group, strategy, layout, ints, floats, bool(deterministic))
+    int_names = [n for n, ty in attn.params if ty == "Int"]
+    int_params = dict(zip(int_names, ints))
+    cfg = (group, strategy, layout, ints, floats, bool(deterministic), int_params)
     return _ContextParallel.apply(attn, cfg, q, k, v, sinks, *aux_list)

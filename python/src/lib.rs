@@ -276,6 +276,44 @@ impl Variant {
             .map_err(|e| PyRuntimeError::new_err(e.to_string()))
     }
 
+    /// What the mask allows between queries `[q_lo, q_hi)` and keys `[k_lo, k_hi)` of
+    /// sequences `seqlen_q` × `seqlen_k` long, for any batch entry and head, by the interval
+    /// analysis (aux values unknown): "empty" (no pair: a shard pair that needs no launch),
+    /// "full" or "partial". `int_params`: the int params' values by name (others unknown).
+    #[pyo3(signature = (q_lo, q_hi, k_lo, k_hi, seqlen_q, seqlen_k, int_params = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn classify_block(
+        &self,
+        q_lo: i64,
+        q_hi: i64,
+        k_lo: i64,
+        k_hi: i64,
+        seqlen_q: i64,
+        seqlen_k: i64,
+        int_params: Option<HashMap<String, i64>>,
+    ) -> PyResult<&'static str> {
+        if q_lo >= q_hi || k_lo >= k_hi || q_lo < 0 || k_lo < 0 {
+            return Err(PyValueError::new_err("classify_block: expected non-empty ranges of non-negative positions"));
+        }
+        let mut t = attnc_ir::TileQuery::unbounded(&self.spec);
+        t.q = attnc_ir::IntRange::new(q_lo, q_hi - 1);
+        t.k = attnc_ir::IntRange::new(k_lo, k_hi - 1);
+        t.seqlen_q = attnc_ir::IntRange::point(seqlen_q);
+        t.seqlen_k = attnc_ir::IntRange::point(seqlen_k);
+        let given = int_params.unwrap_or_default();
+        t.params = self
+            .spec
+            .params
+            .iter()
+            .map(|p| (p.ty == Ty::Int).then(|| given.get(&p.name).map(|&v| attnc_ir::IntRange::point(v))).flatten())
+            .collect();
+        Ok(match attnc_ir::classify(&self.spec, &t) {
+            attnc_ir::TileClass::Empty => "empty",
+            attnc_ir::TileClass::Full => "full",
+            attnc_ir::TileClass::Partial => "partial",
+        })
+    }
+
     /// Validates a forward launch's arguments on the host, without a GPU: the checks a
     /// launch makes before anything runs (dtypes, shapes, strides, alignment, bounds,
     /// aliasing, params, aux tensors, varlen and paged metadata).

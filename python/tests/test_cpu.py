@@ -401,3 +401,22 @@ def test_a_variant_with_int_params_traces_through_both_ops():
     q, k, v = (torch.randn(1, 33, h, d, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
     targets = _targets(_fake_trace(step, q, k, v))
     assert "attnc.forward.default" in targets and "attnc.backward.default" in targets
+
+
+def test_shard_pairs_the_mask_rules_out_are_skipped():
+    from attnc.cp import _Pairs, last_stats
+
+    causal = attnc.load(ROOT / "dsl-examples" / "causal.attn")
+    p = _Pairs(causal, 100, 400, {})
+    assert p.runs(1, 0) and p.runs(1, 1) and not p.runs(0, 1) and not p.runs(1, 3)
+    assert last_stats == {"pairs": 4, "skipped": 2}
+    # A document mask: causality still rules pairs out, document ids (unknown here) do not.
+    doc = attnc.load(ROOT / "dsl-examples" / "document_mask.attn")
+    assert doc._variant.classify_block(0, 100, 100, 200, 400, 400) == "empty"
+    assert doc._variant.classify_block(100, 200, 0, 100, 400, 400) == "partial"
+    # A chunk pair that holds the sink runs whatever the mask says.
+    sinks = attnc.load(ROOT / "dsl-examples" / "sinks.attn")
+    if sinks._variant.classify_block(0, 100, 0, 100, 400, 400) != "empty":
+        assert _Pairs(sinks, 100, 400, {}).runs(0, 0)
+    with pytest.raises(ValueError, match="non-empty ranges"):
+        causal._variant.classify_block(5, 5, 0, 10, 400, 400)
