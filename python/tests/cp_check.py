@@ -70,7 +70,8 @@ def main(out):
                 }
                 ok = all(e < 2e-2 for e in errs.values())
                 row = {"variant": name, "strategy": strategy, "layout": layout, "rank": rank, "world": world,
-                       "seqlen": seqlen, "ok": ok, "rel_l2": errs, "first_call_ms": ms}
+                       "seqlen": seqlen, "ok": ok, "rel_l2": errs, "first_call_ms": ms,
+                       "pairs": dict(attnc.cp.last_stats) if strategy == "ring" else None}
                 results.append(row)
                 print(("PASS" if ok else "FAIL"), json.dumps(row), flush=True)
     gathered = [None] * world
