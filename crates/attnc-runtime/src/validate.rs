@@ -711,21 +711,13 @@ fn check_positions(spec: &Spec, p: &ShardPositions, max_sq: usize, max_sk: usize
             spec.kv_layout
         ));
     }
-    if p.q_offset + max_sq > p.seqlen_q {
-        return bad(format!(
-            "query rows {}..{} lie past the global seqlen_q {}",
-            p.q_offset,
-            p.q_offset + max_sq,
-            p.seqlen_q
-        ));
-    }
-    if p.k_offset + max_sk > p.seqlen_k {
-        return bad(format!(
-            "keys {}..{} lie past the global seqlen_k {}",
-            p.k_offset,
-            p.k_offset + max_sk,
-            p.seqlen_k
-        ));
+    for (what, offset, local, global) in
+        [("query rows", p.q_offset, max_sq, p.seqlen_q), ("keys", p.k_offset, max_sk, p.seqlen_k)]
+    {
+        if offset + local > global {
+            let len = if what == "keys" { "seqlen_k" } else { "seqlen_q" };
+            return bad(format!("{what} {offset}..{} lie past the global {len} {global}", offset + local));
+        }
     }
     too_large("global seqlen_q", p.seqlen_q as u64, I32_LIMIT)?;
     too_large("global seqlen_k", p.seqlen_k as u64, I32_LIMIT)?;
