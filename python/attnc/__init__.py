@@ -136,10 +136,14 @@ class Attention:
                      None if lse is None else describe("lse", lse), int(stream), extras)
         _registry.LAST_KERNEL[self.key] = kern
 
-    def check(self, q, k, v, out, *, lse=None, aux=None, params=None, device=0):
+    def check(self, q, k, v, out, *, lse=None, aux=None, params=None, positions=None, device=0):
         """Validates a forward's arguments without a GPU (descriptors only); raises
         ``ValueError`` naming the argument at fault."""
         extras = {}
+        if positions is not None:
+            from .torch import _positions
+
+            extras["positions"] = _positions(positions)
         if params:
             extras["params"] = dict(params)
         if aux:

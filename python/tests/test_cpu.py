@@ -420,3 +420,15 @@ def test_shard_pairs_the_mask_rules_out_are_skipped():
         assert _Pairs(sinks, 100, 400, {}).runs(0, 0)
     with pytest.raises(ValueError, match="non-empty ranges"):
         causal._variant.classify_block(5, 5, 0, 10, 400, 400)
+
+
+def test_a_shard_is_validated_against_its_global_lengths():
+    a, q, k, doc = _doc()
+    out = torch.empty_like(q)
+    b, sq, sk = q.shape[0], q.shape[1], k.shape[1]
+    whole_doc = torch.zeros(b, sk + 50, dtype=torch.int32)
+    a.check(q, k, k, out, aux={"doc": whole_doc}, positions=(10, 50, sq + 10, sk + 50))
+    with pytest.raises(ValueError, match="past the global seqlen_k"):
+        a.check(q, k, k, out, aux={"doc": whole_doc}, positions=(10, 51, sq + 10, sk + 50))
+    with pytest.raises(ValueError, match="expected"):
+        a.check(q, k, k, out, aux={"doc": doc}, positions=(10, 50, sq + 10, sk + 50))
