@@ -534,11 +534,7 @@ impl Kernel {
                     let (guard, built_now) = self.backward_block_mask(mask, &plan.fwd, params, tiling, d)?;
                     let ptr = guard.as_ref().map(|b| b.lists.device_ptr()).unwrap_or(0);
                     _backward_part = Some(guard);
-                    if built_now {
-                        (ptr, BlockMaskSource::PassedInBackwardBuiltNow)
-                    } else {
-                        (ptr, BlockMaskSource::PassedIn)
-                    }
+                    (ptr, if built_now { BlockMaskSource::PassedInBackwardBuiltNow } else { BlockMaskSource::PassedIn })
                 }
             };
             extra.extend(crate::block_mask::list_args(ptr, d));
@@ -581,9 +577,6 @@ impl Kernel {
         let mut marshalled = Vec::new();
         for role in order {
             for (k, grid) in launches.iter().filter(|(k, _)| k.role == role) {
-                if role == KernelRole::BlockClassify && classify_launch.is_none() {
-                    continue;
-                }
                 let f = module.function(role).ok_or_else(|| RuntimeError::Abi(format!("{role} kernel not loaded")))?;
                 let a = marshal(&k.params, &plan.fwd, &extra).map_err(RuntimeError::Abi)?;
                 marshalled.push((role, f, *k, *grid, a));
