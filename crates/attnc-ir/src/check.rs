@@ -449,10 +449,10 @@ pub fn validate(spec: &Spec) -> Result<(), Vec<SpecError>> {
             err(Field::Scale, format!("softmax scale must be a positive finite number, found {v}"));
         }
     }
-    if spec.shards && spec.kv_layout != KvLayout::Contiguous {
+    if spec.shards && matches!(spec.kv_layout, KvLayout::Paged { .. }) {
         err(
             Field::Shards,
-            "`shards` runs on shards of contiguous sequences: expected `kv contiguous` (varlen and paged batches have no single global frame)".into(),
+            "`shards` runs on shards of contiguous or varlen sequences: a paged KV cache is not sharded".into(),
         );
     }
     if let KvLayout::Paged { page_size } = spec.kv_layout {

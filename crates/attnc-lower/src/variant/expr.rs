@@ -60,11 +60,59 @@ pub struct VariantArgs<'ctx> {
 
 /// Launch values that move local positions and lengths to global ones.
 #[derive(Clone, Copy, Debug)]
-pub struct PositionFrame<'ctx> {
-    pub q_offset: IntValue<'ctx>,
-    pub k_offset: IntValue<'ctx>,
-    pub seqlen_q_extra: IntValue<'ctx>,
-    pub seqlen_k_extra: IntValue<'ctx>,
+pub enum PositionFrame<'ctx> {
+    /// One frame for the whole launch (contiguous batches): shifts of the positions and
+    /// lengths.
+    Launch {
+        q_offset: IntValue<'ctx>,
+        k_offset: IntValue<'ctx>,
+        seqlen_q_extra: IntValue<'ctx>,
+        seqlen_k_extra: IntValue<'ctx>,
+    },
+    /// One frame per sequence (varlen batches): an i32 `[batch][4]` table of `q_offset`,
+    /// `k_offset`, global `seqlen_q`, global `seqlen_k`.
+    PerSequence { table: IntValue<'ctx> },
+}
+
+/// Which value of a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrameVar {
+    Q,
+    K,
+    SeqlenQ,
+    SeqlenK,
+}
+
+impl<'ctx> PositionFrame<'ctx> {
+    /// The global value of `var` for batch entry `b` whose local value is `local` (i32).
+    pub fn global(&self, kb: &Kb<'ctx>, var: FrameVar, b: IntValue<'ctx>, local: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+        match *self {
+            PositionFrame::Launch { q_offset, k_offset, seqlen_q_extra, seqlen_k_extra } => {
+                let shift = match var {
+                    FrameVar::Q => q_offset,
+                    FrameVar::K => k_offset,
+                    FrameVar::SeqlenQ => seqlen_q_extra,
+                    FrameVar::SeqlenK => seqlen_k_extra,
+                };
+                kb.add(local, shift, "global")
+            }
+            PositionFrame::PerSequence { table } => {
+                let column = match var {
+                    FrameVar::Q => 0,
+                    FrameVar::K => 1,
+                    FrameVar::SeqlenQ => 2,
+                    FrameVar::SeqlenK => 3,
+                };
+                // A pure read: repeated reads of one sequence's entry merge.
+                let at = kb.add(kb.mul(kb.sext64(b, "")?, kb.i64c(16), "")?, kb.i64c(4 * column), "")?;
+                let value = kb.ld_global_i32(kb.add(table, at, "")?, "frame")?;
+                match var {
+                    FrameVar::Q | FrameVar::K => kb.add(local, value, "global"),
+                    FrameVar::SeqlenQ | FrameVar::SeqlenK => Ok(value),
+                }
+            }
+        }
+    }
 }
 
 /// The per-element variables (all i32 except `score`).
@@ -116,9 +164,15 @@ pub fn modded_score_log2<'ctx>(
 }
 
 /// A local position or length moved into the global sequence by the launch's frame.
-fn global<'ctx>(kb: &Kb<'ctx>, local: IntValue<'ctx>, shift: Option<IntValue<'ctx>>, name: &str) -> R<IntValue<'ctx>> {
-    match shift {
-        Some(s) => kb.add(local, s, name),
+fn global<'ctx>(
+    kb: &Kb<'ctx>,
+    args: &VariantArgs<'ctx>,
+    var: FrameVar,
+    b: IntValue<'ctx>,
+    local: IntValue<'ctx>,
+) -> R<IntValue<'ctx>> {
+    match &args.frame {
+        Some(f) => f.global(kb, var, b, local),
         None => Ok(local),
     }
 }
@@ -143,14 +197,10 @@ fn gen_with<'ctx>(
             Var::B => Val::Int(vars.b),
             Var::H => Val::Int(vars.h),
             Var::Hkv => Val::Int(vars.hkv),
-            Var::Q => Val::Int(global(kb, vars.q, args.frame.map(|f| f.q_offset), "q_global")?),
-            Var::K => Val::Int(global(kb, vars.k, args.frame.map(|f| f.k_offset), "k_global")?),
-            Var::SeqlenQ => {
-                Val::Int(global(kb, vars.seqlen_q, args.frame.map(|f| f.seqlen_q_extra), "seqlen_q_global")?)
-            }
-            Var::SeqlenK => {
-                Val::Int(global(kb, vars.seqlen_k, args.frame.map(|f| f.seqlen_k_extra), "seqlen_k_global")?)
-            }
+            Var::Q => Val::Int(global(kb, args, FrameVar::Q, vars.b, vars.q)?),
+            Var::K => Val::Int(global(kb, args, FrameVar::K, vars.b, vars.k)?),
+            Var::SeqlenQ => Val::Int(global(kb, args, FrameVar::SeqlenQ, vars.b, vars.seqlen_q)?),
+            Var::SeqlenK => Val::Int(global(kb, args, FrameVar::SeqlenK, vars.b, vars.seqlen_k)?),
             Var::QHeads => Val::Int(kb.i32c(spec.q_heads as i64)),
             Var::KvHeads => Val::Int(kb.i32c(spec.kv_heads as i64)),
             Var::Score => Val::Float(vars.score.unwrap_or_else(|| kb.f32c(0.0))),

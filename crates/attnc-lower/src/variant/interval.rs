@@ -7,7 +7,7 @@
 //!
 //! Ranges are i64 pairs; a result that leaves i32 becomes TOP, because ints wrap.
 
-use super::expr::{Val, VariantArgs};
+use super::expr::{FrameVar, PositionFrame, Val, VariantArgs};
 use crate::llvm::kb::{Kb, R};
 use attnc_ir::{AuxElem, BinOp, Expr, ExprKind, Func, Spec, Ty, UnOp, Var};
 use inkwell::values::IntValue;
@@ -74,11 +74,33 @@ impl<'ctx> Ctx<'_, 'ctx> {
     fn unknown(&self) -> Tri<'ctx> {
         Tri { can_true: self.kb.boolc(true), can_false: self.kb.boolc(true) }
     }
-    /// `r` moved by a launch value (i64: no overflow for i32 inputs).
-    fn shifted(&self, r: Range<'ctx>, by: Option<IntValue<'ctx>>) -> R<Range<'ctx>> {
-        let Some(by) = by else { return Ok(r) };
-        let by = self.kb.sext64(by, "")?;
-        Ok(Range { lo: self.kb.add(r.lo, by, "")?, hi: self.kb.add(r.hi, by, "")? })
+    /// The i32 range `(lo, hi)` of `var` in the global frame (i64 bounds).
+    fn framed(&self, var: FrameVar, (lo, hi): (IntValue<'ctx>, IntValue<'ctx>)) -> R<Range<'ctx>> {
+        let Some(f) = &self.args.frame else {
+            return if var == FrameVar::Q || var == FrameVar::K { self.pair((lo, hi)) } else { self.point(lo) };
+        };
+        let b = self.tile.b.0;
+        match (var, f) {
+            // A launch frame shifts by a launch value (the same i64 arithmetic as before).
+            (FrameVar::Q | FrameVar::K, PositionFrame::Launch { q_offset, k_offset, .. }) => {
+                let r = self.pair((lo, hi))?;
+                let by = self.kb.sext64(if var == FrameVar::Q { *q_offset } else { *k_offset }, "")?;
+                Ok(Range { lo: self.kb.add(r.lo, by, "")?, hi: self.kb.add(r.hi, by, "")? })
+            }
+            (FrameVar::SeqlenQ | FrameVar::SeqlenK, PositionFrame::Launch { seqlen_q_extra, seqlen_k_extra, .. }) => {
+                let r = self.point(lo)?;
+                let by =
+                    self.kb.sext64(if var == FrameVar::SeqlenQ { *seqlen_q_extra } else { *seqlen_k_extra }, "")?;
+                Ok(Range { lo: self.kb.add(r.lo, by, "")?, hi: self.kb.add(r.hi, by, "")? })
+            }
+            // A sequence's frame: its offset read once, added to both bounds.
+            (FrameVar::Q | FrameVar::K, PositionFrame::PerSequence { .. }) => {
+                let by = self.kb.sext64(f.global(self.kb, var, b, self.kb.i32c(0))?, "")?;
+                let r = self.pair((lo, hi))?;
+                Ok(Range { lo: self.kb.add(r.lo, by, "")?, hi: self.kb.add(r.hi, by, "")? })
+            }
+            (_, PositionFrame::PerSequence { .. }) => self.point(f.global(self.kb, var, b, lo)?),
+        }
     }
     fn point(&self, v: IntValue<'ctx>) -> R<Range<'ctx>> {
         let v = self.kb.sext64(v, "")?;
@@ -148,11 +170,12 @@ impl<'ctx> Ctx<'_, 'ctx> {
                 Var::B => self.pair(t.b)?,
                 Var::H => self.pair(t.h)?,
                 Var::Hkv => self.pair(t.hkv)?,
-                // Global positions and lengths (the launch's frame), as the expressions see.
-                Var::Q => self.shifted(self.pair(t.q)?, self.args.frame.map(|f| f.q_offset))?,
-                Var::K => self.shifted(self.pair(t.k)?, self.args.frame.map(|f| f.k_offset))?,
-                Var::SeqlenQ => self.shifted(self.point(t.seqlen_q)?, self.args.frame.map(|f| f.seqlen_q_extra))?,
-                Var::SeqlenK => self.shifted(self.point(t.seqlen_k)?, self.args.frame.map(|f| f.seqlen_k_extra))?,
+                // Global positions and lengths (the launch's frame), as the expressions see;
+                // a tile is one batch entry (`t.b` a point).
+                Var::Q => self.framed(FrameVar::Q, t.q)?,
+                Var::K => self.framed(FrameVar::K, t.k)?,
+                Var::SeqlenQ => self.framed(FrameVar::SeqlenQ, (t.seqlen_q, t.seqlen_q))?,
+                Var::SeqlenK => self.framed(FrameVar::SeqlenK, (t.seqlen_k, t.seqlen_k))?,
                 Var::QHeads => Range { lo: self.c(self.spec.q_heads as i64), hi: self.c(self.spec.q_heads as i64) },
                 Var::KvHeads => Range { lo: self.c(self.spec.kv_heads as i64), hi: self.c(self.spec.kv_heads as i64) },
                 Var::Score => return Ok(AVal::Float),

@@ -111,6 +111,10 @@ pub fn variant_params(spec: &Spec, p: &mut Vec<(String, ParamTy)>) {
 /// sharding, whatever the layout).
 pub const POSITION_PARAMS: [&str; 4] = ["q_offset", "k_offset", "seqlen_q_extra", "seqlen_k_extra"];
 
+/// The sharded twin of a varlen variant: one frame per sequence, i32 `[batch][4]`
+/// (`q_offset`, `k_offset`, global `seqlen_q`, global `seqlen_k`).
+pub const SEQUENCE_POSITIONS_PARAM: &str = "sequence_positions";
+
 /// Whether the kernels take [`POSITION_PARAMS`]: the sharded twin of a variant whose
 /// expressions read positions (for the others every shard computes the same thing).
 pub fn takes_frame(spec: &Spec) -> bool {
@@ -132,8 +136,13 @@ pub fn expression_params(spec: &Spec, p: &mut Vec<(String, ParamTy)>) {
         add(format!("param_{}", prm.name), if prm.ty == Ty::Float { F32 } else { I32 });
     }
     if takes_frame(spec) {
-        for n in POSITION_PARAMS {
-            add(n.into(), I32);
+        if spec.kv_layout == KvLayout::Varlen {
+            // One frame per sequence: i32 [batch][4].
+            add(SEQUENCE_POSITIONS_PARAM.into(), Ptr);
+        } else {
+            for n in POSITION_PARAMS {
+                add(n.into(), I32);
+            }
         }
     }
 }
@@ -156,8 +165,12 @@ pub fn variant_args<'ctx>(spec: &Spec, get: &dyn Fn(&str) -> R<BasicValueEnum<'c
         });
     }
     if takes_frame(spec) {
-        let [q, k, sq, sk] = POSITION_PARAMS.map(|n| get(n).map(|v| v.into_int_value()));
-        va.frame = Some(PositionFrame { q_offset: q?, k_offset: k?, seqlen_q_extra: sq?, seqlen_k_extra: sk? });
+        va.frame = Some(if spec.kv_layout == KvLayout::Varlen {
+            PositionFrame::PerSequence { table: get(SEQUENCE_POSITIONS_PARAM)?.into_int_value() }
+        } else {
+            let [q, k, sq, sk] = POSITION_PARAMS.map(|n| get(n).map(|v| v.into_int_value()));
+            PositionFrame::Launch { q_offset: q?, k_offset: k?, seqlen_q_extra: sq?, seqlen_k_extra: sk? }
+        });
     }
     Ok(va)
 }
