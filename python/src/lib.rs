@@ -347,6 +347,7 @@ impl Variant {
             params: p.values.clone(),
             num_splits: p.num_splits,
             positions: p.positions,
+            sequence_positions: p.sequence_positions.map(|(t, _)| t.host_index()),
         };
         // Tile sizes only shape grids and splits, which this check does not report.
         let shape =

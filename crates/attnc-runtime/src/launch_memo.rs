@@ -62,6 +62,15 @@ impl LaunchSignature {
             }
             None => s.0.push(0),
         }
+        match p.sequence_positions {
+            Some((t, sink)) => {
+                s.0.push(1);
+                s.tensor(&t.tensor().desc());
+                s.0.extend(t.host().iter().map(|&x| x as u32 as u64));
+                s.0.push(u64::from(sink));
+            }
+            None => s.0.push(0),
+        }
         s.0.push(p.num_splits.map_or(0, |n| 1 + n as u64));
         s.0.push(p.stream.map_or(0, |st: Stream| 1 + st.handle() as u64));
         s

@@ -44,6 +44,10 @@ pub struct Params<'a> {
     /// `sinks: false` a spec's sink logit is left to another key shard. Contiguous
     /// layouts; docs/context-parallel.md.
     pub positions: Option<ShardPositions>,
+    /// A varlen batch of shards: one frame per sequence, i32 `[batch, 4]` (`q_offset`,
+    /// `k_offset`, global `seqlen_q`, global `seqlen_k`), and whether these key shards take
+    /// the spec's sink.
+    pub sequence_positions: Option<(&'a IndexTensor, bool)>,
     /// Queue the call's work on the caller's stream instead of the runtime's.
     pub stream: Option<Stream>,
     /// The caller's workspace buffer (256-byte aligned, at least
@@ -106,6 +110,18 @@ impl<'a> Params<'a> {
     pub fn positions(mut self, p: ShardPositions) -> Self {
         self.positions = Some(p);
         self
+    }
+    pub fn sequence_positions(mut self, table: &'a IndexTensor, takes_sink: bool) -> Self {
+        self.sequence_positions = Some((table, takes_sink));
+        self
+    }
+    /// Whether this launch is a shard of longer sequences.
+    pub fn is_shard(&self) -> bool {
+        self.positions.is_some() || self.sequence_positions.is_some()
+    }
+    /// Whether this launch's key shard takes the spec's sink (true when not a shard).
+    pub fn takes_sink(&self) -> bool {
+        self.positions.is_none_or(|p| p.sinks) && self.sequence_positions.is_none_or(|s| s.1)
     }
     pub fn on_stream(mut self, s: Stream) -> Self {
         self.stream = Some(s);

@@ -484,7 +484,7 @@ impl Kernel {
     /// A shard that leaves the sink to another key shard (`ShardPositions::sinks` false)
     /// reads sink logits of −∞: its softmax takes no sink, and its sink gradient is 0.
     pub(crate) fn shard_sinks(&self, args: &mut [(String, ArgValue)], params: &Params) -> Result<(), RuntimeError> {
-        if !self.spec.sinks || params.positions.is_none_or(|p| p.sinks) {
+        if !self.spec.sinks || params.takes_sink() {
             return Ok(());
         }
         let no_sink = match self.no_sink.get() {
@@ -511,7 +511,7 @@ impl Kernel {
     /// (compiled once, cached; the variant itself pays nothing for it). Block masks built
     /// through either serve both (the twin's masks are keyed by the parent's key).
     pub(crate) fn for_launch(&self, params: &Params) -> Result<&Kernel, RuntimeError> {
-        if params.positions.is_none() || self.spec.shards || !self.spec.reads_positions() {
+        if !params.is_shard() || self.spec.shards || !self.spec.reads_positions() {
             return Ok(self);
         }
         if let Some(k) = self.sharded.get() {
@@ -581,6 +581,9 @@ impl Kernel {
         // A shard's place in its sequence decides its tiles like a param.
         if let Some(p) = params.positions {
             values.push(("<positions>".into(), format!("{p:?}")));
+        }
+        if let Some((t, sink)) = params.sequence_positions {
+            values.push(("<sequence positions>".into(), format!("{:?} {sink}", t.host())));
         }
         Ok(BuiltFor {
             module_key: kernel.mask_key.clone(),
@@ -736,6 +739,7 @@ impl Kernel {
             params: params.values.clone(),
             num_splits: params.num_splits,
             positions: params.positions,
+            sequence_positions: params.sequence_positions.map(|(t, _)| t.host_index()),
         };
         let info = &self.rt.inner.gpu.info;
         let mut p = plan(&self.spec, &self.shape, info.sm_count, info.ordinal, &descs)?;

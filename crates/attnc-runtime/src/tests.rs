@@ -6,7 +6,7 @@ use crate::error::ValidationError as E;
 use crate::tensor::{ElemType, HostIndex, TensorDesc};
 use crate::validate::{marshal, plan, KernelShape, LaunchDescs, LaunchPlan, ParamValue};
 use attnc_ir::{Align, AuxDecl, AuxDim, KvLayout, ParamDecl, ShardPositions, Spec, SplitKv, Ty};
-use attnc_lower::families::common::abi::POSITION_PARAMS;
+use attnc_lower::families::common::abi::{POSITION_PARAMS, SEQUENCE_POSITIONS_PARAM};
 
 const SMS: u32 = 132;
 const KS: KernelShape =
@@ -51,6 +51,7 @@ fn contiguous(a: &mut Alloc, s: &Spec) -> LaunchDescs<'static> {
         params: Vec::new(),
         num_splits: None,
         positions: None,
+        sequence_positions: None,
     }
 }
 
@@ -231,6 +232,7 @@ fn varlen_descs<'a>(a: &mut Alloc, cq: &'a [i32], ck: &'a [i32], tq: usize, tk: 
         params: Vec::new(),
         num_splits: None,
         positions: None,
+        sequence_positions: None,
     }
 }
 
@@ -308,6 +310,7 @@ fn paged_descs<'a>(
         params: Vec::new(),
         num_splits: None,
         positions: None,
+        sequence_positions: None,
     }
 }
 
@@ -552,6 +555,31 @@ fn a_shard_sees_global_positions_and_global_aux_dims() {
     dv.positions = Some(at(0, 0));
     let e = err(&sv, &dv);
     assert!(matches!(&e, E::Positions { detail } if detail.contains("contiguous")), "{e}");
+
+    // Varlen shards take one frame per sequence: [batch, 4] (offsets, global lengths).
+    // Sequences 5 and 7 rows long, 40 and 50 keys.
+    let frames = [10, 100, 20, 200, 0, 0, 7, 50];
+    let mut dv = varlen_descs(&mut a, &cq, &ck, 12, 90);
+    dv.sequence_positions = Some(HostIndex { desc: a.t(ElemType::I32, &[2, 4]), values: &frames });
+    let p = check(&sv, &dv).expect("valid per-sequence frames");
+    let table = dv.sequence_positions.as_ref().map(|t| t.desc.addr);
+    assert_eq!(p.arg(SEQUENCE_POSITIONS_PARAM), table.map(ArgValue::Ptr));
+    // Sequence 1's keys (0..50) past its global 49.
+    let short = [10, 100, 20, 200, 0, 0, 7, 49];
+    let mut bad = varlen_descs(&mut a, &cq, &ck, 12, 90);
+    bad.sequence_positions = Some(HostIndex { desc: a.t(ElemType::I32, &[2, 4]), values: &short });
+    let e = err(&sv, &bad);
+    assert!(matches!(&e, E::Positions { detail } if detail.contains("sequence 1")), "{e}");
+    // Not both kinds of frame; no per-sequence frames for a contiguous batch.
+    let mut both = varlen_descs(&mut a, &cq, &ck, 12, 90);
+    both.sequence_positions = Some(HostIndex { desc: a.t(ElemType::I32, &[2, 4]), values: &frames });
+    both.positions = Some(at(0, 0));
+    assert!(matches!(err(&sv, &both), E::Positions { .. }));
+    let mut contiguous_frames = contiguous(&mut a, &s);
+    contiguous_frames.aux = vec![("doc".into(), a.t(ElemType::I32, &[2, 100]))];
+    contiguous_frames.sequence_positions = Some(HostIndex { desc: a.t(ElemType::I32, &[2, 4]), values: &frames });
+    let e = err(&s, &contiguous_frames);
+    assert!(matches!(&e, E::Positions { detail } if detail.contains("varlen")), "{e}");
 }
 
 #[test]
@@ -613,6 +641,7 @@ fn every_example_spec_plans_with_its_abi() {
                     // Block masks: filled from the `BlockMask` (`block_mask.rs`).
                     || attnc_lower::variant::tiles::BLOCK_LIST_PARAMS.contains(&name)
                     || POSITION_PARAMS.contains(&name)
+                    || name == SEQUENCE_POSITIONS_PARAM
                     || (ty == "tensormap" && k.tensor_maps.iter().any(|b| b.param == name));
                 assert!(known, "{} ({}): unknown kernel parameter {param}", spec.name, m.family);
             }

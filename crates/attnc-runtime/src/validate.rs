@@ -82,6 +82,9 @@ pub struct LaunchDescs<'a> {
     /// A shard of a longer sequence (context parallelism): where its rows and keys sit,
     /// and the global lengths. Contiguous layouts only.
     pub positions: Option<ShardPositions>,
+    /// Varlen shards: one frame per sequence, i32 `[batch, 4]` (`q_offset`, `k_offset`,
+    /// global `seqlen_q`, global `seqlen_k`).
+    pub sequence_positions: Option<HostIndex<'a>>,
 }
 
 /// A validated launch.
@@ -453,11 +456,17 @@ pub fn plan(spec: &Spec, ks: &KernelShape, sm_count: u32, device: usize, d: &Lau
 
     // ---- shard positions (context parallelism): masks, score mods and aux dims see the
     // global sequence
-    let (aux_sq, aux_sk) = match &d.positions {
-        None => (max_sq, max_sk),
-        Some(p) => {
+    let (aux_sq, aux_sk) = match (&d.positions, &d.sequence_positions) {
+        (None, None) => (max_sq, max_sk),
+        (Some(p), None) => {
             check_positions(spec, p, max_sq, max_sk)?;
             (p.seqlen_q, p.seqlen_k)
+        }
+        (None, Some(t)) => check_sequence_positions(spec, t, d, batch, device)?,
+        (Some(_), Some(_)) => {
+            return Err(ValidationError::Positions {
+                detail: "one frame for the launch or one per sequence, not both".into(),
+            })
         }
     };
 
@@ -683,6 +692,10 @@ pub fn plan(spec: &Spec, ks: &KernelShape, sm_count: u32, device: usize, d: &Lau
     for (n, v) in attnc_lower::families::common::abi::POSITION_PARAMS.iter().zip(frame) {
         args.push((n.to_string(), ArgValue::I32(v)));
     }
+    args.push((
+        attnc_lower::families::common::abi::SEQUENCE_POSITIONS_PARAM.to_string(),
+        ArgValue::Ptr(d.sequence_positions.as_ref().map_or(0, |t| t.desc.addr)),
+    ));
 
     Ok(LaunchPlan {
         batch,
@@ -722,6 +735,51 @@ fn check_positions(spec: &Spec, p: &ShardPositions, max_sq: usize, max_sk: usize
     too_large("global seqlen_q", p.seqlen_q as u64, I32_LIMIT)?;
     too_large("global seqlen_k", p.seqlen_k as u64, I32_LIMIT)?;
     Ok(())
+}
+
+/// A varlen shard's per-sequence frames: `[batch, 4]` i32, each sequence's rows and keys
+/// inside its global lengths. Returns the largest global lengths (what aux dims resolve
+/// against).
+fn check_sequence_positions(
+    spec: &Spec,
+    t: &HostIndex,
+    d: &LaunchDescs,
+    batch: usize,
+    device: usize,
+) -> V<(usize, usize)> {
+    let bad = |detail: String| Err(ValidationError::Positions { detail });
+    if spec.kv_layout != KvLayout::Varlen {
+        return bad("one frame per sequence is for varlen batches (a contiguous batch takes one frame)".into());
+    }
+    check_index("sequence_positions", t, 2, "[batch, 4]", device)?;
+    check_dims("sequence_positions", &t.desc, &[(batch, "batch"), (4, "4")])?;
+    if !t.desc.is_contiguous() || t.values.len() < 4 * batch {
+        return bad("sequence_positions must be a row-major [batch, 4] tensor".into());
+    }
+    let (Some(cq), Some(ck)) = (&d.cu_seqlens_q, &d.cu_seqlens_k) else {
+        return bad("varlen frames need cu_seqlens".into());
+    };
+    let (mut gq_max, mut gk_max) = (0usize, 0usize);
+    for b in 0..batch {
+        let row = &t.values[4 * b..4 * b + 4];
+        if row.iter().any(|&x| x < 0) {
+            return bad(format!("sequence {b}: negative entry {row:?}"));
+        }
+        let [qo, ko, gq, gk] = [row[0], row[1], row[2], row[3]].map(|x| x as usize);
+        let lq = (cq.values[b + 1] - cq.values[b]).max(0) as usize;
+        let lk = (ck.values[b + 1] - ck.values[b]).max(0) as usize;
+        for (what, offset, local, global) in [("query rows", qo, lq, gq), ("keys", ko, lk, gk)] {
+            if offset + local > global {
+                return bad(format!(
+                    "sequence {b}: {what} {offset}..{} lie past its global length {global}",
+                    offset + local
+                ));
+            }
+        }
+        gq_max = gq_max.max(gq);
+        gk_max = gk_max.max(gk);
+    }
+    Ok((gq_max, gk_max))
 }
 
 /// The argument list of one kernel, in ABI order, from its `"name:type"` parameter list.

@@ -281,10 +281,11 @@ pub struct CasePlan {
     pub shard: Option<ShardCase>,
 }
 
-/// A shard case: queries `q` and keys `k` of sequences `global` long (every batch entry).
+/// A shard case: queries `q` and keys `k` (cut to each sequence) of sequences `global`
+/// long, one `(seqlen_q, seqlen_k)` per batch entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ShardCase {
-    pub global: (usize, usize),
+    pub global: Vec<(usize, usize)>,
     pub q: std::ops::Range<usize>,
     pub k: std::ops::Range<usize>,
     /// Whether this key shard takes the spec's sink.
@@ -294,10 +295,15 @@ pub struct ShardCase {
 /// Shards for a variant that reads positions: an interior pair, a pair a causal mask
 /// rules out entirely (its shard leaves the sink to another), and a tall one.
 fn shard_cases(spec: &Spec) -> Vec<ShardCase> {
+    // Varlen batches: sequences of different lengths, one cut short by the ranges.
+    let batch = |g: (usize, usize)| match spec.kv_layout {
+        KvLayout::Varlen => vec![g, (g.0 / 2 + 3, g.1 + 41), (g.0, g.1 / 3)],
+        _ => vec![g; 2],
+    };
     vec![
-        ShardCase { global: (300, 517), q: 97..208, k: 150..353, sinks: true },
-        ShardCase { global: (300, 300), q: 0..100, k: 200..300, sinks: !spec.sinks },
-        ShardCase { global: (257, 600), q: 150..257, k: 0..333, sinks: true },
+        ShardCase { global: batch((300, 517)), q: 97..208, k: 150..353, sinks: true },
+        ShardCase { global: batch((300, 300)), q: 0..100, k: 200..300, sinks: !spec.sinks },
+        ShardCase { global: batch((257, 600)), q: 150..257, k: 0..333, sinks: true },
     ]
 }
 
@@ -435,12 +441,13 @@ pub fn plan_cases(spec: &Spec, opts: &SelftestOptions) -> Vec<CasePlan> {
             }
         }
     }
-    if base.reads_positions() && base.kv_layout == KvLayout::Contiguous {
+    if base.reads_positions() && matches!(base.kv_layout, KvLayout::Contiguous | KvLayout::Varlen) {
         for sc in shard_cases(&base) {
+            let cut = |r: &std::ops::Range<usize>, n: usize| r.end.min(n).saturating_sub(r.start.min(n));
             cases.push(CasePlan {
                 spec: base.clone(),
                 variant: String::new(),
-                seqlens: vec![(sc.q.len(), sc.k.len()); 2],
+                seqlens: sc.global.iter().map(|&(gq, gk)| (cut(&sc.q, gq), cut(&sc.k, gk))).collect(),
                 splits: if split { SplitReq::Auto } else { SplitReq::Spec },
                 shrunk: false,
                 first_shape: false,
@@ -459,14 +466,15 @@ fn case_name(c: &CasePlan) -> String {
     let lens: Vec<String> = c.seqlens.iter().map(|(q, k)| format!("{q}x{k}")).collect();
     n.push_str(&format!(" [{}]", lens.join(",")));
     if let Some(sc) = &c.shard {
+        let (gq, gk) = sc.global.first().copied().unwrap_or_default();
         n.push_str(&format!(
             " shard q{}..{}/{} k{}..{}/{}{}",
             sc.q.start,
             sc.q.end,
-            sc.global.0,
+            gq,
             sc.k.start,
             sc.k.end,
-            sc.global.1,
+            gk,
             if sc.sinks { "" } else { " no-sink" }
         ));
     }
@@ -609,8 +617,10 @@ pub struct CaseTensors {
     pub sinks: Option<Tensor>,
     pub aux: Vec<(String, Tensor)>,
     pub params: Vec<(String, ParamValue)>,
-    /// The shard's place in its sequences (every batch entry's is the same here).
+    /// The shard's place in its sequences: one frame (contiguous: every entry's is the
+    /// same here) or one per sequence (varlen, `[batch, 4]`), and whether it takes the sink.
     pub positions: Option<attnc_ir::ShardPositions>,
+    pub sequence_positions: Option<(IndexTensor, bool)>,
 }
 
 impl CaseTensors {
@@ -635,6 +645,7 @@ impl CaseTensors {
             num_splits: None,
             timing: false,
             positions: self.positions,
+            sequence_positions: self.sequence_positions.as_ref().map(|(t, sink)| (t, *sink)),
             ..Params::default()
         }
     }
@@ -770,7 +781,18 @@ pub fn build_tensors(rt: &Runtime, spec: &Spec, inputs: &Inputs, seed: u64) -> R
         sinks,
         aux,
         params,
-        positions: inputs.positions.first().copied(),
+        positions: inputs.positions.first().copied().filter(|_| spec.kv_layout != KvLayout::Varlen),
+        sequence_positions: match (spec.kv_layout, inputs.positions.first()) {
+            (KvLayout::Varlen, Some(first)) => {
+                let table: Vec<i32> = inputs
+                    .positions
+                    .iter()
+                    .flat_map(|p| [p.q_offset, p.k_offset, p.seqlen_q, p.seqlen_k].map(|x| x as i32))
+                    .collect();
+                Some((rt.upload_index(&table, &[inputs.positions.len(), 4])?, first.sinks))
+            }
+            _ => None,
+        },
     })
 }
 
@@ -830,9 +852,7 @@ fn run_case_inner(
     let kernel = rt.kernel_with(s, family)?;
     let inputs = match &plan.shard {
         None => random_inputs(s, &plan.seqlens, seed),
-        Some(sc) => {
-            random_inputs(s, &vec![sc.global; plan.seqlens.len()], seed).shard(s, sc.q.clone(), sc.k.clone(), sc.sinks)
-        }
+        Some(sc) => random_inputs(s, &sc.global, seed).shard(s, sc.q.clone(), sc.k.clone(), sc.sinks),
     };
     let t = Instant::now();
     let expected = reference_forward(s, &inputs).map_err(|e| RuntimeError::Other(format!("reference: {e}")))?;
