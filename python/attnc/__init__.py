@@ -136,14 +136,24 @@ class Attention:
                      None if lse is None else describe("lse", lse), int(stream), extras)
         _registry.LAST_KERNEL[self.key] = kern
 
-    def check(self, q, k, v, out, *, lse=None, aux=None, params=None, positions=None, device=0):
+    def check(self, q, k, v, out, *, lse=None, aux=None, params=None, positions=None, cu_seqlens_q=None,
+              cu_seqlens_k=None, device=0):
         """Validates a forward's arguments without a GPU (descriptors only); raises
         ``ValueError`` naming the argument at fault."""
         extras = {}
-        if positions is not None:
-            from .torch import _positions
 
-            extras["positions"] = _positions(positions)
+        def index(arg, t):
+            return _desc_any(arg, t), [int(x) for x in t.flatten().tolist()]
+
+        if cu_seqlens_q is not None or cu_seqlens_k is not None:
+            extras["cu_seqlens"] = (index("cu_seqlens_q", cu_seqlens_q), index("cu_seqlens_k", cu_seqlens_k))
+        if positions is not None:
+            from .torch import SequencePositions, _positions
+
+            if isinstance(positions, SequencePositions):
+                extras["sequence_positions"] = (index("sequence_positions", positions.table), bool(positions.sinks))
+            else:
+                extras["positions"] = _positions(positions)
         if params:
             extras["params"] = dict(params)
         if aux:

@@ -67,7 +67,11 @@ def _extras(attn, device, aux, sinks, cu_q, cu_k, block_table, seqused_k, ints, 
             and block_table is None and seqused_k is None and positions is None:
         return None
     x = {}
-    if positions is not None:
+    if isinstance(positions, SequencePositions):
+        table, t = describe_index("sequence_positions", positions.table, device)
+        keep.append(t)
+        x["sequence_positions"] = (table, bool(positions.sinks))
+    elif positions is not None:
         x["positions"] = _positions(positions)
     values = {}
     it_i, it_f = iter(ints), iter(floats)
@@ -96,6 +100,16 @@ def _extras(attn, device, aux, sinks, cu_q, cu_k, block_table, seqused_k, ints, 
     if splits > 0:
         x["splits"] = splits
     return x
+
+
+class SequencePositions:
+    """A varlen batch of shards: one frame per sequence, an int32 ``[batch, 4]`` tensor
+    (``q_offset``, ``k_offset``, global ``seqlen_q``, global ``seqlen_k``; a CPU tensor
+    avoids a host sync), and whether these key shards take the variant's sink. Pass it as
+    ``positions=`` (eager calls)."""
+
+    def __init__(self, table, sinks=True):
+        self.table, self.sinks = table, sinks
 
 
 def _positions(p):
@@ -322,7 +336,10 @@ def attention(attn, q, k, v, *, aux=None, params=None, sinks=None, cu_seqlens_q=
     # A variant that declares `lse` always writes it.
     need_lse = need_grad or return_lse or attn.spec["lse"]
     mask_key = "" if block_mask is None else block_mask_key(block_mask)
-    if positions is not None:
+    if isinstance(positions, SequencePositions):
+        if torch.compiler.is_compiling() or _tracing(q):
+            raise NotImplementedError("per-sequence positions are not traced yet: call it eagerly")
+    elif positions is not None:
         positions = _positions(positions)
     if torch.compiler.is_compiling() or _tracing(q):
         o, lse = torch.ops.attnc.forward(attn.key, q, k, v, aux_list, sinks, cu_seqlens_q, cu_seqlens_k, block_table,

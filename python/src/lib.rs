@@ -113,6 +113,7 @@ struct Extras {
     stream: Option<Stream>,
     block_mask: Option<Py<BlockMask>>,
     positions: Option<ShardPositions>,
+    sequence_positions: Option<(IndexTensor, bool)>,
 }
 
 impl Extras {
@@ -170,9 +171,13 @@ impl Extras {
                         })?;
                     x.positions = Some(ShardPositions { q_offset, k_offset, seqlen_q, seqlen_k, sinks });
                 }
+                "sequence_positions" => {
+                    let (table, sinks): (IndexDesc<'_>, bool) = value.extract()?;
+                    x.sequence_positions = Some((index_tensor("sequence_positions", &table)?, sinks));
+                }
                 other => {
                     return Err(PyValueError::new_err(format!(
-                        "unknown argument `{other}` (expected params, aux, sinks, cu_seqlens, paged, splits, deterministic, dsinks, aux_grads, block_mask, positions)"
+                        "unknown argument `{other}` (expected params, aux, sinks, cu_seqlens, paged, splits, deterministic, dsinks, aux_grads, block_mask, positions, sequence_positions)"
                     )))
                 }
             }
@@ -211,6 +216,9 @@ impl Extras {
         }
         if let Some(sp) = self.positions {
             p = p.positions(sp);
+        }
+        if let Some((t, sinks)) = &self.sequence_positions {
+            p = p.sequence_positions(t, *sinks);
         }
         p.deterministic(self.deterministic)
     }

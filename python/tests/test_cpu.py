@@ -432,3 +432,22 @@ def test_a_shard_is_validated_against_its_global_lengths():
         a.check(q, k, k, out, aux={"doc": whole_doc}, positions=(10, 51, sq + 10, sk + 50))
     with pytest.raises(ValueError, match="expected"):
         a.check(q, k, k, out, aux={"doc": doc}, positions=(10, 50, sq + 10, sk + 50))
+
+
+def test_a_varlen_shard_is_validated_sequence_by_sequence():
+    from attnc.torch import SequencePositions
+
+    a = attnc.load(ROOT / "dsl-examples" / "varlen_causal.attn")
+    h, hkv, d = a.spec["q_heads"], a.spec["kv_heads"], a.spec["head_dim_qk"]
+    cu_q = torch.tensor([0, 5, 12], dtype=torch.int32)
+    cu_k = torch.tensor([0, 40, 90], dtype=torch.int32)
+    q = torch.empty(12, h, d, dtype=torch.bfloat16)
+    k = torch.empty(90, hkv, d, dtype=torch.bfloat16)
+    lse = torch.empty(h, 12, dtype=torch.float32)
+    frames = torch.tensor([[10, 100, 20, 200], [0, 0, 7, 50]], dtype=torch.int32)
+    kw = dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, lse=lse if a.spec["lse"] else None)
+    a.check(q, k, k, torch.empty_like(q), positions=SequencePositions(frames), **kw)
+    short = frames.clone()
+    short[1, 3] = 49
+    with pytest.raises(ValueError, match="sequence 1"):
+        a.check(q, k, k, torch.empty_like(q), positions=SequencePositions(short), **kw)
