@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 from .torch import _aux_list, _backward_impl, _forward_impl, _params
 
-__all__ = ["context_parallel_attention", "shard_sequence", "unshard_sequence", "last_stats"]
+__all__ = ["context_parallel_attention", "shard_sequence", "unshard_sequence", "shard_varlen", "last_stats"]
 
 # The last call's chunk pairs: computed, and skipped because the mask rules them out.
 last_stats = {"pairs": 0, "skipped": 0}
@@ -262,18 +262,179 @@ class _ContextParallel(torch.autograd.Function):
 
 
 def context_parallel_attention(attn, q, k, v, *, group=None, strategy="ring", layout="zigzag", aux=None, params=None,
-                               sinks=None, deterministic=False):
+                               sinks=None, deterministic=False, cu_seqlens=None):
     """``attn`` over sequences sharded across ``group`` (``torch.distributed``, NCCL).
 
     ``q``, ``k``, ``v``: this rank's shard, ``[batch, local_seqlen, heads, head_dim]``, laid
     out by ``layout`` (``shard_sequence`` cuts a whole tensor that way). ``aux``: the
     variant's aux tensors, whole (every rank passes the same). Returns this rank's rows of
     O; autograd gives dQ, dK, dV of the shard (and sink and learnable aux gradients, summed
-    over ranks). Contiguous-layout variants only.
+    over ranks). Varlen variants pass ``cu_seqlens`` (the global ``[batch + 1]`` offsets,
+    the same on every rank) and this rank's packed rows (``shard_varlen``): every sequence
+    is cut into the layout's chunks on its own (ring strategy).
     """
     ints, floats = _params(attn, params)
     aux_list = _aux_list(attn, aux)
     int_names = [n for n, ty in attn.params if ty == "Int"]
     int_params = dict(zip(int_names, ints))
     cfg = (group, strategy, layout, ints, floats, bool(deterministic), int_params)
+    if cu_seqlens is not None:
+        cu = torch.as_tensor(cu_seqlens, dtype=torch.int32).cpu()
+        return _ContextParallelVarlen.apply(attn, cfg, cu, q, k, v, sinks, *aux_list)
     return _ContextParallel.apply(attn, cfg, q, k, v, sinks, *aux_list)
+
+
+# ---------------------------------------------------------------------------------------
+# Varlen batches: every sequence is cut into the layout's chunks on its own, so a rank holds
+# its chunks of every sequence, packed sequence by sequence (`shard_varlen`). Each launch
+# covers one chunk slot of every sequence at once, with one frame per sequence.
+
+
+def _varlen_plan(cu_seqlens, world, layout):
+    """Per sequence: its length and chunk size, and the local row offset of its chunks."""
+    per = _chunks_per_rank(layout)
+    lengths = [int(b) - int(a) for a, b in zip(cu_seqlens[:-1].tolist(), cu_seqlens[1:].tolist())]
+    chunks = []
+    for i, n in enumerate(lengths):
+        if n % (per * world):
+            raise ValueError(f"sequence {i}: length {n} must split into {per * world} equal chunks")
+        chunks.append(n // (per * world))
+    local_start = [0]
+    for c in chunks:
+        local_start.append(local_start[-1] + per * c)
+    return lengths, chunks, local_start
+
+
+def _slot_rows(chunks, local_start, slot):
+    """Local packed rows of chunk slot `slot` of every sequence, in sequence order."""
+    return torch.cat([torch.arange(s + slot * c, s + (slot + 1) * c) for s, c in zip(local_start, chunks)])
+
+
+def shard_varlen(x, cu_seqlens, rank, world, layout="zigzag"):
+    """This rank's rows of a packed varlen tensor (`[total, ...]`): its chunks of every
+    sequence, sequence by sequence."""
+    lengths, chunks, _ = _varlen_plan(cu_seqlens, world, layout)
+    starts = cu_seqlens[:-1].tolist()
+    rows = [torch.arange(int(s) + cid * c, int(s) + (cid + 1) * c)
+            for s, c in zip(starts, chunks) for cid in _chunk_ids(layout, rank, world)]
+    return x[torch.cat(rows).to(x.device)]
+
+
+def _cu(sizes, device):
+    return torch.tensor([0, *torch.tensor(sizes).cumsum(0).tolist()], dtype=torch.int32)
+
+
+class _ContextParallelVarlen(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, attn, cfg, cu_seqlens, q, k, v, sinks, *aux):
+        from .torch import SequencePositions
+
+        group, strategy, layout, ints, floats, deterministic, int_params = cfg
+        if strategy != "ring":
+            raise NotImplementedError("varlen batches run with strategy='ring'")
+        world, rank = dist.get_world_size(group), dist.get_rank(group)
+        lengths, chunks, local_start = _varlen_plan(cu_seqlens, world, layout)
+        per = _chunks_per_rank(layout)
+        mine = _chunk_ids(layout, rank, world)
+        slots = [_slot_rows(chunks, local_start, s).to(q.device) for s in range(per)]
+        cu = _cu(chunks, q.device)
+        aux = list(aux)
+        sink_spec = attn.spec["sinks"]
+
+        def frame(qid, kid):
+            table = torch.tensor([[qid * c, kid * c, n, n] for c, n in zip(chunks, lengths)], dtype=torch.int32)
+            return SequencePositions(table, sinks=kid == 0)
+
+        def runs(qid, kid):
+            if sink_spec and kid == 0:
+                return True
+            return any(attn._variant.classify_block(qid * c, (qid + 1) * c, kid * c, (kid + 1) * c, n, n, int_params)
+                       != "empty" for c, n in zip(chunks, lengths) if c > 0)
+
+        ring = _Ring(group, rank, world)
+        total = sum(chunks)
+        o_acc = [torch.zeros(1, total, q.shape[1], v.shape[-1], device=q.device, dtype=torch.float32)
+                 for _ in range(per)]
+        lse_acc = [torch.full((1, q.shape[1], total), float("-inf"), device=q.device, dtype=torch.float32)
+                   for _ in range(per)]
+        q_slots = [q[rows].contiguous() for rows in slots]
+        held_k, held_v = k.contiguous(), v.contiguous()
+        last_stats.update(pairs=0, skipped=0)
+        for step in range(world):
+            owner = (rank - step) % world
+            pending = ring.shift([held_k, held_v]) if step + 1 < world else None
+            for j, kid in enumerate(_chunk_ids(layout, owner, world)):
+                kc, vc = held_k[slots[j]].contiguous(), held_v[slots[j]].contiguous()
+                for i, qid in enumerate(mine):
+                    last_stats["pairs"] += 1
+                    if not runs(qid, kid):
+                        last_stats["skipped"] += 1
+                        continue
+                    o_p, lse_p = _forward_impl(attn, q_slots[i], kc, vc, aux, sinks, cu, cu, None, None, ints, floats,
+                                               0, True, "", frame(qid, kid))
+                    o_acc[i], lse_acc[i] = _merge(o_acc[i], lse_acc[i], o_p.unsqueeze(0), lse_p.unsqueeze(0))
+            if pending is not None:
+                for w in pending[0]:
+                    w.wait()
+                held_k, held_v = pending[1]
+        o_slots = [x[0].to(q.dtype) for x in o_acc]
+        lse_slots = [x[0].contiguous() for x in lse_acc]
+        out = q.new_empty(q.shape[:-1] + (v.shape[-1],))
+        for rows, o_s in zip(slots, o_slots):
+            out[rows] = o_s
+        ctx.save_for_backward(q, k, v, sinks, *o_slots, *lse_slots, *aux)
+        ctx.attn, ctx.cfg, ctx.per, ctx.plan = attn, cfg, per, (lengths, chunks, local_start, slots, cu)
+        ctx.frame, ctx.runs = frame, runs
+        return out
+
+    @staticmethod
+    def backward(ctx, d_o):
+        attn, (group, strategy, layout, ints, floats, deterministic, int_params) = ctx.attn, ctx.cfg
+        lengths, chunks, local_start, slots, cu = ctx.plan
+        per = ctx.per
+        world, rank = dist.get_world_size(group), dist.get_rank(group)
+        saved = ctx.saved_tensors
+        q, k, v, sinks = saved[:4]
+        o_slots, lse_slots, aux = saved[4:4 + per], saved[4 + per:4 + 2 * per], list(saved[4 + 2 * per:])
+        mine = _chunk_ids(layout, rank, world)
+        q_slots = [q[rows].contiguous() for rows in slots]
+        do_slots = [d_o[rows].contiguous() for rows in slots]
+        learn = [a[2] for a in attn.aux]
+        dq = torch.zeros_like(q, dtype=torch.float32)
+        dsinks, aux_grads = None, [None] * len(aux)
+        ring = _Ring(group, rank, world)
+        held_k, held_v = k.contiguous(), v.contiguous()
+        held_dk = torch.zeros_like(k, dtype=torch.float32)
+        held_dv = torch.zeros_like(v, dtype=torch.float32)
+        for step in range(world):
+            owner = (rank - step) % world
+            for j, kid in enumerate(_chunk_ids(layout, owner, world)):
+                kc, vc = held_k[slots[j]].contiguous(), held_v[slots[j]].contiguous()
+                for i, qid in enumerate(mine):
+                    if not ctx.runs(qid, kid):
+                        continue
+                    g = _backward_impl(attn.key, q_slots[i], kc, vc, o_slots[i], lse_slots[i], do_slots[i], aux,
+                                       sinks, cu, cu, ints, floats, deterministic, "", ctx.frame(qid, kid))
+                    dq[slots[i]] += g[0].float()
+                    held_dk[slots[j]] += g[1].float()
+                    held_dv[slots[j]] += g[2].float()
+                    if sinks is not None:
+                        dsinks = g[3] if dsinks is None else dsinks + g[3]
+                    for a, ga in enumerate(g[4]):
+                        if learn[a]:
+                            aux_grads[a] = ga if aux_grads[a] is None else aux_grads[a] + ga
+            last = step + 1 == world
+            works, recv = ring.shift([held_dk, held_dv] if last else [held_k, held_v, held_dk, held_dv])
+            for w in works:
+                w.wait()
+            if last:
+                held_dk, held_dv = recv
+            else:
+                held_k, held_v, held_dk, held_dv = recv
+        if dsinks is not None:
+            dist.all_reduce(dsinks, group=group)
+        for ga in aux_grads:
+            if ga is not None:
+                dist.all_reduce(ga, group=group)
+        return (None, None, None, dq.to(q.dtype), held_dk.to(k.dtype), held_dv.to(v.dtype),
+                dsinks if sinks is not None else None, *aux_grads)

@@ -451,3 +451,23 @@ def test_a_varlen_shard_is_validated_sequence_by_sequence():
     short[1, 3] = 49
     with pytest.raises(ValueError, match="sequence 1"):
         a.check(q, k, k, torch.empty_like(q), positions=SequencePositions(short), **kw)
+
+
+@pytest.mark.parametrize("layout", ["zigzag", "contiguous"])
+def test_varlen_shards_hold_each_sequences_chunks_by_slot(layout):
+    from attnc.cp import _chunk_ids, _slot_rows, _varlen_plan, shard_varlen
+
+    world = 2
+    per = 2 if layout == "zigzag" else 1
+    cu = torch.tensor([0, 8, 8, 24, 40], dtype=torch.int32)  # lengths 8, 0, 16, 16
+    x = torch.arange(40)
+    lengths, chunks, local_start = _varlen_plan(cu, world, layout)
+    assert lengths == [8, 0, 16, 16] and chunks == [n // (per * world) for n in lengths]
+    for rank in range(world):
+        local = shard_varlen(x, cu, rank, world, layout)
+        assert len(local) == sum(per * c for c in chunks)
+        for slot, cid in enumerate(_chunk_ids(layout, rank, world)):
+            want = torch.cat([x[int(s) + cid * c:int(s) + (cid + 1) * c] for s, c in zip(cu[:-1].tolist(), chunks)])
+            assert torch.equal(local[_slot_rows(chunks, local_start, slot)], want)
+    with pytest.raises(ValueError, match="equal chunks"):
+        _varlen_plan(torch.tensor([0, 5], dtype=torch.int32), world, layout)
