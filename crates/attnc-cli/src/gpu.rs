@@ -74,6 +74,10 @@ pub struct BenchArgs {
     /// CUDA device ordinal.
     #[arg(long, default_value_t = 0)]
     device: usize,
+    /// Decode: also time each shape at these forced split counts (comma-separated), to
+    /// tune the split heuristic against.
+    #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
+    decode_splits: Vec<u32>,
     /// Draw the report as an SVG (grouped bars per suite, head dim and mask; decode TB/s).
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
@@ -286,6 +290,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), Reported> {
         backward: has("backward"),
         decode: has("decode"),
         compile: has("compile"),
+        decode_split_sweep: args.decode_splits.clone(),
         ..Default::default()
     };
     if args.quick {

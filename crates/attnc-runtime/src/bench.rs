@@ -60,6 +60,8 @@ pub struct BenchOptions {
     pub decode_seqlens_k: Vec<usize>,
     /// 0 = contiguous KV, else the page size.
     pub decode_page_sizes: Vec<u32>,
+    /// Forced split counts to time each decode shape at as well (empty: none).
+    pub decode_split_sweep: Vec<u32>,
     /// Check outputs against the reference before timing.
     pub check: bool,
     /// DSL text timed by the compile part (name, text); `None`: a built-in causal spec.
@@ -89,6 +91,7 @@ impl Default for BenchOptions {
             decode_batches: vec![1, 8, 64],
             decode_seqlens_k: vec![4096, 32768],
             decode_page_sizes: vec![0, 1, 16, 128],
+            decode_split_sweep: Vec::new(),
             check: true,
             compile_source: None,
             disk_probe_command: None,
@@ -171,7 +174,15 @@ pub struct DecodeResult {
     /// 0 = contiguous.
     pub page_size: u32,
     pub num_splits: Option<u32>,
+    /// The protocol's time: events around the call, the host's preparation included.
     pub time: TimeStats,
+    /// The GPU's own time: the same call queued behind a spin kernel (`time_gpu_queued`).
+    pub gpu_time: Option<TimeStats>,
+    /// The host's median time to enqueue one call, µs.
+    pub host_us: Option<f64>,
+    /// With `BenchOptions::decode_split_sweep`: the GPU's own time (ms) at forced split
+    /// counts, to tune the split heuristic against.
+    pub by_splits: Vec<(u32, f64)>,
     pub kv_bytes: u64,
     pub tb_s: f64,
     pub fraction_of_copy: Option<f64>,
@@ -186,6 +197,10 @@ pub struct CompileTimes {
     pub spec: String,
     /// DSL text → PTX in-process (parse + lower), median.
     pub dsl_to_ptx_ms: f64,
+    /// Of one lowering: building the LLVM IR, LLVM's optimization, NVPTX codegen (ms).
+    pub lower_stages_ms: [f64; 3],
+    /// The external ptxas on the module's PTX, median of 3 (when one is configured).
+    pub ptxas_ms: Option<f64>,
     /// PTX → cubin (driver linker) → loaded module.
     pub ptx_to_module_cubin_ms: f64,
     /// PTX → loaded module (driver JIT inside cuModuleLoadDataEx).
@@ -241,9 +256,13 @@ impl BenchReport {
         ));
         if let Some(ct) = &self.compile {
             s.push_str(&format!(
-                "compile ({}): DSL->PTX {:.2} ms; PTX->module {:.2} ms via cubin, {:.2} ms direct; runtime cold {:.2} ms; memory hit {:.2} us; disk hit {:.2} ms (fresh runtime), {} ms (fresh process)\n",
+                "compile ({}): DSL->PTX {:.2} ms (IR {:.1}, LLVM opt {:.1}, codegen {:.1}); ptxas {} ms; PTX->module {:.2} ms via cubin, {:.2} ms direct; runtime cold {:.2} ms; memory hit {:.2} us; disk hit {:.2} ms (fresh runtime), {} ms (fresh process)\n",
                 ct.spec,
                 ct.dsl_to_ptx_ms,
+                ct.lower_stages_ms[0],
+                ct.lower_stages_ms[1],
+                ct.lower_stages_ms[2],
+                opt(ct.ptxas_ms, 1),
                 ct.ptx_to_module_cubin_ms,
                 ct.ptx_to_module_direct_ms,
                 ct.runtime_cold_ms,
@@ -300,12 +319,12 @@ impl BenchReport {
         if !self.decode.is_empty() {
             s.push_str("\ndecode (bf16, q 1, 32/8 heads, d 128)\n");
             s.push_str(&format!(
-                "{:>5} {:>8} {:>6} {:>6} {:>10} {:>7} {:>7} {:>9}  ok\n",
-                "batch", "seqlen_k", "paged", "splits", "median_ms", "TB/s", "%copy", "check"
+                "{:>5} {:>8} {:>6} {:>6} {:>10} {:>7} {:>7} {:>8} {:>8} {:>9}  ok\n",
+                "batch", "seqlen_k", "paged", "splits", "median_ms", "TB/s", "%copy", "gpu_us", "host_us", "check"
             ));
             for d in &self.decode {
                 s.push_str(&format!(
-                    "{:>5} {:>8} {:>6} {:>6} {:>10.4} {:>7.2} {:>7} {:>9}  {}\n",
+                    "{:>5} {:>8} {:>6} {:>6} {:>10.4} {:>7.2} {:>7} {:>8} {:>8} {:>9}  {}\n",
                     d.batch,
                     d.seqlen_k,
                     if d.page_size == 0 { "-".into() } else { d.page_size.to_string() },
@@ -313,9 +332,16 @@ impl BenchReport {
                     d.time.median_ms,
                     d.tb_s,
                     d.fraction_of_copy.map_or("-".into(), |f| format!("{:.1}%", 100.0 * f)),
+                    d.gpu_time.as_ref().map_or("-".into(), |t| format!("{:.1}", t.median_ms * 1e3)),
+                    d.host_us.map_or("-".into(), |u| format!("{u:.1}")),
                     d.check_rel_l2.map_or("-".into(), |e| format!("{e:.1e}")),
                     if d.ok { "ok" } else { d.error.as_deref().unwrap_or("FAIL") }
                 ));
+                if !d.by_splits.is_empty() {
+                    let cells: Vec<String> =
+                        d.by_splits.iter().map(|(n, ms)| format!("{n}: {:.1}", ms * 1e3)).collect();
+                    s.push_str(&format!("      gpu_us by splits  {}\n", cells.join("  ")));
+                }
             }
         }
         for n in &self.notes {
@@ -451,6 +477,23 @@ $Lcopy_loop:
 $Lcopy_done:
     ret;
 }
+
+.visible .entry attnc_spin(
+    .param .u64 p_ns
+)
+{
+    .reg .pred %p<2>;
+    .reg .b64 %rd<5>;
+
+    ld.param.u64 %rd1, [p_ns];
+    mov.u64 %rd2, %globaltimer;
+$Lspin:
+    mov.u64 %rd3, %globaltimer;
+    sub.u64 %rd4, %rd3, %rd2;
+    setp.lt.u64 %p1, %rd4, %rd1;
+    @%p1 bra $Lspin;
+    ret;
+}
 "#;
 
 /// The helper kernels, loaded.
@@ -458,6 +501,7 @@ pub struct Helpers {
     _module: Module,
     fill: Function,
     copy: Function,
+    spin: Function,
 }
 
 impl Helpers {
@@ -465,7 +509,8 @@ impl Helpers {
         let module = gpu.load_module(HELPER_PTX.as_bytes(), Image::Ptx, "attnc bench helpers")?;
         let fill = module.function("attnc_fill_normal")?;
         let copy = module.function("attnc_copy16")?;
-        Ok(Helpers { _module: module, fill, copy })
+        let spin = module.function("attnc_spin")?;
+        Ok(Helpers { _module: module, fill, copy, spin })
     }
 
     /// Fills the whole allocation of `t` with N(0, scale²) values (its dtype; not i32).
@@ -491,6 +536,58 @@ impl Helpers {
         let blocks = (u64::from(gpu.info.sm_count) * 8).max(1) as u32;
         gpu.launch(&self.copy, [blocks, 1, 1], 512, 0, &[A::Ptr(dst), A::Ptr(src), A::Ptr(n16)])
     }
+}
+
+impl Helpers {
+    /// Keeps the stream busy for `ns` nanoseconds (one thread reading the global timer).
+    pub fn spin(&self, gpu: &Gpu, ns: u64) -> Result<(), RuntimeError> {
+        use crate::cuda::ArgValue as A;
+        gpu.launch(&self.spin, [1, 1, 1], 1, 0, &[A::Ptr(ns)])
+    }
+}
+
+/// How long the GPU spins before each `time_gpu_queued` run: longer than any host path
+/// of one call, so the call's launches are all queued when the first event fires.
+pub const QUEUE_SPIN_NS: u64 = 300_000;
+
+/// Times `f` with the host's part hidden: each run's launches are queued behind a spin
+/// kernel, so the events measure the GPU's own time (the kernels and the gaps between
+/// them), not the host's preparation. The protocol's `time_gpu` includes the host (as the
+/// peers' harness does); at microsecond sizes the two differ, and both are reported.
+pub fn time_gpu_queued(
+    gpu: &Gpu,
+    h: &Helpers,
+    warmup: usize,
+    iters: usize,
+    mut f: impl FnMut() -> Result<(), RuntimeError>,
+) -> Result<TimeStats, RuntimeError> {
+    for _ in 0..warmup {
+        f()?;
+    }
+    gpu.synchronize()?;
+    let mut times = Vec::with_capacity(iters);
+    let (a, b) = (gpu.event()?, gpu.event()?);
+    for _ in 0..iters.max(1) {
+        h.spin(gpu, QUEUE_SPIN_NS)?;
+        gpu.record(&a)?;
+        f()?;
+        gpu.record(&b)?;
+        times.push(f64::from(gpu.elapsed_ms(&a, &b)?));
+    }
+    Ok(TimeStats::of(times))
+}
+
+/// The host's median wall time to enqueue `f` (no synchronization inside the timed part).
+pub fn time_host_us(gpu: &Gpu, iters: usize, mut f: impl FnMut() -> Result<(), RuntimeError>) -> Result<f64, RuntimeError> {
+    let mut times = Vec::with_capacity(iters);
+    for _ in 0..iters.max(1) {
+        gpu.synchronize()?;
+        let t = Instant::now();
+        f()?;
+        times.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    gpu.synchronize()?;
+    Ok(TimeStats::of(times).median_ms)
 }
 
 /// Times `f` (which enqueues GPU work) with CUDA events, after `warmup` untimed runs.
@@ -960,6 +1057,9 @@ fn run_decode(rt: &Runtime, h: &Helpers, opts: &BenchOptions, copy: Option<f64>,
                     page_size: ps,
                     num_splits: None,
                     time: TimeStats::default(),
+                    gpu_time: None,
+                    host_us: None,
+                    by_splits: Vec::new(),
                     kv_bytes,
                     tb_s: 0.0,
                     fraction_of_copy: None,
@@ -1021,6 +1121,21 @@ fn run_decode(rt: &Runtime, h: &Helpers, opts: &BenchOptions, copy: Option<f64>,
                     })?;
                     r.tb_s = kv_bytes as f64 / (r.time.median_ms * 1e-3) / 1e12;
                     r.fraction_of_copy = copy.map(|c| r.tb_s / c);
+                    let gpu = rt.gpu();
+                    r.gpu_time = Some(time_gpu_queued(gpu, h, opts.warmup, opts.iters, || {
+                        kernel.forward(&q, &k, &v, &mut o, &params).map(|_| ())
+                    })?);
+                    r.host_us = Some(time_host_us(gpu, opts.iters, || {
+                        kernel.forward(&q, &k, &v, &mut o, &params).map(|_| ())
+                    })?);
+                    for &n in &opts.decode_split_sweep {
+                        let forced = params.clone().splits(n);
+                        // A count the launch refuses reads NaN; the row's own result stands.
+                        let t = time_gpu_queued(gpu, h, opts.warmup, opts.iters, || {
+                            kernel.forward(&q, &k, &v, &mut o, &forced).map(|_| ())
+                        });
+                        r.by_splits.push((n, t.map_or(f64::NAN, |t| t.median_ms)));
+                    }
                     Ok(())
                 })();
                 r.ok = res.is_ok();
@@ -1098,6 +1213,18 @@ fn run_compile(rt: &Runtime, opts: &BenchOptions) -> Result<CompileTimes, Runtim
         7,
     )?;
     let module = attnc_lower::compile(&spec, &copts)?;
+    ct.lower_stages_ms = [module.timings.build_ms, module.timings.optimize_ms, module.timings.codegen_ms];
+    if let Some((ptxas, _)) = crate::jit::external_ptxas() {
+        ct.ptxas_ms = Some(median_of(
+            || {
+                let t = Instant::now();
+                attnc_lower::ptxas::assemble_with(&ptxas, &module.ptx, rt.arch())
+                    .map_err(|e| RuntimeError::Other(e.to_string()))?;
+                Ok(t.elapsed().as_secs_f64() * 1e3)
+            },
+            3,
+        )?);
+    }
     let gpu = rt.gpu();
     ct.ptx_to_module_cubin_ms = median_of(
         || {
