@@ -9,7 +9,7 @@
 
 use attnc_ir::{KvLayout, ShardPositions, Spec, Ty};
 use attnc_lower::{Arch, CompileOptions, Direction, FamilyChoice};
-use attnc_runtime::validate::{plan, KernelShape, LaunchDescs, ParamValue};
+use attnc_runtime::validate::{plan, CombineKind, KernelShape, LaunchDescs, ParamValue};
 use attnc_runtime::{
     ElemType, Gradients, IndexTensor, Params, Receipt, Runtime, RuntimeError, Stream, Tensor, ValidationError,
 };
@@ -359,7 +359,7 @@ impl Variant {
         };
         // Tile sizes only shape grids and splits, which this check does not report.
         let shape =
-            KernelShape { block_m: 128, block_n: 128, combine_block_m: None, ctas_per_sm: 1, persistent: false };
+            KernelShape { block_m: 128, block_n: 128, combine: CombineKind::None, ctas_per_sm: 1, persistent: false };
         plan(&self.spec, &shape, 132, device, &descs).map(|_| ()).map_err(validation_err)
     }
 }

@@ -164,7 +164,13 @@ pub fn plan_backward(
             why: "the backward reads the forward's LSE (Kernel::forward_lse writes it)".into(),
         });
     }
-    let ks = KernelShape { block_m: 64, block_n: 64, combine_block_m: None, ctas_per_sm: 1, persistent: false };
+    let ks = KernelShape {
+        block_m: 64,
+        block_n: 64,
+        combine: crate::validate::CombineKind::None,
+        ctas_per_sm: 1,
+        persistent: false,
+    };
     let fwd = plan(&fwd_spec, &ks, sm_count, device, &d.fwd)?;
     let dt = ElemType::of(spec.dtype);
     let rank = d.fwd.q.shape.len();

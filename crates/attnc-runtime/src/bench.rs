@@ -578,7 +578,11 @@ pub fn time_gpu_queued(
 }
 
 /// The host's median wall time to enqueue `f` (no synchronization inside the timed part).
-pub fn time_host_us(gpu: &Gpu, iters: usize, mut f: impl FnMut() -> Result<(), RuntimeError>) -> Result<f64, RuntimeError> {
+pub fn time_host_us(
+    gpu: &Gpu,
+    iters: usize,
+    mut f: impl FnMut() -> Result<(), RuntimeError>,
+) -> Result<f64, RuntimeError> {
     let mut times = Vec::with_capacity(iters);
     for _ in 0..iters.max(1) {
         gpu.synchronize()?;

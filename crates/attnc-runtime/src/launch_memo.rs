@@ -16,14 +16,28 @@ use crate::params::Params;
 use crate::receipt::Receipt;
 use crate::tensor::{Tensor, TensorDesc};
 use crate::validate::ParamValue;
+use std::sync::Arc;
 
-/// Everything a forward launch depends on, as words (names as their bytes).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct LaunchSignature(Vec<u64>);
+/// Everything a forward launch depends on: words (names as their bytes) and the values of
+/// the index tensors. Those are held, not copied: a page table can hold millions of
+/// entries, and an index tensor's values never change (`IndexTensor` shares them
+/// immutably), so the same shared values compare equal without being read, and only
+/// distinct ones (a caller that rebuilds its tables per call) compare element-wise.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct LaunchSignature(Vec<u64>, Vec<Arc<Vec<i32>>>);
+
+impl PartialEq for LaunchSignature {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+            && self.1.len() == other.1.len()
+            && self.1.iter().zip(&other.1).all(|(a, b)| Arc::ptr_eq(a, b) || a == b)
+    }
+}
+impl Eq for LaunchSignature {}
 
 impl LaunchSignature {
     pub(crate) fn of(q: &Tensor, k: &Tensor, v: &Tensor, o: &Tensor, lse: Option<&Tensor>, p: &Params) -> Self {
-        let mut s = LaunchSignature(Vec::with_capacity(96));
+        let mut s = LaunchSignature(Vec::with_capacity(96), Vec::new());
         for t in [q, k, v, o] {
             s.tensor(&t.desc());
         }
@@ -35,8 +49,7 @@ impl LaunchSignature {
                 Some(ix) => {
                     s.0.push(1);
                     s.tensor(&ix.tensor().desc());
-                    s.0.push(ix.host().len() as u64);
-                    s.0.extend(ix.host().iter().map(|&x| x as u32 as u64));
+                    s.1.push(Arc::clone(ix.host_shared()));
                 }
                 None => s.0.push(0),
             }
@@ -66,7 +79,7 @@ impl LaunchSignature {
             Some((t, sink)) => {
                 s.0.push(1);
                 s.tensor(&t.tensor().desc());
-                s.0.extend(t.host().iter().map(|&x| x as u32 as u64));
+                s.1.push(Arc::clone(t.host_shared()));
                 s.0.push(u64::from(sink));
             }
             None => s.0.push(0),
@@ -105,6 +118,9 @@ pub(crate) struct LaunchMemo {
     /// The workspace it used: its size, and its address (a hit needs the same one).
     pub(crate) ws_bytes: usize,
     pub(crate) ws_ptr: u64,
+    /// The fused combine's counters: how many, and where (a hit needs the same ones).
+    pub(crate) counters: usize,
+    pub(crate) counters_ptr: u64,
     pub(crate) fwd_args: Vec<ArgValue>,
     pub(crate) combine_args: Option<Vec<ArgValue>>,
     pub(crate) receipt: Receipt,
@@ -167,5 +183,34 @@ mod tests {
         assert_ne!(s0, sig(&q, &o, &Params::default().on_stream(unsafe { Stream::from_raw(0x77) })));
         let lse = t(0x90000, &[2, 8, 17]);
         assert_ne!(s0, LaunchSignature::of(&q, &k, &v, &o, Some(&lse), &base));
+    }
+
+    fn index(addr: u64, values: Vec<i32>) -> crate::tensor::IndexTensor {
+        let n = values.len();
+        // SAFETY: descriptors only; nothing is dereferenced.
+        unsafe {
+            let t = Tensor::from_raw_parts(0, addr, ElemType::I32, &[n], &[1], n).expect("view");
+            crate::tensor::IndexTensor::from_parts(t, values).expect("index")
+        }
+    }
+
+    #[test]
+    fn index_values_compare_by_identity_first_then_by_value() {
+        let (q, k, v, o) = (
+            t(0x1000, &[2, 1, 8, 64]),
+            t(0x9000, &[6, 16, 2, 64]),
+            t(0x20000, &[6, 16, 2, 64]),
+            t(0x40000, &[2, 1, 8, 64]),
+        );
+        let table = index(0x80000, vec![3, 1, 0, 2, 5, 4]);
+        let used = index(0x90000, vec![40, 33]);
+        let sig = |bt: &crate::tensor::IndexTensor| {
+            LaunchSignature::of(&q, &k, &v, &o, None, &Params::default().paged(bt, &used))
+        };
+        let s0 = sig(&table);
+        assert_eq!(s0, sig(&table.clone()), "a clone shares the values");
+        assert_eq!(s0, sig(&index(0x80000, vec![3, 1, 0, 2, 5, 4])), "rebuilt with equal values");
+        assert_ne!(s0, sig(&index(0x80000, vec![3, 1, 0, 2, 4, 5])), "one entry differs");
+        assert_ne!(s0, sig(&index(0x80000, vec![3, 1, 0, 2, 5])), "one entry fewer");
     }
 }

@@ -10,9 +10,10 @@ use crate::launch_memo::{LaunchMemo, LaunchSignature};
 use crate::params::Params;
 use crate::receipt::{BlockMaskSource, KernelConfig, Receipt, Timings};
 use crate::tensor::{contiguous_strides, ElemType, Element, IndexTensor, Tensor};
-use crate::validate::{marshal, plan, KernelShape, LaunchDescs, LaunchPlan};
+use crate::validate::{marshal, plan, CombineKind, KernelShape, LaunchDescs, LaunchPlan};
 use attnc_ir::block_mask::{BlockDims, Tiling};
 use attnc_ir::Spec;
+use attnc_lower::families::common::abi::SPLIT_COUNTERS_PARAM;
 use attnc_lower::{Arch, Direction, FamilyChoice, Grid, KernelRole};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -25,6 +26,10 @@ pub(crate) struct Inner {
     /// call allocates nothing (CUDA-graph capture). Held locked from a call's first
     /// launch to its last, so concurrent calls cannot interleave on one.
     workspaces: Mutex<HashMap<Option<Stream>, Arc<DeviceBuffer>>>,
+    /// The fused split-KV combine's row-block counters, one buffer per stream: zeroed
+    /// when allocated, and every launch leaves them zero (the last split of a row block
+    /// resets its counter), so they need no clearing per call. Locked like a workspace.
+    split_counters: Mutex<HashMap<Option<Stream>, Arc<DeviceBuffer>>>,
 }
 
 /// A call's workspace: the pool's (locked for the call) or the caller's.
@@ -69,7 +74,12 @@ impl Runtime {
     pub fn with_cache(device: usize, cache: &CacheConfig) -> Result<Runtime, RuntimeError> {
         let gpu = Gpu::open(device)?;
         Ok(Runtime {
-            inner: Arc::new(Inner { gpu, kernels: Cache::new(cache), workspaces: Mutex::new(HashMap::new()) }),
+            inner: Arc::new(Inner {
+                gpu,
+                kernels: Cache::new(cache),
+                workspaces: Mutex::new(HashMap::new()),
+                split_counters: Mutex::new(HashMap::new()),
+            }),
         })
     }
 
@@ -113,7 +123,11 @@ impl Runtime {
         let shape = KernelShape {
             block_m: fwd.block_m,
             block_n: fwd.block_n,
-            combine_block_m: loaded.meta.combine().map(|c| c.block_m),
+            combine: if fwd.params.iter().any(|p| p.strip_suffix(":ptr") == Some(SPLIT_COUNTERS_PARAM)) {
+                CombineKind::Fused
+            } else {
+                loaded.meta.combine().map_or(CombineKind::None, |c| CombineKind::Kernel { block_m: c.block_m })
+            },
             ctas_per_sm: loaded.main_ctas_per_sm,
             persistent: fwd.grid == Grid::Persistent,
         };
@@ -256,6 +270,26 @@ impl Runtime {
 
     /// `bytes` of workspace for a call queued on `queue`: the caller's `given` buffer
     /// (checked: device, size, 256-byte alignment) or the pool's buffer of that stream.
+    /// `count` zeroed u32 counters for a fused-combine launch on `queue`'s stream (none
+    /// for 0), locked for the call.
+    pub(crate) fn split_counters(&self, count: usize, queue: &Queue) -> Result<Workspace<'_>, RuntimeError> {
+        if count == 0 {
+            return Ok(Workspace::None);
+        }
+        let key = queue.caller_stream();
+        let mut g = self.inner.split_counters.lock().unwrap_or_else(|e| e.into_inner());
+        if g.get(&key).is_none_or(|b| b.bytes() < count * 4) {
+            if g.remove(&key).is_some() {
+                queue.synchronize()?;
+            }
+            let buf = self.inner.gpu.alloc_bytes((count * 4).max(4096))?;
+            queue.memset_d32(buf.ptr(), 0, buf.bytes() / 4)?;
+            g.insert(key, buf);
+        }
+        let ptr = g.get(&key).map_or(0, |b| b.ptr());
+        Ok(Workspace::Pooled { _lock: g, ptr })
+    }
+
     pub(crate) fn workspace(
         &self,
         bytes: usize,
@@ -828,9 +862,11 @@ impl Kernel {
             .map(|e| Ok((e.param.as_str(), ArgValue::TensorMap(crate::tma::encode(gpu, e)?))))
             .collect::<Result<Vec<_>, RuntimeError>>()?;
         let split = plan.num_splits > 1;
+        let counters = self.rt.split_counters(plan.split_counters, &queue)?;
         let mut extra = vec![
             ("o_partial", ArgValue::Ptr(if split { ws } else { 0 })),
             ("lse_partial", ArgValue::Ptr(if split { ws + lse_off as u64 } else { 0 })),
+            (SPLIT_COUNTERS_PARAM, ArgValue::Ptr(counters.ptr())),
         ];
         extra.extend(maps);
         // Block mask: the caller's (checked against this launch) or one built now.
@@ -884,11 +920,15 @@ impl Kernel {
                 Some(Timings { main_ms: f, combine_ms: combine.as_ref().map(|_| total - f), total_ms: total });
         }
         drop(ws_guard);
+        let counters_ptr = counters.ptr();
+        drop(counters);
         if let Some(signature) = signature {
             let memo = LaunchMemo {
                 signature,
                 ws_bytes,
                 ws_ptr: ws,
+                counters: plan.split_counters,
+                counters_ptr,
                 fwd_args,
                 combine_args: combine.map(|c| c.3),
                 receipt: receipt.clone(),
@@ -912,12 +952,17 @@ impl Kernel {
         if ws_guard.ptr() != m.ws_ptr {
             return Ok(None);
         }
+        let counters = self.rt.split_counters(m.counters, &queue)?;
+        if counters.ptr() != m.counters_ptr {
+            return Ok(None);
+        }
         queue.launch(fwd_fn, m.receipt.grid, fwd.threads_per_block, fwd.dynamic_smem_bytes, &m.fwd_args)?;
         if let (Some(grid), Some(args), Some(cm), Some(cf)) =
             (m.receipt.combine_grid, &m.combine_args, meta.combine(), self.loaded.function(KernelRole::Combine))
         {
             queue.launch(cf, grid, cm.threads_per_block, cm.dynamic_smem_bytes, args)?;
         }
+        drop(counters);
         drop(ws_guard);
         Ok(Some(m.receipt.clone()))
     }

@@ -14,8 +14,10 @@ use serde::Serialize;
 /// The most splits the runtime launches (the combine kernel loops over them).
 pub const MAX_SPLITS: u32 = 128;
 /// Each split gets at least this many KV tiles (fewer and the partials cost more than
-/// the parallelism brings).
-pub const MIN_TILES_PER_SPLIT: u32 = 4;
+/// the parallelism brings). Two, from an H100 sweep of forced split counts over the
+/// protocol's decode shapes: batch 1 × 4k keys ran fastest at 2 tiles per split, and no
+/// shape was fastest below that (`docs/hopper.md`).
+pub const MIN_TILES_PER_SPLIT: u32 = 2;
 
 /// Why a number of splits was chosen.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -99,9 +101,12 @@ mod tests {
     #[test]
     fn short_kv_does_not_split() {
         assert_eq!(auto_num_splits(8, 132, 1).num_splits, 1);
-        assert_eq!(auto_num_splits(8, 132, 7).num_splits, 1);
-        // 16 tiles: at most 4 splits of 4 tiles.
-        assert!(auto_num_splits(8, 132, 16).num_splits <= 4);
+        assert_eq!(auto_num_splits(8, 132, 3).num_splits, 1);
+        // 16 tiles: at most 8 splits of 2 tiles.
+        assert!(auto_num_splits(8, 132, 16).num_splits <= 8);
+        // Decode, batch 1 x 8 KV heads over 4k keys in 128-key tiles: 16 splits of 2 tiles
+        // (the H100 sweep's fastest, 14.9 us against 19.4 at 7 splits of 4-5 tiles).
+        assert_eq!(auto_num_splits(8, 132, 32).num_splits, 16);
     }
 
     #[test]

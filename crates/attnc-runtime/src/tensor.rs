@@ -244,6 +244,10 @@ impl IndexTensor {
     pub fn host(&self) -> &[i32] {
         &self.host
     }
+    /// The shared host values (clones of an index tensor share them).
+    pub(crate) fn host_shared(&self) -> &Arc<Vec<i32>> {
+        &self.host
+    }
     pub fn shape(&self) -> &[usize] {
         self.tensor.shape()
     }

@@ -4,13 +4,18 @@
 use crate::cuda::ArgValue;
 use crate::error::ValidationError as E;
 use crate::tensor::{ElemType, HostIndex, TensorDesc};
-use crate::validate::{marshal, plan, KernelShape, LaunchDescs, LaunchPlan, ParamValue};
+use crate::validate::{marshal, plan, CombineKind, KernelShape, LaunchDescs, LaunchPlan, ParamValue};
 use attnc_ir::{Align, AuxDecl, AuxDim, KvLayout, ParamDecl, ShardPositions, Spec, SplitKv, Ty};
 use attnc_lower::families::common::abi::{POSITION_PARAMS, SEQUENCE_POSITIONS_PARAM};
 
 const SMS: u32 = 132;
-const KS: KernelShape =
-    KernelShape { block_m: 64, block_n: 64, combine_block_m: Some(4), ctas_per_sm: 1, persistent: false };
+const KS: KernelShape = KernelShape {
+    block_m: 64,
+    block_n: 64,
+    combine: CombineKind::Kernel { block_m: 4 },
+    ctas_per_sm: 1,
+    persistent: false,
+};
 
 /// Hands out non-overlapping, 256-byte aligned fake device addresses.
 struct Alloc(u64);
@@ -374,7 +379,7 @@ fn splits_rules() {
     d.num_splits = Some(1);
     assert_eq!(check(&s, &d).expect("valid").combine_grid, None);
     // A module without a combine kernel cannot split.
-    let ks = KernelShape { combine_block_m: None, ..KS };
+    let ks = KernelShape { combine: CombineKind::None, ..KS };
     assert!(matches!(plan(&s, &ks, SMS, 0, &contiguous(&mut a, &s)), Err(E::Splits { .. })));
     // Auto: decode-like launch gets several splits.
     s.split_kv = SplitKv::Auto;
@@ -391,6 +396,17 @@ fn splits_rules() {
     let two = KernelShape { ctas_per_sm: 2, ..KS };
     let p2 = plan(&s, &two, SMS, 0, &d).expect("valid");
     assert!(p2.num_splits > p.num_splits, "{} vs {}", p2.num_splits, p.num_splits);
+    // A fused combine: no combine launch, one counter per row block of the forward grid.
+    let fused = KernelShape { combine: CombineKind::Fused, ..KS };
+    let pf = plan(&s, &fused, SMS, 0, &d).expect("valid");
+    assert_eq!(pf.num_splits, p.num_splits);
+    assert_eq!(pf.combine_grid, None);
+    let [gx, gy, gz] = pf.fwd_grid;
+    assert_eq!(pf.split_counters, (gx * gy * gz / pf.num_splits) as usize);
+    assert_eq!(p.split_counters, 0, "a combine kernel needs no counters");
+    let mut one = d.clone();
+    one.num_splits = Some(1);
+    assert_eq!(plan(&s, &fused, SMS, 0, &one).expect("valid").split_counters, 0);
 }
 
 #[test]
@@ -642,6 +658,8 @@ fn every_example_spec_plans_with_its_abi() {
                     || attnc_lower::variant::tiles::BLOCK_LIST_PARAMS.contains(&name)
                     || POSITION_PARAMS.contains(&name)
                     || name == SEQUENCE_POSITIONS_PARAM
+                    // Filled by the runtime's counter pool (`Runtime::split_counters`).
+                    || name == attnc_lower::families::common::abi::SPLIT_COUNTERS_PARAM
                     || (ty == "tensormap" && k.tensor_maps.iter().any(|b| b.param == name));
                 assert!(known, "{} ({}): unknown kernel parameter {param}", spec.name, m.family);
             }
@@ -839,7 +857,7 @@ fn the_blackwell_forward_marshals_and_plans_a_persistent_grid() {
     let ks = KernelShape {
         block_m: fwd.block_m,
         block_n: fwd.block_n,
-        combine_block_m: None,
+        combine: CombineKind::None,
         ctas_per_sm: 1,
         persistent: fwd.grid == attnc_lower::Grid::Persistent,
     };
@@ -889,7 +907,7 @@ fn the_blackwell_paged_split_forward_marshals_with_page_boxes() {
     let ks = KernelShape {
         block_m: fwd.block_m,
         block_n: fwd.block_n,
-        combine_block_m: Some(combine_bm),
+        combine: CombineKind::Kernel { block_m: combine_bm },
         ctas_per_sm: 1,
         persistent: fwd.grid == attnc_lower::Grid::Persistent,
     };
@@ -927,7 +945,7 @@ fn the_blackwell_row_gather_marshals_pointers_and_one_map() {
     let ks = KernelShape {
         block_m: fwd.block_m,
         block_n: fwd.block_n,
-        combine_block_m: None,
+        combine: CombineKind::None,
         ctas_per_sm: 1,
         persistent: fwd.grid == attnc_lower::Grid::Persistent,
     };

@@ -53,13 +53,25 @@ pub enum ParamValue {
 pub struct KernelShape {
     pub block_m: u32,
     pub block_n: u32,
-    /// Rows per CTA of the combine kernel (when the module has one).
-    pub combine_block_m: Option<u32>,
+    /// How the module merges split-KV partials.
+    pub combine: CombineKind,
     /// Forward CTAs resident per SM (occupancy; 1 when unknown). The split heuristic fills
     /// `SMs x ctas_per_sm` slots: decode is memory-bound and gains from every resident CTA.
     pub ctas_per_sm: u32,
     /// A persistent forward: grid `[min(work tiles, SMs x ctas_per_sm), 1, 1]`.
     pub persistent: bool,
+}
+
+/// How a module merges split-KV partials.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CombineKind {
+    /// It cannot: launches run one split.
+    None,
+    /// A combine kernel after the forward, `block_m` rows per CTA.
+    Kernel { block_m: u32 },
+    /// The forward's last split CTA of each row block merges it; the forward takes one
+    /// zeroed u32 counter per row block (`split_counters`).
+    Fused,
 }
 
 /// Every argument of one launch, as descriptors.
@@ -100,6 +112,8 @@ pub struct LaunchPlan {
     pub fwd_grid: [u32; 3],
     /// Only when `num_splits > 1`.
     pub combine_grid: Option<[u32; 3]>,
+    /// u32 counters the fused combine needs (one per row block; 0 without it).
+    pub split_counters: usize,
     /// f32 elements of the split workspace (0 without splits).
     pub o_partial_elems: usize,
     pub lse_partial_elems: usize,
@@ -599,7 +613,7 @@ pub fn plan(spec: &Spec, ks: &KernelShape, sm_count: u32, device: usize, d: &Lau
     if ns == 0 || ns > MAX_SPLITS {
         return Err(ValidationError::Splits { detail: format!("{ns} is outside 1..={MAX_SPLITS}") });
     }
-    if ns > 1 && ks.combine_block_m.is_none() {
+    if ns > 1 && ks.combine == CombineKind::None {
         return Err(ValidationError::Splits { detail: "the module has no combine kernel".into() });
     }
     too_large("batch x num_splits (grid z)", batch as u64 * u64::from(ns), GRID_YZ_LIMIT)?;
@@ -612,8 +626,10 @@ pub fn plan(spec: &Spec, ks: &KernelShape, sm_count: u32, device: usize, d: &Lau
     } else {
         [grid_x as u32, grid_y as u32, (batch as u64 * u64::from(ns)) as u32]
     };
-    let combine_grid = match (ns > 1, ks.combine_block_m) {
-        (true, Some(bm)) => Some([(max_sq as u64).div_ceil(u64::from(bm.max(1))) as u32, qh as u32, batch as u32]),
+    let combine_grid = match (ns > 1, ks.combine) {
+        (true, CombineKind::Kernel { block_m: bm }) => {
+            Some([(max_sq as u64).div_ceil(u64::from(bm.max(1))) as u32, qh as u32, batch as u32])
+        }
         _ => None,
     };
     let part_rows = if ns > 1 { ns as usize * batch * qh * max_sq } else { 0 };
@@ -706,6 +722,11 @@ pub fn plan(spec: &Spec, ks: &KernelShape, sm_count: u32, device: usize, d: &Lau
         split_reason: choice.reason,
         fwd_grid,
         combine_grid,
+        split_counters: if ns > 1 && ks.combine == CombineKind::Fused {
+            (grid_x * grid_y * batch as u64) as usize
+        } else {
+            0
+        },
         o_partial_elems: part_rows * dv,
         lse_partial_elems: part_rows,
         args,

@@ -229,6 +229,33 @@ impl<'ctx> Kb<'ctx> {
         let ty = i.fn_type(&[self.ctx.i64_type().into()], false);
         Ok(self.asm(ty, "ld.global.b32 $0, [$1];", "=r,l,~{memory}", true, &[addr.into()], name)?.into_int_value())
     }
+    /// `fence.acq_rel.gpu`: orders this thread's memory operations before and after it at
+    /// GPU scope (publishing stores before a count, reading others' after one).
+    pub fn fence_acq_rel_gpu(&self) -> R<()> {
+        self.asm_void("fence.acq_rel.gpu;", "~{memory}", &[])
+    }
+    /// `atom.acq_rel.gpu.global.add.u32`: adds `v` at `addr` and returns the old value.
+    pub fn atom_add_acq_rel_gpu_u32(&self, addr: IntValue<'ctx>, v: IntValue<'ctx>, name: &str) -> R<IntValue<'ctx>> {
+        let i = self.ctx.i32_type();
+        let ty = i.fn_type(&[self.ctx.i64_type().into(), i.into()], false);
+        let text = "atom.acq_rel.gpu.global.add.u32 $0, [$1], $2;";
+        Ok(self.asm(ty, text, "=r,l,r,~{memory}", true, &[addr.into(), v.into()], name)?.into_int_value())
+    }
+    /// `st.relaxed.gpu.global.u32`: a store other CTAs may read without a data race.
+    pub fn st_relaxed_gpu_u32(&self, addr: IntValue<'ctx>, v: IntValue<'ctx>) -> R<()> {
+        self.asm_void("st.relaxed.gpu.global.u32 [$0], $1;", "l,r,~{memory}", &[addr.into(), v.into()])
+    }
+    /// `barrier.red.or.pred` over named barrier `id` of `count` threads: a barrier that
+    /// also tells every participant whether any of them passed a nonzero `flag` (1 or 0).
+    pub fn bar_red_or(&self, id: u32, count: u32, flag: IntValue<'ctx>, name: &str) -> R<IntValue<'ctx>> {
+        let i = self.ctx.i32_type();
+        let ty = i.fn_type(&[i.into()], false);
+        let text = format!(
+            "{{ .reg .pred %any_in, %any_out; setp.ne.u32 %any_in, $1, 0; \
+             barrier.red.or.pred %any_out, {id}, {count}, %any_in; selp.u32 $0, 1, 0, %any_out; }}"
+        );
+        Ok(self.asm(ty, &text, "=r,r,~{memory}", true, &[flag.into()], name)?.into_int_value())
+    }
     /// `red.global.add.f32`: an atomic add whose result is not needed (gradient
     /// accumulation).
     pub fn red_global_add_f32(&self, addr: IntValue<'ctx>, v: FloatValue<'ctx>) -> R<()> {

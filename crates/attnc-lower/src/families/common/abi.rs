@@ -48,6 +48,10 @@ pub fn kernel_name(spec: &Spec, what: &str) -> String {
 }
 
 /// The ordered parameter list of the forward kernel.
+/// The forward parameter of a family that fuses the split-KV combine: one u32 counter per
+/// row block (grid x · grid y · batch), zero before the launch and left zero after it.
+pub const SPLIT_COUNTERS_PARAM: &str = "split_counters";
+
 pub fn forward_params(spec: &Spec) -> Vec<(String, ParamTy)> {
     use ParamTy::*;
     let mut p: Vec<(String, ParamTy)> = Vec::new();

@@ -8,7 +8,7 @@
 use super::abi::{self, Args};
 use crate::llvm::kb::{Kb, R};
 use crate::module::{Grid, KernelInfo, KernelRole};
-use crate::variant::layout::{batch_view, q_row_offset};
+use crate::variant::layout::{batch_view, packed_row, q_row_offset, BatchView};
 use attnc_ir::Spec;
 use inkwell::values::IntValue;
 use inkwell::{FloatPredicate, IntPredicate};
@@ -48,7 +48,47 @@ pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str) -> R<KernelInfo> 
     kb.return_if(outside, "row_out_of_range")?;
 
     let num_splits = args.int("num_splits")?;
-    let max_sq = kb.sext64(la.seqlen_q, "")?;
+    combine_row(kb, spec, &args, &bv, CombineRow { b, h, q, lane, batch, max_seqlen_q: la.seqlen_q, num_splits })?;
+    kb.ret()?;
+    Ok(KernelInfo {
+        name: name.to_string(),
+        role: KernelRole::Combine,
+        note: None,
+        threads_per_block: ROWS_PER_CTA * 32,
+        dynamic_smem_bytes: 0,
+        block_m: ROWS_PER_CTA,
+        block_n: 0,
+        params: abi::describe(&params),
+        tensor_maps: Vec::new(),
+        grid: Grid::Rows,
+    })
+}
+
+/// One row the combine merges: batch entry `b`, head `h`, query `q` (within its
+/// sequence), this thread's `lane` of the warp that merges it, and the launch's batch,
+/// padded seqlen_q and split count (the partials' row strides).
+#[derive(Clone, Copy)]
+pub struct CombineRow<'ctx> {
+    pub b: IntValue<'ctx>,
+    pub h: IntValue<'ctx>,
+    pub q: IntValue<'ctx>,
+    pub lane: IntValue<'ctx>,
+    pub batch: IntValue<'ctx>,
+    pub max_seqlen_q: IntValue<'ctx>,
+    pub num_splits: IntValue<'ctx>,
+}
+
+/// Merges one row's split partials into O (and its LSE), a warp per row: the combine
+/// kernel's body, and the fused combine's (the forward's last split CTA, [`fused_tail`]).
+pub fn combine_row<'ctx>(
+    kb: &mut Kb<'ctx>,
+    spec: &Spec,
+    args: &Args<'ctx>,
+    bv: &BatchView<'ctx>,
+    row: CombineRow<'ctx>,
+) -> R<()> {
+    let CombineRow { b, h, q, lane, batch, num_splits, .. } = row;
+    let max_sq = kb.sext64(row.max_seqlen_q, "")?;
     // Row index of split 0; split s adds s · batch · q_heads · max_sq.
     let row0 = kb.add(
         kb.mul(
@@ -104,7 +144,7 @@ pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str) -> R<KernelInfo> 
     kb.section("combine: weighted sum of split outputs")?;
     let o_st = args.strides("o")?;
     let o_base = args.int("o")?;
-    let off = q_row_offset(kb, &bv, &o_st, q, h)?;
+    let off = q_row_offset(kb, bv, &o_st, q, h)?;
     let o_row = kb.add(o_base, kb.mul(off, kb.i64c(2), "")?, "o_row")?;
     let dv = spec.head_dim_v;
     for chunk in 0..dv.div_ceil(64) {
@@ -155,17 +195,95 @@ pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str) -> R<KernelInfo> 
             kb.st_global_f32(kb.add(lse_base, kb.mul(off, kb.i64c(4), "")?, "")?, lse)
         })?;
     }
-    kb.ret()?;
-    Ok(KernelInfo {
-        name: name.to_string(),
-        role: KernelRole::Combine,
-        note: None,
-        threads_per_block: ROWS_PER_CTA * 32,
-        dynamic_smem_bytes: 0,
-        block_m: ROWS_PER_CTA,
-        block_n: 0,
-        params: abi::describe(&params),
-        tensor_maps: Vec::new(),
-        grid: Grid::Rows,
+    Ok(())
+}
+
+/// Where a forward CTA of a split launch stands, for the fused combine: the split
+/// counter of its row block and the rows it covers.
+pub struct FusedCombine<'ctx> {
+    /// The `split_counters` buffer (u32 per row block, zero between launches).
+    pub counters: IntValue<'ctx>,
+    /// This CTA's row block (the same for every split of it).
+    pub counter_index: IntValue<'ctx>,
+    pub num_splits: IntValue<'ctx>,
+    /// This thread among the `threads` that stored the partials (a whole number of warps
+    /// that meet at named barrier `bar_id`).
+    pub thread: IntValue<'ctx>,
+    pub threads: u32,
+    pub bar_id: u32,
+    /// The row block's rows `[row0, rows_end)` (packed rows under pack_gqa).
+    pub row0: IntValue<'ctx>,
+    pub rows_end: IntValue<'ctx>,
+    pub pack_gqa: bool,
+    pub head_idx: IntValue<'ctx>,
+    pub hkv: IntValue<'ctx>,
+    pub b: IntValue<'ctx>,
+    pub batch: IntValue<'ctx>,
+    pub max_seqlen_q: IntValue<'ctx>,
+}
+
+/// The split-KV combine fused into the forward: after a split CTA has stored its
+/// partials, it counts itself on its row block's counter; the CTA that completes the
+/// count (the last split to finish, whichever it is) merges the block's rows, a warp per
+/// row, and sets the counter back to zero for the next launch. This saves the combine
+/// launch and its gap; the merge itself reads the partials in split order, so the
+/// result does not depend on which CTA finishes last. Call only when the launch splits
+/// (a uniform condition).
+pub fn fused_tail<'ctx>(
+    kb: &mut Kb<'ctx>,
+    spec: &Spec,
+    args: &Args<'ctx>,
+    bv: &BatchView<'ctx>,
+    f: &FusedCombine<'ctx>,
+) -> R<()> {
+    kb.section("split-KV: count this split; the last one to finish combines its row block")?;
+    // Every thread's partial stores, before the count that publishes them.
+    kb.fence_acq_rel_gpu()?;
+    let counter = kb.add(f.counters, kb.mul(kb.sext64(f.counter_index, "")?, kb.i64c(4), "")?, "split_counter")?;
+    let is_first = kb.icmp(IntPredicate::EQ, f.thread, kb.i32c(0), "counts")?;
+    let done_before = kb.slot_i32("splits_done_before", kb.i32c(0))?;
+    // The barrier first: every thread's fence precedes the count.
+    kb.named_bar_sync(f.bar_id, f.threads)?;
+    kb.if_then(is_first, "count_split", |kb| {
+        let old = kb.atom_add_acq_rel_gpu_u32(counter, kb.i32c(1), "done_before")?;
+        kb.set(done_before, old)
+    })?;
+    let old = kb.get_i(done_before, "")?;
+    let completes = kb.icmp(IntPredicate::EQ, old, kb.sub(f.num_splits, kb.i32c(1), "")?, "")?;
+    let completes = kb.and(is_first, completes, "")?;
+    let last = kb.bar_red_or(f.bar_id, f.threads, kb.zext32(completes, "")?, "last_split")?;
+    let last = kb.icmp(IntPredicate::NE, last, kb.i32c(0), "is_last_split")?;
+    kb.if_then(last, "fused_combine", |kb| {
+        kb.if_then(is_first, "reset_counter", |kb| kb.st_relaxed_gpu_u32(counter, kb.i32c(0)))?;
+        // The other splits' partials, after the count that saw them all.
+        kb.fence_acq_rel_gpu()?;
+        kb.section("combine (fused): a warp per row of the block")?;
+        let lane = kb.and(f.thread, kb.i32c(31), "lane")?;
+        let warp = kb.udiv(f.thread, kb.i32c(32), "combine_warp")?;
+        let group = spec.group_size() as i64;
+        let r0 = kb.add(f.row0, warp, "")?;
+        let row = kb.slot_i32("combine_row", r0)?;
+        kb.while_loop(
+            "combine_rows",
+            |kb| {
+                let r = kb.get_i(row, "")?;
+                kb.icmp(IntPredicate::SLT, r, f.rows_end, "")
+            },
+            |kb| {
+                let r = kb.get_i(row, "r")?;
+                let (q, h) = packed_row(kb, f.pack_gqa, group, r, f.head_idx, f.hkv)?;
+                let cr = CombineRow {
+                    b: f.b,
+                    h,
+                    q,
+                    lane,
+                    batch: f.batch,
+                    max_seqlen_q: f.max_seqlen_q,
+                    num_splits: f.num_splits,
+                };
+                combine_row(kb, spec, args, bv, cr)?;
+                kb.set(row, kb.add(r, kb.i32c(i64::from(f.threads / 32)), "")?)
+            },
+        )
     })
 }

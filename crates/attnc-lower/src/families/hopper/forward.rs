@@ -20,6 +20,7 @@
 use super::config::{Config, RingBar, BOX_COLS, ROWS_PER_CONSUMER, ROW_BYTES};
 use super::desc::SmemDesc;
 use crate::families::common::abi::{self as cabi, Args, ParamTy};
+use crate::families::common::combine::{fused_tail, FusedCombine};
 use crate::families::common::epilogue::{finish_row, FragRow, RowStore};
 use crate::families::common::sw128::{emit_chunk_addr, k_major_step_offset, mn_major_step_offset};
 use crate::llvm::kb::{Kb, Slot, R};
@@ -39,6 +40,8 @@ const LOG2E: f64 = std::f64::consts::LOG2_E;
 /// Named barriers: 1 + c guards consumer c's Q load; `PINGPONG_BAR + c` is consumer c's
 /// turn to issue GEMMs (0 is the CTA barrier).
 const PINGPONG_BAR: u32 = 3;
+/// Named barrier of the fused split-KV combine (every consumer thread).
+const COMBINE_BAR: u32 = 7;
 
 /// The forward kernel's parameters: the K and V tensor maps (not with the gather
 /// producer), then the portable family's list (so the runtime marshals both families
@@ -50,6 +53,10 @@ pub fn forward_params(spec: &Spec, cfg: &Config) -> Vec<(String, ParamTy)> {
         p.push(("tmap_v".to_string(), ParamTy::TensorMap));
     }
     p.extend(cabi::forward_params(spec));
+    if spec.split_kv != attnc_ir::SplitKv::None {
+        // The fused combine's row-block counters (`common::combine::fused_tail`).
+        p.push((cabi::SPLIT_COUNTERS_PARAM.to_string(), ParamTy::Ptr));
+    }
     p
 }
 
@@ -1051,7 +1058,38 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             let cols = |_: &Kb<'ctx>, i: u32| -> R<(FloatValue<'ctx>, FloatValue<'ctx>)> { Ok(o_vals[i as usize]) };
             store.store(kb, row, quad_col, lse, &cols, &split)?;
         }
-        Ok(())
+        if spec.split_kv == attnc_ir::SplitKv::None {
+            return Ok(());
+        }
+        kb.if_then(is_split, "split_launch", |kb| {
+            let (nx, ny) = (kb.sreg("nctaid.x", "")?, kb.sreg("nctaid.y", "")?);
+            let block = kb.add(
+                kb.mul(kb.add(kb.mul(cta.bv.b, ny, "")?, cta.head_idx, "")?, nx, "")?,
+                kb.sreg("ctaid.x", "")?,
+                "row_block",
+            )?;
+            let f = FusedCombine {
+                counters: self.args.int(cabi::SPLIT_COUNTERS_PARAM)?,
+                counter_index: block,
+                num_splits: cta.num_splits,
+                thread: kb.add(kb.mul(consumer, kb.i32c(128), "")?, ltid, "")?,
+                threads: 128 * self.cfg.consumers,
+                bar_id: COMBINE_BAR,
+                row0: cta.row0,
+                rows_end: kb.smin(
+                    kb.add(cta.row0, kb.i32c(self.cfg.block_m() as i64), "")?,
+                    cta.rows_total,
+                    "rows_end",
+                )?,
+                pack_gqa: spec.pack_gqa,
+                head_idx: cta.head_idx,
+                hkv: cta.hkv,
+                b: cta.bv.b,
+                batch: kb.udiv(kb.sreg("nctaid.z", "")?, cta.num_splits, "batch")?,
+                max_seqlen_q: cta.la.seqlen_q,
+            };
+            fused_tail(kb, spec, &self.args, &cta.bv, &f)
+        })
     }
 }
 

@@ -7,7 +7,8 @@
 //! - [`forward`]: the kernel; [`config`]: tiles, roles, shared-memory layout;
 //! - [`desc`]: the wgmma shared-memory matrix descriptor.
 //!
-//! Split-KV partials go through the shared combine kernel (`common::combine`).
+//! Split-KV partials are merged inside the forward: the last split CTA of a row block
+//! runs the shared combine (`common::combine::fused_tail`), no second launch.
 
 pub mod backward;
 pub mod config;
@@ -16,12 +17,12 @@ pub mod forward;
 
 use crate::arch::Arch;
 use crate::error::LowerError;
-use crate::families::common::{abi::kernel_name, backward as common_bwd, block_mask, combine};
+use crate::families::common::{abi::kernel_name, backward as common_bwd, block_mask};
 use crate::families::{finish_module, finish_module_at, Family};
 use crate::llvm::kb::Kb;
 use crate::module::{BlockLayout, CompiledModule, Direction, FamilyKind};
 use attnc_ir::block_mask::Tiling;
-use attnc_ir::{Spec, SplitKv};
+use attnc_ir::Spec;
 use config::{BwdConfig, Config};
 use inkwell::context::Context;
 use inkwell::values::IntValue;
@@ -148,10 +149,8 @@ pub fn compile_with_config(spec: &Spec, arch: Arch, cfg: &Config) -> Result<Comp
     let t0 = std::time::Instant::now();
     let ctx = Context::create();
     let mut kb = Kb::new(&ctx, &format!("attnc_{}", spec.name));
+    // Split partials are merged by the forward's last split CTA (fused combine).
     let mut kernels = vec![forward::build(&mut kb, spec, cfg, &kernel_name(spec, "hopper_fwd"))?];
-    if spec.split_kv != SplitKv::None {
-        kernels.push(combine::build(&mut kb, spec, &kernel_name(spec, "combine"))?);
-    }
     let tiling = Tiling { block_m: cfg.block_m(), block_n: cfg.block_n, pack_gqa: spec.pack_gqa };
     block_mask::push_if_needed(&mut kb, spec, tiling, BlockLayout::RowLists, "block_classify", &mut kernels)?;
     finish_module(&kb, FamilyKind::Hopper, Direction::Forward, arch, kernels, t0)
