@@ -531,3 +531,43 @@ fn spilling_defaults_step_down_to_smaller_configurations() {
         assert!(c.module.fallback_reason.is_none(), "a named family does not fall back");
     }
 }
+
+/// The runtime's decode twin (`QueryRows::OneTile`) of every example it would serve
+/// (contiguous layout, no block mask) builds through hopper for sm_90a with one consumer
+/// warpgroup and 64-key tiles, and assembles without spills.
+#[test]
+fn decode_twins_build_one_consumer_hopper_forwards_without_spills() {
+    let ptxas_path = ptxas::find_ptxas().ok();
+    if ptxas_path.is_none() && std::env::var_os("CI").is_some() {
+        panic!("CI is set but ptxas is missing");
+    }
+    let mut n = 0;
+    for (name, spec) in parsed() {
+        let Ok(spec) = spec else { continue };
+        if spec.kv_layout != attnc::ir::KvLayout::Contiguous || attnc::ir::block_mask::needs_block_mask(spec) {
+            continue;
+        }
+        let mut twin = spec.clone();
+        twin.query_rows = attnc::ir::QueryRows::OneTile;
+        let opts = CompileOptions::new(Arch::Sm90a).direction(Direction::Forward);
+        let m = attnc::compile(&twin, &opts).unwrap_or_else(|e| panic!("{name}: decode twin: {e}"));
+        if m.family != FamilyKind::Hopper {
+            continue; // the parent does not run on hopper either: the runtime never asks.
+        }
+        let fwd = m.kernels.iter().find(|k| k.role == attnc::lower::KernelRole::Forward).expect("forward kernel");
+        assert_eq!((fwd.threads_per_block, fwd.block_m, fwd.block_n), (256, 64, 64), "{name}: decode twin shape");
+        if let Some(p) = &ptxas_path {
+            let c = Compiled {
+                example: format!("{name} (decode twin)"),
+                arch: Arch::Sm90a,
+                direction: Direction::Forward,
+                choice: FamilyChoice::Auto,
+                result: Err(String::new()),
+            };
+            let a = assemble_one(&c, &m, p, true);
+            assert!(a.problems.is_empty(), "{}", a.problems.join("\n"));
+        }
+        n += 1;
+    }
+    assert!(n >= 5, "only {n} decode twins checked");
+}

@@ -253,6 +253,7 @@ pub(crate) fn build(raw: Raw, src: &str) -> Result<Spec, Vec<PErr>> {
         split_kv: raw.split.map_or(SplitKv::None, |s| s.0),
         lse: raw.lse.is_some(),
         shards: raw.shards.is_some(),
+        query_rows: attnc_ir::QueryRows::Any,
         softmax: raw.softmax.map_or(SoftmaxOptions::default(), |s| s.opts),
     };
     match attnc_ir::validate(&spec) {

@@ -36,6 +36,6 @@ pub use reference::{
     Grads, Inputs, ReferenceError, SeqGrads, SeqOutput, Sequence, ShardPositions,
 };
 pub use spec::{
-    Align, AuxDecl, AuxDim, AuxElem, DType, KvLayout, Mask, ParamDecl, Scale, SoftmaxOptions, Spec, SplitKv, Window,
-    SUPPORTED_HEAD_DIMS,
+    Align, AuxDecl, AuxDim, AuxElem, DType, KvLayout, Mask, ParamDecl, QueryRows, Scale, SoftmaxOptions, Spec, SplitKv,
+    Window, ONE_TILE_ROWS, SUPPORTED_HEAD_DIMS,
 };

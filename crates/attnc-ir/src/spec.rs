@@ -249,6 +249,22 @@ impl Default for SoftmaxOptions {
     }
 }
 
+/// How many query rows the launches of a module have, as far as its kernels may rely on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum QueryRows {
+    /// Any number.
+    #[default]
+    Any,
+    /// At most one 64-row query tile per batch entry and head (packed rows under
+    /// `pack_gqa`): decode. A family may then run one consumer and smaller key tiles.
+    /// The runtime compiles this twin of a variant for such launches; `.attn` files do
+    /// not write it.
+    OneTile,
+}
+
+/// Packed query rows per tile that [`QueryRows::OneTile`] promises at most.
+pub const ONE_TILE_ROWS: usize = 64;
+
 /// One attention variant.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Spec {
@@ -278,6 +294,9 @@ pub struct Spec {
     /// are global. The runtime compiles this twin of a variant for sharded launches; the
     /// variant itself pays nothing for it. Contiguous layout only.
     pub shards: bool,
+    /// The launches this module serves (the runtime's decode twin sets `OneTile`).
+    #[serde(default)]
+    pub query_rows: QueryRows,
     pub softmax: SoftmaxOptions,
 }
 
@@ -302,6 +321,7 @@ impl Spec {
             split_kv: SplitKv::None,
             lse: false,
             shards: false,
+            query_rows: QueryRows::Any,
             softmax: SoftmaxOptions::default(),
         }
     }

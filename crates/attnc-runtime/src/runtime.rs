@@ -12,9 +12,9 @@ use crate::receipt::{BlockMaskSource, KernelConfig, Receipt, Timings};
 use crate::tensor::{contiguous_strides, ElemType, Element, IndexTensor, Tensor};
 use crate::validate::{marshal, plan, CombineKind, KernelShape, LaunchDescs, LaunchPlan};
 use attnc_ir::block_mask::{BlockDims, Tiling};
-use attnc_ir::Spec;
+use attnc_ir::{KvLayout, QueryRows, Spec, ONE_TILE_ROWS};
 use attnc_lower::families::common::abi::SPLIT_COUNTERS_PARAM;
-use attnc_lower::{Arch, Direction, FamilyChoice, Grid, KernelRole};
+use attnc_lower::{Arch, Direction, FamilyChoice, FamilyKind, Grid, KernelRole};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -145,6 +145,7 @@ impl Runtime {
             memo: Arc::new(Mutex::new(None)),
             no_sink: Arc::new(OnceLock::new()),
             sharded: Arc::new(OnceLock::new()),
+            one_tile: Arc::new(OnceLock::new()),
         })
     }
 
@@ -440,6 +441,10 @@ pub struct Kernel {
     /// The sharded twin (`Spec::shards`) that runs launches on shards of longer
     /// sequences when the variant reads positions (loaded on first use).
     sharded: Arc<OnceLock<Kernel>>,
+    /// The decode twin (`QueryRows::OneTile`) for launches of at most one query tile per
+    /// batch entry and head, loaded on first use (`None`: it did not build, the kernel
+    /// itself serves those launches).
+    one_tile: Arc<OnceLock<Option<Kernel>>>,
     /// Sink logits of −∞ (`[q_heads]` f32), made on first use: what a shard that leaves
     /// the sink to another key shard passes instead of the caller's sinks.
     no_sink: Arc<OnceLock<Tensor>>,
@@ -558,6 +563,32 @@ impl Kernel {
         // A racing caller may have set it first: either is the same module.
         let _ = self.sharded.set(k);
         self.sharded.get().ok_or_else(|| RuntimeError::Other("the sharded kernel did not load".into()))
+    }
+
+    /// The kernel that runs a forward of `q`'s shape: this one, or — when each batch entry
+    /// has at most one query tile of packed rows (decode) and the module's family builds
+    /// a smaller schedule for that (hopper with TMA loads: one consumer warpgroup, 64-key
+    /// tiles) — the variant's one-tile twin (`QueryRows::OneTile`), compiled once and
+    /// cached. The receipt's config shows which ran. A twin that does not build leaves
+    /// every launch to this kernel.
+    fn for_rows(&self, q: &Tensor) -> &Kernel {
+        let eligible = self.spec.query_rows == QueryRows::Any
+            && self.spec.kv_layout == KvLayout::Contiguous
+            && !self.spec.shards
+            && self.loaded.meta.family == FamilyKind::Hopper.name()
+            && !attnc_ir::block_mask::needs_block_mask(&self.spec);
+        let group = if self.spec.pack_gqa { self.spec.group_size() as usize } else { 1 };
+        let rows = q.shape().get(1).map_or(usize::MAX, |&s| s.saturating_mul(group));
+        if !eligible || rows > ONE_TILE_ROWS {
+            return self;
+        }
+        let twin = self.one_tile.get_or_init(|| {
+            let mut spec = self.spec.clone();
+            spec.query_rows = QueryRows::OneTile;
+            // Only a hopper twin: one that fell back to another family would be slower.
+            self.rt.kernel_with(&spec, self.family).ok().filter(|k| k.loaded.meta.family == self.loaded.meta.family)
+        });
+        twin.as_ref().unwrap_or(self)
     }
 
     /// The kernel of this spec with `lse` on (loaded on first use).
@@ -798,6 +829,10 @@ impl Kernel {
         params: &Params,
     ) -> Result<Receipt, RuntimeError> {
         let this = self.for_launch(params)?;
+        if !std::ptr::eq(this, self) {
+            return this.run(q, k, v, out, lse, params);
+        }
+        let this = self.for_rows(q);
         if !std::ptr::eq(this, self) {
             return this.run(q, k, v, out, lse, params);
         }

@@ -6,7 +6,7 @@
 //! `stages` slots; K and V of a slot have their own full/empty mbarriers so a consumer
 //! can release K as soon as `S = Q·Kᵀ` has read it, before `P·V` is done with V.
 
-use attnc_ir::{KvLayout, Spec};
+use attnc_ir::{KvLayout, QueryRows, Spec};
 
 /// The tuning override from `ATTNC_HOPPER_TUNE` (dev sweeps: `stages=3,pingpong=0`).
 /// It is part of the runtime's cache key, so tuned and default builds never mix.
@@ -105,11 +105,23 @@ impl Config {
         // Paged KV: a producer warp gathers rows through the block table with cp.async
         // (its address arithmetic needs more than 24 registers).
         let gather = matches!(spec.kv_layout, KvLayout::Paged { .. });
+        // Decode (one query tile, TMA loads): a second consumer would hold no live row and
+        // take turns at the tensor cores; one consumer with 64-key tiles was the fastest
+        // of five configurations at every contiguous decode shape of the protocol
+        // (docs/results/2026-11-24-h100-decode-round2/3-decode-configs). The gather path
+        // measured slower that way at large batch and keeps the default.
+        let one_tile = spec.query_rows == QueryRows::OneTile && !gather;
         let cfg = Config {
-            consumers: if three { 3 } else { 2 },
+            consumers: if one_tile {
+                1
+            } else if three {
+                3
+            } else {
+                2
+            },
             // 64-key tiles where 128 spills (ptxas, 240 registers): d_v > 128 (O alone
             // is d_v/2 registers per thread) and masks that read aux tensors.
-            block_n: if spec.head_dim_v > 128 || !spec.aux.is_empty() { 64 } else { 128 },
+            block_n: if one_tile || spec.head_dim_v > 128 || !spec.aux.is_empty() { 64 } else { 128 },
             stages: 2,
             overlap: true,
             pingpong: spec.head_dim_qk <= 64,
@@ -128,7 +140,7 @@ impl Config {
                 (true, false) => 56,
                 (true, true) => 40,
             },
-            consumer_regs: match (three, gather, spec.head_dim_v > 128) {
+            consumer_regs: match (three && !one_tile, gather, spec.head_dim_v > 128) {
                 (true, _, _) => 160,
                 (false, true, false) => 224,
                 (false, true, true) => 232,
