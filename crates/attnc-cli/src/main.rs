@@ -52,7 +52,7 @@ enum Command {
     /// TFLOP/s, decode TB/s, compile times; table and JSON. With FILE: that variant's
     /// forward (and backward, when it trains) at one shape, with its density of allowed
     /// pairs and, for masks over aux tensors, the block mask's cost.
-    Bench(gpu::BenchArgs),
+    Bench(Box<gpu::BenchArgs>),
     /// The blackwell family's schedule for a variant: the FA4 cycle model per tile (MMA,
     /// shared memory, exponentials), the TMEM column map, warp roles with register
     /// budgets, shared memory and mbarriers; or why the family falls back.
