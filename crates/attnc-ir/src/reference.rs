@@ -627,9 +627,10 @@ pub struct Grads {
     /// One per aux declaration (declaration order): `Some` (same length as the tensor's
     /// data) for a learnable tensor, `None` otherwise.
     pub daux: Vec<Option<Vec<f64>>>,
-    /// Per element of `daux`, the sum of the magnitudes of its terms: the scale rounding
-    /// errors are relative to when the terms cancel (a learned position bias whose rows'
-    /// contributions sum to nearly 0 leaves `daux` far below its terms).
+    /// Per element of `daux`, the sum of the magnitudes of its terms, each taken before
+    /// any cancellation (`P (|dP| + |D|)` for dS): the scale rounding errors are relative
+    /// to when the terms cancel (a learned position bias whose rows' contributions sum to
+    /// nearly 0 leaves `daux` far below its terms; a row with one key has dS = 0 exactly).
     pub daux_scale: Vec<Option<Vec<f64>>>,
 }
 
@@ -688,21 +689,27 @@ fn group_backward(
             let qrow = &seq.q[(i * ctx.qh + h) * dqk..][..dqk];
             let dorow = &d_out[b][(i * ctx.qh + h) * dv..][..dv];
             let stored_o = stored_out.map(|o| &o[b][(i * ctx.qh + h) * dv..][..dv]);
-            // The aux elements this row's keys read, with what to add to each.
-            let mut add_aux =
-                |env: &mut Env, score: f64, j: usize, ds: f64, daux: &mut [HashMap<usize, (f64, f64)>]| {
-                    env.k = (k_off + j) as i32;
-                    env.score = score;
-                    for (slot, t) in &derivs.terms {
-                        idx.clear();
-                        idx.extend(t.index.iter().map(|e| eval(ctx.spec, e, env).as_int()));
-                        let Some(flat) = ctx.inputs.aux[*slot].flat_index(&idx) else { continue };
-                        let d = if ds.is_nan() { f64::NAN } else { ds * eval(ctx.spec, &t.d, env).as_float() };
-                        let acc = daux[*slot].entry(flat).or_insert((0.0, 0.0));
-                        acc.0 += d;
-                        acc.1 += d.abs();
-                    }
-                };
+            // The aux elements this row's keys read, with what to add to each: the term
+            // `ds · d`, and its size before dS's own cancellation, `ds_size · |d|` (dS =
+            // P (dP − D) is exactly 0 on a row with one key, while its rounding is not).
+            let mut add_aux = |env: &mut Env,
+                               score: f64,
+                               j: usize,
+                               ds: f64,
+                               ds_size: f64,
+                               daux: &mut [HashMap<usize, (f64, f64)>]| {
+                env.k = (k_off + j) as i32;
+                env.score = score;
+                for (slot, t) in &derivs.terms {
+                    idx.clear();
+                    idx.extend(t.index.iter().map(|e| eval(ctx.spec, e, env).as_int()));
+                    let Some(flat) = ctx.inputs.aux[*slot].flat_index(&idx) else { continue };
+                    let deriv = if ds.is_nan() { f64::NAN } else { eval(ctx.spec, &t.d, env).as_float() };
+                    let acc = daux[*slot].entry(flat).or_insert((0.0, 0.0));
+                    acc.0 += ds * deriv;
+                    acc.1 += ds_size * deriv.abs();
+                }
+            };
             let (m, denom) = match softmax {
                 RowSoftmax::Empty => continue,
                 RowSoftmax::Nan => {
@@ -712,7 +719,7 @@ fn group_backward(
                     for r in &row {
                         g.dk[r.j * dqk..][..dqk].fill(f64::NAN);
                         g.dv[r.j * dv..][..dv].fill(f64::NAN);
-                        add_aux(&mut env, r.score, r.j, f64::NAN, &mut g.daux);
+                        add_aux(&mut env, r.score, r.j, f64::NAN, f64::NAN, &mut g.daux);
                     }
                     if sink.is_some_and(|s| s != f64::NEG_INFINITY) {
                         g.dsink[gi] = f64::NAN;
@@ -762,7 +769,7 @@ fn group_backward(
                     *acc += c * x;
                 }
                 if !derivs.terms.is_empty() {
-                    add_aux(&mut env, r.score, r.j, ds, &mut g.daux);
+                    add_aux(&mut env, r.score, r.j, ds, p * (dp.abs() + d_row.abs()), &mut g.daux);
                 }
             }
         }

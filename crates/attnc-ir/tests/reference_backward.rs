@@ -336,3 +336,27 @@ fn aux_gradient_scales_bound_the_gradients() {
         assert!(x.abs() <= m * (1.0 + 1e-12) + 1e-300, "{x} > {m}");
     }
 }
+
+/// A row with one key has dS = P (dP − D) = 0 exactly, so its aux gradient is 0 — but the
+/// GPU's rounding of it is not, and the scale that rounding is judged against comes from
+/// the terms before dS's cancellation (a `[1 × n]` causal case once failed on 0/0).
+#[test]
+fn aux_gradient_scale_survives_a_one_key_row() {
+    use attnc_ir::{AuxDecl, AuxDim, BinOp, Expr, Var};
+    let mut spec = Spec::new("bias", 64, 2);
+    spec.mask.causal = Some(attnc_ir::Align::TopLeft);
+    spec.aux.push(AuxDecl::float("bias", vec![AuxDim::QHeads, AuxDim::MaxSeqlenK], true));
+    spec.score_mod = Some(Expr::binary(
+        BinOp::Add,
+        Expr::var(Var::Score),
+        Expr::aux("bias", vec![Expr::var(Var::H), Expr::var(Var::K)]),
+    ));
+    // One query row against 40 keys: top-left causal leaves it key 0 alone.
+    let inputs = attnc_ir::random_inputs(&spec, &[(1, 40)], 5);
+    let mut rng = attnc_ir::reference::Rng::new(11);
+    let d_out = vec![(0..2 * 64).map(|_| rng.normal()).collect::<Vec<f64>>()];
+    let g = attnc_ir::reference_backward(&spec, &inputs, &d_out).expect("backward");
+    let (d, s) = (g.daux[0].as_ref().expect("learnable"), g.daux_scale[0].as_ref().expect("learnable"));
+    assert!(d.iter().all(|&x| x.abs() < 1e-12), "the gradient is zero: {d:?}");
+    assert!(s.iter().filter(|&&x| x > 1e-3).count() == 2, "key 0 of both heads has a scale: {s:?}");
+}
