@@ -567,13 +567,24 @@ impl Kernel {
 
     /// The kernel that runs a forward of `q`'s shape: this one, or — when each batch entry
     /// has at most one query tile of packed rows (decode) and the module's family builds
-    /// a smaller schedule for that (hopper with TMA loads: one consumer warpgroup, 64-key
-    /// tiles) — the variant's one-tile twin (`QueryRows::OneTile`), compiled once and
+    /// a smaller schedule for that (hopper: one consumer warpgroup, 64-key tiles) — the
+    /// variant's one-tile twin (`QueryRows::OneTile`), compiled once and
     /// cached. The receipt's config shows which ran. A twin that does not build leaves
     /// every launch to this kernel.
     fn for_rows(&self, q: &Tensor) -> &Kernel {
+        // Paged KV only for small launches (a quarter of the SMs or fewer before splitting,
+        // where the split-KV walks are short): the gather producer measured faster with
+        // the twin at batch 1 and slower at batch 8 and 64 (docs/hopper.md, "Decode").
+        let heads = if self.spec.pack_gqa { self.spec.kv_heads } else { self.spec.q_heads } as usize;
+        let ctas = q.shape().first().map_or(usize::MAX, |&b| b.saturating_mul(heads));
+        let small = ctas.saturating_mul(4) <= self.rt.inner.gpu.info.sm_count as usize;
+        let layout_fits = match self.spec.kv_layout {
+            KvLayout::Contiguous => true,
+            KvLayout::Paged { .. } => small,
+            KvLayout::Varlen => false,
+        };
         let eligible = self.spec.query_rows == QueryRows::Any
-            && self.spec.kv_layout == KvLayout::Contiguous
+            && layout_fits
             && !self.spec.shards
             && self.loaded.meta.family == FamilyKind::Hopper.name()
             && !attnc_ir::block_mask::needs_block_mask(&self.spec);

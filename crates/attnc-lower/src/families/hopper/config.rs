@@ -107,10 +107,11 @@ impl Config {
         let gather = matches!(spec.kv_layout, KvLayout::Paged { .. });
         // Decode (one query tile, TMA loads): a second consumer would hold no live row and
         // take turns at the tensor cores; one consumer with 64-key tiles was the fastest
-        // of five configurations at every contiguous decode shape of the protocol
-        // (docs/results/2026-11-24-h100-decode-round2/3-decode-configs). The gather path
-        // measured slower that way at large batch and keeps the default.
-        let one_tile = spec.query_rows == QueryRows::OneTile && !gather;
+        // of five configurations at every contiguous decode shape of the protocol, and at
+        // batch 1 of the paged ones (docs/results/2026-11-24-h100-decode-round2/
+        // 3-decode-configs); the runtime picks this twin for paged launches only at small
+        // batch, where the gather measured faster that way too.
+        let one_tile = spec.query_rows == QueryRows::OneTile;
         let cfg = Config {
             consumers: if one_tile {
                 1
@@ -140,7 +141,10 @@ impl Config {
                 (true, false) => 56,
                 (true, true) => 40,
             },
-            consumer_regs: match (three && !one_tile, gather, spec.head_dim_v > 128) {
+            // One consumer leaves the pool room for 248 even beside the gather producer
+            // (the paged d256 twin spills 40 bytes at 240).
+            consumer_regs: match (three && !one_tile, gather && !one_tile, spec.head_dim_v > 128) {
+                _ if one_tile => 248,
                 (true, _, _) => 160,
                 (false, true, false) => 224,
                 (false, true, true) => 232,
