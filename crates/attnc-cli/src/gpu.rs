@@ -33,6 +33,21 @@ pub struct SelftestArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct WarmArgs {
+    /// .attn files or folders of them (default: dsl-examples).
+    paths: Vec<PathBuf>,
+    /// Kernel family: auto (what the dispatcher picks), portable, hopper or blackwell.
+    #[arg(long, default_value = "auto")]
+    family: String,
+    /// Variants compiled at once (each module's ptxas is its own process).
+    #[arg(long, default_value_t = 4)]
+    jobs: usize,
+    /// CUDA device ordinal.
+    #[arg(long, default_value_t = 0)]
+    device: usize,
+}
+
+#[derive(Args, Debug)]
 pub struct BenchArgs {
     /// A variant to time instead of the protocol's suites: its forward (and backward, when
     /// it trains) at --batch, --seqlen, with its params and aux tensors (contiguous layouts).
@@ -135,6 +150,66 @@ fn attn_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, Reported> {
         return Err(Reported);
     }
     Ok(out)
+}
+
+pub fn warm(args: &WarmArgs) -> Result<(), Reported> {
+    let files = attn_files(&args.paths)?;
+    let specs = files.iter().map(|f| crate::load(f)).collect::<Result<Vec<_>, _>>()?;
+    let family = args.family.parse::<attnc::FamilyChoice>().map_err(|e| {
+        eprintln!("error: --family: {e}");
+        Reported
+    })?;
+    let rt = runtime(args.device)?;
+    if let Some(dir) = rt.cache_dir() {
+        println!("cache: {}", dir.display());
+    } else {
+        eprintln!("warning: no disk cache configured: modules warm this process only");
+    }
+    let t0 = std::time::Instant::now();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let lines = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..args.jobs.clamp(1, 64) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let (Some(file), Some(spec)) = (files.get(i), specs.get(i)) else { break };
+                let t = std::time::Instant::now();
+                let result = rt.kernel_with(spec, family).and_then(|k| k.warm());
+                let ms = t.elapsed().as_secs_f64() * 1e3;
+                if let Ok(mut l) = lines.lock() {
+                    l.push((i, file.display().to_string(), ms, result));
+                }
+            });
+        }
+    });
+    let mut lines = lines.into_inner().unwrap_or_default();
+    lines.sort_by_key(|l| l.0);
+    let (mut modules, mut failed) = (0, 0);
+    for (_, file, ms, result) in &lines {
+        match result {
+            Ok(warmed) => {
+                let what: Vec<String> =
+                    warmed.iter().map(|w| format!("{} [{}, {}]", w.what, w.family, w.source)).collect();
+                println!("{file}: {ms:.0} ms: {}", what.join("; "));
+                modules += warmed.len();
+            }
+            Err(e) => {
+                eprintln!("error: {file}: {e}");
+                failed += 1;
+            }
+        }
+    }
+    println!(
+        "{modules} modules of {} variants ready in {:.1} s{}",
+        lines.len() - failed,
+        t0.elapsed().as_secs_f64(),
+        if failed > 0 { format!("; {failed} variants failed") } else { String::new() }
+    );
+    if failed > 0 {
+        Err(Reported)
+    } else {
+        Ok(())
+    }
 }
 
 pub fn selftest(args: &SelftestArgs) -> Result<(), Reported> {

@@ -53,6 +53,11 @@ enum Command {
     /// forward (and backward, when it trains) at one shape, with its density of allowed
     /// pairs and, for masks over aux tensors, the block mask's cost.
     Bench(Box<gpu::BenchArgs>),
+    /// Fill the kernel cache ahead of deployment: compile (or load) every module the
+    /// variants in the given files or folders may need on this GPU — the forward, its
+    /// decode twin, and for variants that train the LSE forward and the backward — so no
+    /// first call pays a compile.
+    Warm(gpu::WarmArgs),
     /// The blackwell family's schedule for a variant: the FA4 cycle model per tile (MMA,
     /// shared memory, exponentials), the TMEM column map, warp roles with register
     /// budgets, shared memory and mbarriers; or why the family falls back.
@@ -200,6 +205,7 @@ fn main() -> ExitCode {
         Command::Check(args) => check::run(&args.files, &args.arch.archs(), args.family, args.pass, args.verbose),
         Command::Selftest(args) => gpu::selftest(&args),
         Command::Bench(args) => gpu::bench(&args),
+        Command::Warm(args) => gpu::warm(&args),
         Command::Report(args) => report(&args),
     };
     match result {

@@ -270,6 +270,22 @@ fn selftest_reports_a_bad_file_before_touching_the_gpu() {
 }
 
 #[test]
+fn warm_checks_its_files_and_family_before_touching_the_gpu() {
+    let bad = tmp("warm_bad.attn", "attention x {\n  head_dim 100\n  heads 4\n}\n");
+    let o = run(&["warm", bad.to_str().unwrap_or_default()]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(text(&o.stderr).contains("unsupported head_dim 100"), "{}", show(&o));
+    let o = run(&["warm", "--family", "fastest", EXAMPLE]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(text(&o.stderr).contains("--family"), "{}", show(&o));
+    if !has_cuda_driver() {
+        let o = run(&["warm", EXAMPLE]);
+        assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+        assert!(text(&o.stderr).contains("cannot start the CUDA runtime"), "{}", show(&o));
+    }
+}
+
+#[test]
 fn bench_rejects_unknown_suites() {
     let o = run(&["bench", "--suites", "prefill,nope"]);
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));

@@ -675,7 +675,7 @@ impl Kernel {
     }
 
     /// The backward module (compiled or loaded on first use, then kept).
-    fn backward_module(&self) -> Result<(Arc<LoadedKernel>, CacheSource), RuntimeError> {
+    pub(crate) fn backward_module(&self) -> Result<(Arc<LoadedKernel>, CacheSource), RuntimeError> {
         if let Some(m) = self.backward.get() {
             return Ok(m.clone());
         }

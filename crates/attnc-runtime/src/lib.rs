@@ -91,7 +91,7 @@ pub use cuda::{driver_present, DeviceInfo, Stream};
 pub use error::{RuntimeError, ValidationError};
 pub use params::Params;
 pub use receipt::{BlockMaskSource, BlockMaskUse, KernelConfig, Receipt, Timings};
-pub use runtime::{Borrowed, Kernel, Runtime};
+pub use runtime::{Borrowed, Kernel, Runtime, Warmed};
 pub use tensor::{ElemType, Element, IndexTensor, Tensor, TensorDesc};
 pub use validate::{LaunchPlan, ParamValue};
 

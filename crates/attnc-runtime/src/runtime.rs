@@ -52,6 +52,14 @@ impl Workspace<'_> {
     }
 }
 
+/// One module [`Kernel::warm`] made ready.
+#[derive(Clone, Debug)]
+pub struct Warmed {
+    pub what: &'static str,
+    pub family: String,
+    pub source: CacheSource,
+}
+
 /// A CUDA device with attnc's JIT. Cheap to clone (shared).
 #[derive(Clone)]
 pub struct Runtime {
@@ -568,9 +576,9 @@ impl Kernel {
     /// The kernel that runs a forward of `q`'s shape: this one, or — when each batch entry
     /// has at most one query tile of packed rows (decode) and the module's family builds
     /// a smaller schedule for that (hopper: one consumer warpgroup, 64-key tiles) — the
-    /// variant's one-tile twin (`QueryRows::OneTile`), compiled once and
-    /// cached. The receipt's config shows which ran. A twin that does not build leaves
-    /// every launch to this kernel.
+    /// variant's one-tile twin (`QueryRows::OneTile`), compiled once and cached. The
+    /// receipt's config shows which ran. A twin that does not build leaves every launch to
+    /// this kernel.
     fn for_rows(&self, q: &Tensor) -> &Kernel {
         // Paged KV only for small launches (a quarter of the SMs or fewer before splitting,
         // where the split-KV walks are short): the gather producer measured faster with
@@ -578,28 +586,55 @@ impl Kernel {
         let heads = if self.spec.pack_gqa { self.spec.kv_heads } else { self.spec.q_heads } as usize;
         let ctas = q.shape().first().map_or(usize::MAX, |&b| b.saturating_mul(heads));
         let small = ctas.saturating_mul(4) <= self.rt.inner.gpu.info.sm_count as usize;
-        let layout_fits = match self.spec.kv_layout {
-            KvLayout::Contiguous => true,
-            KvLayout::Paged { .. } => small,
-            KvLayout::Varlen => false,
-        };
+        let group = if self.spec.pack_gqa { self.spec.group_size() as usize } else { 1 };
+        let rows = q.shape().get(1).map_or(usize::MAX, |&s| s.saturating_mul(group));
+        let fits = rows <= ONE_TILE_ROWS && (self.spec.kv_layout == KvLayout::Contiguous || small);
+        match fits.then(|| self.one_tile_twin()).flatten() {
+            Some(twin) => twin,
+            None => self,
+        }
+    }
+
+    /// The one-tile twin of this kernel (loaded on first use), when its family builds one
+    /// for the spec: hopper, contiguous or paged KV, no block mask, not itself a twin.
+    fn one_tile_twin(&self) -> Option<&Kernel> {
         let eligible = self.spec.query_rows == QueryRows::Any
-            && layout_fits
+            && matches!(self.spec.kv_layout, KvLayout::Contiguous | KvLayout::Paged { .. })
             && !self.spec.shards
             && self.loaded.meta.family == FamilyKind::Hopper.name()
             && !attnc_ir::block_mask::needs_block_mask(&self.spec);
-        let group = if self.spec.pack_gqa { self.spec.group_size() as usize } else { 1 };
-        let rows = q.shape().get(1).map_or(usize::MAX, |&s| s.saturating_mul(group));
-        if !eligible || rows > ONE_TILE_ROWS {
-            return self;
+        if !eligible {
+            return None;
         }
-        let twin = self.one_tile.get_or_init(|| {
-            let mut spec = self.spec.clone();
-            spec.query_rows = QueryRows::OneTile;
-            // Only a hopper twin: one that fell back to another family would be slower.
-            self.rt.kernel_with(&spec, self.family).ok().filter(|k| k.loaded.meta.family == self.loaded.meta.family)
-        });
-        twin.as_ref().unwrap_or(self)
+        self.one_tile
+            .get_or_init(|| {
+                let mut spec = self.spec.clone();
+                spec.query_rows = QueryRows::OneTile;
+                // Only a hopper twin: one that fell back to another family would be slower.
+                self.rt.kernel_with(&spec, self.family).ok().filter(|k| k.loaded.meta.family == self.loaded.meta.family)
+            })
+            .as_ref()
+    }
+
+    /// Makes every module this kernel's launches may need ready now (compiled or loaded
+    /// into the disk and memory caches): the forward, its one-tile decode twin, and for a
+    /// variant that trains the LSE forward and the backward. `attnc warm` runs this over a
+    /// folder of variants before deployment, so no first call pays a compile. Returns
+    /// each module with where it came from.
+    pub fn warm(&self) -> Result<Vec<Warmed>, RuntimeError> {
+        let of = |what: &'static str, k: &Kernel| Warmed { what, family: k.family().to_string(), source: k.source() };
+        let mut out = vec![of("forward", self)];
+        if let Some(twin) = self.one_tile_twin() {
+            out.push(of("forward, one-tile decode twin", twin));
+        }
+        if attnc_lower::compile::pass_unsupported_reason(&self.spec, Direction::Backward).is_none() {
+            if !self.spec.lse {
+                out.push(of("forward with LSE (training)", self.lse_forward()?));
+            }
+            let (loaded, source) = self.backward_module()?;
+            out.push(Warmed { what: "backward", family: loaded.meta.family.clone(), source });
+        }
+        Ok(out)
     }
 
     /// The kernel of this spec with `lse` on (loaded on first use).
