@@ -103,9 +103,11 @@ class _Ring:
     def __init__(self, group, rank, world):
         self.group, self.rank, self.world = group, rank, world
 
-    def shift(self, tensors):
+    def shift(self, tensors, rows=None):
+        """``rows``: the leading size of what arrives, when it differs from what leaves
+        (varlen chunks of uneven sizes)."""
         nxt, prv = (self.rank + 1) % self.world, (self.rank - 1) % self.world
-        recv = [torch.empty_like(t) for t in tensors]
+        recv = [torch.empty_like(t) if rows is None else t.new_empty((rows, *t.shape[1:])) for t in tensors]
         ops = [dist.P2POp(dist.isend, t, dist.get_global_rank(self.group, nxt) if self.group else nxt, self.group)
                for t in tensors]
         ops += [dist.P2POp(dist.irecv, t, dist.get_global_rank(self.group, prv) if self.group else prv, self.group)
@@ -271,7 +273,7 @@ def context_parallel_attention(attn, q, k, v, *, group=None, strategy="ring", la
     O; autograd gives dQ, dK, dV of the shard (and sink and learnable aux gradients, summed
     over ranks). Varlen variants pass ``cu_seqlens`` (the global ``[batch + 1]`` offsets,
     the same on every rank) and this rank's packed rows (``shard_varlen``): every sequence
-    is cut into the layout's chunks on its own (ring strategy).
+    is cut into the layout's chunks on its own, any lengths (ring strategy).
     """
     ints, floats = _params(attn, params)
     aux_list = _aux_list(attn, aux)
@@ -290,38 +292,64 @@ def context_parallel_attention(attn, q, k, v, *, group=None, strategy="ring", la
 # covers one chunk slot of every sequence at once, with one frame per sequence.
 
 
-def _varlen_plan(cu_seqlens, world, layout):
-    """Per sequence: its length and chunk size, and the local row offset of its chunks."""
-    per = _chunks_per_rank(layout)
-    lengths = [int(b) - int(a) for a, b in zip(cu_seqlens[:-1].tolist(), cu_seqlens[1:].tolist())]
-    chunks = []
-    for i, n in enumerate(lengths):
-        if n % (per * world):
-            raise ValueError(f"sequence {i}: length {n} must split into {per * world} equal chunks")
-        chunks.append(n // (per * world))
-    local_start = [0]
-    for c in chunks:
-        local_start.append(local_start[-1] + per * c)
-    return lengths, chunks, local_start
+class _VarlenPlan:
+    """How a varlen batch is cut: sequence ``i`` (length ``n``) into the layout's ``m``
+    chunks at ``c·n // m`` (sizes differ by at most one row; short sequences have empty
+    chunks), each rank holding its chunks of every sequence, sequence by sequence."""
 
+    def __init__(self, cu_seqlens, world, layout):
+        self.world, self.layout = world, layout
+        cu = [int(x) for x in torch.as_tensor(cu_seqlens).tolist()]
+        if len(cu) < 2 or any(b < a for a, b in zip(cu, cu[1:])) or cu[0] != 0:
+            raise ValueError(f"cu_seqlens must start at 0 and not decrease, found {cu}")
+        self.starts = cu[:-1]
+        self.lengths = [b - a for a, b in zip(cu, cu[1:])]
+        m = _chunks_per_rank(layout) * world
+        self.bounds = [[c * n // m for c in range(m + 1)] for n in self.lengths]
 
-def _slot_rows(chunks, local_start, slot):
-    """Local packed rows of chunk slot `slot` of every sequence, in sequence order."""
-    return torch.cat([torch.arange(s + slot * c, s + (slot + 1) * c) for s, c in zip(local_start, chunks)])
+    def chunk(self, i, c):
+        """Sequence ``i``'s chunk ``c``: (first row within the sequence, rows)."""
+        b = self.bounds[i]
+        return b[c], b[c + 1] - b[c]
+
+    def chunks_of(self, rank):
+        return _chunk_ids(self.layout, rank, self.world)
+
+    def rows(self, rank):
+        """Rows ``rank`` holds."""
+        return sum(self.chunk(i, c)[1] for i in range(len(self.lengths)) for c in self.chunks_of(rank))
+
+    def slot_rows(self, rank, slot):
+        """Local rows of ``rank``'s chunk slot ``slot`` of every sequence, in sequence order."""
+        out, base = [], 0
+        for i in range(len(self.lengths)):
+            for j, c in enumerate(self.chunks_of(rank)):
+                n = self.chunk(i, c)[1]
+                if j == slot:
+                    out.append(torch.arange(base, base + n))
+                base += n
+        return torch.cat(out)
+
+    def global_rows(self, rank):
+        """Packed rows of the whole batch that ``rank`` holds, in its order."""
+        return torch.cat([torch.arange(s + self.chunk(i, c)[0], s + sum(self.chunk(i, c)))
+                          for i, s in enumerate(self.starts) for c in self.chunks_of(rank)])
+
+    def cu(self, c):
+        """``cu_seqlens`` of chunk ``c`` of every sequence (int32, on the CPU)."""
+        sizes = [self.chunk(i, c)[1] for i in range(len(self.lengths))]
+        return torch.tensor([0, *torch.tensor(sizes).cumsum(0).tolist()], dtype=torch.int32)
+
+    def frame(self, qid, kid):
+        """The per-sequence frames of query chunk ``qid`` against key chunk ``kid``."""
+        return torch.tensor([[self.chunk(i, qid)[0], self.chunk(i, kid)[0], n, n] for i, n in enumerate(self.lengths)],
+                            dtype=torch.int32)
 
 
 def shard_varlen(x, cu_seqlens, rank, world, layout="zigzag"):
     """This rank's rows of a packed varlen tensor (`[total, ...]`): its chunks of every
-    sequence, sequence by sequence."""
-    lengths, chunks, _ = _varlen_plan(cu_seqlens, world, layout)
-    starts = cu_seqlens[:-1].tolist()
-    rows = [torch.arange(int(s) + cid * c, int(s) + (cid + 1) * c)
-            for s, c in zip(starts, chunks) for cid in _chunk_ids(layout, rank, world)]
-    return x[torch.cat(rows).to(x.device)]
-
-
-def _cu(sizes, device):
-    return torch.tensor([0, *torch.tensor(sizes).cumsum(0).tolist()], dtype=torch.int32)
+    sequence, sequence by sequence (any lengths: chunks differ by at most one row)."""
+    return x[_VarlenPlan(cu_seqlens, world, layout).global_rows(rank).to(x.device)]
 
 
 class _ContextParallelVarlen(torch.autograd.Function):
@@ -333,45 +361,49 @@ class _ContextParallelVarlen(torch.autograd.Function):
         if strategy != "ring":
             raise NotImplementedError("varlen batches run with strategy='ring'")
         world, rank = dist.get_world_size(group), dist.get_rank(group)
-        lengths, chunks, local_start = _varlen_plan(cu_seqlens, world, layout)
+        plan = _VarlenPlan(cu_seqlens, world, layout)
+        if q.shape[0] != plan.rows(rank):
+            raise ValueError(f"this rank holds {plan.rows(rank)} rows of the batch by `cu_seqlens` (shard_varlen), "
+                             f"found {q.shape[0]}")
         per = _chunks_per_rank(layout)
-        mine = _chunk_ids(layout, rank, world)
-        slots = [_slot_rows(chunks, local_start, s).to(q.device) for s in range(per)]
-        cu = _cu(chunks, q.device)
+        mine = plan.chunks_of(rank)
+        slots = [plan.slot_rows(rank, s).to(q.device) for s in range(per)]
         aux = list(aux)
         sink_spec = attn.spec["sinks"]
 
         def frame(qid, kid):
-            table = torch.tensor([[qid * c, kid * c, n, n] for c, n in zip(chunks, lengths)], dtype=torch.int32)
-            return SequencePositions(table, sinks=kid == 0)
+            return SequencePositions(plan.frame(qid, kid), sinks=kid == 0)
 
         def runs(qid, kid):
             if sink_spec and kid == 0:
                 return True
-            return any(attn._variant.classify_block(qid * c, (qid + 1) * c, kid * c, (kid + 1) * c, n, n, int_params)
-                       != "empty" for c, n in zip(chunks, lengths) if c > 0)
+            for i, n in enumerate(plan.lengths):
+                (q0, qn), (k0, kn) = plan.chunk(i, qid), plan.chunk(i, kid)
+                if qn and kn and attn._variant.classify_block(q0, q0 + qn, k0, k0 + kn, n, n, int_params) != "empty":
+                    return True
+            return False
 
         ring = _Ring(group, rank, world)
-        total = sum(chunks)
-        o_acc = [torch.zeros(1, total, q.shape[1], v.shape[-1], device=q.device, dtype=torch.float32)
-                 for _ in range(per)]
-        lse_acc = [torch.full((1, q.shape[1], total), float("-inf"), device=q.device, dtype=torch.float32)
-                   for _ in range(per)]
+        o_acc = [torch.zeros(1, len(r), q.shape[1], v.shape[-1], device=q.device, dtype=torch.float32) for r in slots]
+        lse_acc = [torch.full((1, q.shape[1], len(r)), float("-inf"), device=q.device, dtype=torch.float32)
+                   for r in slots]
         q_slots = [q[rows].contiguous() for rows in slots]
         held_k, held_v = k.contiguous(), v.contiguous()
         last_stats.update(pairs=0, skipped=0)
         for step in range(world):
             owner = (rank - step) % world
-            pending = ring.shift([held_k, held_v]) if step + 1 < world else None
-            for j, kid in enumerate(_chunk_ids(layout, owner, world)):
-                kc, vc = held_k[slots[j]].contiguous(), held_v[slots[j]].contiguous()
+            nxt = (rank - step - 1) % world
+            pending = ring.shift([held_k, held_v], rows=plan.rows(nxt)) if step + 1 < world else None
+            for j, kid in enumerate(plan.chunks_of(owner)):
+                k_rows = plan.slot_rows(owner, j).to(q.device)
+                kc, vc = held_k[k_rows].contiguous(), held_v[k_rows].contiguous()
                 for i, qid in enumerate(mine):
                     last_stats["pairs"] += 1
                     if not runs(qid, kid):
                         last_stats["skipped"] += 1
                         continue
-                    o_p, lse_p = _forward_impl(attn, q_slots[i], kc, vc, aux, sinks, cu, cu, None, None, ints, floats,
-                                               0, True, "", frame(qid, kid))
+                    o_p, lse_p = _forward_impl(attn, q_slots[i], kc, vc, aux, sinks, plan.cu(qid), plan.cu(kid), None,
+                                               None, ints, floats, 0, True, "", frame(qid, kid))
                     o_acc[i], lse_acc[i] = _merge(o_acc[i], lse_acc[i], o_p.unsqueeze(0), lse_p.unsqueeze(0))
             if pending is not None:
                 for w in pending[0]:
@@ -383,20 +415,19 @@ class _ContextParallelVarlen(torch.autograd.Function):
         for rows, o_s in zip(slots, o_slots):
             out[rows] = o_s
         ctx.save_for_backward(q, k, v, sinks, *o_slots, *lse_slots, *aux)
-        ctx.attn, ctx.cfg, ctx.per, ctx.plan = attn, cfg, per, (lengths, chunks, local_start, slots, cu)
+        ctx.attn, ctx.cfg, ctx.per, ctx.plan, ctx.slots = attn, cfg, per, plan, slots
         ctx.frame, ctx.runs = frame, runs
         return out
 
     @staticmethod
     def backward(ctx, d_o):
         attn, (group, strategy, layout, ints, floats, deterministic, int_params) = ctx.attn, ctx.cfg
-        lengths, chunks, local_start, slots, cu = ctx.plan
-        per = ctx.per
+        plan, slots, per = ctx.plan, ctx.slots, ctx.per
         world, rank = dist.get_world_size(group), dist.get_rank(group)
         saved = ctx.saved_tensors
         q, k, v, sinks = saved[:4]
         o_slots, lse_slots, aux = saved[4:4 + per], saved[4 + per:4 + 2 * per], list(saved[4 + 2 * per:])
-        mine = _chunk_ids(layout, rank, world)
+        mine = plan.chunks_of(rank)
         q_slots = [q[rows].contiguous() for rows in slots]
         do_slots = [d_o[rows].contiguous() for rows in slots]
         learn = [a[2] for a in attn.aux]
@@ -408,23 +439,28 @@ class _ContextParallelVarlen(torch.autograd.Function):
         held_dv = torch.zeros_like(v, dtype=torch.float32)
         for step in range(world):
             owner = (rank - step) % world
-            for j, kid in enumerate(_chunk_ids(layout, owner, world)):
-                kc, vc = held_k[slots[j]].contiguous(), held_v[slots[j]].contiguous()
+            for j, kid in enumerate(plan.chunks_of(owner)):
+                k_rows = plan.slot_rows(owner, j).to(q.device)
+                kc, vc = held_k[k_rows].contiguous(), held_v[k_rows].contiguous()
                 for i, qid in enumerate(mine):
                     if not ctx.runs(qid, kid):
                         continue
                     g = _backward_impl(attn.key, q_slots[i], kc, vc, o_slots[i], lse_slots[i], do_slots[i], aux,
-                                       sinks, cu, cu, ints, floats, deterministic, "", ctx.frame(qid, kid))
+                                       sinks, plan.cu(qid), plan.cu(kid), ints, floats, deterministic, "",
+                                       ctx.frame(qid, kid))
                     dq[slots[i]] += g[0].float()
-                    held_dk[slots[j]] += g[1].float()
-                    held_dv[slots[j]] += g[2].float()
+                    held_dk[k_rows] += g[1].float()
+                    held_dv[k_rows] += g[2].float()
                     if sinks is not None:
                         dsinks = g[3] if dsinks is None else dsinks + g[3]
                     for a, ga in enumerate(g[4]):
                         if learn[a]:
                             aux_grads[a] = ga if aux_grads[a] is None else aux_grads[a] + ga
             last = step + 1 == world
-            works, recv = ring.shift([held_dk, held_dv] if last else [held_k, held_v, held_dk, held_dv])
+            # What arrives: the next owner's chunks, or at the last step this rank's own dK/dV.
+            nxt = (rank - step - 1) % world
+            works, recv = ring.shift([held_dk, held_dv] if last else [held_k, held_v, held_dk, held_dv],
+                                     rows=plan.rows(nxt))
             for w in works:
                 w.wait()
             if last:

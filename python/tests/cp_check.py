@@ -74,15 +74,17 @@ def main(out):
                        "pairs": dict(attnc.cp.last_stats) if strategy == "ring" else None}
                 results.append(row)
                 print(("PASS" if ok else "FAIL"), json.dumps(row), flush=True)
-    # Varlen: three sequences, each cut into the layout's chunks on its own (ring).
+    # Varlen: four sequences of uneven lengths (one of 3 tokens, shorter than the chunk
+    # count), each cut into the layout's chunks on its own (ring).
     attn = attnc.load(EX / "varlen_causal.attn")
     h, hkv, d = attn.spec["q_heads"], attn.spec["kv_heads"], attn.spec["head_dim_qk"]
-    cu = torch.tensor([0, 1024, 5120, 8192], dtype=torch.int32)
+    cu = torch.tensor([0, 1021, 1024, 5118, 8190], dtype=torch.int32)
+    total = int(cu[-1])
     g = torch.Generator(device=dev).manual_seed(11)
-    q = torch.randn(8192, h, d, device=dev, dtype=torch.bfloat16, generator=g)
-    k = torch.randn(8192, hkv, d, device=dev, dtype=torch.bfloat16, generator=g)
-    v = torch.randn(8192, hkv, d, device=dev, dtype=torch.bfloat16, generator=g)
-    do = torch.randn(8192, h, d, device=dev, dtype=torch.bfloat16, generator=g)
+    q = torch.randn(total, h, d, device=dev, dtype=torch.bfloat16, generator=g)
+    k = torch.randn(total, hkv, d, device=dev, dtype=torch.bfloat16, generator=g)
+    v = torch.randn(total, hkv, d, device=dev, dtype=torch.bfloat16, generator=g)
+    do = torch.randn(total, h, d, device=dev, dtype=torch.bfloat16, generator=g)
     qf, kf, vf = (t.clone().requires_grad_() for t in (q, k, v))
     attn(qf, kf, vf, cu_seqlens_q=cu, cu_seqlens_k=cu).backward(do)
     for layout in ["zigzag", "contiguous"]:
@@ -97,7 +99,7 @@ def main(out):
         }
         ok = all(e < 2e-2 for e in errs.values())
         row = {"variant": "varlen_causal", "strategy": "ring", "layout": layout, "rank": rank, "world": world,
-               "seqlen": 8192, "ok": ok, "rel_l2": errs, "pairs": dict(attnc.cp.last_stats)}
+               "seqlen": total, "cu_seqlens": cu.tolist(), "ok": ok, "rel_l2": errs, "pairs": dict(attnc.cp.last_stats)}
         results.append(row)
         print(("PASS" if ok else "FAIL"), json.dumps(row), flush=True)
     gathered = [None] * world

@@ -454,20 +454,31 @@ def test_a_varlen_shard_is_validated_sequence_by_sequence():
 
 
 @pytest.mark.parametrize("layout", ["zigzag", "contiguous"])
-def test_varlen_shards_hold_each_sequences_chunks_by_slot(layout):
-    from attnc.cp import _chunk_ids, _slot_rows, _varlen_plan, shard_varlen
+@pytest.mark.parametrize("world", [2, 3])
+def test_varlen_shards_hold_each_sequences_chunks_by_slot(layout, world):
+    from attnc.cp import _VarlenPlan, shard_varlen
 
-    world = 2
     per = 2 if layout == "zigzag" else 1
-    cu = torch.tensor([0, 8, 8, 24, 40], dtype=torch.int32)  # lengths 8, 0, 16, 16
-    x = torch.arange(40)
-    lengths, chunks, local_start = _varlen_plan(cu, world, layout)
-    assert lengths == [8, 0, 16, 16] and chunks == [n // (per * world) for n in lengths]
+    m = per * world
+    cu = torch.tensor([0, 8, 8, 27, 40, 42], dtype=torch.int32)  # lengths 8, 0, 19, 13, 2: uneven cuts
+    x = torch.arange(42)
+    plan = _VarlenPlan(cu, world, layout)
+    assert plan.lengths == [8, 0, 19, 13, 2]
+    seen = []
     for rank in range(world):
         local = shard_varlen(x, cu, rank, world, layout)
-        assert len(local) == sum(per * c for c in chunks)
-        for slot, cid in enumerate(_chunk_ids(layout, rank, world)):
-            want = torch.cat([x[int(s) + cid * c:int(s) + (cid + 1) * c] for s, c in zip(cu[:-1].tolist(), chunks)])
-            assert torch.equal(local[_slot_rows(chunks, local_start, slot)], want)
-    with pytest.raises(ValueError, match="equal chunks"):
-        _varlen_plan(torch.tensor([0, 5], dtype=torch.int32), world, layout)
+        assert len(local) == plan.rows(rank)
+        seen.append(local)
+        for slot, cid in enumerate(plan.chunks_of(rank)):
+            # Chunk cid of every sequence: rows c·n//m .. (c+1)·n//m of it, sizes within one.
+            want = torch.cat([x[s + cid * n // m:s + (cid + 1) * n // m] for s, n in zip(cu[:-1].tolist(), plan.lengths)])
+            assert torch.equal(local[plan.slot_rows(rank, slot)], want)
+            cu_c = plan.cu(cid)
+            assert int(cu_c[-1]) == len(want) and cu_c.dtype == torch.int32
+            frame = plan.frame(cid, 0)
+            assert frame[:, 0].tolist() == [cid * n // m for n in plan.lengths]
+            assert frame[:, 2].tolist() == plan.lengths
+    # Every row of the batch on exactly one rank.
+    assert torch.equal(torch.sort(torch.cat(seen)).values, x)
+    with pytest.raises(ValueError, match="cu_seqlens"):
+        _VarlenPlan(torch.tensor([0, 5, 3], dtype=torch.int32), world, layout)
