@@ -99,12 +99,15 @@ impl Config {
         // Measured on the H100 (docs/results/2026-11-22-h100-hopper-ptxas-sweep.md):
         // ping-pong pays at d = 64 (460 vs 439 TFLOP/s at 8k) and costs at d = 128 (595
         // vs 661), where one warpgroup's softmax is already shorter than the other's GEMMs.
-        // d = 64 with a causal mask: three consumer warpgroups (192 rows, 160 registers
-        // each) measured 473 vs 410 TFLOP/s at 8k; without the mask, no gain.
-        let three = spec.head_dim_qk <= 64 && spec.mask.causal.is_some();
         // Paged KV: a producer warp gathers rows through the block table with cp.async
         // (its address arithmetic needs more than 24 registers).
         let gather = matches!(spec.kv_layout, KvLayout::Paged { .. });
+        // d = 64: three consumer warpgroups (192 rows, 160 registers each). With a causal
+        // mask they measured 473 vs 410 TFLOP/s at 8k (2026-11-22); without one, +8–16% at
+        // 2k–16k with ptxas 13.5 (506.7 vs 437.6 at 8k, both defaults of the same run
+        // around it: docs/results/2026-11-24-h100-d64-configs). Not beside the gather
+        // producer, whose 56 registers leave no pool for three consumers of 160.
+        let three = spec.head_dim_qk <= 64 && !gather;
         // Decode (one query tile, TMA loads): a second consumer would hold no live row and
         // take turns at the tensor cores; one consumer with 64-key tiles was the fastest
         // of five configurations at every contiguous decode shape of the protocol, and at
