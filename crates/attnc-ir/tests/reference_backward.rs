@@ -314,9 +314,8 @@ fn stored_output_reference_and_the_conditioning_of_position_biases() {
     assert!(matches!(reference_backward_with_output(&s, &inputs, &dout, &short), Err(ReferenceError::Length { .. })));
 }
 
-/// The magnitude sums bound the aux gradients they come with, element by element.
-#[test]
-fn aux_gradient_scales_bound_the_gradients() {
+/// Causal, with a learnable bias per (head, key) added to the score.
+fn learned_key_bias() -> Spec {
     use attnc_ir::{AuxDecl, AuxDim, BinOp, Expr, Var};
     let mut spec = Spec::new("bias", 64, 2);
     spec.mask.causal = Some(attnc_ir::Align::TopLeft);
@@ -326,6 +325,13 @@ fn aux_gradient_scales_bound_the_gradients() {
         Expr::var(Var::Score),
         Expr::aux("bias", vec![Expr::var(Var::H), Expr::var(Var::K)]),
     ));
+    spec
+}
+
+/// The magnitude sums bound the aux gradients they come with, element by element.
+#[test]
+fn aux_gradient_scales_bound_the_gradients() {
+    let spec = learned_key_bias();
     let inputs = attnc_ir::random_inputs(&spec, &[(23, 23)], 3);
     let mut rng = attnc_ir::reference::Rng::new(9);
     let d_out = vec![(0..23 * 2 * 64).map(|_| rng.normal()).collect::<Vec<f64>>()];
@@ -342,15 +348,7 @@ fn aux_gradient_scales_bound_the_gradients() {
 /// the terms before dS's cancellation (a `[1 × n]` causal case once failed on 0/0).
 #[test]
 fn aux_gradient_scale_survives_a_one_key_row() {
-    use attnc_ir::{AuxDecl, AuxDim, BinOp, Expr, Var};
-    let mut spec = Spec::new("bias", 64, 2);
-    spec.mask.causal = Some(attnc_ir::Align::TopLeft);
-    spec.aux.push(AuxDecl::float("bias", vec![AuxDim::QHeads, AuxDim::MaxSeqlenK], true));
-    spec.score_mod = Some(Expr::binary(
-        BinOp::Add,
-        Expr::var(Var::Score),
-        Expr::aux("bias", vec![Expr::var(Var::H), Expr::var(Var::K)]),
-    ));
+    let spec = learned_key_bias();
     // One query row against 40 keys: top-left causal leaves it key 0 alone.
     let inputs = attnc_ir::random_inputs(&spec, &[(1, 40)], 5);
     let mut rng = attnc_ir::reference::Rng::new(11);

@@ -559,6 +559,18 @@ pub fn time_gpu_queued(
     h: &Helpers,
     warmup: usize,
     iters: usize,
+    f: impl FnMut() -> Result<(), RuntimeError>,
+) -> Result<TimeStats, RuntimeError> {
+    time_events(gpu, warmup, iters, || h.spin(gpu, QUEUE_SPIN_NS), f)
+}
+
+/// `iters` runs of `f` between two events after `warmup` untimed ones, each run preceded
+/// (outside the events) by `before`.
+fn time_events(
+    gpu: &Gpu,
+    warmup: usize,
+    iters: usize,
+    mut before: impl FnMut() -> Result<(), RuntimeError>,
     mut f: impl FnMut() -> Result<(), RuntimeError>,
 ) -> Result<TimeStats, RuntimeError> {
     for _ in 0..warmup {
@@ -568,7 +580,7 @@ pub fn time_gpu_queued(
     let mut times = Vec::with_capacity(iters);
     let (a, b) = (gpu.event()?, gpu.event()?);
     for _ in 0..iters.max(1) {
-        h.spin(gpu, QUEUE_SPIN_NS)?;
+        before()?;
         gpu.record(&a)?;
         f()?;
         gpu.record(&b)?;
@@ -599,21 +611,9 @@ pub fn time_gpu(
     gpu: &Gpu,
     warmup: usize,
     iters: usize,
-    mut f: impl FnMut() -> Result<(), RuntimeError>,
+    f: impl FnMut() -> Result<(), RuntimeError>,
 ) -> Result<TimeStats, RuntimeError> {
-    for _ in 0..warmup {
-        f()?;
-    }
-    gpu.synchronize()?;
-    let mut times = Vec::with_capacity(iters);
-    let (a, b) = (gpu.event()?, gpu.event()?);
-    for _ in 0..iters.max(1) {
-        gpu.record(&a)?;
-        f()?;
-        gpu.record(&b)?;
-        times.push(f64::from(gpu.elapsed_ms(&a, &b)?));
-    }
-    Ok(TimeStats::of(times))
+    time_events(gpu, warmup, iters, || Ok(()), f)
 }
 
 // ---------------------------------------------------------------------------------------
