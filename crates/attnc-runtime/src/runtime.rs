@@ -800,7 +800,8 @@ impl Kernel {
         out: &Tensor,
         params: &Params,
     ) -> Result<usize, RuntimeError> {
-        let this = self.for_launch(params)?;
+        // The kernel that will run this launch (a shard's twin, a decode twin) sizes it.
+        let this = self.for_launch(params)?.for_rows(q);
         Ok(this.forward_workspace(&this.plan(q, k, v, out, None, params)?, params)?.bytes)
     }
 
