@@ -115,6 +115,29 @@ class _Ring:
         return dist.batch_isend_irecv(ops), recv
 
 
+class _ExtraGrads:
+    """The sink and learnable aux gradients of one backward: summed over this rank's
+    launches, then over the ranks (every rank holds a part)."""
+
+    def __init__(self, attn, sinks, n_aux):
+        self.sinks, self.learn = sinks is not None, [a[2] for a in attn.aux]
+        self.dsinks, self.aux = None, [None] * n_aux
+
+    def add(self, ds, aux_grads):
+        if self.sinks:
+            self.dsinks = ds if self.dsinks is None else self.dsinks + ds
+        for j, g in enumerate(aux_grads):
+            if self.learn[j]:
+                self.aux[j] = g if self.aux[j] is None else self.aux[j] + g
+
+    def reduced(self, group):
+        """``(dsinks, *aux gradients)`` summed over ``group``."""
+        for g in [self.dsinks, *self.aux]:
+            if g is not None:
+                dist.all_reduce(g, group=group)
+        return (self.dsinks, *self.aux)
+
+
 class _ContextParallel(torch.autograd.Function):
     @staticmethod
     def forward(ctx, attn, cfg, q, k, v, sinks, *aux):
@@ -189,23 +212,13 @@ class _ContextParallel(torch.autograd.Function):
         mine = _chunk_ids(layout, rank, world)
         q_chunks = q.split(c, dim=1)
         do_chunks = d_o.contiguous().split(c, dim=1)
-        learn = [a[2] for a in attn.aux]
 
         def bwd(qc, kc, vc, oc, lc, doc, q_off, k_off, take_sink):
             return _backward_impl(attn.key, qc, kc, vc, oc, lc, doc.contiguous(), aux, sinks, None, None, ints,
                                   floats, deterministic, "", (q_off, k_off, total, total, take_sink))
 
         dq = [torch.zeros_like(qc, dtype=torch.float32) for qc in q_chunks]
-        dsinks = None
-        aux_grads = [None] * len(aux)
-
-        def add_extras(ds, ag):
-            nonlocal dsinks
-            if sinks is not None:
-                dsinks = ds if dsinks is None else dsinks + ds
-            for j, g in enumerate(ag):
-                if learn[j]:
-                    aux_grads[j] = g if aux_grads[j] is None else aux_grads[j] + g
+        extra = _ExtraGrads(attn, sinks, len(aux))
 
         if strategy == "allgather":
             k_glob, v_glob = k, v
@@ -216,7 +229,7 @@ class _ContextParallel(torch.autograd.Function):
                 dq[i] += g[0].float()
                 dk_glob += g[1].float()
                 dv_glob += g[2].float()
-                add_extras(g[3], g[4])
+                extra.add(g[3], g[4])
             # Each rank's dK, dV: the sum over ranks of its rows of dK_glob.
             dk = torch.empty_like(dk_glob[:, :per * c])
             dv = torch.empty_like(dv_glob[:, :per * c])
@@ -241,7 +254,7 @@ class _ContextParallel(torch.autograd.Function):
                         dq[i] += g[0].float()
                         held_dk[:, j * c:(j + 1) * c] += g[1].float()
                         held_dv[:, j * c:(j + 1) * c] += g[2].float()
-                        add_extras(g[3], g[4])
+                        extra.add(g[3], g[4])
                 # Pass the chunk on with its gradients; after the last step only the
                 # gradients travel, and they arrive home.
                 last = step + 1 == world
@@ -253,14 +266,8 @@ class _ContextParallel(torch.autograd.Function):
                 else:
                     held_k, held_v, held_dk, held_dv = recv
             dk, dv = held_dk, held_dv
-        # The sink and aux gradients: every rank holds a part.
-        if dsinks is not None:
-            dist.all_reduce(dsinks, group=group)
-        for g in aux_grads:
-            if g is not None:
-                dist.all_reduce(g, group=group)
         dq = torch.cat(dq, dim=1).to(q.dtype)
-        return (None, None, dq, dk.to(k.dtype), dv.to(v.dtype), dsinks if sinks is not None else None, *aux_grads)
+        return (None, None, dq, dk.to(k.dtype), dv.to(v.dtype), *extra.reduced(group))
 
 
 def context_parallel_attention(attn, q, k, v, *, group=None, strategy="ring", layout="zigzag", aux=None, params=None,
@@ -430,9 +437,8 @@ class _ContextParallelVarlen(torch.autograd.Function):
         mine = plan.chunks_of(rank)
         q_slots = [q[rows].contiguous() for rows in slots]
         do_slots = [d_o[rows].contiguous() for rows in slots]
-        learn = [a[2] for a in attn.aux]
         dq = torch.zeros_like(q, dtype=torch.float32)
-        dsinks, aux_grads = None, [None] * len(aux)
+        extra = _ExtraGrads(attn, sinks, len(aux))
         ring = _Ring(group, rank, world)
         held_k, held_v = k.contiguous(), v.contiguous()
         held_dk = torch.zeros_like(k, dtype=torch.float32)
@@ -451,11 +457,7 @@ class _ContextParallelVarlen(torch.autograd.Function):
                     dq[slots[i]] += g[0].float()
                     held_dk[k_rows] += g[1].float()
                     held_dv[k_rows] += g[2].float()
-                    if sinks is not None:
-                        dsinks = g[3] if dsinks is None else dsinks + g[3]
-                    for a, ga in enumerate(g[4]):
-                        if learn[a]:
-                            aux_grads[a] = ga if aux_grads[a] is None else aux_grads[a] + ga
+                    extra.add(g[3], g[4])
             last = step + 1 == world
             # What arrives: the next owner's chunks, or at the last step this rank's own dK/dV.
             nxt = (rank - step - 1) % world
@@ -467,10 +469,5 @@ class _ContextParallelVarlen(torch.autograd.Function):
                 held_dk, held_dv = recv
             else:
                 held_k, held_v, held_dk, held_dv = recv
-        if dsinks is not None:
-            dist.all_reduce(dsinks, group=group)
-        for ga in aux_grads:
-            if ga is not None:
-                dist.all_reduce(ga, group=group)
         return (None, None, None, dq.to(q.dtype), held_dk.to(k.dtype), held_dv.to(v.dtype),
-                dsinks if sinks is not None else None, *aux_grads)
+                *extra.reduced(group))
