@@ -394,7 +394,8 @@ fn compile_directions_matches_compile() {
 /// down to a smaller configuration where the default spills, as the runtime does
 /// (`compile_without_spills`). Random specs from
 /// `attnc_ir::generate`: `ATTNC_SPEC_SWEEP` of them (default 12, what CI runs) from seed
-/// `ATTNC_SPEC_SWEEP_SEED` (default fixed). A failure prints each failing spec as `.attn`.
+/// `ATTNC_SPEC_SWEEP_SEED` (default fixed), on `ATTNC_SPEC_SWEEP_JOBS` threads (default:
+/// the cores, at most 8). A failure prints each failing spec as `.attn`.
 #[test]
 fn random_specs_compile_and_assemble_without_spills() {
     let env = |k: &str, d: u64| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
@@ -424,7 +425,8 @@ fn random_specs_compile_and_assemble_without_spills() {
         }
     }
     let t0 = std::time::Instant::now();
-    let workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).min(8);
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).min(8);
+    let workers = (env("ATTNC_SPEC_SWEEP_JOBS", cores as u64) as usize).max(1);
     let next = std::sync::atomic::AtomicUsize::new(0);
     let failed: std::sync::Mutex<Vec<(usize, String)>> = std::sync::Mutex::new(Vec::new());
     let assembled = std::sync::atomic::AtomicUsize::new(0);
@@ -473,10 +475,12 @@ fn random_specs_compile_and_assemble_without_spills() {
     });
     let failed = failed.into_inner().unwrap_or_default();
     say(&format!(
-        "random specs: {count} specs (seed {seed:#x}), {} compiles, {} assembled, {} problems, {:.0} s\n",
+        "random specs: {count} specs (seed {seed:#x}), {} compiles, {} assembled, {} problems in {} specs, \
+         {workers} threads, {:.0} s\n",
         units.len(),
         assembled.into_inner(),
         failed.len(),
+        failed.iter().map(|(i, _)| *i).collect::<std::collections::BTreeSet<_>>().len(),
         t0.elapsed().as_secs_f64()
     ));
     if !failed.is_empty() {
