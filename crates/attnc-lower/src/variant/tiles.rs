@@ -6,7 +6,7 @@
 use super::expr::VariantArgs;
 use super::interval::{classify_tile, TileClassVals, TileRanges};
 use super::layout::BatchView;
-use crate::llvm::kb::{Kb, R};
+use crate::llvm::kb::{Kb, Slot, R};
 use attnc_ir::block_mask::{needs_block_mask, HeadSlots, FULL_TILE};
 use attnc_ir::Spec;
 use inkwell::values::IntValue;
@@ -289,6 +289,29 @@ pub struct QueryPair<'ctx> {
     pub m: IntValue<'ctx>,
 }
 
+/// A backward CTA's walk over its key tiles: `body(key tile, walk index)` for the key
+/// tiles `ctaid.x, ctaid.x + nctaid.x, …` below `n_tiles` (one per CTA, or in
+/// deterministic mode a grid column's share).
+pub fn walk_key_tiles<'ctx>(
+    kb: &mut Kb<'ctx>,
+    n_tiles: IntValue<'ctx>,
+    mut body: impl FnMut(&mut Kb<'ctx>, IntValue<'ctx>, IntValue<'ctx>) -> R<()>,
+) -> R<()> {
+    let n_slot = kb.slot_i32("key_tile", kb.sreg("ctaid.x", "")?)?;
+    let iter = kb.slot_i32("key_tile_iter", kb.i32c(0))?;
+    kb.while_loop(
+        "key_tiles",
+        |kb| kb.icmp(IntPredicate::SLT, kb.get_i(n_slot, "")?, n_tiles, ""),
+        |kb| {
+            let n = kb.get_i(n_slot, "n")?;
+            let it = kb.get_i(iter, "it")?;
+            body(kb, n, it)?;
+            kb.set(iter, kb.add(it, kb.i32c(1), "")?)?;
+            kb.set(n_slot, kb.add(n, kb.sreg("nctaid.x", "")?, "")?)
+        },
+    )
+}
+
 /// The query tiles one backward CTA visits for its key tile: the transpose of
 /// [`KeyTiles`]. The backward walks, for a fixed key range, the query tiles of each
 /// query head of its KV group, skipping the tiles the mask leaves empty and dropping the
@@ -391,6 +414,33 @@ impl<'a, 'ctx> QueryTiles<'a, 'ctx> {
             },
         )?;
         Ok(QueryPair { g: kb.get_i(gs, "g")?, m: kb.get_i(ms, "m")? })
+    }
+
+    /// Every role's walk over this key tile's pairs: `body(pair, ring position)`, the
+    /// position (`pos`) carried over key tiles so the roles' rings stay in step.
+    pub fn walk(
+        &self,
+        kb: &mut Kb<'ctx>,
+        m_tiles: IntValue<'ctx>,
+        pos: Slot<'ctx>,
+        mut body: impl FnMut(&mut Kb<'ctx>, QueryPair<'ctx>, IntValue<'ctx>) -> R<()>,
+    ) -> R<()> {
+        let first = self.advance(kb, m_tiles, kb.i32c(0), kb.i32c(0))?;
+        let g_slot = kb.slot_i32("g", first.g)?;
+        let m_slot = kb.slot_i32("m", first.m)?;
+        kb.while_loop(
+            "q_tiles",
+            |kb| kb.icmp(IntPredicate::SLT, kb.get_i(m_slot, "")?, m_tiles, ""),
+            |kb| {
+                let cur = QueryPair { g: kb.get_i(g_slot, "g")?, m: kb.get_i(m_slot, "m")? };
+                let p = kb.get_i(pos, "pos")?;
+                body(kb, cur, p)?;
+                kb.set(pos, kb.add(p, kb.i32c(1), "")?)?;
+                let next = self.advance(kb, m_tiles, cur.g, kb.add(cur.m, kb.i32c(1), "")?)?;
+                kb.set(g_slot, next.g)?;
+                kb.set(m_slot, next.m)
+            },
+        )
     }
 
     /// First walk position in [from, end) of head `h` whose query tile is not empty, or

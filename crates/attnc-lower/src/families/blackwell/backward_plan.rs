@@ -1,19 +1,21 @@
 //! The blackwell backward's resource plan: FlashAttention-4's sm_100 backward design in
-//! this family's terms, sized before any code is generated (the kernel is not built yet;
-//! this plan is what it will be built to, and what `attnc report --pass bwd` prints).
+//! this family's terms, sized before code is generated, and what `attnc report --pass bwd`
+//! prints. The kernel built from it (`backward.rs`) is the 1-CTA form at every planned
+//! head dim ([`kernel_plan`]); the 2-CTA form at head dim 128 ([`plan`]) is planned and
+//! modelled, not built.
 //!
 //! One CTA owns a tile of 128 keys of one KV head and walks the 128-query tiles of its
 //! query heads. The scores are computed transposed, Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, so the keys
 //! sit on TMEM lanes and Pᵀ and dSᵀ are already the TMEM A operands of dV += Pᵀ·dO and
 //! dK += dSᵀ·Q (tcgen05 takes A from TMEM). Only dQ = dS·K needs dS in shared memory; its
-//! accumulator lives in TMEM, and four reduce warps drain it through shared memory into
-//! TMA bulk reduce-adds of an f32 dQ (a convert kernel scales it, as for the other
-//! families). dK and dV stay in TMEM for the whole walk.
+//! accumulator lives in TMEM, and four reduce warps drain it into the f32 `dq_accum` (a
+//! convert kernel scales it, as for the other families). dK and dV stay in TMEM for the
+//! whole walk.
 //!
 //! TMEM holds 512 columns of 128 lanes, and the five accumulators only fit by overlays
 //! whose safety is an ordering of the single MMA thread's issues (see [`BwdTmem`]). At
 //! head dim 128 the map is full; the 2-CTA mode (a CTA pair sharing the B operands,
-//! `cta_group::2`) halves the B-operand shared-memory traffic there.
+//! `cta_group::2`) would halve the B-operand shared-memory traffic there.
 
 use super::config::{BLOCK_N, TMEM_COLS};
 use super::report::{MMA_FLOPS_PER_CLK, MUFU_PER_CLK, SMEM_BYTES_PER_CLK};
@@ -37,9 +39,11 @@ pub enum CtaMode {
 
 /// TMEM columns of the backward (f32 columns, 128 lanes = the tile's keys; dQ's lanes are
 /// queries). Overlays and the MMA-issue order that makes each safe:
-/// - `p` over the first half of `s`: the compute warps write Pᵀ (16-bit pairs) after reading
-///   Sᵀ; the next Sᵀ is issued only after dV has read Pᵀ.
-/// - `ds` over the first half of `dp`: written after dPᵀ is read; dK reads it.
+/// - `p` over `s`: each compute warpgroup reads its 64 query columns of Sᵀ and writes their
+///   Pᵀ (16-bit pairs, 32 columns) over the first half of those same columns
+///   ([`BwdTmem::packed_col`]), so neither warpgroup writes a column the other still
+///   reads; the next Sᵀ is issued only after dV has read Pᵀ.
+/// - `ds` over `dp`: the same placement, written after dPᵀ is read; dK reads it.
 /// - `dq` over `dp` (1-CTA): dQ is issued after dK has consumed dSᵀ, and the next dPᵀ waits
 ///   until the reduce warps drained dQ. In 2-CTA mode `dq` takes the upper half of `s`
 ///   instead, and the next Sᵀ waits for the drain.
@@ -58,6 +62,16 @@ pub struct BwdTmem {
     pub alloc: u32,
 }
 
+impl BwdTmem {
+    /// The TMEM column (from the start of `s` or `dp`) of K step `kk` of a packed 16-bit
+    /// operand (Pᵀ or dSᵀ; 16 queries = 8 columns): queries `64h..64h+63` of warpgroup `h`
+    /// sit in the first 32 of its own 64 columns.
+    pub fn packed_col(kk: u32) -> u32 {
+        let queries = kk * 16;
+        (queries / 64) * 64 + (queries % 64) / 2
+    }
+}
+
 /// Byte offsets and sizes of the backward's shared memory (per CTA).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct BwdSmem {
@@ -72,8 +86,8 @@ pub struct BwdSmem {
 /// The warp roles (16 warps) with their `setmaxnreg` budgets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub enum BwdRole {
-    /// Warps 0-3: drain dQ from TMEM into shared memory and issue the bulk reduce-adds
-    /// (and, deterministic, wait on the query tile's semaphore first).
+    /// Warps 0-3: drain dQ from TMEM (planned 2-CTA form: through shared memory into bulk
+    /// reduce-adds; the built 1-CTA kernel: vector reds from registers).
     DqReduce,
     /// Warps 4-11: Pᵀ, dSᵀ (score-mod derivative, mask), the dK/dV epilogue.
     Compute,
@@ -106,6 +120,8 @@ pub struct BwdPlan {
     pub d_qk: u32,
     pub d_v: u32,
     pub mode: CtaMode,
+    /// Whether `backward.rs` builds this plan (the 1-CTA form) or it is the design only.
+    pub built: bool,
     pub tmem: BwdTmem,
     pub smem: BwdSmem,
     pub roles: Vec<(BwdRole, (u32, u32), u32)>,
@@ -118,24 +134,30 @@ fn padded(d: u32) -> u32 {
     d.div_ceil(64) * 64
 }
 
-/// The plan of `spec`'s backward, or why this design cannot hold it.
-pub fn plan(spec: &Spec) -> Result<BwdPlan, String> {
+/// The head dims the design holds, and its mode for them.
+fn design_mode(spec: &Spec) -> Result<CtaMode, String> {
     let (d_qk, d_v) = (spec.head_dim_qk, spec.head_dim_v);
     // 1-CTA: S 128 + dV d_v + dP 128 + dK d_qk columns, dQ (d_qk) over dP.
-    let mode = match (d_qk, d_v) {
-        (64, 64) | (96, 96) => CtaMode::One,
-        (128, 128) => CtaMode::Two,
-        _ => {
-            return Err(format!(
-                "head dims {d_qk}/{d_v}: S, dP, dV and dK need 256 + {} TMEM columns and dQ {d_qk} more; \
-                 the 1-CTA map holds d_qk + d_v <= 256 with d_qk <= 128 and the 2-CTA map d = 128 \
-                 (192/128, 192 and 256 need FA4's split dQ / dK-dV kernels, not planned)",
-                d_qk + d_v
-            ))
-        }
-    };
-    let tmem = tmem_map(d_qk, d_v, mode);
-    let smem = smem_layout(d_qk, d_v, mode);
+    match (d_qk, d_v) {
+        (64, 64) | (96, 96) => Ok(CtaMode::One),
+        (128, 128) => Ok(CtaMode::Two),
+        _ => Err(format!(
+            "head dims {d_qk}/{d_v}: S, dP, dV and dK need 256 + {} TMEM columns and dQ {d_qk} more; \
+             the 1-CTA map holds d_qk + d_v <= 256 with d_qk <= 128 and the 2-CTA map d = 128 \
+             (192/128, 192 and 256 need FA4's split dQ / dK-dV kernels, not planned)",
+            d_qk + d_v
+        )),
+    }
+}
+
+/// The design's plan of `spec`'s backward (2-CTA at head dim 128), or why the design
+/// cannot hold it.
+pub fn plan(spec: &Spec) -> Result<BwdPlan, String> {
+    let mode = design_mode(spec)?;
+    if mode == CtaMode::One {
+        return kernel_plan(spec);
+    }
+    let (d_qk, d_v) = (spec.head_dim_qk, spec.head_dim_v);
     let causal_like = spec.mask.causal.is_some() || spec.mask.window.is_some();
     // 128·reduce + 256·compute + 128·max(load, mma) = 65536: the whole register file.
     let (reduce, compute) = if causal_like { (136, 144) } else { (152, 136) };
@@ -146,8 +168,8 @@ pub fn plan(spec: &Spec) -> Result<BwdPlan, String> {
         (BwdRole::Load, (13, 14), 88),
         (BwdRole::Idle, (14, 16), 88),
     ];
-    let mut mbarriers = vec![
-        ("q_full / q_empty (2 stages, 1 in 2-CTA mode; the first also brings K)", 4),
+    let mbarriers = vec![
+        ("q_full / q_empty (1 stage; the first also brings K)", 2),
         ("do_full / do_empty (the first also brings V)", 2),
         ("lse_full, dpsum_full (bulk copies of the tile's rows)", 2),
         ("s_full / p_written (S^T ready, P^T in TMEM)", 2),
@@ -156,21 +178,205 @@ pub fn plan(spec: &Spec) -> Result<BwdPlan, String> {
         ("dq_full / dq_drained", 2),
         ("dv_done / dk_done (epilogue)", 2),
         ("tmem_dealloc", 1),
+        ("qt_full, kt_full (the transposed B operands' halves)", 2),
+        ("ds_exchange_full / ds_exchange_empty (dS halves over DSMEM)", 2),
     ];
-    if mode == CtaMode::Two {
-        mbarriers.push(("qt_full, kt_full (the transposed B operands' halves)", 2));
-        mbarriers.push(("ds_exchange_full / ds_exchange_empty (dS halves over DSMEM)", 2));
+    Ok(BwdPlan {
+        d_qk,
+        d_v,
+        mode,
+        built: false,
+        tmem: tmem_map(d_qk, d_v, mode),
+        smem: smem_layout(d_qk, d_v, mode),
+        roles,
+        mbarriers,
+        cycles: tile_cycles(d_qk, d_v, mode),
+    })
+}
+
+/// The plan of the kernel `backward.rs` builds: the 1-CTA form at every head dim the
+/// design holds (at head dim 128 too: its TMEM map is full, dQ over dPᵀ).
+pub fn kernel_plan(spec: &Spec) -> Result<BwdPlan, String> {
+    design_mode(spec)?;
+    let (d_qk, d_v) = (spec.head_dim_qk, spec.head_dim_v);
+    let mode = CtaMode::One;
+    let roles = vec![
+        (BwdRole::DqReduce, (0, 4), KERNEL_REGS.reduce),
+        (BwdRole::Compute, (4, 12), KERNEL_REGS.compute),
+        (BwdRole::Mma, (12, 13), KERNEL_REGS.other),
+        (BwdRole::Load, (13, 14), KERNEL_REGS.other),
+        (BwdRole::Idle, (14, 16), KERNEL_REGS.other),
+    ];
+    let mbarriers = BwdBar::ALL.iter().map(|b| (b.what(), 1)).collect();
+    Ok(BwdPlan {
+        d_qk,
+        d_v,
+        mode,
+        built: true,
+        tmem: tmem_map(d_qk, d_v, mode),
+        smem: smem_layout(d_qk, d_v, mode),
+        roles,
+        mbarriers,
+        cycles: tile_cycles(d_qk, d_v, mode),
+    })
+}
+
+/// The `setmaxnreg` budgets of the built kernel's warpgroups: reduce (warps 0-3), compute
+/// (4-11, two warpgroups), and the MMA/load/idle warpgroup (12-15).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct BwdRegs {
+    pub reduce: u32,
+    pub compute: u32,
+    pub other: u32,
+}
+
+/// 128·(96 + 2·176 + 64) = 65,536: the whole register file. The compute warps hold a
+/// tile's 64 packed Pᵀ values, a 32-column chunk of Sᵀ or dPᵀ and (score mods) 64 slopes;
+/// the reduce warps a 32-column chunk of dQ.
+pub const KERNEL_REGS: BwdRegs = BwdRegs { reduce: 96, compute: 176, other: 64 };
+
+/// The built kernel's mbarriers, in shared-memory order (8 bytes each).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BwdBar {
+    /// K and V of the key tile landed (TMA transactions).
+    KvFull,
+    /// The key tile's last MMA read K and V (commit).
+    KvEmpty,
+    /// Q stage `s` and its lse_log2 and D rows landed.
+    QFull(u32),
+    /// Q stage `s` read by Sᵀ and dK, its rows by the compute warps (commit after dK).
+    QEmpty(u32),
+    DoFull,
+    /// dO read by dPᵀ and dV (commit after dV).
+    DoEmpty,
+    /// Sᵀ in TMEM (commit).
+    SFull,
+    /// Pᵀ in TMEM (256 compute threads).
+    PWritten,
+    /// dPᵀ in TMEM (commit).
+    DpFull,
+    /// dSᵀ in TMEM and dS in shared memory (256 compute threads).
+    DsWritten,
+    /// dQ in TMEM (commit).
+    DqFull,
+    /// dQ read out of TMEM (128 reduce threads).
+    DqDrained,
+    /// dK and dV of the key tile final (commit).
+    DkvFull,
+    /// dK and dV read out of TMEM by the epilogue (256 compute threads).
+    DkvEmpty,
+}
+
+/// Q stages of the built kernel's ring.
+pub const Q_STAGES: u32 = 2;
+
+impl BwdBar {
+    pub const ALL: [BwdBar; 16] = [
+        BwdBar::KvFull,
+        BwdBar::KvEmpty,
+        BwdBar::QFull(0),
+        BwdBar::QFull(1),
+        BwdBar::QEmpty(0),
+        BwdBar::QEmpty(1),
+        BwdBar::DoFull,
+        BwdBar::DoEmpty,
+        BwdBar::SFull,
+        BwdBar::PWritten,
+        BwdBar::DpFull,
+        BwdBar::DsWritten,
+        BwdBar::DqFull,
+        BwdBar::DqDrained,
+        BwdBar::DkvFull,
+        BwdBar::DkvEmpty,
+    ];
+
+    /// Position in shared memory (`bars + 8·index`).
+    pub fn index(self) -> u32 {
+        BwdBar::ALL.iter().position(|b| *b == self).unwrap_or(0) as u32
     }
-    let cycles = tile_cycles(d_qk, d_v, mode);
-    Ok(BwdPlan { d_qk, d_v, mode, tmem, smem, roles, mbarriers, cycles })
+
+    /// Arrivals per phase: one (a commit or the TMA thread's expect-tx), or the threads
+    /// of the role that arrives.
+    pub fn count(self) -> u32 {
+        match self {
+            BwdBar::PWritten | BwdBar::DsWritten | BwdBar::DkvEmpty => 256,
+            BwdBar::DqDrained => 128,
+            _ => 1,
+        }
+    }
+
+    pub fn what(self) -> &'static str {
+        match self {
+            BwdBar::KvFull => "kv_full (K, V landed)",
+            BwdBar::KvEmpty => "kv_empty (the key tile's MMAs done)",
+            BwdBar::QFull(_) => "q_full (Q stage and its lse_log2, D rows landed)",
+            BwdBar::QEmpty(_) => "q_empty (Q stage read by S^T and dK)",
+            BwdBar::DoFull => "do_full",
+            BwdBar::DoEmpty => "do_empty (dO read by dP^T and dV)",
+            BwdBar::SFull => "s_full (S^T in TMEM)",
+            BwdBar::PWritten => "p_written (P^T in TMEM; 256 threads)",
+            BwdBar::DpFull => "dp_full (dP^T in TMEM)",
+            BwdBar::DsWritten => "ds_written (dS^T in TMEM, dS in shared memory; 256 threads)",
+            BwdBar::DqFull => "dq_full (dQ in TMEM)",
+            BwdBar::DqDrained => "dq_drained (128 reduce threads)",
+            BwdBar::DkvFull => "dkv_full (dK, dV final)",
+            BwdBar::DkvEmpty => "dkv_empty (dK, dV stored; 256 threads)",
+        }
+    }
+}
+
+/// Byte offsets of the built (1-CTA) kernel's shared memory from its 1024-byte-aligned
+/// base. Operand tiles are 64-column blocks of 128 rows × 128 bytes (16 KiB), as TMA
+/// writes them with the 128-byte swizzle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct OneCtaSmem {
+    /// Q stage 0; stage `s` at `q + s·q_stage`.
+    pub q: u32,
+    pub q_stage: u32,
+    pub k: u32,
+    pub v: u32,
+    pub d_o: u32,
+    /// dS, MN-major for dQ = dS·K: two 64-query blocks of 128 key rows.
+    pub ds: u32,
+    /// Per Q stage: 128 lse_log2 values, then 128 D values; stage `s` at `rows + s·rows_stage`.
+    pub rows: u32,
+    pub rows_stage: u32,
+    pub bars: u32,
+    pub tmem_slot: u32,
+    pub used: u32,
+}
+
+/// Bytes of one 64-column block of a 128-row operand tile.
+pub const BLOCK_BYTES: u32 = 128 * 128;
+
+/// The built kernel's shared-memory offsets for head dims `d_qk`, `d_v`.
+pub fn one_cta_smem(d_qk: u32, d_v: u32) -> OneCtaSmem {
+    let (pq, pv) = (padded(d_qk) / 64, padded(d_v) / 64);
+    let q_stage = pq * BLOCK_BYTES;
+    let q = 0;
+    let k = q + Q_STAGES * q_stage;
+    let v = k + pq * BLOCK_BYTES;
+    let d_o = v + pv * BLOCK_BYTES;
+    let ds = d_o + pv * BLOCK_BYTES;
+    let rows = ds + 2 * BLOCK_BYTES;
+    let rows_stage = 2 * BWD_BLOCK_M * 4;
+    let bars = rows + Q_STAGES * rows_stage;
+    let tmem_slot = bars + 8 * BwdBar::ALL.len() as u32;
+    OneCtaSmem { q, q_stage, k, v, d_o, ds, rows, rows_stage, bars, tmem_slot, used: tmem_slot + 16 }
 }
 
 fn tmem_map(d_qk: u32, d_v: u32, mode: CtaMode) -> BwdTmem {
     let s = (0, BWD_BLOCK_M);
-    let p = (0, BWD_BLOCK_M / 2);
+    // The packed operands' extent: 1-CTA, the two warpgroups' 32-column pieces at 0 and
+    // 64 ([`BwdTmem::packed_col`]); the 2-CTA design keeps them in S's lower half.
+    let packed = match mode {
+        CtaMode::One => 64 + 32,
+        CtaMode::Two => BWD_BLOCK_M / 2,
+    };
+    let p = (s.0, s.0 + packed);
     let dv = (s.1, s.1 + d_v);
     let dp = (dv.1, dv.1 + BWD_BLOCK_M);
-    let ds = (dp.0, dp.0 + BWD_BLOCK_M / 2);
+    let ds = (dp.0, dp.0 + packed);
     let dk = (dp.1, dp.1 + d_qk);
     let dq = match mode {
         CtaMode::One => (dp.0, dp.0 + d_qk),
@@ -185,35 +391,36 @@ fn smem_layout(d_qk: u32, d_v: u32, mode: CtaMode) -> BwdSmem {
     let (m, n) = (BWD_BLOCK_M, BWD_BLOCK_N);
     let (pq, pv) = (padded(d_qk), padded(d_v));
     let bf16 = 2;
-    let mut buffers: Vec<(&'static str, u32)> = match mode {
-        CtaMode::One => vec![
-            ("Q (2 stages; the dK epilogue reuses it)", 2 * m * pq * bf16),
-            ("K", n * pq * bf16),
-            ("V", n * pv * bf16),
-            ("dO (the dV epilogue reuses it)", m * pv * bf16),
-            ("dS (for dQ = dS.K)", m * n * bf16),
-            ("dQ staging (2 slots of 128 x 32 f32)", 2 * m * DQ_REDUCE_COLS * 4),
-            ("LSE (2 stages)", 2 * m * 4),
-            ("D = rowsum(dO o O)", m * 4),
-        ],
-        // Each CTA holds its own K and V and half of every B operand (Q, dO and their
-        // transposed views as separate loads), the half of dS its peer needs, and a
-        // smaller dQ staging (it drains half of dQ).
-        CtaMode::Two => vec![
-            ("Q half", m / 2 * pq * bf16),
-            ("Q^T half", m / 2 * pq * bf16),
-            ("K", n * pq * bf16),
-            ("K^T", n * pq * bf16),
-            ("V", n * pv * bf16),
-            ("dO half", m / 2 * pv * bf16),
-            ("dO^T half", m / 2 * pv * bf16),
-            ("dS", m * n * bf16),
-            ("dS exchange half", m / 2 * n * bf16),
-            ("dQ staging (4 slots of 128 x 8 f32)", 4 * m * 8 * 4),
-            ("LSE", m * 4),
-            ("D = rowsum(dO o O)", m * 4),
-        ],
-    };
+    if mode == CtaMode::One {
+        let o = one_cta_smem(d_qk, d_v);
+        let buffers = vec![
+            ("Q (2 stages)", o.k - o.q),
+            ("K", o.v - o.k),
+            ("V", o.d_o - o.v),
+            ("dO", o.ds - o.d_o),
+            ("dS (MN-major for dQ = dS.K)", o.rows - o.ds),
+            ("lse_log2 and D rows (2 stages, with Q)", o.bars - o.rows),
+            ("mbarriers, TMEM address", o.used - o.bars),
+        ];
+        return BwdSmem { buffers, used: o.used, request: o.used + 1024 };
+    }
+    // 2-CTA: each CTA holds its own K and V and half of every B operand (Q, dO and their
+    // transposed views as separate loads), the half of dS its peer needs, and a dQ
+    // staging (it drains half of dQ through bulk reduce-adds).
+    let mut buffers: Vec<(&'static str, u32)> = vec![
+        ("Q half", m / 2 * pq * bf16),
+        ("Q^T half", m / 2 * pq * bf16),
+        ("K", n * pq * bf16),
+        ("K^T", n * pq * bf16),
+        ("V", n * pv * bf16),
+        ("dO half", m / 2 * pv * bf16),
+        ("dO^T half", m / 2 * pv * bf16),
+        ("dS", m * n * bf16),
+        ("dS exchange half", m / 2 * n * bf16),
+        ("dQ staging (4 slots of 128 x 8 f32)", 4 * m * 8 * 4),
+        ("LSE", m * 4),
+        ("D = rowsum(dO o O)", m * 4),
+    ];
     let align = |x: u32, a: u32| x.div_ceil(a) * a;
     let mut used = 0;
     // The operand tiles come first (whole 1024-byte multiples), the row vectors after.
@@ -298,8 +505,11 @@ impl fmt::Display for BwdPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "blackwell backward plan (not built yet): head dims {}/{}, {:?}-CTA",
-            self.d_qk, self.d_v, self.mode
+            "blackwell backward plan ({}): head dims {}/{}, {:?}-CTA",
+            if self.built { "the kernel built" } else { "the design; not built" },
+            self.d_qk,
+            self.d_v,
+            self.mode
         )?;
         writeln!(f, "tile: {BWD_BLOCK_N} keys (TMEM lanes) x {BWD_BLOCK_M} queries; S^T = K.Q^T, dP^T = V.dO^T")?;
         let c = &self.cycles;
@@ -312,10 +522,10 @@ impl fmt::Display for BwdPlan {
         let t = &self.tmem;
         for (name, (a, b), what) in [
             ("S^T", t.s, "K.Q^T, f32"),
-            ("P^T", t.p, "16-bit pairs over S^T once read (A of dV)"),
+            ("P^T", t.p, "16-bit pairs over each warpgroup's S^T columns once read (A of dV)"),
             ("dV", t.dv, "accumulates over the walk"),
             ("dP^T", t.dp, "V.dO^T, f32"),
-            ("dS^T", t.ds, "16-bit pairs over dP^T (A of dK)"),
+            ("dS^T", t.ds, "16-bit pairs over each warpgroup's dP^T columns (A of dK)"),
             ("dQ", t.dq, "dS.K of one query tile, drained by the reduce warps"),
             ("dK", t.dk, "accumulates over the walk"),
         ] {

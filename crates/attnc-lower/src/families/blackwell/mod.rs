@@ -4,7 +4,9 @@
 //! verified how (no B200 is in reach: the family is verified by ptxas, SASS checks and
 //! models, not by running it).
 //!
-//! - [`forward`]: the kernel;
+//! - [`forward`]: the forward kernel;
+//! - [`backward`]: the backward main kernel (1-CTA), built to [`backward_plan`] and modelled
+//!   by [`backward_protocol`];
 //! - [`config`]: roles, register budgets, shared-memory layout, TMEM column map, mbarriers;
 //! - [`schedule`]: persistent tile order (LPT for causal);
 //! - [`desc`]: the tcgen05 instruction and shared-memory descriptors;
@@ -15,6 +17,7 @@
 //! - [`verify`]: ptxas/SASS checks against the resource model (no GPU needed).
 
 pub mod abi;
+pub mod backward;
 pub mod backward_plan;
 pub mod backward_protocol;
 pub mod config;
@@ -28,8 +31,8 @@ pub mod verify;
 
 use crate::arch::Arch;
 use crate::error::LowerError;
-use crate::families::common::{abi::kernel_name, block_mask, combine};
-use crate::families::{finish_module, Family};
+use crate::families::common::{abi::kernel_name, backward as common_bwd, block_mask, combine};
+use crate::families::{finish_module, finish_module_at, Family};
 use crate::llvm::kb::Kb;
 use crate::module::{BlockLayout, CompiledModule, Direction, FamilyKind};
 use attnc_ir::block_mask::Tiling;
@@ -51,13 +54,16 @@ impl Family for Blackwell {
     fn unsupported_reason(&self, spec: &Spec, arch: Arch, direction: Direction) -> Option<String> {
         match direction {
             Direction::Forward => unsupported_reason(spec, arch),
-            Direction::Backward => Some("the blackwell backward is not built yet".into()),
+            Direction::Backward => backward_unsupported_reason(spec, arch),
         }
     }
     fn compile(&self, spec: &Spec, arch: Arch, direction: Direction) -> Result<CompiledModule, LowerError> {
         let unsupported = |reason| LowerError::Unsupported { family: FamilyKind::Blackwell, direction, arch, reason };
         if direction == Direction::Backward {
-            return Err(unsupported(self.unsupported_reason(spec, arch, direction).unwrap_or_default()));
+            if let Some(reason) = backward_unsupported_reason(spec, arch) {
+                return Err(unsupported(reason));
+            }
+            return compile_backward(spec, arch);
         }
         if let Some(reason) = kernel_unsupported_reason(spec, arch) {
             return Err(unsupported(reason));
@@ -100,6 +106,27 @@ pub fn unsupported_reason(spec: &Spec, arch: Arch) -> Option<String> {
         return Some("not enabled yet (register budgets being tuned)".into());
     }
     None
+}
+
+/// Why the backward cannot compile `spec` for `arch`, or `None`.
+pub fn backward_unsupported_reason(spec: &Spec, arch: Arch) -> Option<String> {
+    if arch != Arch::Sm100a {
+        return Some("needs sm_100a (tcgen05, tensor memory)".into());
+    }
+    backward::unsupported_reason(spec)
+}
+
+/// The backward module: the shared preprocess, dQ convert, sink-gradient and
+/// block-classify kernels around this family's main kernel. Built, verified by ptxas and
+/// models, never run on a B200 (the runtime's `Auto` passes it over).
+fn compile_backward(spec: &Spec, arch: Arch) -> Result<CompiledModule, LowerError> {
+    let t0 = std::time::Instant::now();
+    let ctx = Context::create();
+    let mut kb = Kb::new(&ctx, &format!("attnc_{}_bwd", spec.name));
+    let kernels =
+        common_bwd::build_kernels(&mut kb, spec, |kb| backward::build(kb, spec, &kernel_name(spec, "blackwell_bwd")))?;
+    // dQ goes out through vector reds.
+    finish_module_at(&kb, FamilyKind::Blackwell, Direction::Backward, arch, kernels, t0, arch.vector_red_ptx_feature())
 }
 
 /// Why the forward kernel builder cannot compile `spec` for `arch`, or `None`.

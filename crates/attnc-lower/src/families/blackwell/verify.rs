@@ -17,6 +17,51 @@ use std::collections::BTreeMap;
 /// SASS opcodes the family promises in every kernel.
 pub const PROMISED_SASS: &[&str] = &["UTCHMMA", "UTCBAR", "LDTM", "STTM", "UTMALDG", "USETMAXREG", "SYNCS"];
 
+/// SASS the backward main kernel must show: the MMAs and their commits, TMEM loads and
+/// stores, TMA and bulk loads, the register split, mbarriers, and dQ's vector reds.
+pub const PROMISED_BWD_SASS: &[&str] =
+    &["UTCHMMA", "UTCBAR", "LDTM", "STTM", "UTMALDG", "UBLKCP", "USETMAXREG", "SYNCS", "REDG"];
+
+/// Everything that is wrong with an assembled backward main kernel, per its plan.
+pub fn backward_problems(plan: &super::backward_plan::BwdPlan, v: &Verified) -> Vec<String> {
+    let mut p = Vec::new();
+    if v.spill_bytes > 0 {
+        p.push(format!("{} spill bytes", v.spill_bytes));
+    }
+    let launch = 65536 / super::backward::BWD_THREADS;
+    if v.registers > launch {
+        p.push(format!("{} registers at launch, the budget is {launch}", v.registers));
+    }
+    let smem = v.smem_bytes + plan.smem.request as u64;
+    if smem > crate::arch::Arch::Sm100a.max_smem_per_block() as u64 {
+        p.push(format!("{smem} bytes of shared memory"));
+    }
+    let t = &plan.tmem;
+    if v.tmem_alloc != vec![t.alloc] || t.used > t.alloc || t.alloc > super::config::TMEM_COLS {
+        p.push(format!("TMEM: PTX allocates {:?}, the plan uses {} of {}", v.tmem_alloc, t.used, t.alloc));
+    }
+    let mut seen: Vec<u32> = v.regions.iter().map(|r| r.budget).collect();
+    seen.sort();
+    seen.dedup();
+    let mut want: Vec<u32> = plan.roles.iter().map(|r| r.2).collect();
+    want.sort();
+    want.dedup();
+    if seen != want {
+        p.push(format!("setmaxnreg budgets in SASS {seen:?}, plan {want:?}"));
+    }
+    for r in &v.regions {
+        if r.max_reg >= r.budget {
+            p.push(format!("a region with budget {} uses R{}", r.budget, r.max_reg));
+        }
+    }
+    for op in PROMISED_BWD_SASS {
+        if !v.opcodes.contains_key(*op) {
+            p.push(format!("no {op} in the SASS"));
+        }
+    }
+    p
+}
+
 /// One straight-line SASS instruction.
 struct Ins {
     text: String,
@@ -241,9 +286,14 @@ pub fn problems(spec: &Spec, cfg: &Config, v: &Verified) -> Vec<String> {
     p
 }
 
-/// Assembles `ptx` and reads back what [`problems`] checks; `None` when ptxas or the
-/// disassembler is missing.
+/// Assembles `ptx` and reads back what [`problems`] checks of its forward kernel; `None`
+/// when ptxas or the disassembler is missing.
 pub fn verify(ptx: &str) -> Result<Option<Verified>, crate::ptxas::PtxasError> {
+    verify_kernel(ptx, "_fwd")
+}
+
+/// [`verify`] for the kernel whose name ends with `suffix` (the first kernel if none does).
+pub fn verify_kernel(ptx: &str, suffix: &str) -> Result<Option<Verified>, crate::ptxas::PtxasError> {
     let report = match crate::ptxas::assemble(ptx, crate::arch::Arch::Sm100a) {
         Ok(r) => r,
         Err(e) if e.is_not_found() => return Ok(None),
@@ -254,11 +304,12 @@ pub fn verify(ptx: &str) -> Result<Option<Verified>, crate::ptxas::PtxasError> {
         Err(e) if e.is_not_found() => return Ok(None),
         Err(e) => return Err(e),
     };
-    // The forward kernel (a split-KV module also holds the portable combine kernel).
+    // The main kernel (a split-KV module also holds the combine kernel, a backward module
+    // the shared row kernels).
     let k = report
         .kernels
         .iter()
-        .find(|k| k.name.ends_with("_fwd"))
+        .find(|k| k.name.ends_with(suffix))
         .or(report.kernels.first())
         .cloned()
         .unwrap_or_default();

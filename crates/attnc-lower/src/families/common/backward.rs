@@ -23,7 +23,7 @@
 use super::abi::{kernel_name, variant_params, Args, ParamTy};
 use crate::llvm::kb::{Kb, R};
 use crate::module::BlockLayout;
-use crate::module::{Grid, KernelInfo, KernelRole};
+use crate::module::{Grid, KernelInfo, KernelRole, TmaBox};
 pub use crate::variant::grad::learnable_aux;
 use crate::variant::grad::AuxSink;
 use crate::variant::layout::{batch_view, lse_offset, q_row_offset, LayoutArgs};
@@ -58,8 +58,10 @@ pub fn build_kernels<'ctx>(
     Ok(kernels)
 }
 
-/// Per-(batch, head) rows of the workspace are padded to a multiple of this many queries.
-pub const WS_ROW_ALIGN: u32 = 64;
+/// Per-(batch, head) rows of the workspace are padded to a multiple of this many queries:
+/// the largest query tile of any family's main kernel (blackwell's 128), so every tile's
+/// bulk copy of its `lse_log2` and D rows stays inside its row.
+pub const WS_ROW_ALIGN: u32 = 128;
 /// Rows (warps) per CTA of the row kernels (preprocess, dQ convert).
 pub const ROWS_PER_CTA: u32 = 4;
 /// Threads of the sink-gradient and aux-reduce kernels.
@@ -101,6 +103,34 @@ pub fn main_params(spec: &Spec) -> Vec<(String, ParamTy)> {
     super::abi::block_list_params(spec, &mut p);
     p
 }
+
+/// The TMA families' main-kernel parameters: the tensor maps of Q, K, V and dO, then
+/// [`main_params`].
+pub fn tma_main_params(spec: &Spec) -> Vec<(String, ParamTy)> {
+    let mut p: Vec<(String, ParamTy)> =
+        ["tmap_q", "tmap_k", "tmap_v", "tmap_do"].iter().map(|n| (n.to_string(), ParamTy::TensorMap)).collect();
+    p.extend(main_params(spec));
+    p
+}
+
+/// The four tensor maps of [`tma_main_params`]: 64-element (128-byte) boxes with the
+/// 128-byte swizzle, `block_m` rows for Q and dO, `block_n` for K and V.
+pub fn tma_boxes(block_m: u32, block_n: u32) -> Vec<TmaBox> {
+    [("q", block_m), ("k", block_n), ("v", block_n), ("do", block_m)]
+        .into_iter()
+        .map(|(t, rows)| TmaBox {
+            param: format!("tmap_{t}"),
+            tensor: t.into(),
+            box_cols: TMA_BOX_COLS,
+            box_rows: rows,
+            swizzle_bytes: 128,
+            pack_group: 1,
+        })
+        .collect()
+}
+
+/// Columns of one TMA box (64 16-bit elements: the 128-byte swizzle span).
+pub const TMA_BOX_COLS: u32 = 64;
 
 /// Parameters of the preprocess kernel.
 pub fn preprocess_params(spec: &Spec) -> Vec<(String, ParamTy)> {

@@ -26,20 +26,21 @@
 
 use super::config::{BwdConfig, BwdSmem, Config, DqSplit, BOX_COLS, ROWS_PER_CONSUMER, ROW_BYTES};
 use super::desc::SmemDesc;
-use crate::families::common::abi::{self as cabi, Args, ParamTy};
+use crate::families::common::abi::{self as cabi, Args};
 use crate::families::common::backward::{
-    aux_sink, dynamic_smem_base, emit_seqlen_pad, main_params, red_dq_fragment, ws_row, DqSlice, FragLane,
+    aux_sink, dynamic_smem_base, emit_seqlen_pad, red_dq_fragment, tma_boxes, tma_main_params, ws_row, DqSlice,
+    FragLane,
 };
 use crate::families::common::sw128::{k_major_step_offset, mn_major_step_offset};
 use crate::llvm::kb::{Kb, Slot, R};
 use crate::llvm::operand::Major;
 use crate::llvm::tcgen05::Acc;
 use crate::llvm::wgmma::WgmmaType;
-use crate::module::{Grid, KernelInfo, KernelRole, TmaBox};
+use crate::module::{Grid, KernelInfo, KernelRole};
 use crate::variant::expr::{self as vexpr, VariantArgs};
 use crate::variant::grad::ScoreGrad;
 use crate::variant::layout::{batch_view, kv_row_offsets, BatchView, LayoutArgs};
-use crate::variant::tiles::{DenseClasses, QueryPair, QueryTiles};
+use crate::variant::tiles::{walk_key_tiles, DenseClasses, QueryPair, QueryTiles};
 use attnc_ir::{KvLayout, Spec};
 use inkwell::values::{FloatValue, IntValue};
 use inkwell::{FloatPredicate, IntPredicate};
@@ -51,32 +52,8 @@ const LOG2E: f64 = std::f64::consts::LOG2_E;
 const DS_BAR: u32 = 1;
 const ORDER_BAR: u32 = 3;
 
-/// The tensor maps (Q, K, V, dO), then every family's backward main parameters.
-pub fn backward_params(spec: &Spec) -> Vec<(String, ParamTy)> {
-    let mut p: Vec<(String, ParamTy)> =
-        ["tmap_q", "tmap_k", "tmap_v", "tmap_do"].iter().map(|n| (n.to_string(), ParamTy::TensorMap)).collect();
-    p.extend(main_params(spec));
-    p
-}
-
-/// The four tensor maps: 64-element (128-byte) boxes, 128-byte swizzle; `block_m` rows
-/// for Q and dO, `block_n` for K and V.
-pub fn tma_boxes(cfg: &BwdConfig) -> Vec<TmaBox> {
-    [("q", cfg.block_m), ("k", cfg.block_n()), ("v", cfg.block_n()), ("do", cfg.block_m)]
-        .into_iter()
-        .map(|(t, rows)| TmaBox {
-            param: format!("tmap_{t}"),
-            tensor: t.into(),
-            box_cols: BOX_COLS,
-            box_rows: rows,
-            swizzle_bytes: 128,
-            pack_group: 1,
-        })
-        .collect()
-}
-
 pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, cfg: &BwdConfig, name: &str) -> R<KernelInfo> {
-    let params = backward_params(spec);
+    let params = tma_main_params(spec);
     let args = Args::begin(kb, name, &params)?;
     for i in 0..4 {
         kb.mark_tensor_map_param(i)?;
@@ -98,7 +75,7 @@ pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, cfg: &BwdConfig, name: &str) 
         block_m: cfg.block_m,
         block_n: cfg.block_n(),
         params: cabi::describe(&params),
-        tensor_maps: tma_boxes(cfg),
+        tensor_maps: tma_boxes(cfg.block_m, cfg.block_n()),
         grid: Grid::KeyTiles { parts: 1 },
     })
 }
@@ -226,21 +203,9 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         &self,
         kb: &mut Kb<'ctx>,
         cta: &Cta<'ctx>,
-        mut body: impl FnMut(&mut Kb<'ctx>, IntValue<'ctx>, IntValue<'ctx>) -> R<()>,
+        body: impl FnMut(&mut Kb<'ctx>, IntValue<'ctx>, IntValue<'ctx>) -> R<()>,
     ) -> R<()> {
-        let n_slot = kb.slot_i32("key_tile", kb.sreg("ctaid.x", "")?)?;
-        let iter = kb.slot_i32("key_tile_iter", kb.i32c(0))?;
-        kb.while_loop(
-            "key_tiles",
-            |kb| kb.icmp(IntPredicate::SLT, kb.get_i(n_slot, "")?, cta.n_tiles, ""),
-            |kb| {
-                let n = kb.get_i(n_slot, "n")?;
-                let it = kb.get_i(iter, "it")?;
-                body(kb, n, it)?;
-                kb.set(iter, kb.add(it, kb.i32c(1), "")?)?;
-                kb.set(n_slot, kb.add(n, kb.sreg("nctaid.x", "")?, "")?)
-            },
-        )
+        walk_key_tiles(kb, cta.n_tiles, body)
     }
 
     /// Every role's walk over the pairs of key tile `qt`: `body(pair, ring position)`;
@@ -251,24 +216,9 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         cta: &Cta<'ctx>,
         qt: &QueryTiles<'_, 'ctx>,
         pos: Slot<'ctx>,
-        mut body: impl FnMut(&mut Kb<'ctx>, QueryPair<'ctx>, IntValue<'ctx>) -> R<()>,
+        body: impl FnMut(&mut Kb<'ctx>, QueryPair<'ctx>, IntValue<'ctx>) -> R<()>,
     ) -> R<()> {
-        let first = qt.advance(kb, cta.m_tiles, kb.i32c(0), kb.i32c(0))?;
-        let g_slot = kb.slot_i32("g", first.g)?;
-        let m_slot = kb.slot_i32("m", first.m)?;
-        kb.while_loop(
-            "q_tiles",
-            |kb| kb.icmp(IntPredicate::SLT, kb.get_i(m_slot, "")?, cta.m_tiles, ""),
-            |kb| {
-                let cur = QueryPair { g: kb.get_i(g_slot, "g")?, m: kb.get_i(m_slot, "m")? };
-                let p = kb.get_i(pos, "pos")?;
-                body(kb, cur, p)?;
-                kb.set(pos, kb.add(p, kb.i32c(1), "")?)?;
-                let next = qt.advance(kb, cta.m_tiles, cur.g, kb.add(cur.m, kb.i32c(1), "")?)?;
-                kb.set(g_slot, next.g)?;
-                kb.set(m_slot, next.m)
-            },
-        )
+        qt.walk(kb, cta.m_tiles, pos, body)
     }
 
     // ------------------------------------------------------------------ producer

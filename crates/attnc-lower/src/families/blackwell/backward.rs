@@ -1,0 +1,896 @@
+//! The blackwell backward main kernel: FlashAttention-4's sm_100 backward in its 1-CTA
+//! form (`backward_plan::kernel_plan`), tcgen05 MMAs with every accumulator in TMEM. The
+//! kernels around it (preprocess, dQ convert, sink gradient, block classifier) are
+//! `common::backward`'s, as for the other families.
+//!
+//! A CTA owns 128 keys of one KV head (the TMEM lanes) and walks the non-empty 128-query
+//! tiles of every query head of its group (`QueryTiles`, the same walk in every role, so
+//! ring positions agree without communication). Per query tile, over mbarriers
+//! (`BwdBar`):
+//!
+//! ```text
+//! load (warp 13)     K, V once ─ Q + lse_log2, D rows (2 stages) ─ dO (1 stage)
+//! MMA (warp 12)      Sᵀ=K·Qᵀ │ dK+=dSᵀ·Q, dQ=dS·K (previous tile) │ dPᵀ=V·dOᵀ │ dV+=Pᵀ·dO
+//! compute (4-11)     ld Sᵀ → Pᵀ = 2^(s·log2e − lse) (mask, score mod) → st Pᵀ (over Sᵀ)
+//!                    ld dPᵀ → dSᵀ = Pᵀ(dPᵀ − D)·m′ → st dSᵀ (over dPᵀ), dS → shared memory
+//!                    end of the walk: ld dK, dV → ·scale → global
+//! dQ reduce (0-3)    ld dQ (over dPᵀ) → red.global.add.v4.f32 into dq_accum
+//! ```
+//!
+//! The MMA thread's issue order makes every TMEM overlay safe (the order
+//! `backward_protocol.rs` models for the 1-CTA map): Sᵀ of tile j after dV of tile j − 1
+//! read Pᵀ; dK and dQ of tile j − 1 once the compute warps wrote its dSᵀ; dPᵀ of tile j
+//! once the reduce warps drained dQ of tile j − 1 (dQ lies over dPᵀ). Each compute
+//! warpgroup owns 64 query columns and writes its packed Pᵀ and dSᵀ into the first half of
+//! those same columns (`BwdTmem::packed_col`), so no warp writes a column another reads.
+//! The compute warps keep Pᵀ packed in registers from the P phase to dS: the next Sᵀ may
+//! overwrite its TMEM copy as soon as dV has read it.
+
+use super::backward_plan::{
+    kernel_plan, one_cta_smem, BwdBar, BwdTmem, OneCtaSmem, BLOCK_BYTES, BWD_BLOCK_M, BWD_BLOCK_N, KERNEL_REGS,
+};
+use super::desc::{DFormat, InstrDesc, SmemDesc};
+use crate::error::LowerError;
+use crate::families::common::abi::{self as cabi, Args};
+use crate::families::common::backward::{
+    dynamic_smem_base, emit_seqlen_pad, learnable_aux, tma_boxes, tma_main_params, ws_row, DqSlice, TMA_BOX_COLS,
+};
+use crate::families::common::sw128::{emit_chunk_addr, k_major_step_offset, mn_major_step_offset};
+use crate::llvm::kb::{Kb, Slot, R};
+use crate::llvm::operand::Major;
+use crate::llvm::tcgen05::{Acc, SmemOperand};
+use crate::module::{Grid, KernelInfo, KernelRole};
+use crate::variant::expr::{self as vexpr, VariantArgs};
+use crate::variant::grad::ScoreGrad;
+use crate::variant::layout::{batch_view, kv_row_offsets, BatchView, LayoutArgs};
+use crate::variant::tiles::{walk_key_tiles, DenseClasses, QueryPair, QueryTiles};
+use attnc_ir::{KvLayout, Spec};
+use inkwell::values::{FloatValue, IntValue};
+use inkwell::{FloatPredicate, IntPredicate};
+
+const LOG2E: f64 = std::f64::consts::LOG2_E;
+/// Threads of the CTA: 16 warps.
+pub const BWD_THREADS: u32 = 512;
+/// Query columns of Sᵀ / dPᵀ a compute thread reads per `tcgen05.ld` (its 64 in two).
+const CHUNK: u32 = 32;
+/// Columns of dK / dV per epilogue `tcgen05.ld` (48 at head dim 96: three).
+const EPI_CHUNK: u32 = 16;
+
+/// Why the built kernel cannot hold `spec`, or `None` (the arch is checked by the family).
+pub fn unsupported_reason(spec: &Spec) -> Option<String> {
+    if let Err(e) = kernel_plan(spec) {
+        return Some(e);
+    }
+    if !learnable_aux(spec).is_empty() {
+        return Some(
+            "learnable aux gradients need each element's f32 P and dS beside dK and dV (not built; portable runs them)"
+                .into(),
+        );
+    }
+    None
+}
+
+pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str) -> R<KernelInfo> {
+    let plan = kernel_plan(spec).map_err(LowerError::Llvm)?;
+    let params = tma_main_params(spec);
+    let args = Args::begin(kb, name, &params)?;
+    for i in 0..4 {
+        kb.mark_tensor_map_param(i)?;
+    }
+    kb.set_launch_bounds(BWD_THREADS)?;
+    kb.section(&format!(
+        "attnc blackwell backward: {} (1-CTA, {BWD_BLOCK_N} keys x {BWD_BLOCK_M} queries per tile, 16 warps, TMEM {} columns)",
+        spec.name, plan.tmem.alloc
+    ))?;
+    let k = Bwd {
+        spec,
+        args,
+        name: name.to_string(),
+        smem: one_cta_smem(spec.head_dim_qk, spec.head_dim_v),
+        tmem: plan.tmem.clone(),
+        grad: ScoreGrad::new(spec),
+    };
+    k.body(kb)?;
+    kb.ret()?;
+    Ok(KernelInfo {
+        name: name.to_string(),
+        role: KernelRole::BackwardMain,
+        note: Some("tcgen05, accumulators in TMEM (load, MMA, 8 compute and 4 dQ-reduce warps)".into()),
+        threads_per_block: BWD_THREADS,
+        dynamic_smem_bytes: plan.smem.request,
+        block_m: BWD_BLOCK_M,
+        block_n: BWD_BLOCK_N,
+        params: cabi::describe(&params),
+        tensor_maps: tma_boxes(BWD_BLOCK_M, BWD_BLOCK_N),
+        grid: Grid::KeyTiles { parts: 1 },
+    })
+}
+
+struct Bwd<'a, 'ctx> {
+    spec: &'a Spec,
+    args: Args<'ctx>,
+    name: String,
+    smem: OneCtaSmem,
+    tmem: BwdTmem,
+    grad: ScoreGrad,
+}
+
+/// What a role needs about its CTA, derived after its `setmaxnreg`.
+struct Cta<'ctx> {
+    smem: IntValue<'ctx>,
+    tmem: IntValue<'ctx>,
+    la: LayoutArgs<'ctx>,
+    bv: BatchView<'ctx>,
+    va: VariantArgs<'ctx>,
+    hkv: IntValue<'ctx>,
+    seqlen_pad: IntValue<'ctx>,
+    n_tiles: IntValue<'ctx>,
+    m_tiles: IntValue<'ctx>,
+    /// Warp and lane of the thread.
+    warp: IntValue<'ctx>,
+    lane: IntValue<'ctx>,
+}
+
+/// A compute thread's place: its key row (TMEM lane) and its warpgroup's 64 query columns.
+struct Place<'ctx> {
+    /// Key row within the tile (0..128): 32·(warp % 4) + lane.
+    row: IntValue<'ctx>,
+    /// 0 or 1: query columns `64·half ..`.
+    half: IntValue<'ctx>,
+    /// TMEM address of the row at the warpgroup's first column (`+ 64·half`).
+    taddr: IntValue<'ctx>,
+}
+
+impl<'a, 'ctx> Bwd<'a, 'ctx> {
+    fn cta(&self, kb: &mut Kb<'ctx>) -> R<Cta<'ctx>> {
+        let spec = self.spec;
+        let raw = dynamic_smem_base(kb)?;
+        let smem = kb.and(kb.add(raw, kb.i32c(1023), "")?, kb.i32c(!1023), "smem")?;
+        let tmem = kb.ld_shared_b32(kb.add(smem, kb.i32c(self.smem.tmem_slot as i64), "")?, "tmem_base")?;
+        let tid = kb.opaque_i32(kb.sreg("tid.x", "")?, "tid")?;
+        let warp = kb.udiv(tid, kb.i32c(32), "warp")?;
+        let lane = kb.and(tid, kb.i32c(31), "lane")?;
+        let hkv = kb.sreg("ctaid.y", "hkv")?;
+        let b = kb.opaque_i32(kb.sreg("ctaid.z", "")?, "b")?;
+        let la = self.args.layout()?;
+        let bv = batch_view(kb, spec, &la, b)?;
+        let seqlen_pad = emit_seqlen_pad(kb, la.seqlen_q)?;
+        let n_tiles = kb.ceil_div(bv.seqlen_k, kb.i32c(BWD_BLOCK_N as i64), "n_tiles")?;
+        let m_tiles = kb.ceil_div(bv.seqlen_q, kb.i32c(BWD_BLOCK_M as i64), "m_tiles")?;
+        Ok(Cta { smem, tmem, la, va: self.args.variant(spec)?, bv, hkv, seqlen_pad, n_tiles, m_tiles, warp, lane })
+    }
+
+    fn bar(&self, kb: &Kb<'ctx>, cta: &Cta<'ctx>, b: BwdBar) -> R<IntValue<'ctx>> {
+        kb.add(cta.smem, kb.i32c((self.smem.bars + 8 * b.index()) as i64), "mbar")
+    }
+
+    /// A per-stage barrier (`make(0)`, `make(1)` adjacent) for a run-time stage.
+    fn bar_stage(
+        &self,
+        kb: &Kb<'ctx>,
+        cta: &Cta<'ctx>,
+        make: fn(u32) -> BwdBar,
+        stage: IntValue<'ctx>,
+    ) -> R<IntValue<'ctx>> {
+        let b0 = self.smem.bars + 8 * make(0).index();
+        kb.add(cta.smem, kb.add(kb.i32c(b0 as i64), kb.mul(stage, kb.i32c(8), "")?, "")?, "mbar")
+    }
+
+    /// The query walk of key tile `n`.
+    fn queries<'b>(&'b self, kb: &Kb<'ctx>, cta: &'b Cta<'ctx>, n: IntValue<'ctx>) -> R<QueryTiles<'b, 'ctx>> {
+        let bn = BWD_BLOCK_N as i64;
+        let n0 = kb.mul(n, kb.i32c(bn), "n0")?;
+        let k_hi = kb.sub(kb.smin(kb.add(n0, kb.i32c(bn), "")?, cta.bv.seqlen_k, "")?, kb.i32c(1), "k_hi")?;
+        Ok(QueryTiles {
+            spec: self.spec,
+            block_m: BWD_BLOCK_M,
+            bv: cta.bv,
+            hkv: cta.hkv,
+            k: (n0, k_hi),
+            va: &cta.va,
+            classes: DenseClasses::for_key_tile(self.spec, self.args.block_lists().as_ref(), cta.bv.b, n),
+            // As on hopper: key tile n starts its walk at query tile n, so the dQ adds of a
+            // head's key tiles land on different rows at any moment.
+            rotation: Some((n, cta.m_tiles)),
+        })
+    }
+
+    fn body(&self, kb: &mut Kb<'ctx>) -> R<()> {
+        {
+            let raw = dynamic_smem_base(kb)?;
+            let smem = kb.and(kb.add(raw, kb.i32c(1023), "")?, kb.i32c(!1023), "smem")?;
+            let tid = kb.sreg("tid.x", "tid")?;
+            kb.section("setup: mbarriers (thread 0), TMEM allocation (warp 12)")?;
+            let is_t0 = kb.icmp(IntPredicate::EQ, tid, kb.i32c(0), "")?;
+            kb.if_then(is_t0, "init_barriers", |kb| {
+                for b in BwdBar::ALL {
+                    kb.mbar_init(kb.add(smem, kb.i32c((self.smem.bars + 8 * b.index()) as i64), "")?, b.count())?;
+                }
+                kb.fence_mbarrier_init()
+            })?;
+            let warp = kb.udiv(tid, kb.i32c(32), "warp")?;
+            let slot = kb.add(smem, kb.i32c(self.smem.tmem_slot as i64), "tmem_slot")?;
+            let is_mma_warp = kb.icmp(IntPredicate::EQ, warp, kb.i32c(12), "")?;
+            kb.if_then(is_mma_warp, "tmem_alloc", |kb| {
+                kb.tmem_alloc(slot, self.tmem.alloc)?;
+                kb.tmem_relinquish()
+            })?;
+            kb.tcgen05_fence_before()?;
+            kb.cta_barrier()?;
+            kb.tcgen05_fence_after()?;
+            let wg = kb.udiv(warp, kb.i32c(4), "warpgroup")?;
+            let is_reduce = kb.icmp(IntPredicate::EQ, wg, kb.i32c(0), "")?;
+            let is_compute = kb.icmp(IntPredicate::ULT, wg, kb.i32c(3), "")?;
+            kb.if_else(
+                is_reduce,
+                "role_dq_reduce",
+                |kb| {
+                    kb.setmaxnreg_dec(KERNEL_REGS.reduce)?;
+                    self.reduce(kb)
+                },
+                |kb| {
+                    kb.if_else(
+                        is_compute,
+                        "role_compute",
+                        |kb| {
+                            kb.setmaxnreg_inc(KERNEL_REGS.compute)?;
+                            self.compute(kb)
+                        },
+                        |kb| {
+                            kb.setmaxnreg_dec(KERNEL_REGS.other)?;
+                            let tid = kb.opaque_i32(kb.sreg("tid.x", "")?, "tid")?;
+                            let lane0 = kb.icmp(IntPredicate::EQ, kb.and(tid, kb.i32c(31), "")?, kb.i32c(0), "")?;
+                            let warp = kb.udiv(tid, kb.i32c(32), "")?;
+                            let mma = kb.and(kb.icmp(IntPredicate::EQ, warp, kb.i32c(12), "")?, lane0, "")?;
+                            kb.if_then(mma, "role_mma", |kb| self.mma(kb))?;
+                            let load = kb.and(kb.icmp(IntPredicate::EQ, warp, kb.i32c(13), "")?, lane0, "")?;
+                            kb.if_then(load, "role_load", |kb| self.load(kb))
+                        },
+                    )
+                },
+            )?;
+        }
+        kb.section("teardown: every role done, warp 12 frees TMEM")?;
+        kb.tcgen05_fence_before()?;
+        kb.cta_barrier()?;
+        let cta = self.cta(kb)?;
+        let is_mma_warp = kb.icmp(IntPredicate::EQ, cta.warp, kb.i32c(12), "")?;
+        kb.if_then(is_mma_warp, "tmem_dealloc", |kb| {
+            kb.warp_sync()?;
+            kb.tcgen05_fence_after()?;
+            kb.tmem_dealloc(cta.tmem, self.tmem.alloc)
+        })
+    }
+
+    // ------------------------------------------------------------------ load
+
+    fn load(&self, kb: &mut Kb<'ctx>) -> R<()> {
+        let spec = self.spec;
+        let l = self.smem;
+        kb.section("role: TMA loads (one thread): K, V per key tile; Q + rows, dO per query tile")?;
+        let cta = self.cta(kb)?;
+        let tmap = |kb: &Kb<'ctx>, i: u32, n: &str| kb.param_generic_addr(&format!("{}_param_{i}", self.name), n);
+        let (tmap_q, tmap_k, tmap_v, tmap_do) =
+            (tmap(kb, 0, "tmap_q")?, tmap(kb, 1, "tmap_k")?, tmap(kb, 2, "tmap_v")?, tmap(kb, 3, "tmap_do")?);
+        for t in [tmap_q, tmap_k, tmap_v, tmap_do] {
+            kb.tensormap_prefetch(t)?;
+        }
+        let varlen = spec.kv_layout == KvLayout::Varlen;
+        let (q_row_base, k_row_base, batch_coord) = if varlen {
+            let z = kb.i32c(0);
+            (cta.bv.q_start.unwrap_or(z), cta.bv.k_start.unwrap_or(z), z)
+        } else {
+            (kb.i32c(0), kb.i32c(0), cta.bv.b)
+        };
+        let (cq, cv) = (spec.head_dim_qk.div_ceil(TMA_BOX_COLS), spec.head_dim_v.div_ceil(TMA_BOX_COLS));
+        let pos = kb.slot_i32("load_pos", kb.i32c(0))?;
+        let (lse_log2, dpsum) = (self.args.int("lse_log2")?, self.args.int("dpsum")?);
+        walk_key_tiles(kb, cta.n_tiles, |kb, n, it| {
+            kb.section("TMA K, V (once per key tile, after the previous tile's MMAs)")?;
+            let later = kb.icmp(IntPredicate::SGT, it, kb.i32c(0), "")?;
+            kb.if_then(later, "wait_kv_empty", |kb| {
+                let par = kb.and(kb.sub(it, kb.i32c(1), "")?, kb.i32c(1), "")?;
+                kb.mbar_wait(self.bar(kb, &cta, BwdBar::KvEmpty)?, par)
+            })?;
+            let full = self.bar(kb, &cta, BwdBar::KvFull)?;
+            kb.mbar_arrive_expect_tx(full, (cq + cv) * BLOCK_BYTES)?;
+            let row = kb.add(k_row_base, kb.mul(n, kb.i32c(BWD_BLOCK_N as i64), "")?, "key_row")?;
+            for (tm, base, blocks) in [(tmap_k, l.k, cq), (tmap_v, l.v, cv)] {
+                for cb in 0..blocks {
+                    let dst = kb.add(cta.smem, kb.i32c((base + cb * BLOCK_BYTES) as i64), "tma_dst")?;
+                    kb.tma_load_4d(dst, tm, [kb.i32c((cb * TMA_BOX_COLS) as i64), row, cta.hkv, batch_coord], full)?;
+                }
+            }
+            let qt = self.queries(kb, &cta, n)?;
+            qt.walk(kb, cta.m_tiles, pos, |kb, p, pos| {
+                kb.section("TMA Q + bulk lse_log2, D rows -> stage; TMA dO")?;
+                let stage = kb.and(pos, kb.i32c(1), "q_stage")?;
+                let free =
+                    kb.xor(kb.and(kb.lshr(pos, kb.i32c(1), "")?, kb.i32c(1), "")?, kb.i32c(1), "q_free_parity")?;
+                kb.mbar_wait(self.bar_stage(kb, &cta, BwdBar::QEmpty, stage)?, free)?;
+                let qfull = self.bar_stage(kb, &cta, BwdBar::QFull, stage)?;
+                kb.mbar_arrive_expect_tx(qfull, cq * BLOCK_BYTES + l.rows_stage)?;
+                let h = qt.head(kb, p.g)?;
+                let m0 = kb.mul(qt.tile_of(kb, p.m)?, kb.i32c(BWD_BLOCK_M as i64), "m0")?;
+                let row = kb.add(q_row_base, m0, "q_row")?;
+                let q_dst = kb.add(
+                    cta.smem,
+                    kb.add(kb.i32c(l.q as i64), kb.mul(stage, kb.i32c(l.q_stage as i64), "")?, "")?,
+                    "q_dst",
+                )?;
+                for cb in 0..cq {
+                    let dst = kb.add(q_dst, kb.i32c((cb * BLOCK_BYTES) as i64), "tma_dst")?;
+                    kb.tma_load_4d(dst, tmap_q, [kb.i32c((cb * TMA_BOX_COLS) as i64), row, h, batch_coord], qfull)?;
+                }
+                let ws = kb.mul(ws_row(kb, spec.q_heads, cta.seqlen_pad, cta.bv.b, h, m0)?, kb.i64c(4), "ws_off")?;
+                let rows = kb.add(
+                    cta.smem,
+                    kb.add(kb.i32c(l.rows as i64), kb.mul(stage, kb.i32c(l.rows_stage as i64), "")?, "")?,
+                    "rows_dst",
+                )?;
+                let row_bytes = BWD_BLOCK_M * 4;
+                kb.bulk_load(rows, kb.add(lse_log2, ws, "")?, row_bytes, qfull)?;
+                kb.bulk_load(kb.add(rows, kb.i32c(row_bytes as i64), "")?, kb.add(dpsum, ws, "")?, row_bytes, qfull)?;
+                // dO: one stage, free once dV of the previous tile read it.
+                let do_free = kb.xor(kb.and(pos, kb.i32c(1), "")?, kb.i32c(1), "do_free_parity")?;
+                kb.mbar_wait(self.bar(kb, &cta, BwdBar::DoEmpty)?, do_free)?;
+                let dofull = self.bar(kb, &cta, BwdBar::DoFull)?;
+                kb.mbar_arrive_expect_tx(dofull, cv * BLOCK_BYTES)?;
+                for cb in 0..cv {
+                    let dst = kb.add(cta.smem, kb.i32c((l.d_o + cb * BLOCK_BYTES) as i64), "tma_dst")?;
+                    kb.tma_load_4d(dst, tmap_do, [kb.i32c((cb * TMA_BOX_COLS) as i64), row, h, batch_coord], dofull)?;
+                }
+                Ok(())
+            })
+        })
+    }
+
+    // ------------------------------------------------------------------ MMA
+
+    /// `(addr >> 4) | low constant bits` of an SW128 descriptor, and its constant high word.
+    fn desc(&self, kb: &Kb<'ctx>, constant: u64, addr: IntValue<'ctx>) -> R<(IntValue<'ctx>, u32)> {
+        let a = kb.lshr(addr, kb.i32c(4), "")?;
+        Ok((kb.or(kb.i32c((constant & 0xFFFF_FFFF) as i64), a, "desc_lo")?, (constant >> 32) as u32))
+    }
+
+    fn idesc(&self, n: u32, a_major: Major, b_major: Major) -> u32 {
+        let t = self.spec.dtype.into();
+        InstrDesc { m: BWD_BLOCK_M, n, a: t, b: t, d: DFormat::F32, a_major, b_major }.encode()
+    }
+
+    /// D[d_off] = A·Bᵀ over `d` with both operands K-major 128-row tiles (Sᵀ = K·Qᵀ,
+    /// dPᵀ = V·dOᵀ: N = 128 queries).
+    fn issue_kmajor(
+        &self,
+        kb: &Kb<'ctx>,
+        cta: &Cta<'ctx>,
+        a: IntValue<'ctx>,
+        b: IntValue<'ctx>,
+        d: u32,
+        d_off: u32,
+    ) -> R<()> {
+        let c = SmemDesc::k_major_sw128(0).encode_without_start();
+        let (alo, hi) = self.desc(kb, c, a)?;
+        let (blo, _) = self.desc(kb, c, b)?;
+        let idesc = self.idesc(BWD_BLOCK_M, Major::K, Major::K);
+        for kk in 0..d / 16 {
+            let a = SmemOperand { lo: alo, hi, add: k_major_step_offset(BWD_BLOCK_N, kk) >> 4 };
+            let b = SmemOperand { lo: blo, hi, add: k_major_step_offset(BWD_BLOCK_M, kk) >> 4 };
+            kb.tcgen05_mma_ss(cta.tmem, d_off, a, b, idesc, if kk == 0 { Acc::Overwrite } else { Acc::Accumulate })?;
+        }
+        Ok(())
+    }
+
+    /// D[d_off] (+)= A·B with A the packed 16-bit operand in TMEM at `a_col` (Pᵀ or dSᵀ,
+    /// keys on lanes, queries on K) and B a query-row tile read MN-major (dO or Q):
+    /// dV += Pᵀ·dO, dK += dSᵀ·Q. `acc` says whether the first step accumulates.
+    fn issue_from_tmem(
+        &self,
+        kb: &Kb<'ctx>,
+        cta: &Cta<'ctx>,
+        a_col: u32,
+        b: IntValue<'ctx>,
+        n: u32,
+        d_off: u32,
+        acc: IntValue<'ctx>,
+    ) -> R<()> {
+        let c = SmemDesc::mn_major_sw128(0, BLOCK_BYTES).encode_without_start();
+        let (blo, hi) = self.desc(kb, c, b)?;
+        let idesc = self.idesc(n, Major::K, Major::Mn);
+        for kk in 0..BWD_BLOCK_M / 16 {
+            let b = SmemOperand { lo: blo, hi, add: mn_major_step_offset(kk) >> 4 };
+            let a = a_col + BwdTmem::packed_col(kk);
+            let acc = if kk == 0 { Acc::When(acc) } else { Acc::Accumulate };
+            kb.tcgen05_mma_ts(cta.tmem, d_off, a, b, idesc, acc)?;
+        }
+        Ok(())
+    }
+
+    /// dQ = dS·K: A the dS tile (MN-major: queries contiguous, key rows), B the K tile read
+    /// MN-major (head-dim columns contiguous); K = the tile's 128 keys.
+    fn issue_dq(&self, kb: &Kb<'ctx>, cta: &Cta<'ctx>) -> R<()> {
+        let c = SmemDesc::mn_major_sw128(0, BLOCK_BYTES).encode_without_start();
+        let (alo, hi) = self.desc(kb, c, kb.add(cta.smem, kb.i32c(self.smem.ds as i64), "ds_smem")?)?;
+        let (blo, _) = self.desc(kb, c, kb.add(cta.smem, kb.i32c(self.smem.k as i64), "k_smem")?)?;
+        let idesc = self.idesc(self.spec.head_dim_qk, Major::Mn, Major::Mn);
+        for kk in 0..BWD_BLOCK_N / 16 {
+            let off = mn_major_step_offset(kk) >> 4;
+            let a = SmemOperand { lo: alo, hi, add: off };
+            let b = SmemOperand { lo: blo, hi, add: off };
+            kb.tcgen05_mma_ss(
+                cta.tmem,
+                self.tmem.dq.0,
+                a,
+                b,
+                idesc,
+                if kk == 0 { Acc::Overwrite } else { Acc::Accumulate },
+            )?;
+        }
+        Ok(())
+    }
+
+    fn q_smem(&self, kb: &Kb<'ctx>, cta: &Cta<'ctx>, stage: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+        kb.add(
+            cta.smem,
+            kb.add(kb.i32c(self.smem.q as i64), kb.mul(stage, kb.i32c(self.smem.q_stage as i64), "")?, "")?,
+            "q_smem",
+        )
+    }
+
+    /// dK += dSᵀ·Q and dQ = dS·K of ring position `pos` (the `j`-th of its key tile),
+    /// once the compute warps wrote its dSᵀ; releases its Q stage and hands dQ over.
+    fn issue_dk_dq(&self, kb: &Kb<'ctx>, cta: &Cta<'ctx>, pos: IntValue<'ctx>, j: IntValue<'ctx>) -> R<()> {
+        kb.mbar_wait(self.bar(kb, cta, BwdBar::DsWritten)?, kb.and(pos, kb.i32c(1), "")?)?;
+        kb.tcgen05_fence_after()?;
+        let stage = kb.and(pos, kb.i32c(1), "q_stage")?;
+        let acc = kb.zext32(kb.icmp(IntPredicate::SGT, j, kb.i32c(0), "")?, "dk_acc")?;
+        kb.section("tcgen05.mma dK += dS^T.Q (A: dS^T in TMEM)")?;
+        self.issue_from_tmem(
+            kb,
+            cta,
+            self.tmem.dp.0,
+            self.q_smem(kb, cta, stage)?,
+            self.spec.head_dim_qk,
+            self.tmem.dk.0,
+            acc,
+        )?;
+        kb.tcgen05_commit(self.bar_stage(kb, cta, BwdBar::QEmpty, stage)?)?;
+        kb.section("tcgen05.mma dQ = dS.K (over dP^T)")?;
+        self.issue_dq(kb, cta)?;
+        kb.tcgen05_commit(self.bar(kb, cta, BwdBar::DqFull)?)
+    }
+
+    fn mma(&self, kb: &mut Kb<'ctx>) -> R<()> {
+        let spec = self.spec;
+        let t = &self.tmem;
+        kb.section("role: MMA issue (one thread): tcgen05.mma + tcgen05.commit")?;
+        let cta = self.cta(kb)?;
+        let pos = kb.slot_i32("mma_pos", kb.i32c(0))?;
+        let k_smem = kb.add(cta.smem, kb.i32c(self.smem.k as i64), "k_smem")?;
+        let v_smem = kb.add(cta.smem, kb.i32c(self.smem.v as i64), "v_smem")?;
+        let do_smem = kb.add(cta.smem, kb.i32c(self.smem.d_o as i64), "do_smem")?;
+        walk_key_tiles(kb, cta.n_tiles, |kb, n, it| {
+            kb.mbar_wait(self.bar(kb, &cta, BwdBar::KvFull)?, kb.and(it, kb.i32c(1), "kv_parity")?)?;
+            kb.tcgen05_fence_after()?;
+            let j_slot = kb.slot_i32("tile_step", kb.i32c(0))?;
+            let qt = self.queries(kb, &cta, n)?;
+            qt.walk(kb, cta.m_tiles, pos, |kb, _p, pos| {
+                let j = kb.get_i(j_slot, "j")?;
+                let stage = kb.and(pos, kb.i32c(1), "q_stage")?;
+                let qpar = kb.and(kb.lshr(pos, kb.i32c(1), "")?, kb.i32c(1), "q_parity")?;
+                let par = kb.and(pos, kb.i32c(1), "step_parity")?;
+                kb.mbar_wait(self.bar_stage(kb, &cta, BwdBar::QFull, stage)?, qpar)?;
+                kb.tcgen05_fence_after()?;
+                kb.section("tcgen05.mma S^T = K.Q^T")?;
+                self.issue_kmajor(kb, &cta, k_smem, self.q_smem(kb, &cta, stage)?, spec.head_dim_qk, t.s.0)?;
+                kb.tcgen05_commit(self.bar(kb, &cta, BwdBar::SFull)?)?;
+                let later = kb.icmp(IntPredicate::SGT, j, kb.i32c(0), "")?;
+                kb.if_then(later, "previous_dk_dq", |kb| {
+                    self.issue_dk_dq(kb, &cta, kb.sub(pos, kb.i32c(1), "")?, kb.sub(j, kb.i32c(1), "")?)
+                })?;
+                // dQ of the previous position (this key tile's or the last one's) lies over
+                // dPᵀ: the reduce warps must have drained it.
+                let drained = kb.icmp(IntPredicate::SGT, pos, kb.i32c(0), "")?;
+                kb.if_then(drained, "wait_dq_drained", |kb| {
+                    let prev = kb.and(kb.sub(pos, kb.i32c(1), "")?, kb.i32c(1), "")?;
+                    kb.mbar_wait(self.bar(kb, &cta, BwdBar::DqDrained)?, prev)
+                })?;
+                kb.mbar_wait(self.bar(kb, &cta, BwdBar::DoFull)?, par)?;
+                kb.tcgen05_fence_after()?;
+                kb.section("tcgen05.mma dP^T = V.dO^T")?;
+                self.issue_kmajor(kb, &cta, v_smem, do_smem, spec.head_dim_v, t.dp.0)?;
+                kb.tcgen05_commit(self.bar(kb, &cta, BwdBar::DpFull)?)?;
+                kb.mbar_wait(self.bar(kb, &cta, BwdBar::PWritten)?, par)?;
+                // The first dV of a key tile overwrites dK/dV: the previous tile's epilogue
+                // must have read them.
+                let first_later = kb.and(
+                    kb.icmp(IntPredicate::EQ, j, kb.i32c(0), "")?,
+                    kb.icmp(IntPredicate::SGT, it, kb.i32c(0), "")?,
+                    "",
+                )?;
+                kb.if_then(first_later, "wait_dkv_empty", |kb| {
+                    kb.mbar_wait(
+                        self.bar(kb, &cta, BwdBar::DkvEmpty)?,
+                        kb.and(kb.sub(it, kb.i32c(1), "")?, kb.i32c(1), "")?,
+                    )
+                })?;
+                kb.tcgen05_fence_after()?;
+                kb.section("tcgen05.mma dV += P^T.dO (A: P^T in TMEM)")?;
+                let acc = kb.zext32(later, "dv_acc")?;
+                self.issue_from_tmem(kb, &cta, t.s.0, do_smem, spec.head_dim_v, t.dv.0, acc)?;
+                kb.tcgen05_commit(self.bar(kb, &cta, BwdBar::DoEmpty)?)?;
+                kb.set(j_slot, kb.add(j, kb.i32c(1), "")?)
+            })?;
+            let steps = kb.get_i(j_slot, "steps")?;
+            let any = kb.icmp(IntPredicate::SGT, steps, kb.i32c(0), "")?;
+            kb.if_then(any, "last_dk_dq", |kb| {
+                let last = kb.sub(kb.get_i(pos, "")?, kb.i32c(1), "last_pos")?;
+                self.issue_dk_dq(kb, &cta, last, kb.sub(steps, kb.i32c(1), "")?)
+            })?;
+            kb.section("dK, dV final; K, V free")?;
+            kb.tcgen05_commit(self.bar(kb, &cta, BwdBar::DkvFull)?)?;
+            kb.tcgen05_commit(self.bar(kb, &cta, BwdBar::KvEmpty)?)
+        })
+    }
+
+    // ------------------------------------------------------------------ compute
+
+    fn place(&self, kb: &Kb<'ctx>, cta: &Cta<'ctx>) -> R<Place<'ctx>> {
+        let quarter = kb.and(cta.warp, kb.i32c(3), "lane_quarter")?;
+        let row = kb.add(kb.mul(quarter, kb.i32c(32), "")?, cta.lane, "key_row")?;
+        let half = kb.sub(kb.udiv(cta.warp, kb.i32c(4), "")?, kb.i32c(1), "col_half")?;
+        let lanes = kb.shl(kb.mul(quarter, kb.i32c(32), "")?, kb.i32c(16), "")?;
+        let taddr = kb.add(kb.add(cta.tmem, lanes, "")?, kb.mul(half, kb.i32c(64), "")?, "taddr_row")?;
+        Ok(Place { row, half, taddr })
+    }
+
+    fn compute(&self, kb: &mut Kb<'ctx>) -> R<()> {
+        let cta = self.cta(kb)?;
+        let pl = self.place(kb, &cta)?;
+        let pos = kb.slot_i32("compute_pos", kb.i32c(0))?;
+        walk_key_tiles(kb, cta.n_tiles, |kb, n, it| {
+            let n0 = kb.mul(n, kb.i32c(BWD_BLOCK_N as i64), "n0")?;
+            let key = kb.add(n0, pl.row, "key")?;
+            let k_inside = kb.icmp(
+                IntPredicate::SLE,
+                kb.add(n0, kb.i32c(BWD_BLOCK_N as i64), "")?,
+                cta.bv.seqlen_k,
+                "keys_inside",
+            )?;
+            let j_slot = kb.slot_i32("tile_step", kb.i32c(0))?;
+            let qt = self.queries(kb, &cta, n)?;
+            qt.walk(kb, cta.m_tiles, pos, |kb, p, pos| {
+                let h = qt.head(kb, p.g)?;
+                let m = qt.tile_of(kb, p.m)?;
+                let m0 = kb.mul(m, kb.i32c(BWD_BLOCK_M as i64), "m0")?;
+                let unmasked = kb.and(qt.full_inside(kb, m, h)?, k_inside, "unmasked")?;
+                self.tile(kb, &cta, &pl, pos, m0, h, key, unmasked)?;
+                kb.set(j_slot, kb.add(kb.get_i(j_slot, "")?, kb.i32c(1), "")?)
+            })?;
+            let steps = kb.get_i(j_slot, "steps")?;
+            self.epilogue(kb, &cta, &pl, it, key, steps)
+        })
+    }
+
+    /// One query tile of a compute thread: Pᵀ, then dSᵀ, for its key row and 64 columns.
+    #[allow(clippy::too_many_arguments)]
+    fn tile(
+        &self,
+        kb: &mut Kb<'ctx>,
+        cta: &Cta<'ctx>,
+        pl: &Place<'ctx>,
+        pos: IntValue<'ctx>,
+        m0: IntValue<'ctx>,
+        h: IntValue<'ctx>,
+        key: IntValue<'ctx>,
+        unmasked: IntValue<'ctx>,
+    ) -> R<()> {
+        let spec = self.spec;
+        let t = &self.tmem;
+        let par = kb.and(pos, kb.i32c(1), "step_parity")?;
+        let stage = kb.and(pos, kb.i32c(1), "q_stage")?;
+        // This warpgroup's 64 lse_log2 values, then (512 bytes on) D.
+        let rows = kb.add(
+            cta.smem,
+            kb.add(
+                kb.i32c(self.smem.rows as i64),
+                kb.add(
+                    kb.mul(stage, kb.i32c(self.smem.rows_stage as i64), "")?,
+                    kb.mul(pl.half, kb.i32c(256), "")?,
+                    "",
+                )?,
+                "",
+            )?,
+            "rows",
+        )?;
+        let q_first = kb.add(m0, kb.mul(pl.half, kb.i32c(64), "")?, "q_first")?;
+        let partial = kb.not(unmasked, "partial_tile")?;
+        let predicate = spec.mask.to_predicate();
+
+        kb.mbar_wait(self.bar(kb, cta, BwdBar::SFull)?, par)?;
+        kb.tcgen05_fence_after()?;
+        kb.section("softmax recompute: P^T = 2^(s - lse_log2), packed over S^T")?;
+        let mut p_packed = Vec::with_capacity(32);
+        let mut slopes: Vec<Option<FloatValue<'ctx>>> = Vec::with_capacity(64);
+        for c in 0..2 {
+            let raw = kb.tmem_load(pl.taddr, t.s.0 + c * CHUNK, CHUNK, CHUNK, "s_raw")?;
+            let mut p_slots: Vec<Slot<'ctx>> = Vec::with_capacity(CHUNK as usize);
+            for (i, r) in raw.iter().enumerate() {
+                let col = c * CHUNK + i as u32;
+                let s = kb.bits_f(*r, "s")?;
+                let lse2 = kb.ld_shared_f32(kb.add(rows, kb.i32c(4 * col as i64), "")?, "lse_log2")?;
+                let s2 = if self.grad.has_score_mod() {
+                    let q = kb.add(q_first, kb.i32c(col as i64), "q")?;
+                    let el = self.grad.logit(kb, spec, s, cta.bv.elem_vars(cta.hkv, q, h, key), &cta.va)?;
+                    slopes.push(el.slope);
+                    el.s_log2
+                } else {
+                    slopes.push(None);
+                    kb.fmul(s, kb.f32c(spec.scale_value() * LOG2E), "s_log2")?
+                };
+                p_slots.push(kb.slot_f32("p", kb.ex2(kb.fsub(s2, lse2, "")?, "p")?)?);
+            }
+            kb.if_then(partial, "mask_chunk", |kb| {
+                kb.section("mask (partial tile): P = 0 outside the mask and the sequences")?;
+                let k_in = kb.icmp(IntPredicate::SLT, key, cta.bv.seqlen_k, "k_in_bounds")?;
+                for (i, slot) in p_slots.iter().enumerate() {
+                    let q = kb.add(q_first, kb.i32c((c * CHUNK) as i64 + i as i64), "q")?;
+                    let vars = cta.bv.elem_vars(cta.hkv, q, h, key);
+                    let q_in = kb.icmp(IntPredicate::SLT, q, cta.bv.seqlen_q, "q_in_bounds")?;
+                    let allowed = vexpr::allowed(kb, spec, predicate.as_ref(), &vars, &cta.va)?;
+                    let ok = kb.and(kb.and(allowed, q_in, "")?, k_in, "")?;
+                    let v = kb.get_f(*slot, "")?;
+                    kb.set(*slot, kb.select_f(ok, v, kb.f32c(0.0), "p_masked")?)?;
+                }
+                Ok(())
+            })?;
+            let p: Vec<FloatValue<'ctx>> = p_slots.iter().map(|s| kb.get_f(*s, "p")).collect::<R<_>>()?;
+            let packed = pack(kb, spec, &p)?;
+            kb.tmem_store(pl.taddr, t.s.0 + c * CHUNK / 2, &packed)?;
+            p_packed.extend(packed);
+        }
+        kb.tmem_wait_st()?;
+        kb.tcgen05_fence_before()?;
+        kb.mbar_arrive(self.bar(kb, cta, BwdBar::PWritten)?)?;
+
+        kb.mbar_wait(self.bar(kb, cta, BwdBar::DpFull)?, par)?;
+        kb.tcgen05_fence_after()?;
+        kb.section("dS^T = P^T (dP^T - D), packed over dP^T and into shared memory (MN-major for dQ)")?;
+        let ds_block = kb.add(
+            kb.add(cta.smem, kb.i32c(self.smem.ds as i64), "")?,
+            kb.mul(pl.half, kb.i32c(BLOCK_BYTES as i64), "")?,
+            "ds_block",
+        )?;
+        for c in 0..2 {
+            let raw = kb.tmem_load(pl.taddr, t.dp.0 + c * CHUNK, CHUNK, CHUNK, "dp_raw")?;
+            let mut ds = Vec::with_capacity(CHUNK as usize);
+            for (i, r) in raw.iter().enumerate() {
+                let col = c * CHUNK + i as u32;
+                let dp = kb.bits_f(*r, "dp")?;
+                let d = kb.ld_shared_f32(kb.add(rows, kb.i32c((4 * col + 4 * BWD_BLOCK_M) as i64), "")?, "d_row")?;
+                let (lo, hi) = kb.unpack_half2(spec.dtype, p_packed[(col / 2) as usize], "p")?;
+                let p = if col % 2 == 0 { lo } else { hi };
+                let mut v = kb.fmul(p, kb.fsub(dp, d, "")?, "ds")?;
+                if let Some(sl) = slopes[col as usize] {
+                    // Where P is 0 (masked, or a logit of −∞) the gradient is 0, whatever the
+                    // slope is there.
+                    let p_zero = kb.fcmp(FloatPredicate::OEQ, p, kb.f32c(0.0), "")?;
+                    v = kb.select_f(p_zero, kb.f32c(0.0), kb.fmul(v, sl, "")?, "dscore")?;
+                }
+                ds.push(v);
+            }
+            let packed = pack(kb, spec, &ds)?;
+            kb.tmem_store(pl.taddr, t.dp.0 + c * CHUNK / 2, &packed)?;
+            // Row `row` of the warpgroup's 64-query block: 16-byte chunks 4c..4c+3.
+            for k in 0..4u32 {
+                let chunk = kb.i32c((4 * c + k) as i64);
+                let addr = emit_chunk_addr(kb, ds_block, pl.row, chunk)?;
+                let v = &packed[(4 * k) as usize..(4 * k + 4) as usize];
+                kb.st_shared_v4_b32(addr, [v[0], v[1], v[2], v[3]])?;
+            }
+        }
+        kb.tmem_wait_st()?;
+        kb.fence_proxy_async_shared()?;
+        kb.tcgen05_fence_before()?;
+        kb.mbar_arrive(self.bar(kb, cta, BwdBar::DsWritten)?)
+    }
+
+    /// dK (times the softmax scale) and dV of this thread's key, its warpgroup's half of
+    /// the columns; zeros for a key tile whose walk was empty.
+    fn epilogue(
+        &self,
+        kb: &mut Kb<'ctx>,
+        cta: &Cta<'ctx>,
+        pl: &Place<'ctx>,
+        it: IntValue<'ctx>,
+        key: IntValue<'ctx>,
+        steps: IntValue<'ctx>,
+    ) -> R<()> {
+        let spec = self.spec;
+        kb.section("epilogue: dK *= scale, store dK, dV (each warpgroup half of the columns)")?;
+        kb.mbar_wait(self.bar(kb, cta, BwdBar::DkvFull)?, kb.and(it, kb.i32c(1), "")?)?;
+        kb.tcgen05_fence_after()?;
+        let empty = kb.icmp(IntPredicate::EQ, steps, kb.i32c(0), "empty_walk")?;
+        let inside = kb.icmp(IntPredicate::SLT, key, cta.bv.seqlen_k, "key_inside")?;
+        let (dk_st, dv_st) = (self.args.strides("dk")?, self.args.strides("dv")?);
+        let (ko, vo) = kv_row_offsets(kb, spec, &cta.la, &cta.bv, &dk_st, &dv_st, key, cta.hkv)?;
+        // The TMEM row address without the compute half's column offset.
+        let row_taddr = kb.sub(pl.taddr, kb.mul(pl.half, kb.i32c(64), "")?, "")?;
+        for (col0, off, base, d, scale) in [
+            (self.tmem.dk.0, ko, self.args.int("dk")?, spec.head_dim_qk, Some(spec.scale_value())),
+            (self.tmem.dv.0, vo, self.args.int("dv")?, spec.head_dim_v, None),
+        ] {
+            let cols = d / 2;
+            let taddr = kb.add(row_taddr, kb.mul(pl.half, kb.i32c(cols as i64), "")?, "")?;
+            let first_col = kb.mul(pl.half, kb.i32c(cols as i64), "first_col")?;
+            let row = kb.add(base, kb.mul(off, kb.i64c(2), "")?, "")?;
+            let row = kb.add(row, kb.mul(kb.zext64(first_col, "")?, kb.i64c(2), "")?, "grad_row")?;
+            for c in 0..cols / EPI_CHUNK {
+                let raw = kb.tmem_load(taddr, col0 + c * EPI_CHUNK, EPI_CHUNK, EPI_CHUNK, "grad_raw")?;
+                let mut v = Vec::with_capacity(EPI_CHUNK as usize);
+                for r in raw {
+                    let mut x = kb.bits_f(r, "")?;
+                    if let Some(s) = scale {
+                        x = kb.fmul(x, kb.f32c(s), "")?;
+                    }
+                    v.push(kb.select_f(empty, kb.f32c(0.0), x, "grad")?);
+                }
+                let packed = pack(kb, spec, &v)?;
+                kb.if_then(inside, "store_grad", |kb| {
+                    for (i, w) in packed.iter().enumerate() {
+                        let off = ((c * EPI_CHUNK) as i64 + 2 * i as i64) * 2;
+                        kb.st_global_b32(kb.add(row, kb.i64c(off), "")?, *w)?;
+                    }
+                    Ok(())
+                })?;
+            }
+        }
+        kb.tcgen05_fence_before()?;
+        kb.mbar_arrive(self.bar(kb, cta, BwdBar::DkvEmpty)?)
+    }
+
+    // ------------------------------------------------------------------ dQ reduce
+
+    fn reduce(&self, kb: &mut Kb<'ctx>) -> R<()> {
+        let spec = self.spec;
+        kb.section("role: dQ reduce (warps 0-3): dQ out of TMEM into dq_accum")?;
+        let cta = self.cta(kb)?;
+        let row = kb.add(kb.mul(cta.warp, kb.i32c(32), "")?, cta.lane, "q_row")?;
+        let taddr = kb.add(cta.tmem, kb.shl(kb.mul(cta.warp, kb.i32c(32), "")?, kb.i32c(16), "")?, "taddr_row")?;
+        let det = self.args.int("deterministic")?;
+        let deterministic = kb.icmp(IntPredicate::NE, det, kb.i32c(0), "deterministic")?;
+        let slice = kb.select_i(deterministic, kb.sreg("ctaid.x", "")?, kb.i32c(0), "dq_slice")?;
+        let dqs = DqSlice::new(kb, spec, &self.args, cta.seqlen_pad, cta.bv.b, slice)?;
+        let d = spec.head_dim_qk;
+        let pos = kb.slot_i32("reduce_pos", kb.i32c(0))?;
+        walk_key_tiles(kb, cta.n_tiles, |kb, n, _it| {
+            let qt = self.queries(kb, &cta, n)?;
+            qt.walk(kb, cta.m_tiles, pos, |kb, p: QueryPair<'ctx>, pos| {
+                kb.mbar_wait(self.bar(kb, &cta, BwdBar::DqFull)?, kb.and(pos, kb.i32c(1), "")?)?;
+                kb.tcgen05_fence_after()?;
+                let h = qt.head(kb, p.g)?;
+                let m0 = kb.mul(qt.tile_of(kb, p.m)?, kb.i32c(BWD_BLOCK_M as i64), "m0")?;
+                let q = kb.add(m0, row, "q")?;
+                let q_in = kb.icmp(IntPredicate::SLT, q, cta.bv.seqlen_q, "q_in")?;
+                let dst = kb.add(
+                    dqs.base,
+                    kb.mul(ws_row(kb, spec.q_heads, cta.seqlen_pad, cta.bv.b, h, q)?, kb.i64c(d as i64 * 4), "")?,
+                    "dq_row",
+                )?;
+                for c in 0..d / CHUNK {
+                    let raw = kb.tmem_load(taddr, self.tmem.dq.0 + c * CHUNK, CHUNK, CHUNK, "dq_raw")?;
+                    let v: Vec<FloatValue<'ctx>> = raw.iter().map(|r| kb.bits_f(*r, "dq")).collect::<R<_>>()?;
+                    kb.if_then(q_in, "dq_red", |kb| {
+                        for i in 0..(CHUNK / 4) as usize {
+                            let off = ((c * CHUNK) as i64 + 4 * i as i64) * 4;
+                            kb.red_global_add_v4_f32_at(
+                                dst,
+                                off,
+                                [v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]],
+                            )?;
+                        }
+                        Ok(())
+                    })?;
+                }
+                kb.tcgen05_fence_before()?;
+                kb.mbar_arrive(self.bar(kb, &cta, BwdBar::DqDrained)?)
+            })
+        })
+    }
+}
+
+/// Pairs of adjacent values packed in the element type (the low half the even one).
+fn pack<'ctx>(kb: &Kb<'ctx>, spec: &Spec, v: &[FloatValue<'ctx>]) -> R<Vec<IntValue<'ctx>>> {
+    (0..v.len() / 2).map(|k| kb.pack_half2(spec.dtype, v[2 * k], v[2 * k + 1], "packed")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::backward_plan::kernel_plan;
+    use super::super::{verify, Blackwell};
+    use crate::arch::Arch;
+    use crate::families::Family;
+    use crate::module::Direction;
+    use attnc_ir::{Align, Spec};
+
+    /// Head dims 64/96/128, masked and not, GQA, fp16, sinks, a score mod, varlen.
+    fn variants() -> Vec<Spec> {
+        let mut v = Vec::new();
+        for d in [64, 96, 128] {
+            v.push(Spec::new(&format!("mha_d{d}"), d, 4));
+            let mut c = Spec::new(&format!("causal_gqa_d{d}"), d, 8);
+            c.kv_heads = 2;
+            c.mask.causal = Some(Align::BottomRight);
+            v.push(c);
+        }
+        let mut f = Spec::new("fp16_sinks", 64, 4);
+        f.dtype = attnc_ir::DType::Fp16;
+        f.sinks = true;
+        v.push(f);
+        let mut w = Spec::new("window_varlen", 128, 8);
+        w.mask.window = Some(attnc_ir::Window { left: Some(256), right: Some(0), align: Align::BottomRight });
+        w.kv_layout = attnc_ir::KvLayout::Varlen;
+        v.push(w);
+        v
+    }
+
+    /// The examples whose backward this family builds (the others say why).
+    fn backward_examples() -> Vec<Spec> {
+        super::super::tests::accepted_examples()
+            .into_iter()
+            .filter(|s| {
+                crate::compile::pass_unsupported_reason(s, Direction::Backward).is_none()
+                    && Blackwell.unsupported_reason(s, Arch::Sm100a, Direction::Backward).is_none()
+            })
+            .collect()
+    }
+
+    /// Every variant and accepted example assembles for sm_100a within the plan: zero
+    /// spills, registers per setmaxnreg region, shared memory, the TMEM allocation, and the
+    /// tcgen05/TMA/red SASS. Skips without ptxas; fails when CI is set and ptxas is missing.
+    #[test]
+    fn the_backward_assembles_within_its_plan() {
+        let mut specs = variants();
+        specs.extend(backward_examples());
+        let mut failures = Vec::new();
+        let mut table = String::new();
+        for spec in &specs {
+            let m = Blackwell
+                .compile(spec, Arch::Sm100a, Direction::Backward)
+                .unwrap_or_else(|e| panic!("{}: {e}", spec.name));
+            assert_eq!(m.family, crate::module::FamilyKind::Blackwell);
+            let v = match verify::verify_kernel(&m.ptx, "_blackwell_bwd") {
+                Ok(Some(v)) => v,
+                Ok(None) => {
+                    assert!(std::env::var_os("CI").is_none(), "CI must have ptxas and nvdisasm");
+                    eprintln!("skipping: ptxas or nvdisasm not installed");
+                    return;
+                }
+                Err(e) => panic!("{}: {e}", spec.name),
+            };
+            table.push_str(&format!(
+                "{:<26} regs {:>3} spill {:>3} regions {:?} UTCHMMA {:>3}\n",
+                spec.name,
+                v.registers,
+                v.spill_bytes,
+                v.regions.iter().map(|r| (r.budget, r.max_reg)).collect::<Vec<_>>(),
+                v.opcodes.get("UTCHMMA").copied().unwrap_or(0)
+            ));
+            let plan = kernel_plan(spec).expect("plans");
+            for p in verify::backward_problems(&plan, &v) {
+                failures.push(format!("{}: {p}", spec.name));
+            }
+        }
+        eprintln!("{table}");
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
+    #[test]
+    fn what_the_backward_does_not_build_is_refused_with_a_reason() {
+        let mut wide = Spec::new("d256", 256, 4);
+        wide.head_dim_v = 256;
+        let e = Blackwell.compile(&wide, Arch::Sm100a, Direction::Backward).expect_err("not built").to_string();
+        assert!(e.contains("TMEM columns"), "{e}");
+        assert!(Blackwell.unsupported_reason(&Spec::new("x", 128, 4), Arch::Sm90a, Direction::Backward).is_some());
+    }
+}
