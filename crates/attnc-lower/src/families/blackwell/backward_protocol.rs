@@ -12,7 +12,7 @@
 use super::backward_plan::CtaMode;
 use std::collections::{BTreeMap, VecDeque};
 
-/// A TMEM region of the model.
+/// A TMEM region of the model, or (the built kernel's model) a shared-memory buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Region {
     /// Sᵀ's first half (Pᵀ overlays it).
@@ -21,6 +21,14 @@ enum Region {
     SHi,
     /// dPᵀ (dSᵀ and, 1-CTA, dQ overlay it).
     Dp,
+    /// dV and dK accumulators (TMEM, live across a key tile's walk).
+    Dv,
+    Dk,
+    /// Shared memory: K and V, the Q stages (with their lse/D rows), dO, dS.
+    Kv,
+    Q(u32),
+    DO,
+    DsSmem,
 }
 
 /// What a region holds: the buffer and the query-tile step that produced it.
@@ -32,6 +40,12 @@ enum Data {
     Dp(u32),
     Ds(u32),
     Dq(u32),
+    /// A key tile's K and V, or its dK/dV accumulation.
+    Kv(u32),
+    Dkv(u32),
+    /// The query tile at ring position `pos` (Q and its rows), its dO.
+    Qt(u32),
+    DOt(u32),
 }
 
 #[derive(Clone, Debug)]
@@ -39,8 +53,9 @@ enum Op {
     /// Wait for the `n`-th completion (0-based) of barrier `b`.
     Wait(&'static str, u32),
     Arrive(&'static str),
-    /// A TMA load whose completion arrives on the barrier later.
-    Load(&'static str),
+    /// A TMA load whose completion arrives on the barrier later and writes the regions
+    /// then.
+    Load(&'static str, Vec<(Region, Data)>),
     /// An MMA: when it completes (in issue order) it reads then writes regions.
     Mma {
         reads: Vec<(Region, Data)>,
@@ -62,11 +77,11 @@ fn roles(mode: CtaMode, steps: u32, dq_wait_before_s: bool) -> Vec<(&'static str
         if j >= 2 {
             load.push(Wait("q_empty", j - 2));
         }
-        load.push(Load("q_full"));
+        load.push(Load("q_full", vec![]));
         if j >= 1 {
             load.push(Wait("do_empty", j - 1));
         }
-        load.push(Load("do_full"));
+        load.push(Load("do_full", vec![]));
     }
     let dq_region = match mode {
         CtaMode::One => Region::Dp,
@@ -130,6 +145,127 @@ fn roles(mode: CtaMode, steps: u32, dq_wait_before_s: bool) -> Vec<(&'static str
     vec![("load", load), ("mma", mma), ("compute", compute), ("dq reduce", reduce)]
 }
 
+/// The built 1-CTA kernel's protocol (`backward.rs`) over a CTA's key tiles, `steps[t]`
+/// query tiles each (0: a walk the mask left empty): K/V reloaded per key tile after its
+/// last MMA, the dK/dV epilogue before the next tile's first dV, Q stages (with their lse
+/// and D rows) released after dK, dO after dV, and dS in shared memory read by dQ. The
+/// compute warpgroups are one process: each owns disjoint columns (Pᵀ and dSᵀ over its own
+/// Sᵀ/dPᵀ columns) and every hand-off waits for both.
+fn kernel_roles(steps: &[u32]) -> Vec<(&'static str, Vec<Op>)> {
+    use Op::*;
+    let q_full = |p: u32| if p % 2 == 0 { "q_full0" } else { "q_full1" };
+    let q_empty = |p: u32| if p % 2 == 0 { "q_empty0" } else { "q_empty1" };
+    let qr = |p: u32| Region::Q(p % 2);
+    let (mut load, mut mma, mut compute, mut reduce) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut pos = 0u32;
+    for (t, &n) in steps.iter().enumerate() {
+        let t = t as u32;
+        // Load: K, V after the previous tile's MMAs; per step Q (+ rows), dO.
+        if t > 0 {
+            load.push(Wait("kv_empty", t - 1));
+        }
+        load.push(Load("kv_full", vec![(Region::Kv, Data::Kv(t))]));
+        for j in 0..n {
+            let p = pos + j;
+            if p >= 2 {
+                load.push(Wait(q_empty(p), p / 2 - 1));
+            }
+            load.push(Load(q_full(p), vec![(qr(p), Data::Qt(p))]));
+            if p >= 1 {
+                load.push(Wait("do_empty", p - 1));
+            }
+            load.push(Load("do_full", vec![(Region::DO, Data::DOt(p))]));
+        }
+        // MMA, in the kernel's issue order.
+        let dk_dq = |p: u32, first: bool| -> Vec<Op> {
+            let mut dk_reads = vec![(Region::Dp, Data::Ds(p)), (qr(p), Data::Qt(p))];
+            if !first {
+                dk_reads.push((Region::Dk, Data::Dkv(t)));
+            }
+            vec![
+                Wait("ds_written", p),
+                Mma { reads: dk_reads, writes: vec![(Region::Dk, Data::Dkv(t))] },
+                Commit(q_empty(p)),
+                Mma {
+                    reads: vec![(Region::DsSmem, Data::Ds(p)), (Region::Kv, Data::Kv(t))],
+                    writes: vec![(Region::Dp, Data::Dq(p))],
+                },
+                Commit("dq_full"),
+            ]
+        };
+        mma.push(Wait("kv_full", t));
+        for j in 0..n {
+            let p = pos + j;
+            mma.push(Wait(q_full(p), p / 2));
+            mma.push(Mma {
+                reads: vec![(Region::Kv, Data::Kv(t)), (qr(p), Data::Qt(p))],
+                writes: vec![(Region::SLo, Data::S(p)), (Region::SHi, Data::S(p))],
+            });
+            mma.push(Commit("s_full"));
+            if j >= 1 {
+                mma.extend(dk_dq(p - 1, j == 1));
+            }
+            if p >= 1 {
+                mma.push(Wait("dq_drained", p - 1));
+            }
+            mma.push(Wait("do_full", p));
+            mma.push(Mma {
+                reads: vec![(Region::Kv, Data::Kv(t)), (Region::DO, Data::DOt(p))],
+                writes: vec![(Region::Dp, Data::Dp(p))],
+            });
+            mma.push(Commit("dp_full"));
+            mma.push(Wait("p_written", p));
+            if j == 0 && t > 0 {
+                mma.push(Wait("dkv_empty", t - 1));
+            }
+            let mut dv_reads = vec![(Region::SLo, Data::P(p)), (Region::SHi, Data::P(p)), (Region::DO, Data::DOt(p))];
+            if j > 0 {
+                dv_reads.push((Region::Dv, Data::Dkv(t)));
+            }
+            mma.push(Mma { reads: dv_reads, writes: vec![(Region::Dv, Data::Dkv(t))] });
+            mma.push(Commit("do_empty"));
+        }
+        if n > 0 {
+            mma.extend(dk_dq(pos + n - 1, n == 1));
+        }
+        mma.extend([Commit("dkv_full"), Commit("kv_empty")]);
+        // Compute: P (lse from the Q stage's rows), dS (D from them), the epilogue.
+        for j in 0..n {
+            let p = pos + j;
+            compute.extend([
+                Wait("s_full", p),
+                Ld(Region::SLo, Data::S(p)),
+                Ld(Region::SHi, Data::S(p)),
+                Ld(qr(p), Data::Qt(p)),
+                St(Region::SLo, Data::P(p)),
+                St(Region::SHi, Data::P(p)),
+                Arrive("p_written"),
+                Wait("dp_full", p),
+                Ld(Region::Dp, Data::Dp(p)),
+                Ld(qr(p), Data::Qt(p)),
+                St(Region::Dp, Data::Ds(p)),
+                St(Region::DsSmem, Data::Ds(p)),
+                Arrive("ds_written"),
+            ]);
+            reduce.extend([Wait("dq_full", p), Ld(Region::Dp, Data::Dq(p)), Arrive("dq_drained")]);
+        }
+        compute.push(Wait("dkv_full", t));
+        if n > 0 {
+            compute.extend([Ld(Region::Dv, Data::Dkv(t)), Ld(Region::Dk, Data::Dkv(t))]);
+        }
+        compute.push(Arrive("dkv_empty"));
+        pos += n;
+    }
+    vec![("load", load), ("mma", mma), ("compute", compute), ("dq reduce", reduce)]
+}
+
+/// Runs `seeds` random interleavings of the built kernel's protocol over key tiles of
+/// `steps[t]` query tiles each.
+pub fn check_kernel(steps: &[u32], seeds: u64) -> Result<(), String> {
+    let procs = kernel_roles(steps);
+    (0..seeds).try_for_each(|s| simulate(&procs, s).map_err(|e| format!("seed {s}: {e}")))
+}
+
 struct Rng(u64);
 impl Rng {
     fn below(&mut self, n: usize) -> usize {
@@ -143,15 +279,14 @@ impl Rng {
 /// One random interleaving; `Err` names a deadlock or a read that saw the wrong data.
 fn simulate(procs: &[(&'static str, Vec<Op>)], seed: u64) -> Result<(), String> {
     let mut completions: BTreeMap<&'static str, u32> = BTreeMap::new();
-    let mut tmem: BTreeMap<Region, Data> =
-        [Region::SLo, Region::SHi, Region::Dp].into_iter().map(|r| (r, Data::Empty)).collect();
+    let mut tmem: BTreeMap<Region, Data> = BTreeMap::new();
     let mut pc = vec![0usize; procs.len()];
-    let mut loads: Vec<&'static str> = Vec::new();
+    let mut loads: Vec<(&'static str, Vec<(Region, Data)>)> = Vec::new();
     // The MMA thread's queue: MMAs and commits complete in issue order.
     let mut mma_queue: VecDeque<(&'static str, Op)> = VecDeque::new();
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let check = |tmem: &BTreeMap<Region, Data>, who: &str, r: Region, want: Data| -> Result<(), String> {
-        let have = tmem[&r];
+        let have = tmem.get(&r).copied().unwrap_or(Data::Empty);
         if have == want {
             Ok(())
         } else {
@@ -186,7 +321,13 @@ fn simulate(procs: &[(&'static str, Vec<Op>)], seed: u64) -> Result<(), String> 
             return if stuck.is_empty() { Ok(()) } else { Err(format!("deadlock: {}", stuck.join("; "))) };
         }
         match ready[rng.below(ready.len())] {
-            (1, i) => *completions.entry(loads.swap_remove(i)).or_insert(0) += 1,
+            (1, i) => {
+                let (b, writes) = loads.swap_remove(i);
+                for (r, d) in writes {
+                    tmem.insert(r, d);
+                }
+                *completions.entry(b).or_insert(0) += 1
+            }
             (2, _) => match mma_queue.pop_front() {
                 Some((_, Op::Mma { reads, writes })) => {
                     for (r, d) in reads {
@@ -204,7 +345,7 @@ fn simulate(procs: &[(&'static str, Vec<Op>)], seed: u64) -> Result<(), String> 
                 match &ops[pc[p]] {
                     Op::Wait(..) => {}
                     Op::Arrive(b) => *completions.entry(b).or_insert(0) += 1,
-                    Op::Load(b) => loads.push(b),
+                    Op::Load(b, writes) => loads.push((b, writes.clone())),
                     op @ (Op::Mma { .. } | Op::Commit(_)) => mma_queue.push_back((name, op.clone())),
                     Op::Ld(r, d) => check(&tmem, name, *r, *d)?,
                     Op::St(r, d) => {
@@ -242,6 +383,35 @@ mod tests {
         let failures: Vec<String> = (0..300).filter_map(|s| simulate(&procs, s).err()).collect();
         assert!(!failures.is_empty(), "the race should show under some interleaving");
         assert!(failures.iter().any(|e| e.contains("SHi") && e.contains("Dq")), "{failures:?}");
+    }
+
+    #[test]
+    fn the_built_kernels_protocol_holds_over_key_tiles() {
+        for steps in [&[1][..], &[3], &[2, 0, 3], &[0, 1, 1], &[5, 4], &[1, 7, 0, 2]] {
+            check_kernel(steps, 300).unwrap_or_else(|e| panic!("{steps:?}: {e}"));
+        }
+    }
+
+    /// Each wait the kernel's overlays rely on is needed: without it some interleaving
+    /// reads stale data or overwrites live data. (The MMA thread's `dkv_empty` wait is not
+    /// among them: the compute warps store dK and dV before they write the next tile's Pᵀ,
+    /// so `p_written` implies it while the same warps do both; the kernel keeps it as a
+    /// guard for a split of those roles.)
+    #[test]
+    fn the_built_kernel_needs_each_of_its_waits() {
+        for (bar, what) in [
+            ("dq_drained", "dP^T over an undrained dQ"),
+            ("kv_empty", "K, V reloaded under the last dQ"),
+            ("p_written", "dV reading S instead of P"),
+            ("ds_written", "dK reading dP instead of dS"),
+        ] {
+            let mut procs = kernel_roles(&[3, 2]);
+            for (_, ops) in procs.iter_mut() {
+                ops.retain(|op| !matches!(op, Op::Wait(b, _) if *b == bar));
+            }
+            let failures = (0..400).filter(|s| simulate(&procs, *s).is_err()).count();
+            assert!(failures > 0, "without {bar}: {what} should show");
+        }
     }
 
     #[test]
