@@ -834,10 +834,20 @@ mod tests {
         v
     }
 
-    /// The examples whose backward this family builds (the others say why).
+    /// The examples and GPU specs whose backward this family builds (the others say why).
     fn backward_examples() -> Vec<Spec> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/gpu-specs");
+        let mut files: Vec<_> = std::fs::read_dir(&dir)
+            .expect("tests/gpu-specs")
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "attn"))
+            .collect();
+        files.sort();
+        let gpu_specs =
+            files.iter().map(|p| attnc_dsl::parse_file(p).unwrap_or_else(|d| panic!("{}: {d}", p.display())));
         super::super::tests::accepted_examples()
             .into_iter()
+            .chain(gpu_specs)
             .filter(|s| {
                 crate::compile::pass_unsupported_reason(s, Direction::Backward).is_none()
                     && Blackwell.unsupported_reason(s, Arch::Sm100a, Direction::Backward).is_none()
@@ -883,6 +893,24 @@ mod tests {
         }
         eprintln!("{table}");
         assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
+    /// The built plan per head dim (TMEM map, shared memory, warps, barriers, cycles) and
+    /// what each example the family declines says: reviewed changes only.
+    #[test]
+    fn backward_plan_snapshots() {
+        for d in [64, 96, 128] {
+            let p = kernel_plan(&Spec::new("bwd", d, 8)).expect("plans");
+            insta::assert_snapshot!(format!("backward_plan_d{d}"), p.to_string());
+        }
+        let refused: Vec<String> = super::super::tests::accepted_examples()
+            .into_iter()
+            .filter(|s| crate::compile::pass_unsupported_reason(s, Direction::Backward).is_none())
+            .filter_map(|s| {
+                Blackwell.unsupported_reason(&s, Arch::Sm100a, Direction::Backward).map(|r| format!("{}: {r}", s.name))
+            })
+            .collect();
+        insta::assert_snapshot!("backward_refused", refused.join("\n"));
     }
 
     #[test]
