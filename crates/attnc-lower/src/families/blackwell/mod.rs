@@ -6,7 +6,8 @@
 //!
 //! - [`forward`]: the forward kernel;
 //! - [`backward`]: the backward main kernel (1-CTA), built to [`backward_plan`] and modelled
-//!   by [`backward_protocol`];
+//!   by [`backward_protocol`]; `backward_numerics` (tests) models its arithmetic in its
+//!   tile order against the f64 reference;
 //! - [`config`]: roles, register budgets, shared-memory layout, TMEM column map, mbarriers;
 //! - [`schedule`]: persistent tile order (LPT for causal);
 //! - [`desc`]: the tcgen05 instruction and shared-memory descriptors;
@@ -18,6 +19,8 @@
 
 pub mod abi;
 pub mod backward;
+#[cfg(test)]
+mod backward_numerics;
 pub mod backward_plan;
 pub mod backward_protocol;
 pub mod config;
