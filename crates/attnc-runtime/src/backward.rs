@@ -871,47 +871,56 @@ mod tests {
         assert!(p.args.contains(&("dq_stride_batch".into(), ArgValue::I64(0))));
     }
 
-    /// The hopper backward (a spec without learnable aux tensors on sm_90a): its main
-    /// kernel's four tensor maps plan over the launch's Q, K, V and dO, and every kernel
-    /// marshals with them.
+    /// The TMA backwards — hopper on sm_90a and blackwell on sm_100a (a spec without
+    /// learnable aux tensors): the main kernel's four tensor maps plan over the launch's Q,
+    /// K, V and dO, and every kernel marshals with them (a B200 run launches blackwell's
+    /// through this same path).
     #[test]
-    fn the_hopper_backward_plans_its_tensor_maps_and_marshals() {
+    fn the_tma_backwards_plan_their_tensor_maps_and_marshal() {
+        use attnc_lower::{Arch, FamilyChoice, FamilyKind};
         let mut s = spec();
         s.aux.clear();
-        let opts = attnc_lower::CompileOptions::new(attnc_lower::Arch::Sm90a).direction(Direction::Backward);
-        let m = attnc_lower::compile(&s, &opts).expect("compiles");
-        assert_eq!(m.family, attnc_lower::FamilyKind::Hopper, "{:?}", m.fallback_reason);
-        let main = m.kernel(KernelRole::BackwardMain).expect("main");
-        let tensors: Vec<&str> = main.tensor_maps.iter().map(|b| b.tensor.as_str()).collect();
-        assert_eq!(tensors, ["q", "k", "v", "do"]);
-        let Grid::KeyTiles { parts } = main.grid else { panic!("main grid {:?}", main.grid) };
-        let shape = BackwardShape { block_n: main.block_n, parts, warps: main.threads_per_block / 32, ctas_per_sm: 1 };
-        let mut d = descs(&mut Alloc(1 << 32));
-        d.fwd.aux.clear();
-        d.aux_grads.clear();
-        let p = plan_backward(&s, &shape, SMS, 0, &d).expect("valid");
-        let maps = crate::tma::plan_tensor_maps_over(&main.tensor_maps, |t| match t {
-            "q" => Some(&d.fwd.q),
-            "k" => Some(&d.fwd.k),
-            "v" => Some(&d.fwd.v),
-            "do" => Some(&d.d_out),
-            _ => None,
-        })
-        .expect("encodable");
-        assert_eq!(maps[3].global_address, d.d_out.addr);
-        let mut extra: Vec<(&str, ArgValue)> =
-            ["dpsum", "lse_log2", "dq_accum", "aux_grad_ws"].into_iter().map(|n| (n, ArgValue::Ptr(1 << 40))).collect();
-        extra.extend(p.args.iter().map(|(n, a)| (n.as_str(), *a)));
-        for e in &maps {
-            extra.push((e.param.as_str(), ArgValue::TensorMap(crate::tma::TensorMapArg([0; 16]))));
+        for (arch, family) in [(Arch::Sm90a, FamilyKind::Hopper), (Arch::Sm100a, FamilyKind::Blackwell)] {
+            let opts = attnc_lower::CompileOptions::new(arch)
+                .direction(Direction::Backward)
+                .family(FamilyChoice::Exactly(family));
+            let m = attnc_lower::compile(&s, &opts).unwrap_or_else(|e| panic!("{family}: {e}"));
+            assert_eq!(m.family, family);
+            let main = m.kernel(KernelRole::BackwardMain).expect("main");
+            let tensors: Vec<&str> = main.tensor_maps.iter().map(|b| b.tensor.as_str()).collect();
+            assert_eq!(tensors, ["q", "k", "v", "do"]);
+            let Grid::KeyTiles { parts } = main.grid else { panic!("main grid {:?}", main.grid) };
+            let shape =
+                BackwardShape { block_n: main.block_n, parts, warps: main.threads_per_block / 32, ctas_per_sm: 1 };
+            let mut d = descs(&mut Alloc(1 << 32));
+            d.fwd.aux.clear();
+            d.aux_grads.clear();
+            let p = plan_backward(&s, &shape, SMS, 0, &d).expect("valid");
+            let maps = crate::tma::plan_tensor_maps_over(&main.tensor_maps, |t| match t {
+                "q" => Some(&d.fwd.q),
+                "k" => Some(&d.fwd.k),
+                "v" => Some(&d.fwd.v),
+                "do" => Some(&d.d_out),
+                _ => None,
+            })
+            .expect("encodable");
+            assert_eq!(maps[3].global_address, d.d_out.addr);
+            let mut extra: Vec<(&str, ArgValue)> = ["dpsum", "lse_log2", "dq_accum", "aux_grad_ws"]
+                .into_iter()
+                .map(|n| (n, ArgValue::Ptr(1 << 40)))
+                .collect();
+            extra.extend(p.args.iter().map(|(n, a)| (n.as_str(), *a)));
+            for e in &maps {
+                extra.push((e.param.as_str(), ArgValue::TensorMap(crate::tma::TensorMapArg([0; 16]))));
+            }
+            for k in &m.kernels {
+                let args = marshal(&k.params, &p.fwd, &extra).unwrap_or_else(|e| panic!("{}: {e}", k.name));
+                assert_eq!(args.len(), k.params.len());
+            }
+            // A map over a tensor the launch does not have is an ABI error, not a panic.
+            let bad = [attnc_lower::TmaBox { tensor: "dk".into(), ..main.tensor_maps[0].clone() }];
+            assert!(matches!(crate::tma::plan_tensor_maps_over(&bad, |_| None), Err(RuntimeError::Abi(_))));
         }
-        for k in &m.kernels {
-            let args = marshal(&k.params, &p.fwd, &extra).unwrap_or_else(|e| panic!("{}: {e}", k.name));
-            assert_eq!(args.len(), k.params.len());
-        }
-        // A map over a tensor the launch does not have is an ABI error, not a panic.
-        let bad = [attnc_lower::TmaBox { tensor: "dk".into(), ..main.tensor_maps[0].clone() }];
-        assert!(matches!(crate::tma::plan_tensor_maps_over(&bad, |_| None), Err(RuntimeError::Abi(_))));
     }
 
     /// The real backward module of the portable family marshals completely from a plan:
