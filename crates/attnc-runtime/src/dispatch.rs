@@ -78,12 +78,15 @@ mod tests {
     #[test]
     fn blackwell_runs_only_when_asked_for() {
         let spec = Spec::new("t", 128, 8);
-        let r = resolve(&spec, Arch::Sm100a, FamilyChoice::Exactly(FamilyKind::Blackwell), Direction::Forward)
-            .expect("explicit request runs");
-        assert_eq!(r, Resolved { family: FamilyKind::Blackwell, fallback_reason: None });
-        let auto = resolve(&spec, Arch::Sm100a, FamilyChoice::Auto, Direction::Forward).expect("resolves");
-        assert_eq!(auto.family, FamilyKind::Portable);
-        assert!(auto.fallback_reason.expect("a reason").contains("never run on a B200"));
+        // Both directions: the backward is built too, and passed over the same way.
+        for direction in [Direction::Forward, Direction::Backward] {
+            let r = resolve(&spec, Arch::Sm100a, FamilyChoice::Exactly(FamilyKind::Blackwell), direction)
+                .expect("explicit request runs");
+            assert_eq!(r, Resolved { family: FamilyKind::Blackwell, fallback_reason: None });
+            let auto = resolve(&spec, Arch::Sm100a, FamilyChoice::Auto, direction).expect("resolves");
+            assert_eq!(auto.family, FamilyKind::Portable);
+            assert!(auto.fallback_reason.expect("a reason").contains("never run on a B200"));
+        }
         let mut packed = Spec::new("p", 128, 8);
         packed.kv_heads = 2;
         packed.pack_gqa = true;
