@@ -401,19 +401,46 @@ fn random_specs_compile_and_assemble_without_spills() {
     let env = |k: &str, d: u64| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
     let count = env("ATTNC_SPEC_SWEEP", 12) as usize;
     let seed = env("ATTNC_SPEC_SWEEP_SEED", 0x5eed_a77c);
+    let mut rng = attnc::ir::reference::Rng::new(seed);
+    let specs: Vec<Spec> =
+        (0..count).map(|i| attnc::ir::generate::random_spec(&mut rng, &format!("random_{seed:x}_{i}"))).collect();
+    sweep(&specs, &format!("random specs: {count} specs (seed {seed:#x})"));
+}
+
+/// The random specs that earlier sweeps found problems in (`tests/sweep-specs/`, one
+/// file each, named after the seed and index that generated them), through the sweep's
+/// checks: each must now assemble without spills in every arch, direction and choice.
+#[test]
+fn sweep_regressions_compile_and_assemble_without_spills() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/sweep-specs");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "attn"))
+        .collect();
+    files.sort();
+    let specs: Vec<Spec> =
+        files.iter().map(|p| attnc::load_spec(p).unwrap_or_else(|d| panic!("{}: {d}", p.display()))).collect();
+    assert!(!specs.is_empty(), "no specs in {}", dir.display());
+    sweep(&specs, &format!("sweep regressions: {} specs", specs.len()));
+}
+
+/// The sweep's checks over `specs`: every arch, direction (where the layout has one) and
+/// choice (`auto`, portable) through `compile_without_spills` when ptxas is there, then
+/// the module checks, ptxas's spills and budgets and the SASS promises; panics with every
+/// problem and the failing specs' text. `ATTNC_SPEC_SWEEP_JOBS` sets the threads.
+fn sweep(specs: &[Spec], what: &str) {
+    let env = |k: &str, d: u64| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
     let ptxas_path = match ptxas::find_ptxas() {
         Ok(p) => Some(p),
         Err(e) => {
             if std::env::var_os("CI").is_some() {
                 panic!("CI is set but ptxas is missing: {e}");
             }
-            say(&format!("random specs: compiling only (no ptxas: {e})\n"));
+            say(&format!("{what}: compiling only (no ptxas: {e})\n"));
             None
         }
     };
-    let mut rng = attnc::ir::reference::Rng::new(seed);
-    let specs: Vec<Spec> =
-        (0..count).map(|i| attnc::ir::generate::random_spec(&mut rng, &format!("random_{seed:x}_{i}"))).collect();
     let mut units = Vec::new();
     for (i, spec) in specs.iter().enumerate() {
         for arch in Arch::ALL {
@@ -475,8 +502,7 @@ fn random_specs_compile_and_assemble_without_spills() {
     });
     let failed = failed.into_inner().unwrap_or_default();
     say(&format!(
-        "random specs: {count} specs (seed {seed:#x}), {} compiles, {} assembled, {} problems in {} specs, \
-         {workers} threads, {:.0} s\n",
+        "{what}, {} compiles, {} assembled, {} problems in {} specs, {workers} threads, {:.0} s\n",
         units.len(),
         assembled.into_inner(),
         failed.len(),
@@ -494,7 +520,7 @@ fn random_specs_compile_and_assemble_without_spills() {
         for i in bad {
             msg.push_str(&format!("\n---- {}\n{}", specs[i].name, attnc::print_spec(&specs[i])));
         }
-        panic!("{} problems in random specs:\n{msg}", failed.len());
+        panic!("{what}: {} problems:\n{msg}", failed.len());
     }
 }
 

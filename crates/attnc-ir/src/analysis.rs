@@ -490,8 +490,17 @@ impl Analyzer<'_> {
                 (UnOp::Not, AVal::Bool(t)) => AVal::Bool(!t),
                 (UnOp::Not, _) => AVal::Bool(Tri::Unknown),
             },
-            ExprKind::Binary(op, a, b) => {
-                let (a, b) = (self.value(a), self.value(b));
+            ExprKind::Binary(op, ea, eb) => {
+                let (a, b) = (self.value(ea), self.value(eb));
+                // An integer compared with itself (after simplification: `p - 0` is `p`)
+                // is decided whatever its range: intervals alone lose that the two sides
+                // are the same value. Floats are left out (NaN is not equal to itself).
+                if op.is_comparison()
+                    && matches!((a, b), (AVal::Int(_), AVal::Int(_)))
+                    && crate::deriv::simplify(ea).same_as(&crate::deriv::simplify(eb))
+                {
+                    return AVal::Bool(Tri::from_bool(matches!(op, BinOp::Le | BinOp::Ge | BinOp::Eq)));
+                }
                 match op {
                     BinOp::And | BinOp::Or => match (a, b) {
                         (AVal::Bool(x), AVal::Bool(y)) => {
@@ -739,5 +748,29 @@ mod tests {
         let f = mask_facts(&s);
         assert!(f.has_mask && !f.needs_elementwise);
         assert_eq!(f.constant, Some(TileClass::Full));
+    }
+
+    /// An integer compared with itself is decided whatever its range (the 2026-11-26
+    /// sweep's `random_10_4`: `false == p0 <= p0 - select(true == true, 0, 0)` allows
+    /// nothing, and LLVM folds the kernels' matrix math away); a float is not (NaN).
+    #[test]
+    fn an_integer_compared_with_itself_is_decided() {
+        let mut s = Spec::new("t", 128, 4);
+        s.params.push(crate::spec::ParamDecl { name: "p0".into(), ty: Ty::Int });
+        let p0 = || Expr::param("p0");
+        let zero = Expr::call(
+            crate::expr::Func::Select,
+            vec![Expr::binary(BinOp::Eq, Expr::bool(true), Expr::bool(true)), Expr::int(0), Expr::int(0)],
+        );
+        let le = Expr::binary(BinOp::Le, p0(), Expr::binary(BinOp::Sub, p0(), zero));
+        let q = TileQuery::unbounded(&s);
+        assert_eq!(truth(&s, &le, &q), Tri::True);
+        assert_eq!(truth(&s, &Expr::binary(BinOp::Lt, p0(), p0()), &q), Tri::False);
+        assert_eq!(truth(&s, &Expr::binary(BinOp::Ne, Expr::var(Var::Q), Expr::var(Var::Q)), &q), Tri::False);
+        assert_eq!(truth(&s, &Expr::binary(BinOp::Le, Expr::var(Var::Q), Expr::var(Var::K)), &q), Tri::Unknown);
+        s.mask.predicate = Some(Expr::binary(BinOp::Eq, Expr::bool(false), le));
+        assert_eq!(mask_facts(&s).constant, Some(TileClass::Empty));
+        let f = || Expr::call(crate::expr::Func::ToFloat, vec![p0()]);
+        assert_eq!(truth(&s, &Expr::binary(BinOp::Le, f(), f()), &q), Tri::Unknown);
     }
 }

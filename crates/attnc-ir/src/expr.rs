@@ -272,6 +272,26 @@ pub enum ExprKind {
 }
 
 impl Expr {
+    /// Whether `self` and `other` are the same expression, spans aside (every node of the
+    /// IR is pure, so the same expression has the same value at every element).
+    pub fn same_as(&self, other: &Expr) -> bool {
+        use ExprKind::*;
+        match (&self.kind, &other.kind) {
+            (Int(a), Int(b)) => a == b,
+            (Float(a), Float(b)) => a.to_bits() == b.to_bits(),
+            (Bool(a), Bool(b)) => a == b,
+            (Var(a), Var(b)) => a == b,
+            (Param(a), Param(b)) => a == b,
+            (Aux { name: a, index: i }, Aux { name: b, index: j }) => {
+                a == b && i.len() == j.len() && i.iter().zip(j).all(|(x, y)| x.same_as(y))
+            }
+            (Unary(o, a), Unary(p, b)) => o == p && a.same_as(b),
+            (Binary(o, a, c), Binary(p, b, d)) => o == p && a.same_as(b) && c.same_as(d),
+            (Call(f, a), Call(g, b)) => f == g && a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.same_as(y)),
+            _ => false,
+        }
+    }
+
     pub fn new(kind: ExprKind) -> Expr {
         Expr { kind, span: Span::default() }
     }

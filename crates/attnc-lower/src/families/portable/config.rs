@@ -50,6 +50,17 @@ impl Config {
         }
     }
 
+    /// The next smaller configuration when this one spills (`Family::step_down`): two
+    /// m tiles per warp become one with 64-key tiles (the sm_80 default, ~135 registers),
+    /// then the key tile halves down to 16 (S, P and each K/V fragment shrink; O does
+    /// not). `None` at the bottom.
+    pub fn smaller(&self) -> Option<Config> {
+        if self.m_tiles > 1 {
+            return Some(Config { m_tiles: 1, block_n: self.block_n.max(64), ..self.clone() });
+        }
+        (self.block_n > 16).then(|| Config { block_n: self.block_n / 2, ..self.clone() })
+    }
+
     /// Whether the tile shape is one the kernel builder supports for `spec`.
     pub fn check(&self, spec: &Spec) -> Result<(), String> {
         if !(1..=8).contains(&self.warps) || !(1..=4).contains(&self.m_tiles) {
@@ -202,7 +213,7 @@ impl BwdConfig {
             || self.warps % self.dq_row_groups() != 0
         {
             return bad(
-                "block_m 32 or 64 (dividing the workspace's 64-row padding), its 16-row groups dividing the warps",
+                "block_m 32 or 64 (dividing the workspace's row padding), its 16-row groups dividing the warps",
             );
         }
         let rows = self.block_m / self.halves;
@@ -303,6 +314,21 @@ impl BwdConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_forward_steps_down_to_smaller_tiles_and_stops() {
+        let mut s = Spec::new("t", 128, 8);
+        s.mask.causal = Some(attnc_ir::Align::BottomRight);
+        let mut cfg = Config::for_spec(&s, Arch::Sm90a);
+        assert_eq!((cfg.m_tiles, cfg.block_n), (2, 32));
+        let mut ladder = Vec::new();
+        while let Some(next) = cfg.smaller() {
+            assert_eq!(next.check(&s), Ok(()), "{next:?}");
+            ladder.push((next.block_m(), next.block_n));
+            cfg = next;
+        }
+        assert_eq!(ladder, [(64, 64), (64, 32), (64, 16)]);
+    }
 
     #[test]
     fn backward_configs_keep_query_tiles_inside_workspace_rows() {

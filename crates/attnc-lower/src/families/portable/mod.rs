@@ -57,6 +57,17 @@ impl Family for Portable {
         step: u32,
     ) -> Option<Result<(CompiledModule, String), LowerError>> {
         match (direction, step) {
+            // The forward: smaller tiles, one step at a time (`Config::smaller`).
+            (Direction::Forward, _) => {
+                let mut cfg = Config::for_spec(spec, arch);
+                for _ in 0..step {
+                    cfg = cfg.smaller()?;
+                }
+                Some(
+                    compile_with_config(spec, arch, &cfg)
+                        .map(|m| (m, format!("the forward runs {}-row x {}-key tiles", cfg.block_m(), cfg.block_n))),
+                )
+            }
             (Direction::Backward, 1) => {
                 let cfg = BwdConfig::for_spec(spec, arch);
                 let wide = cfg.wide();
