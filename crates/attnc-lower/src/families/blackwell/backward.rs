@@ -469,6 +469,8 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let k_smem = kb.add(cta.smem, kb.i32c(self.smem.k as i64), "k_smem")?;
         let v_smem = kb.add(cta.smem, kb.i32c(self.smem.v as i64), "v_smem")?;
         let do_smem = kb.add(cta.smem, kb.i32c(self.smem.d_o as i64), "do_smem")?;
+        // Key tiles whose walk had query tiles so far (each hands dK/dV over once).
+        let walked = kb.slot_i32("mma_walked", kb.i32c(0))?;
         walk_key_tiles(kb, cta.n_tiles, |kb, n, it| {
             kb.mbar_wait(self.bar(kb, &cta, BwdBar::KvFull)?, kb.and(it, kb.i32c(1), "kv_parity")?)?;
             kb.tcgen05_fence_after()?;
@@ -501,17 +503,18 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                 self.issue_kmajor(kb, &cta, v_smem, do_smem, spec.head_dim_v, t.dp.0)?;
                 kb.tcgen05_commit(self.bar(kb, &cta, BwdBar::DpFull)?)?;
                 kb.mbar_wait(self.bar(kb, &cta, BwdBar::PWritten)?, par)?;
-                // The first dV of a key tile overwrites dK/dV: the previous tile's epilogue
-                // must have read them.
+                // The first dV of a key tile overwrites dK/dV: the epilogue of the last key
+                // tile that had any must have read them.
+                let w = kb.get_i(walked, "walked")?;
                 let first_later = kb.and(
                     kb.icmp(IntPredicate::EQ, j, kb.i32c(0), "")?,
-                    kb.icmp(IntPredicate::SGT, it, kb.i32c(0), "")?,
+                    kb.icmp(IntPredicate::SGT, w, kb.i32c(0), "")?,
                     "",
                 )?;
                 kb.if_then(first_later, "wait_dkv_empty", |kb| {
                     kb.mbar_wait(
                         self.bar(kb, &cta, BwdBar::DkvEmpty)?,
-                        kb.and(kb.sub(it, kb.i32c(1), "")?, kb.i32c(1), "")?,
+                        kb.and(kb.sub(w, kb.i32c(1), "")?, kb.i32c(1), "")?,
                     )
                 })?;
                 kb.tcgen05_fence_after()?;
@@ -525,10 +528,12 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             let any = kb.icmp(IntPredicate::SGT, steps, kb.i32c(0), "")?;
             kb.if_then(any, "last_dk_dq", |kb| {
                 let last = kb.sub(kb.get_i(pos, "")?, kb.i32c(1), "last_pos")?;
-                self.issue_dk_dq(kb, &cta, last, kb.sub(steps, kb.i32c(1), "")?)
+                self.issue_dk_dq(kb, &cta, last, kb.sub(steps, kb.i32c(1), "")?)?;
+                kb.section("dK, dV final (a walk with query tiles only: see `epilogue`)")?;
+                kb.tcgen05_commit(self.bar(kb, &cta, BwdBar::DkvFull)?)?;
+                kb.set(walked, kb.add(kb.get_i(walked, "")?, kb.i32c(1), "")?)
             })?;
-            kb.section("dK, dV final; K, V free")?;
-            kb.tcgen05_commit(self.bar(kb, &cta, BwdBar::DkvFull)?)?;
+            kb.section("K, V free")?;
             kb.tcgen05_commit(self.bar(kb, &cta, BwdBar::KvEmpty)?)
         })
     }
@@ -548,7 +553,9 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let cta = self.cta(kb)?;
         let pl = self.place(kb, &cta)?;
         let pos = kb.slot_i32("compute_pos", kb.i32c(0))?;
-        walk_key_tiles(kb, cta.n_tiles, |kb, n, it| {
+        // Key tiles whose walk had query tiles so far: the dK/dV hand-offs' count.
+        let walked = kb.slot_i32("compute_walked", kb.i32c(0))?;
+        walk_key_tiles(kb, cta.n_tiles, |kb, n, _it| {
             let n0 = kb.mul(n, kb.i32c(BWD_BLOCK_N as i64), "n0")?;
             let key = kb.add(n0, pl.row, "key")?;
             let k_inside = kb.icmp(
@@ -568,7 +575,10 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                 kb.set(j_slot, kb.add(kb.get_i(j_slot, "")?, kb.i32c(1), "")?)
             })?;
             let steps = kb.get_i(j_slot, "steps")?;
-            self.epilogue(kb, &cta, &pl, it, key, steps)
+            let w = kb.get_i(walked, "walked")?;
+            self.epilogue(kb, &cta, &pl, w, key, steps)?;
+            let any = kb.zext32(kb.icmp(IntPredicate::SGT, steps, kb.i32c(0), "")?, "")?;
+            kb.set(walked, kb.add(w, any, "")?)
         })
     }
 
@@ -696,21 +706,46 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
     }
 
     /// dK (times the softmax scale) and dV of this thread's key, its warpgroup's half of
-    /// the columns; zeros for a key tile whose walk was empty.
+    /// the columns. A key tile whose walk had query tiles reads them from TMEM (its
+    /// `walked`-th dK/dV hand-off); one whose walk was empty stores zeros and touches no
+    /// barrier: were its hand-off committed too, the MMA thread could complete two phases
+    /// of `dkv_full` before these warps saw the first, and their parity wait would then
+    /// never pass (the protocol model found this).
     fn epilogue(
         &self,
         kb: &mut Kb<'ctx>,
         cta: &Cta<'ctx>,
         pl: &Place<'ctx>,
-        it: IntValue<'ctx>,
+        walked: IntValue<'ctx>,
         key: IntValue<'ctx>,
         steps: IntValue<'ctx>,
     ) -> R<()> {
-        let spec = self.spec;
         kb.section("epilogue: dK *= scale, store dK, dV (each warpgroup half of the columns)")?;
-        kb.mbar_wait(self.bar(kb, cta, BwdBar::DkvFull)?, kb.and(it, kb.i32c(1), "")?)?;
-        kb.tcgen05_fence_after()?;
-        let empty = kb.icmp(IntPredicate::EQ, steps, kb.i32c(0), "empty_walk")?;
+        let any = kb.icmp(IntPredicate::SGT, steps, kb.i32c(0), "walk_had_tiles")?;
+        kb.if_else(
+            any,
+            "epilogue_from_tmem",
+            |kb| {
+                kb.mbar_wait(self.bar(kb, cta, BwdBar::DkvFull)?, kb.and(walked, kb.i32c(1), "")?)?;
+                kb.tcgen05_fence_after()?;
+                self.store_dk_dv(kb, cta, pl, key, true)?;
+                kb.tcgen05_fence_before()?;
+                kb.mbar_arrive(self.bar(kb, cta, BwdBar::DkvEmpty)?)
+            },
+            |kb| self.store_dk_dv(kb, cta, pl, key, false),
+        )
+    }
+
+    /// Stores this thread's dK·scale and dV columns, from TMEM or (`from_tmem` false) zeros.
+    fn store_dk_dv(
+        &self,
+        kb: &mut Kb<'ctx>,
+        cta: &Cta<'ctx>,
+        pl: &Place<'ctx>,
+        key: IntValue<'ctx>,
+        from_tmem: bool,
+    ) -> R<()> {
+        let spec = self.spec;
         let inside = kb.icmp(IntPredicate::SLT, key, cta.bv.seqlen_k, "key_inside")?;
         let (dk_st, dv_st) = (self.args.strides("dk")?, self.args.strides("dv")?);
         let (ko, vo) = kv_row_offsets(kb, spec, &cta.la, &cta.bv, &dk_st, &dv_st, key, cta.hkv)?;
@@ -726,15 +761,20 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             let row = kb.add(base, kb.mul(off, kb.i64c(2), "")?, "")?;
             let row = kb.add(row, kb.mul(kb.zext64(first_col, "")?, kb.i64c(2), "")?, "grad_row")?;
             for c in 0..cols / EPI_CHUNK {
-                let raw = kb.tmem_load(taddr, col0 + c * EPI_CHUNK, EPI_CHUNK, EPI_CHUNK, "grad_raw")?;
-                let mut v = Vec::with_capacity(EPI_CHUNK as usize);
-                for r in raw {
-                    let mut x = kb.bits_f(r, "")?;
-                    if let Some(s) = scale {
-                        x = kb.fmul(x, kb.f32c(s), "")?;
-                    }
-                    v.push(kb.select_f(empty, kb.f32c(0.0), x, "grad")?);
-                }
+                let v: Vec<FloatValue<'ctx>> = if from_tmem {
+                    let raw = kb.tmem_load(taddr, col0 + c * EPI_CHUNK, EPI_CHUNK, EPI_CHUNK, "grad_raw")?;
+                    raw.into_iter()
+                        .map(|r| {
+                            let x = kb.bits_f(r, "grad")?;
+                            match scale {
+                                Some(s) => kb.fmul(x, kb.f32c(s), "grad"),
+                                None => Ok(x),
+                            }
+                        })
+                        .collect::<R<_>>()?
+                } else {
+                    vec![kb.f32c(0.0); EPI_CHUNK as usize]
+                };
                 let packed = pack(kb, spec, &v)?;
                 kb.if_then(inside, "store_grad", |kb| {
                     for (i, w) in packed.iter().enumerate() {
@@ -745,8 +785,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                 })?;
             }
         }
-        kb.tcgen05_fence_before()?;
-        kb.mbar_arrive(self.bar(kb, cta, BwdBar::DkvEmpty)?)
+        Ok(())
     }
 
     // ------------------------------------------------------------------ dQ reduce

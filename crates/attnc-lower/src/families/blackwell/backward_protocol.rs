@@ -52,6 +52,10 @@ enum Data {
 enum Op {
     /// Wait for the `n`-th completion (0-based) of barrier `b`.
     Wait(&'static str, u32),
+    /// `mbarrier.try_wait.parity`: passes once the barrier's current phase has the other
+    /// parity, i.e. the last phase of this parity completed — as the hardware does, so a
+    /// wait a whole phase early passes too (phase aliasing), and the region checks see it.
+    WaitParity(&'static str, u32),
     Arrive(&'static str),
     /// A TMA load whose completion arrives on the barrier later and writes the regions
     /// then.
@@ -153,27 +157,30 @@ fn roles(mode: CtaMode, steps: u32, dq_wait_before_s: bool) -> Vec<(&'static str
 /// Sᵀ/dPᵀ columns) and every hand-off waits for both.
 fn kernel_roles(steps: &[u32]) -> Vec<(&'static str, Vec<Op>)> {
     use Op::*;
+    // Every wait is the kernel's parity wait: on completion `n` of its barrier, parity
+    // `n & 1`; a slot's first "free" wait (before any release) parity 1, which a fresh
+    // barrier passes.
+    let wait = |b: &'static str, n: u32| WaitParity(b, n & 1);
     let q_full = |p: u32| if p % 2 == 0 { "q_full0" } else { "q_full1" };
     let q_empty = |p: u32| if p % 2 == 0 { "q_empty0" } else { "q_empty1" };
     let qr = |p: u32| Region::Q(p % 2);
     let (mut load, mut mma, mut compute, mut reduce) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut pos = 0u32;
+    // Key tiles with query tiles so far: only those hand dK/dV over (`dkv_full`,
+    // `dkv_empty`); an empty walk's epilogue stores zeros without a barrier.
+    let mut walked = 0u32;
     for (t, &n) in steps.iter().enumerate() {
         let t = t as u32;
         // Load: K, V after the previous tile's MMAs; per step Q (+ rows), dO.
         if t > 0 {
-            load.push(Wait("kv_empty", t - 1));
+            load.push(wait("kv_empty", t - 1));
         }
         load.push(Load("kv_full", vec![(Region::Kv, Data::Kv(t))]));
         for j in 0..n {
             let p = pos + j;
-            if p >= 2 {
-                load.push(Wait(q_empty(p), p / 2 - 1));
-            }
+            load.push(WaitParity(q_empty(p), ((p / 2) & 1) ^ 1));
             load.push(Load(q_full(p), vec![(qr(p), Data::Qt(p))]));
-            if p >= 1 {
-                load.push(Wait("do_empty", p - 1));
-            }
+            load.push(WaitParity("do_empty", (p & 1) ^ 1));
             load.push(Load("do_full", vec![(Region::DO, Data::DOt(p))]));
         }
         // MMA, in the kernel's issue order.
@@ -183,7 +190,7 @@ fn kernel_roles(steps: &[u32]) -> Vec<(&'static str, Vec<Op>)> {
                 dk_reads.push((Region::Dk, Data::Dkv(t)));
             }
             vec![
-                Wait("ds_written", p),
+                wait("ds_written", p),
                 Mma { reads: dk_reads, writes: vec![(Region::Dk, Data::Dkv(t))] },
                 Commit(q_empty(p)),
                 Mma {
@@ -193,10 +200,10 @@ fn kernel_roles(steps: &[u32]) -> Vec<(&'static str, Vec<Op>)> {
                 Commit("dq_full"),
             ]
         };
-        mma.push(Wait("kv_full", t));
+        mma.push(wait("kv_full", t));
         for j in 0..n {
             let p = pos + j;
-            mma.push(Wait(q_full(p), p / 2));
+            mma.push(wait(q_full(p), p / 2));
             mma.push(Mma {
                 reads: vec![(Region::Kv, Data::Kv(t)), (qr(p), Data::Qt(p))],
                 writes: vec![(Region::SLo, Data::S(p)), (Region::SHi, Data::S(p))],
@@ -206,17 +213,17 @@ fn kernel_roles(steps: &[u32]) -> Vec<(&'static str, Vec<Op>)> {
                 mma.extend(dk_dq(p - 1, j == 1));
             }
             if p >= 1 {
-                mma.push(Wait("dq_drained", p - 1));
+                mma.push(wait("dq_drained", p - 1));
             }
-            mma.push(Wait("do_full", p));
+            mma.push(wait("do_full", p));
             mma.push(Mma {
                 reads: vec![(Region::Kv, Data::Kv(t)), (Region::DO, Data::DOt(p))],
                 writes: vec![(Region::Dp, Data::Dp(p))],
             });
             mma.push(Commit("dp_full"));
-            mma.push(Wait("p_written", p));
-            if j == 0 && t > 0 {
-                mma.push(Wait("dkv_empty", t - 1));
+            mma.push(wait("p_written", p));
+            if j == 0 && walked > 0 {
+                mma.push(wait("dkv_empty", walked - 1));
             }
             let mut dv_reads = vec![(Region::SLo, Data::P(p)), (Region::SHi, Data::P(p)), (Region::DO, Data::DOt(p))];
             if j > 0 {
@@ -227,33 +234,38 @@ fn kernel_roles(steps: &[u32]) -> Vec<(&'static str, Vec<Op>)> {
         }
         if n > 0 {
             mma.extend(dk_dq(pos + n - 1, n == 1));
+            mma.push(Commit("dkv_full"));
         }
-        mma.extend([Commit("dkv_full"), Commit("kv_empty")]);
+        mma.push(Commit("kv_empty"));
         // Compute: P (lse from the Q stage's rows), dS (D from them), the epilogue.
         for j in 0..n {
             let p = pos + j;
             compute.extend([
-                Wait("s_full", p),
+                wait("s_full", p),
                 Ld(Region::SLo, Data::S(p)),
                 Ld(Region::SHi, Data::S(p)),
                 Ld(qr(p), Data::Qt(p)),
                 St(Region::SLo, Data::P(p)),
                 St(Region::SHi, Data::P(p)),
                 Arrive("p_written"),
-                Wait("dp_full", p),
+                wait("dp_full", p),
                 Ld(Region::Dp, Data::Dp(p)),
                 Ld(qr(p), Data::Qt(p)),
                 St(Region::Dp, Data::Ds(p)),
                 St(Region::DsSmem, Data::Ds(p)),
                 Arrive("ds_written"),
             ]);
-            reduce.extend([Wait("dq_full", p), Ld(Region::Dp, Data::Dq(p)), Arrive("dq_drained")]);
+            reduce.extend([wait("dq_full", p), Ld(Region::Dp, Data::Dq(p)), Arrive("dq_drained")]);
         }
-        compute.push(Wait("dkv_full", t));
         if n > 0 {
-            compute.extend([Ld(Region::Dv, Data::Dkv(t)), Ld(Region::Dk, Data::Dkv(t))]);
+            compute.extend([
+                wait("dkv_full", walked),
+                Ld(Region::Dv, Data::Dkv(t)),
+                Ld(Region::Dk, Data::Dkv(t)),
+                Arrive("dkv_empty"),
+            ]);
+            walked += 1;
         }
-        compute.push(Arrive("dkv_empty"));
         pos += n;
     }
     vec![("load", load), ("mma", mma), ("compute", compute), ("dq reduce", reduce)]
@@ -299,6 +311,7 @@ fn simulate(procs: &[(&'static str, Vec<Op>)], seed: u64) -> Result<(), String> 
             let Some(op) = ops.get(pc[p]) else { continue };
             let can = match op {
                 Op::Wait(b, n) => completions.get(b).copied().unwrap_or(0) > *n,
+                Op::WaitParity(b, par) => completions.get(b).copied().unwrap_or(0) & 1 != *par,
                 _ => true,
             };
             if can {
@@ -343,7 +356,7 @@ fn simulate(procs: &[(&'static str, Vec<Op>)], seed: u64) -> Result<(), String> 
             (_, p) => {
                 let (name, ops) = &procs[p];
                 match &ops[pc[p]] {
-                    Op::Wait(..) => {}
+                    Op::Wait(..) | Op::WaitParity(..) => {}
                     Op::Arrive(b) => *completions.entry(b).or_insert(0) += 1,
                     Op::Load(b, writes) => loads.push((b, writes.clone())),
                     op @ (Op::Mma { .. } | Op::Commit(_)) => mma_queue.push_back((name, op.clone())),
@@ -407,10 +420,37 @@ mod tests {
         ] {
             let mut procs = kernel_roles(&[3, 2]);
             for (_, ops) in procs.iter_mut() {
-                ops.retain(|op| !matches!(op, Op::Wait(b, _) if *b == bar));
+                ops.retain(|op| !matches!(op, Op::Wait(b, _) | Op::WaitParity(b, _) if *b == bar));
             }
             let failures = (0..400).filter(|s| simulate(&procs, *s).is_err()).count();
             assert!(failures > 0, "without {bar}: {what} should show");
+        }
+    }
+
+    /// A wait whose parity is flipped passes a phase early (then a read sees stale data)
+    /// or never passes (a deadlock): either way the model reports it, for each role's
+    /// waits.
+    #[test]
+    fn a_flipped_parity_is_caught() {
+        for (role, bar) in [
+            ("load", "q_empty1"),
+            ("load", "do_empty"),
+            ("mma", "q_full0"),
+            ("mma", "p_written"),
+            ("mma", "dq_drained"),
+            ("compute", "s_full"),
+            ("compute", "dp_full"),
+            ("dq reduce", "dq_full"),
+        ] {
+            let mut procs = kernel_roles(&[4, 3]);
+            let ops = &mut procs.iter_mut().find(|(n, _)| *n == role).expect("role").1;
+            // Flip the last wait on `bar` (a late one: the early ones may alias harmlessly).
+            let i = ops.iter().rposition(|op| matches!(op, Op::WaitParity(b, _) if *b == bar)).expect("a wait");
+            if let Op::WaitParity(_, par) = &mut ops[i] {
+                *par ^= 1;
+            }
+            let caught = (0..300).any(|s| simulate(&procs, s).is_err());
+            assert!(caught, "{role}: a flipped parity on {bar} went unnoticed");
         }
     }
 
