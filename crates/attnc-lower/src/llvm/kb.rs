@@ -106,6 +106,17 @@ impl<'ctx> Kb<'ctx> {
         Ok(())
     }
 
+    /// `.reqnctapercluster x, y, z` on the current kernel: it launches as clusters of that
+    /// shape (the blackwell 2-CTA mode pairs CTAs in clusters of two).
+    pub fn set_cluster_dims(&self, x: u32, y: u32, z: u32) -> R<()> {
+        let f = self.func()?;
+        f.add_attribute(
+            AttributeLoc::Function,
+            self.ctx.create_string_attribute("nvvm.cluster_dim", &format!("{x},{y},{z}")),
+        );
+        Ok(())
+    }
+
     /// `.maxnreg n` on the current kernel: ptxas allocates at most `n` registers per
     /// thread. Near the 255 ceiling its allocation is erratic (a few spilled bytes at 255
     /// that a lower cap avoids); a cap lets a kernel that needs ~200 keep its schedule.

@@ -25,6 +25,24 @@ pub struct SmemOperand<'ctx> {
     pub add: u32,
 }
 
+/// The CTAs a tcgen05 instruction acts for: this CTA alone, or (2-CTA mode) the CTA pair
+/// of a cluster of two, whose MMAs take M = 256 rows split across the pair's TMEM and read
+/// each CTA's half of the B operand (the kernel declares `.reqnctapercluster 2, 1, 1`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CtaGroup {
+    One,
+    Two,
+}
+
+impl CtaGroup {
+    fn ptx(self) -> &'static str {
+        match self {
+            CtaGroup::One => "cta_group::1",
+            CtaGroup::Two => "cta_group::2",
+        }
+    }
+}
+
 /// The MMA's accumulate flag (`enable-input-d`).
 #[derive(Clone, Copy, Debug)]
 pub enum Acc<'ctx> {
@@ -94,12 +112,16 @@ impl<'ctx> Kb<'ctx> {
     /// allocates `ncols` TMEM columns (a power of two in 32..=512) and the hardware writes
     /// the TMEM address to shared memory at `slot`.
     pub fn tmem_alloc(&self, slot: IntValue<'ctx>, ncols: u32) -> R<()> {
+        self.tmem_alloc_in(CtaGroup::One, slot, ncols)
+    }
+    /// [`Kb::tmem_alloc`] for `group` (2-CTA: the same columns in both CTAs of the pair).
+    pub fn tmem_alloc_in(&self, group: CtaGroup, slot: IntValue<'ctx>, ncols: u32) -> R<()> {
         assert!(
             ncols.is_power_of_two() && (32..=512).contains(&ncols),
             "TMEM allocations are 32..=512 columns, a power of two"
         );
         self.asm_v(
-            &format!("tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [$0], {ncols};"),
+            &format!("tcgen05.alloc.{}.sync.aligned.shared::cta.b32 [$0], {ncols};", group.ptx()),
             "r,~{memory}",
             true,
             &[slot.into()],
@@ -107,11 +129,17 @@ impl<'ctx> Kb<'ctx> {
     }
     /// `tcgen05.relinquish_alloc_permit`: this CTA will not allocate again.
     pub fn tmem_relinquish(&self) -> R<()> {
-        self.asm_v("tcgen05.relinquish_alloc_permit.cta_group::1.sync.aligned;", "~{memory}", true, &[])
+        self.tmem_relinquish_in(CtaGroup::One)
+    }
+    pub fn tmem_relinquish_in(&self, group: CtaGroup) -> R<()> {
+        self.asm_v(&format!("tcgen05.relinquish_alloc_permit.{}.sync.aligned;", group.ptx()), "~{memory}", true, &[])
     }
     pub fn tmem_dealloc(&self, taddr: IntValue<'ctx>, ncols: u32) -> R<()> {
+        self.tmem_dealloc_in(CtaGroup::One, taddr, ncols)
+    }
+    pub fn tmem_dealloc_in(&self, group: CtaGroup, taddr: IntValue<'ctx>, ncols: u32) -> R<()> {
         self.asm_v(
-            &format!("tcgen05.dealloc.cta_group::1.sync.aligned.b32 $0, {ncols};"),
+            &format!("tcgen05.dealloc.{}.sync.aligned.b32 $0, {ncols};", group.ptx()),
             "r,~{memory}",
             true,
             &[taddr.into()],
@@ -196,16 +224,33 @@ impl<'ctx> Kb<'ctx> {
         idesc: u32,
         acc: Acc<'ctx>,
     ) -> R<()> {
+        self.tcgen05_mma_ss_in(CtaGroup::One, tmem, d_off, a, b, idesc, acc)
+    }
+
+    /// [`Kb::tcgen05_mma_ss`] for `group` (2-CTA: issued by one thread of the pair's first
+    /// CTA, M = 256 in the instruction descriptor).
+    #[allow(clippy::too_many_arguments)]
+    pub fn tcgen05_mma_ss_in(
+        &self,
+        group: CtaGroup,
+        tmem: IntValue<'ctx>,
+        d_off: u32,
+        a: SmemOperand<'ctx>,
+        b: SmemOperand<'ctx>,
+        idesc: u32,
+        acc: Acc<'ctx>,
+    ) -> R<()> {
         let text = format!(
             "{{\n\t.reg .pred p;\n\t.reg .b32 al, bl, ah, bh;\n\t.reg .b64 ad, bd;\n\t{}\n\t\
              add.u32 al, $1, {};\n\tmov.b32 ah, {:#x};\n\tmov.b64 ad, {{al, ah}};\n\t\
              add.u32 bl, $2, {};\n\tmov.b32 bh, {:#x};\n\tmov.b64 bd, {{bl, bh}};\n\t\
-             tcgen05.mma.cta_group::1.kind::f16 [$0+{d_off}], ad, bd, {idesc:#x}, p;\n\t}}",
+             tcgen05.mma.{}.kind::f16 [$0+{d_off}], ad, bd, {idesc:#x}, p;\n\t}}",
             acc.setp().replace("$A", "$3"),
             a.add,
             a.hi,
             b.add,
-            b.hi
+            b.hi,
+            group.ptx()
         );
         self.asm_v(&text, "r,r,r,r,~{memory}", false, &[tmem.into(), a.lo.into(), b.lo.into(), acc.reg(self).into()])
     }
@@ -221,13 +266,29 @@ impl<'ctx> Kb<'ctx> {
         idesc: u32,
         acc: Acc<'ctx>,
     ) -> R<()> {
+        self.tcgen05_mma_ts_in(CtaGroup::One, tmem, d_off, a_off, b, idesc, acc)
+    }
+
+    /// [`Kb::tcgen05_mma_ts`] for `group`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn tcgen05_mma_ts_in(
+        &self,
+        group: CtaGroup,
+        tmem: IntValue<'ctx>,
+        d_off: u32,
+        a_off: u32,
+        b: SmemOperand<'ctx>,
+        idesc: u32,
+        acc: Acc<'ctx>,
+    ) -> R<()> {
         let text = format!(
             "{{\n\t.reg .pred p;\n\t.reg .b32 bl, bh;\n\t.reg .b64 bd;\n\t{}\n\t\
              add.u32 bl, $1, {};\n\tmov.b32 bh, {:#x};\n\tmov.b64 bd, {{bl, bh}};\n\t\
-             tcgen05.mma.cta_group::1.kind::f16 [$0+{d_off}], [$0+{a_off}], bd, {idesc:#x}, p;\n\t}}",
+             tcgen05.mma.{}.kind::f16 [$0+{d_off}], [$0+{a_off}], bd, {idesc:#x}, p;\n\t}}",
             acc.setp().replace("$A", "$2"),
             b.add,
-            b.hi
+            b.hi,
+            group.ptx()
         );
         self.asm_v(&text, "r,r,r,~{memory}", false, &[tmem.into(), b.lo.into(), acc.reg(self).into()])
     }
@@ -237,6 +298,21 @@ impl<'ctx> Kb<'ctx> {
     pub fn tcgen05_commit(&self, mbar: IntValue<'ctx>) -> R<()> {
         self.asm_v(
             "tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [$0];",
+            "r,~{memory}",
+            false,
+            &[mbar.into()],
+        )
+    }
+
+    /// `tcgen05.commit.cta_group::2...multicast::cluster`: once the pair's prior MMAs
+    /// completed, one arrival on the mbarrier at the same shared offset in each CTA of
+    /// `cta_mask` (bit i: the cluster's CTA i), so both CTAs learn that their TMEM halves
+    /// are written.
+    pub fn tcgen05_commit_multicast(&self, mbar: IntValue<'ctx>, cta_mask: u16) -> R<()> {
+        self.asm_v(
+            &format!(
+                "tcgen05.commit.cta_group::2.mbarrier::arrive::one.shared::cluster.multicast::cluster.b64 [$0], {cta_mask};"
+            ),
             "r,~{memory}",
             false,
             &[mbar.into()],
@@ -563,6 +639,60 @@ pub(crate) mod tests {
             for op in ["UTCHMMA", "UTCBAR", "SYNCS"] {
                 assert!(has(&ops, op), "no {op} in {ops:?}");
             }
+        }
+    }
+
+    /// The 2-CTA forms the blackwell backward's design needs (`cta_group::2` allocation,
+    /// MMAs with A from shared memory and from TMEM, the multicast commit) assemble in a
+    /// kernel launched as clusters of two, and ptxas emits their pair forms.
+    #[test]
+    fn two_cta_forms_assemble() {
+        let ctx = Context::create();
+        let mut kb = Kb::new(&ctx, "t");
+        let i64t: BasicMetadataTypeEnum = ctx.i64_type().into();
+        let i32t: BasicMetadataTypeEnum = ctx.i32_type().into();
+        let p = kb.begin_kernel("t", &[(i64t, "out".into()), (i32t, "x".into())]).expect("kernel");
+        kb.set_cluster_dims(2, 1, 1).expect("cluster");
+        let (out, x) = (p[0].into_int_value(), p[1].into_int_value());
+        fn body<'a>(kb: &mut Kb<'a>, out: IntValue<'a>, x: IntValue<'a>) -> R<()> {
+            let slot = kb.i32c(0);
+            let g = CtaGroup::Two;
+            kb.tmem_alloc_in(g, slot, 256)?;
+            kb.tmem_relinquish_in(g)?;
+            kb.tcgen05_fence_before()?;
+            kb.cta_barrier()?;
+            kb.tcgen05_fence_after()?;
+            let taddr = kb.ld_shared_b32(slot, "taddr")?;
+            let a = SmemOperand { lo: kb.i32c(0x0001_0040), hi: 0x4000_4040, add: 2 };
+            let b_lo = kb.or(kb.i32c(0x0001_0000), kb.and(x, kb.i32c(0x3f00), "")?, "")?;
+            let b = SmemOperand { lo: b_lo, hi: 0x4000_4040, add: 0 };
+            // M = 256 (16 << 24), N = 128, bf16, f32 accumulate.
+            let idesc = 0x1020_0490;
+            kb.tcgen05_mma_ss_in(g, taddr, 0, a, b, idesc, Acc::Overwrite)?;
+            kb.tcgen05_mma_ts_in(g, taddr, 128, 64, b, idesc, Acc::Accumulate)?;
+            kb.tcgen05_commit_multicast(kb.i32c(64), 0b11)?;
+            let v = kb.tmem_load(taddr, 0, 1, 1, "v")?;
+            kb.st_global_b32(out, v[0])?;
+            kb.tcgen05_fence_before()?;
+            kb.cta_barrier()?;
+            kb.tmem_dealloc_in(g, taddr, 256)
+        }
+        body(&mut kb, out, x).expect("body");
+        kb.ret().expect("ret");
+        let (_, ptx, _, _) = emit_ptx(&kb.module, Arch::Sm100a).expect("emits");
+        assert!(ptx.contains(".reqnctapercluster 2, 1, 1"), "{ptx}");
+        assert!(ptx.contains("tcgen05.mma.cta_group::2.kind::f16"), "{ptx}");
+        let report = match ptxas::assemble(&ptx, Arch::Sm100a) {
+            Ok(r) => r,
+            Err(e) if e.is_not_found() => {
+                assert!(std::env::var_os("CI").is_none(), "CI must have ptxas: {e}");
+                return;
+            }
+            Err(e) => panic!("ptxas rejected the PTX: {e}\n{ptx}"),
+        };
+        let Ok(sass) = report.disassemble() else { return };
+        for form in ["UTCHMMA.2CTA", "UTCBAR.2CTA.MULTICAST", "UTCATOMSWS.2CTA"] {
+            assert!(sass.contains(form), "no {form} in the SASS");
         }
     }
 
