@@ -33,17 +33,17 @@ use super::desc::{DFormat, InstrDesc, SmemDesc};
 use crate::error::LowerError;
 use crate::families::common::abi::{self as cabi, Args};
 use crate::families::common::backward::{
-    dynamic_smem_base, emit_seqlen_pad, learnable_aux, tma_boxes, tma_main_params, ws_row, DqSlice, TMA_BOX_COLS,
+    dynamic_smem_base, learnable_aux, tma_boxes, tma_main_params, ws_row, DqSlice, KeyTileCta, TMA_BOX_COLS,
 };
 use crate::families::common::sw128::{emit_chunk_addr, k_major_step_offset, mn_major_step_offset};
 use crate::llvm::kb::{Kb, Slot, R};
 use crate::llvm::operand::Major;
 use crate::llvm::tcgen05::{Acc, SmemOperand};
 use crate::module::{Grid, KernelInfo, KernelRole};
-use crate::variant::expr::{self as vexpr, VariantArgs};
+use crate::variant::expr as vexpr;
 use crate::variant::grad::ScoreGrad;
-use crate::variant::layout::{batch_view, kv_row_offsets, BatchView, LayoutArgs};
-use crate::variant::tiles::{walk_key_tiles, DenseClasses, QueryPair, QueryTiles};
+use crate::variant::layout::kv_row_offsets;
+use crate::variant::tiles::{walk_key_tiles, QueryPair, QueryTiles};
 use attnc_ir::{KvLayout, Spec};
 use inkwell::values::{FloatValue, IntValue};
 use inkwell::{FloatPredicate, IntPredicate};
@@ -116,20 +116,22 @@ struct Bwd<'a, 'ctx> {
     grad: ScoreGrad,
 }
 
-/// What a role needs about its CTA, derived after its `setmaxnreg`.
+/// What a role needs about its CTA, derived after its `setmaxnreg`: the shared view
+/// (`cta.bv`, `cta.n_tiles`, … through `Deref`), the shared-memory and TMEM bases, and the
+/// thread's warp and lane.
 struct Cta<'ctx> {
     smem: IntValue<'ctx>,
     tmem: IntValue<'ctx>,
-    la: LayoutArgs<'ctx>,
-    bv: BatchView<'ctx>,
-    va: VariantArgs<'ctx>,
-    hkv: IntValue<'ctx>,
-    seqlen_pad: IntValue<'ctx>,
-    n_tiles: IntValue<'ctx>,
-    m_tiles: IntValue<'ctx>,
-    /// Warp and lane of the thread.
+    view: KeyTileCta<'ctx>,
     warp: IntValue<'ctx>,
     lane: IntValue<'ctx>,
+}
+
+impl<'ctx> std::ops::Deref for Cta<'ctx> {
+    type Target = KeyTileCta<'ctx>;
+    fn deref(&self) -> &KeyTileCta<'ctx> {
+        &self.view
+    }
 }
 
 /// A compute thread's place: its key row (TMEM lane) and its warpgroup's 64 query columns.
@@ -144,21 +146,14 @@ struct Place<'ctx> {
 
 impl<'a, 'ctx> Bwd<'a, 'ctx> {
     fn cta(&self, kb: &mut Kb<'ctx>) -> R<Cta<'ctx>> {
-        let spec = self.spec;
         let raw = dynamic_smem_base(kb)?;
         let smem = kb.and(kb.add(raw, kb.i32c(1023), "")?, kb.i32c(!1023), "smem")?;
         let tmem = kb.ld_shared_b32(kb.add(smem, kb.i32c(self.smem.tmem_slot as i64), "")?, "tmem_base")?;
         let tid = kb.opaque_i32(kb.sreg("tid.x", "")?, "tid")?;
         let warp = kb.udiv(tid, kb.i32c(32), "warp")?;
         let lane = kb.and(tid, kb.i32c(31), "lane")?;
-        let hkv = kb.sreg("ctaid.y", "hkv")?;
-        let b = kb.opaque_i32(kb.sreg("ctaid.z", "")?, "b")?;
-        let la = self.args.layout()?;
-        let bv = batch_view(kb, spec, &la, b)?;
-        let seqlen_pad = emit_seqlen_pad(kb, la.seqlen_q)?;
-        let n_tiles = kb.ceil_div(bv.seqlen_k, kb.i32c(BWD_BLOCK_N as i64), "n_tiles")?;
-        let m_tiles = kb.ceil_div(bv.seqlen_q, kb.i32c(BWD_BLOCK_M as i64), "m_tiles")?;
-        Ok(Cta { smem, tmem, la, va: self.args.variant(spec)?, bv, hkv, seqlen_pad, n_tiles, m_tiles, warp, lane })
+        let view = KeyTileCta::new(kb, self.spec, &self.args, BWD_BLOCK_M, BWD_BLOCK_N)?;
+        Ok(Cta { smem, tmem, view, warp, lane })
     }
 
     fn bar(&self, kb: &Kb<'ctx>, cta: &Cta<'ctx>, b: BwdBar) -> R<IntValue<'ctx>> {
@@ -177,23 +172,10 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         kb.add(cta.smem, kb.add(kb.i32c(b0 as i64), kb.mul(stage, kb.i32c(8), "")?, "")?, "mbar")
     }
 
-    /// The query walk of key tile `n`.
+    /// The query walk of key tile `n`, rotated as on hopper (key tile n starts at query
+    /// tile n, so the dQ adds of a head's key tiles land on different rows at once).
     fn queries<'b>(&'b self, kb: &Kb<'ctx>, cta: &'b Cta<'ctx>, n: IntValue<'ctx>) -> R<QueryTiles<'b, 'ctx>> {
-        let bn = BWD_BLOCK_N as i64;
-        let n0 = kb.mul(n, kb.i32c(bn), "n0")?;
-        let k_hi = kb.sub(kb.smin(kb.add(n0, kb.i32c(bn), "")?, cta.bv.seqlen_k, "")?, kb.i32c(1), "k_hi")?;
-        Ok(QueryTiles {
-            spec: self.spec,
-            block_m: BWD_BLOCK_M,
-            bv: cta.bv,
-            hkv: cta.hkv,
-            k: (n0, k_hi),
-            va: &cta.va,
-            classes: DenseClasses::for_key_tile(self.spec, self.args.block_lists().as_ref(), cta.bv.b, n),
-            // As on hopper: key tile n starts its walk at query tile n, so the dQ adds of a
-            // head's key tiles land on different rows at any moment.
-            rotation: Some((n, cta.m_tiles)),
-        })
+        cta.view.queries(kb, self.spec, &self.args, n, true)
     }
 
     fn body(&self, kb: &mut Kb<'ctx>) -> R<()> {

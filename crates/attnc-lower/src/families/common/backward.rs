@@ -24,9 +24,11 @@ use super::abi::{kernel_name, variant_params, Args, ParamTy};
 use crate::llvm::kb::{Kb, R};
 use crate::module::BlockLayout;
 use crate::module::{Grid, KernelInfo, KernelRole, TmaBox};
+use crate::variant::expr::VariantArgs;
 pub use crate::variant::grad::learnable_aux;
 use crate::variant::grad::AuxSink;
-use crate::variant::layout::{batch_view, lse_offset, q_row_offset, LayoutArgs};
+use crate::variant::layout::{batch_view, lse_offset, q_row_offset, BatchView, LayoutArgs};
+use crate::variant::tiles::{DenseClasses, QueryTiles};
 use attnc_ir::block_mask::Tiling;
 use attnc_ir::{KvLayout, Spec};
 use inkwell::values::{FloatValue, IntValue};
@@ -209,6 +211,61 @@ pub fn dynamic_smem_base<'ctx>(kb: &Kb<'ctx>) -> R<IntValue<'ctx>> {
     };
     let p = kb.b.build_ptr_to_int(g.as_pointer_value(), kb.ctx.i64_type(), "")?;
     kb.trunc32(p, "smem_base")
+}
+
+/// A key-tile backward kernel's view of its CTA (grid `(key tiles | columns, kv_heads,
+/// batch)`): its KV head, batch entry and sequence lengths, the workspace row length, and
+/// the tile counts at the family's tiling. The TMA families derive it in each role after
+/// its `setmaxnreg` (nothing stays live across the register reallocation).
+pub struct KeyTileCta<'ctx> {
+    pub la: LayoutArgs<'ctx>,
+    pub bv: BatchView<'ctx>,
+    pub va: VariantArgs<'ctx>,
+    pub hkv: IntValue<'ctx>,
+    pub seqlen_pad: IntValue<'ctx>,
+    pub n_tiles: IntValue<'ctx>,
+    pub m_tiles: IntValue<'ctx>,
+    pub block_m: u32,
+    pub block_n: u32,
+}
+
+impl<'ctx> KeyTileCta<'ctx> {
+    pub fn new(kb: &mut Kb<'ctx>, spec: &Spec, args: &Args<'ctx>, block_m: u32, block_n: u32) -> R<Self> {
+        let hkv = kb.sreg("ctaid.y", "hkv")?;
+        let b = kb.opaque_i32(kb.sreg("ctaid.z", "")?, "b")?;
+        let la = args.layout()?;
+        let bv = batch_view(kb, spec, &la, b)?;
+        let seqlen_pad = emit_seqlen_pad(kb, la.seqlen_q)?;
+        let n_tiles = kb.ceil_div(bv.seqlen_k, kb.i32c(block_n as i64), "n_tiles")?;
+        let m_tiles = kb.ceil_div(bv.seqlen_q, kb.i32c(block_m as i64), "m_tiles")?;
+        Ok(KeyTileCta { la, va: args.variant(spec)?, bv, hkv, seqlen_pad, n_tiles, m_tiles, block_m, block_n })
+    }
+
+    /// The query walk of key tile `n` (its keys clipped to seqlen_k); `rotate`: key tile
+    /// `n` starts at query tile `n` (without it, the dQ adds of every key tile of a head
+    /// land on the same rows at once).
+    pub fn queries<'b>(
+        &'b self,
+        kb: &Kb<'ctx>,
+        spec: &'b Spec,
+        args: &Args<'ctx>,
+        n: IntValue<'ctx>,
+        rotate: bool,
+    ) -> R<QueryTiles<'b, 'ctx>> {
+        let bn = self.block_n as i64;
+        let n0 = kb.mul(n, kb.i32c(bn), "n0")?;
+        let k_hi = kb.sub(kb.smin(kb.add(n0, kb.i32c(bn), "")?, self.bv.seqlen_k, "")?, kb.i32c(1), "k_hi")?;
+        Ok(QueryTiles {
+            spec,
+            block_m: self.block_m,
+            bv: self.bv,
+            hkv: self.hkv,
+            k: (n0, k_hi),
+            va: &self.va,
+            classes: DenseClasses::for_key_tile(spec, args.block_lists().as_ref(), self.bv.b, n),
+            rotation: rotate.then_some((n, self.m_tiles)),
+        })
+    }
 }
 
 /// Element offset of row `q` of (`b`, `h`) in a `[batch, q_heads, seqlen_pad]` workspace.

@@ -28,8 +28,7 @@ use super::config::{BwdConfig, BwdSmem, Config, DqSplit, BOX_COLS, ROWS_PER_CONS
 use super::desc::SmemDesc;
 use crate::families::common::abi::{self as cabi, Args};
 use crate::families::common::backward::{
-    aux_sink, dynamic_smem_base, emit_seqlen_pad, red_dq_fragment, tma_boxes, tma_main_params, ws_row, DqSlice,
-    FragLane,
+    aux_sink, dynamic_smem_base, red_dq_fragment, tma_boxes, tma_main_params, ws_row, DqSlice, FragLane, KeyTileCta,
 };
 use crate::families::common::sw128::{k_major_step_offset, mn_major_step_offset};
 use crate::llvm::kb::{Kb, Slot, R};
@@ -37,10 +36,10 @@ use crate::llvm::operand::Major;
 use crate::llvm::tcgen05::Acc;
 use crate::llvm::wgmma::WgmmaType;
 use crate::module::{Grid, KernelInfo, KernelRole};
-use crate::variant::expr::{self as vexpr, VariantArgs};
+use crate::variant::expr as vexpr;
 use crate::variant::grad::ScoreGrad;
-use crate::variant::layout::{batch_view, kv_row_offsets, BatchView, LayoutArgs};
-use crate::variant::tiles::{walk_key_tiles, DenseClasses, QueryPair, QueryTiles};
+use crate::variant::layout::kv_row_offsets;
+use crate::variant::tiles::{walk_key_tiles, QueryPair, QueryTiles};
 use attnc_ir::{KvLayout, Spec};
 use inkwell::values::{FloatValue, IntValue};
 use inkwell::{FloatPredicate, IntPredicate};
@@ -89,16 +88,18 @@ struct Bwd<'a, 'ctx> {
     grad: ScoreGrad,
 }
 
-/// What a role needs about its CTA, derived after its `setmaxnreg`.
+/// What a role needs about its CTA, derived after its `setmaxnreg`: the shared view
+/// (`cta.bv`, `cta.n_tiles`, … through `Deref`) and the shared-memory base.
 struct Cta<'ctx> {
     smem: IntValue<'ctx>,
-    la: LayoutArgs<'ctx>,
-    bv: BatchView<'ctx>,
-    va: VariantArgs<'ctx>,
-    hkv: IntValue<'ctx>,
-    seqlen_pad: IntValue<'ctx>,
-    n_tiles: IntValue<'ctx>,
-    m_tiles: IntValue<'ctx>,
+    view: KeyTileCta<'ctx>,
+}
+
+impl<'ctx> std::ops::Deref for Cta<'ctx> {
+    type Target = KeyTileCta<'ctx>;
+    fn deref(&self) -> &KeyTileCta<'ctx> {
+        &self.view
+    }
 }
 
 /// Which mbarrier.
@@ -112,18 +113,11 @@ enum Bar {
 
 impl<'a, 'ctx> Bwd<'a, 'ctx> {
     fn cta(&self, kb: &mut Kb<'ctx>) -> R<Cta<'ctx>> {
-        let spec = self.spec;
         // 1024-byte aligned base (the swizzle atom); the request has the slack.
         let raw = dynamic_smem_base(kb)?;
         let smem = kb.and(kb.add(raw, kb.i32c(1023), "")?, kb.i32c(!1023), "smem")?;
-        let hkv = kb.sreg("ctaid.y", "hkv")?;
-        let b = kb.opaque_i32(kb.sreg("ctaid.z", "")?, "b")?;
-        let la = self.args.layout()?;
-        let bv = batch_view(kb, spec, &la, b)?;
-        let seqlen_pad = emit_seqlen_pad(kb, la.seqlen_q)?;
-        let n_tiles = kb.ceil_div(bv.seqlen_k, kb.i32c(self.cfg.block_n() as i64), "n_tiles")?;
-        let m_tiles = kb.ceil_div(bv.seqlen_q, kb.i32c(self.cfg.block_m as i64), "m_tiles")?;
-        Ok(Cta { smem, la, va: self.args.variant(spec)?, bv, hkv, seqlen_pad, n_tiles, m_tiles })
+        let view = KeyTileCta::new(kb, self.spec, &self.args, self.cfg.block_m, self.cfg.block_n())?;
+        Ok(Cta { smem, view })
     }
 
     fn bar(&self, kb: &Kb<'ctx>, cta: &Cta<'ctx>, which: Bar, slot: IntValue<'ctx>) -> R<IntValue<'ctx>> {
@@ -147,21 +141,8 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
 
     /// The query walk of key tile `n` (keys `n0 ..`).
     fn queries<'b>(&'b self, kb: &Kb<'ctx>, cta: &'b Cta<'ctx>, n: IntValue<'ctx>) -> R<QueryTiles<'b, 'ctx>> {
-        let bn = self.cfg.block_n() as i64;
-        let n0 = kb.mul(n, kb.i32c(bn), "n0")?;
-        let k_hi = kb.sub(kb.smin(kb.add(n0, kb.i32c(bn), "")?, cta.bv.seqlen_k, "")?, kb.i32c(1), "k_hi")?;
-        Ok(QueryTiles {
-            spec: self.spec,
-            block_m: self.cfg.block_m,
-            bv: cta.bv,
-            hkv: cta.hkv,
-            k: (n0, k_hi),
-            va: &cta.va,
-            classes: DenseClasses::for_key_tile(self.spec, self.args.block_lists().as_ref(), cta.bv.b, n),
-            // Key tile n starts its walk at query tile n (measured: without it, the dQ
-            // atomics of every key tile of a head land on the same rows at once).
-            rotation: self.cfg.rotate_walk.then_some((n, cta.m_tiles)),
-        })
+        // Measured: the rotated walk spreads the dQ atomics (`BwdConfig::rotate_walk`).
+        cta.view.queries(kb, self.spec, &self.args, n, self.cfg.rotate_walk)
     }
 
     fn body(&self, kb: &mut Kb<'ctx>) -> R<()> {
