@@ -213,6 +213,18 @@ pub fn dynamic_smem_base<'ctx>(kb: &Kb<'ctx>) -> R<IntValue<'ctx>> {
     kb.trunc32(p, "smem_base")
 }
 
+/// The TMA backward's tensor maps and this CTA's coordinates in them
+/// ([`KeyTileCta::tma_sources`]).
+pub struct TmaSources<'ctx> {
+    pub q: IntValue<'ctx>,
+    pub k: IntValue<'ctx>,
+    pub v: IntValue<'ctx>,
+    pub d_o: IntValue<'ctx>,
+    pub q_row: IntValue<'ctx>,
+    pub k_row: IntValue<'ctx>,
+    pub batch: IntValue<'ctx>,
+}
+
 /// A key-tile backward kernel's view of its CTA (grid `(key tiles | columns, kv_heads,
 /// batch)`): its KV head, batch entry and sequence lengths, the workspace row length, and
 /// the tile counts at the family's tiling. The TMA families derive it in each role after
@@ -239,6 +251,24 @@ impl<'ctx> KeyTileCta<'ctx> {
         let n_tiles = kb.ceil_div(bv.seqlen_k, kb.i32c(block_n as i64), "n_tiles")?;
         let m_tiles = kb.ceil_div(bv.seqlen_q, kb.i32c(block_m as i64), "m_tiles")?;
         Ok(KeyTileCta { la, va: args.variant(spec)?, bv, hkv, seqlen_pad, n_tiles, m_tiles, block_m, block_n })
+    }
+
+    /// The four tensor maps of [`tma_main_params`] (prefetched) of kernel `kernel`, and
+    /// where this CTA's rows start in them: `(maps [q, k, v, dO], q row base, k row base,
+    /// batch coordinate)` — varlen rows are packed (the sequence's first row, batch 0).
+    pub fn tma_sources(&self, kb: &Kb<'ctx>, spec: &Spec, kernel: &str) -> R<TmaSources<'ctx>> {
+        let map = |i: u32, n: &str| kb.param_generic_addr(&format!("{kernel}_param_{i}"), n);
+        let maps = [map(0, "tmap_q")?, map(1, "tmap_k")?, map(2, "tmap_v")?, map(3, "tmap_do")?];
+        for t in maps {
+            kb.tensormap_prefetch(t)?;
+        }
+        let z = kb.i32c(0);
+        let (q_row, k_row, batch) = if spec.kv_layout == KvLayout::Varlen {
+            (self.bv.q_start.unwrap_or(z), self.bv.k_start.unwrap_or(z), z)
+        } else {
+            (z, z, self.bv.b)
+        };
+        Ok(TmaSources { q: maps[0], k: maps[1], v: maps[2], d_o: maps[3], q_row, k_row, batch })
     }
 
     /// The query walk of key tile `n` (its keys clipped to seqlen_k); `rotate`: key tile

@@ -40,7 +40,7 @@ use crate::variant::expr as vexpr;
 use crate::variant::grad::ScoreGrad;
 use crate::variant::layout::kv_row_offsets;
 use crate::variant::tiles::{walk_key_tiles, QueryPair, QueryTiles};
-use attnc_ir::{KvLayout, Spec};
+use attnc_ir::Spec;
 use inkwell::values::{FloatValue, IntValue};
 use inkwell::{FloatPredicate, IntPredicate};
 
@@ -209,20 +209,10 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let cfg = self.cfg;
         let l = self.layout;
         let cta = self.cta(kb)?;
-        let tmap = |kb: &Kb<'ctx>, i: u32, n: &str| kb.param_generic_addr(&format!("{}_param_{i}", self.name), n);
-        let (tmap_q, tmap_k, tmap_v, tmap_do) =
-            (tmap(kb, 0, "tmap_q")?, tmap(kb, 1, "tmap_k")?, tmap(kb, 2, "tmap_v")?, tmap(kb, 3, "tmap_do")?);
-        for t in [tmap_q, tmap_k, tmap_v, tmap_do] {
-            kb.tensormap_prefetch(t)?;
-        }
-        // Row coordinate base and batch coordinate in the tensor maps.
-        let varlen = spec.kv_layout == KvLayout::Varlen;
-        let (q_row_base, k_row_base, batch_coord) = if varlen {
-            let z = kb.i32c(0);
-            (cta.bv.q_start.unwrap_or(z), cta.bv.k_start.unwrap_or(z), z)
-        } else {
-            (kb.i32c(0), kb.i32c(0), cta.bv.b)
-        };
+        // The tensor maps, and the row coordinate bases and batch coordinate in them.
+        let src = cta.tma_sources(kb, spec, &self.name)?;
+        let (tmap_q, tmap_k, tmap_v, tmap_do) = (src.q, src.k, src.v, src.d_o);
+        let (q_row_base, k_row_base, batch_coord) = (src.q_row, src.k_row, src.batch);
         let pos = kb.slot_i32("p_pos", kb.i32c(0))?;
         let (lse_log2, dpsum) = (self.args.int("lse_log2")?, self.args.int("dpsum")?);
         self.key_tiles(kb, &cta, |kb, n, it| {
