@@ -428,7 +428,8 @@ fn sweep_regressions_compile_and_assemble_without_spills() {
 /// The sweep's checks over `specs`: every arch, direction (where the layout has one) and
 /// choice (`auto`, portable) through `compile_without_spills` when ptxas is there, then
 /// the module checks, ptxas's spills and budgets and the SASS promises; panics with every
-/// problem and the failing specs' text. `ATTNC_SPEC_SWEEP_JOBS` sets the threads.
+/// problem and the failing specs' text. `ATTNC_SPEC_SWEEP_JOBS` sets the threads. The
+/// summary starts a line of its own (the harness has printed `test … ` before it).
 fn sweep(specs: &[Spec], what: &str) {
     let env = |k: &str, d: u64| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
     let ptxas_path = match ptxas::find_ptxas() {
@@ -502,7 +503,7 @@ fn sweep(specs: &[Spec], what: &str) {
     });
     let failed = failed.into_inner().unwrap_or_default();
     say(&format!(
-        "{what}, {} compiles, {} assembled, {} problems in {} specs, {workers} threads, {:.0} s\n",
+        "\n{what}, {} compiles, {} assembled, {} problems in {} specs, {workers} threads, {:.0} s\n",
         units.len(),
         assembled.into_inner(),
         failed.len(),
