@@ -848,18 +848,9 @@ mod tests {
 
     /// The examples and GPU specs whose backward this family builds (the others say why).
     fn backward_examples() -> Vec<Spec> {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/gpu-specs");
-        let mut files: Vec<_> = std::fs::read_dir(&dir)
-            .expect("tests/gpu-specs")
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "attn"))
-            .collect();
-        files.sort();
-        let gpu_specs =
-            files.iter().map(|p| attnc_dsl::parse_file(p).unwrap_or_else(|d| panic!("{}: {d}", p.display())));
         super::super::tests::accepted_examples()
             .into_iter()
-            .chain(gpu_specs)
+            .chain(super::super::tests::specs_in("tests/gpu-specs"))
             .filter(|s| {
                 crate::compile::pass_unsupported_reason(s, Direction::Backward).is_none()
                     && Blackwell.unsupported_reason(s, Arch::Sm100a, Direction::Backward).is_none()

@@ -267,18 +267,19 @@ fn dump_ptx_when_asked() {
 
 /// The dsl-examples/ this family accepts, parsed.
 pub(super) fn accepted_examples() -> Vec<Spec> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../dsl-examples");
+    specs_in("dsl-examples").into_iter().filter(|s| kernel_unsupported_reason(s, Arch::Sm100a).is_none()).collect()
+}
+
+/// Every `.attn` file of the repository folder `dir`, parsed, in file-name order.
+pub(super) fn specs_in(dir: &str) -> Vec<Spec> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(dir);
     let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .expect("dsl-examples")
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "attn"))
         .collect();
     files.sort();
-    files
-        .iter()
-        .map(|p| attnc_dsl::parse_file(p).unwrap_or_else(|d| panic!("{}: {d}", p.display())))
-        .filter(|s| kernel_unsupported_reason(s, Arch::Sm100a).is_none())
-        .collect()
+    files.iter().map(|p| attnc_dsl::parse_file(p).unwrap_or_else(|d| panic!("{}: {d}", p.display()))).collect()
 }
 
 /// Dev aid: ptxas spills per register split ($ATTNC_BW_SWEEP=1).

@@ -22,44 +22,70 @@ pub const PROMISED_SASS: &[&str] = &["UTCHMMA", "UTCBAR", "LDTM", "STTM", "UTMAL
 pub const PROMISED_BWD_SASS: &[&str] =
     &["UTCHMMA", "UTCBAR", "LDTM", "STTM", "UTMALDG", "UBLKCP", "USETMAXREG", "SYNCS", "REDG"];
 
-/// Everything that is wrong with an assembled backward main kernel, per its plan.
-pub fn backward_problems(plan: &super::backward_plan::BwdPlan, v: &Verified) -> Vec<String> {
+/// What a kernel of this family was modelled to use, for [`budget_problems`].
+pub struct Budget<'a> {
+    /// Registers per thread at launch (65536 / threads).
+    pub launch_regs: u32,
+    pub smem_request: u32,
+    pub tmem_alloc: u32,
+    pub tmem_used: u32,
+    /// The `setmaxnreg` budgets of its warpgroups.
+    pub regions: &'a [u32],
+    /// SASS opcodes it must contain.
+    pub promised: &'a [&'a str],
+}
+
+/// Every budget of `b` the assembled kernel `v` breaks: spills, registers at launch and per
+/// setmaxnreg region, shared memory, the TMEM allocation, missing promised instructions.
+pub fn budget_problems(b: &Budget<'_>, v: &Verified) -> Vec<String> {
     let mut p = Vec::new();
     if v.spill_bytes > 0 {
         p.push(format!("{} spill bytes", v.spill_bytes));
     }
-    let launch = 65536 / super::backward::BWD_THREADS;
-    if v.registers > launch {
-        p.push(format!("{} registers at launch, the budget is {launch}", v.registers));
+    if v.registers > b.launch_regs {
+        p.push(format!("{} registers at launch, the budget is {}", v.registers, b.launch_regs));
     }
-    let smem = v.smem_bytes + plan.smem.request as u64;
+    let smem = v.smem_bytes + b.smem_request as u64;
     if smem > crate::arch::Arch::Sm100a.max_smem_per_block() as u64 {
         p.push(format!("{smem} bytes of shared memory"));
     }
-    let t = &plan.tmem;
-    if v.tmem_alloc != vec![t.alloc] || t.used > t.alloc || t.alloc > super::config::TMEM_COLS {
-        p.push(format!("TMEM: PTX allocates {:?}, the plan uses {} of {}", v.tmem_alloc, t.used, t.alloc));
+    if v.tmem_alloc != vec![b.tmem_alloc] || b.tmem_used > b.tmem_alloc || b.tmem_alloc > super::config::TMEM_COLS {
+        p.push(format!("TMEM: PTX allocates {:?}, the model uses {} of {}", v.tmem_alloc, b.tmem_used, b.tmem_alloc));
     }
     let mut seen: Vec<u32> = v.regions.iter().map(|r| r.budget).collect();
     seen.sort();
     seen.dedup();
-    let mut want: Vec<u32> = plan.roles.iter().map(|r| r.2).collect();
+    let mut want = b.regions.to_vec();
     want.sort();
     want.dedup();
     if seen != want {
-        p.push(format!("setmaxnreg budgets in SASS {seen:?}, plan {want:?}"));
+        p.push(format!("setmaxnreg budgets in SASS {seen:?}, model {want:?}"));
     }
     for r in &v.regions {
         if r.max_reg >= r.budget {
             p.push(format!("a region with budget {} uses R{}", r.budget, r.max_reg));
         }
     }
-    for op in PROMISED_BWD_SASS {
+    for op in b.promised {
         if !v.opcodes.contains_key(*op) {
             p.push(format!("no {op} in the SASS"));
         }
     }
     p
+}
+
+/// Everything that is wrong with an assembled backward main kernel, per its plan.
+pub fn backward_problems(plan: &super::backward_plan::BwdPlan, v: &Verified) -> Vec<String> {
+    let regions: Vec<u32> = plan.roles.iter().map(|r| r.2).collect();
+    let b = Budget {
+        launch_regs: 65536 / super::backward::BWD_THREADS,
+        smem_request: plan.smem.request,
+        tmem_alloc: plan.tmem.alloc,
+        tmem_used: plan.tmem.used,
+        regions: &regions,
+        promised: PROMISED_BWD_SASS,
+    };
+    budget_problems(&b, v)
 }
 
 /// One straight-line SASS instruction.
@@ -233,41 +259,16 @@ pub struct Verified {
 
 /// Everything that is wrong with an assembled kernel, per the model in `cfg`.
 pub fn problems(spec: &Spec, cfg: &Config, v: &Verified) -> Vec<String> {
-    let mut p = Vec::new();
-    if v.spill_bytes > 0 {
-        p.push(format!("{} spill bytes", v.spill_bytes));
-    }
-    if v.registers > super::config::RegBudget::LAUNCH {
-        p.push(format!("{} registers at launch, the budget is {}", v.registers, super::config::RegBudget::LAUNCH));
-    }
-    let smem = v.smem_bytes + cfg.smem().request as u64;
-    if smem > crate::arch::Arch::Sm100a.max_smem_per_block() as u64 {
-        p.push(format!("{smem} bytes of shared memory"));
-    }
     let t = cfg.tmem();
-    if v.tmem_alloc != vec![t.alloc] || t.used > t.alloc || t.alloc > super::config::TMEM_COLS {
-        p.push(format!("TMEM: PTX allocates {:?}, the model uses {} of {}", v.tmem_alloc, t.used, t.alloc));
-    }
-    let budgets = [cfg.regs.softmax, cfg.regs.correction, cfg.regs.other];
-    let mut seen: Vec<u32> = v.regions.iter().map(|r| r.budget).collect();
-    seen.sort();
-    seen.dedup();
-    let mut want = budgets.to_vec();
-    want.sort();
-    want.dedup();
-    if seen != want {
-        p.push(format!("setmaxnreg budgets in SASS {seen:?}, model {want:?}"));
-    }
-    for r in &v.regions {
-        if r.max_reg >= r.budget {
-            p.push(format!("a region with budget {} uses R{}", r.budget, r.max_reg));
-        }
-    }
-    for op in PROMISED_SASS {
-        if !v.opcodes.contains_key(*op) {
-            p.push(format!("no {op} in the SASS"));
-        }
-    }
+    let b = Budget {
+        launch_regs: super::config::RegBudget::LAUNCH,
+        smem_request: cfg.smem().request,
+        tmem_alloc: t.alloc,
+        tmem_used: t.used,
+        regions: &[cfg.regs.softmax, cfg.regs.correction, cfg.regs.other],
+        promised: PROMISED_SASS,
+    };
+    let mut p = budget_problems(&b, v);
     // O by TMA stores, or row stores (varlen, split-KV), as the configuration says.
     if cfg.tma_store_o != v.opcodes.contains_key("UTMASTG") {
         p.push(format!(
