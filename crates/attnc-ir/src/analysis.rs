@@ -492,15 +492,6 @@ impl Analyzer<'_> {
             },
             ExprKind::Binary(op, ea, eb) => {
                 let (a, b) = (self.value(ea), self.value(eb));
-                // An integer compared with itself (after simplification: `p - 0` is `p`)
-                // is decided whatever its range: intervals alone lose that the two sides
-                // are the same value. Floats are left out (NaN is not equal to itself).
-                if op.is_comparison()
-                    && matches!((a, b), (AVal::Int(_), AVal::Int(_)))
-                    && crate::deriv::simplify(ea).same_as(&crate::deriv::simplify(eb))
-                {
-                    return AVal::Bool(Tri::from_bool(matches!(op, BinOp::Le | BinOp::Ge | BinOp::Eq)));
-                }
                 match op {
                     BinOp::And | BinOp::Or => match (a, b) {
                         (AVal::Bool(x), AVal::Bool(y)) => {
@@ -509,7 +500,15 @@ impl Analyzer<'_> {
                         _ => AVal::Bool(Tri::Unknown),
                     },
                     _ if op.is_comparison() => match (a, b) {
-                        (AVal::Int(x), AVal::Int(y)) => AVal::Bool(compare(*op, x, y)),
+                        // An integer compared with itself (after simplification: `p - 0`
+                        // is `p`) is decided whatever its range, which intervals alone
+                        // lose. Floats are left out (NaN is not equal to itself).
+                        (AVal::Int(x), AVal::Int(y)) => AVal::Bool(match compare(*op, x, y) {
+                            Tri::Unknown if crate::deriv::simplify(ea).same_as(&crate::deriv::simplify(eb)) => {
+                                Tri::from_bool(matches!(op, BinOp::Le | BinOp::Ge | BinOp::Eq))
+                            }
+                            t => t,
+                        }),
                         (AVal::Bool(x), AVal::Bool(y)) if *op == BinOp::Eq => AVal::Bool(x.equals(y)),
                         (AVal::Bool(x), AVal::Bool(y)) if *op == BinOp::Ne => AVal::Bool(!x.equals(y)),
                         _ => AVal::Bool(Tri::Unknown),
