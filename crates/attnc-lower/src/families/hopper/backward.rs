@@ -472,7 +472,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             return Ok(());
         }
         if cfg.dq_bulk {
-            return self.bulk_dq(kb, env, h, m0, col0, slice, ring_pos, &frag);
+            return self.bulk_dq(kb, env, h, m0, col0, slice, &frag);
         }
         match cfg.dq_split {
             DqSplit::Columns => add(kb),
@@ -527,14 +527,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             // The last tile's bulk reduce has read its staging (deterministic: is done)
             // before anyone passes this barrier and refills the staging at this tile's end.
             // Only its issuing thread has a bulk group; the others pass at once.
-            // With two slots, the reduce of the tile before may still be reading its own.
-            let pending = cfg.dq_stages.max(1) - 1;
-            kb.if_else(
-                env.deterministic,
-                "dq_bulk_wait",
-                |kb| kb.bulk_wait_group(0),
-                |kb| kb.bulk_wait_group_read(pending),
-            )?;
+            kb.if_else(env.deterministic, "dq_bulk_wait", |kb| kb.bulk_wait_group(0), |kb| kb.bulk_wait_group_read(0))?;
         }
         match cfg.dq_split {
             DqSplit::Columns => kb.named_bar_sync(DS_BAR, 128 * cfg.consumers)?,
@@ -593,7 +586,6 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         m0: IntValue<'ctx>,
         col0: IntValue<'ctx>,
         slice: IntValue<'ctx>,
-        ring_pos: IntValue<'ctx>,
         frag: &[[FloatValue<'ctx>; 4]],
     ) -> R<()> {
         let spec = self.spec;
@@ -602,13 +594,8 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let cta = env.cta;
         let d = spec.head_dim_qk;
         kb.section("dQ -> shared staging tile (f32), then one bulk reduce-add into dq_accum")?;
-        let slot = kb.urem(ring_pos, kb.i32c(cfg.dq_stages.max(1) as i64), "dq_slot")?;
         let stage = kb.add(
-            kb.add(
-                kb.add(cta.smem, kb.i32c(l.dq_stage as i64), "")?,
-                kb.mul(slot, kb.i32c(l.dq_stage_per_slot as i64), "")?,
-                "",
-            )?,
+            kb.add(cta.smem, kb.i32c(l.dq_stage as i64), "")?,
             kb.mul(env.consumer, kb.i32c(l.dq_stage_per_wg as i64), "")?,
             "dq_stage",
         )?;

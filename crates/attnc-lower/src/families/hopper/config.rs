@@ -322,9 +322,6 @@ pub struct BwdConfig {
     /// dQ of a tile goes through shared memory and one bulk reduce-add per tile (FA3's
     /// way) instead of per-thread `red.global.add.v4.f32`.
     pub dq_bulk: bool,
-    /// Staging slots of the bulk dQ (`dq_bulk`): with two, a tile's reduce has until the
-    /// tile after next to read its slot, instead of until the next tile's dSᵀ barrier.
-    pub dq_stages: u32,
     pub producer_regs: u32,
     pub consumer_regs: u32,
     /// Diagnostics only (wrong results; never set by `for_spec`, only through
@@ -360,11 +357,9 @@ pub struct BwdSmem {
     pub ds: u32,
     pub ds_per_buffer: u32,
     /// dQ staging (f32, row-major `[64][d_qk]`): one tile both warpgroups fill (column
-    /// split) or one per warpgroup (key split); 0 bytes without `dq_bulk`. Slot `s` of
-    /// `dq_stages` at `dq_stage + s · dq_stage_per_slot`.
+    /// split) or one per warpgroup (key split); 0 bytes without `dq_bulk`.
     pub dq_stage: u32,
     pub dq_stage_per_wg: u32,
-    pub dq_stage_per_slot: u32,
     /// mbarriers: kv_full, kv_empty, full[stages], empty[stages].
     pub bars: u32,
     pub used: u32,
@@ -387,7 +382,6 @@ impl BwdConfig {
             // bulk reduce-add gains 1-3% at d128 (one shared tile) and 5-10% deterministic,
             // but loses 6-14% at d64, where each warpgroup stages its own tile.
             dq_bulk: dq_split == DqSplit::Columns,
-            dq_stages: 1,
             producer_regs: 24,
             consumer_regs: 240,
             diag: BwdDiag::default(),
@@ -397,7 +391,7 @@ impl BwdConfig {
 
     /// This configuration with `key=value,...` overrides (dev sweeps; unknown keys and bad
     /// values are ignored): `stages`, `producer_regs`, `consumer_regs`, `dq_split`
-    /// (0 columns, 1 keys), `dp_with_s`, `rotate_walk`, `dq_bulk`, `dq_stages`, and the diagnostics `diag_no_dq_red`,
+    /// (0 columns, 1 keys), `dp_with_s`, `rotate_walk`, `dq_bulk`, and the diagnostics `diag_no_dq_red`,
     /// `diag_no_dq`, `diag_no_softmax`.
     pub fn tuned(mut self, text: &str) -> BwdConfig {
         for kv in text.split(',') {
@@ -411,7 +405,6 @@ impl BwdConfig {
                 "dp_with_s" => self.dp_with_s = n != 0,
                 "rotate_walk" => self.rotate_walk = n != 0,
                 "dq_bulk" => self.dq_bulk = n != 0,
-                "dq_stages" => self.dq_stages = n,
                 "diag_no_dq_red" => self.diag.no_dq_red = n != 0,
                 "diag_no_dq" => self.diag.no_dq = n != 0,
                 "diag_no_softmax" => self.diag.no_softmax = n != 0,
@@ -454,7 +447,7 @@ impl BwdConfig {
             (true, DqSplit::Columns) => (0, dq_tile),
             (true, DqSplit::Keys) => (dq_tile, dq_tile * self.consumers),
         };
-        let rowvals = dq_stage + dq_stage_bytes * self.dq_stages.max(1);
+        let rowvals = dq_stage + dq_stage_bytes;
         let rowvals_per_stage = 2 * self.block_m * 4;
         let bars = rowvals + rowvals_per_stage * self.stages;
         let used = bars + 8 * (2 + 2 * self.stages);
@@ -471,7 +464,6 @@ impl BwdConfig {
             ds_per_buffer,
             dq_stage,
             dq_stage_per_wg,
-            dq_stage_per_slot: dq_stage_bytes,
             bars,
             used,
             request: used + 1024,

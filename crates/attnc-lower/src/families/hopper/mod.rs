@@ -214,33 +214,6 @@ mod tests {
         assert!(Hopper.unsupported_reason(&Spec::new("x", 128, 4), Arch::Sm80, Direction::Backward).is_some());
     }
 
-    /// Two dQ staging slots (`dq_stages=2`) fit the shared memory at head dims 64 and 128
-    /// and assemble without spills (at 96 the key split's two per-warpgroup tiles do not
-    /// fit twice, and the check says so).
-    #[test]
-    fn two_dq_staging_slots_fit_and_assemble() {
-        let ptxas = crate::ptxas::find_ptxas();
-        let s96 = Spec::new("bwd2_d96", 96, 8);
-        let e = BwdConfig { dq_bulk: true, dq_stages: 2, ..BwdConfig::for_spec(&s96) }
-            .check(&s96, Arch::Sm90a.max_smem_per_block())
-            .expect_err("too large");
-        assert!(e.contains("shared memory"), "{e}");
-        for d in [64, 128] {
-            let mut s = Spec::new(&format!("bwd2_d{d}"), d, 8);
-            s.mask.causal = Some(Align::BottomRight);
-            let cfg = BwdConfig { dq_bulk: true, dq_stages: 2, ..BwdConfig::for_spec(&s) };
-            cfg.check(&s, Arch::Sm90a.max_smem_per_block()).unwrap_or_else(|e| panic!("d={d}: {e}"));
-            let one = BwdConfig { dq_stages: 1, ..cfg.clone() };
-            assert_eq!(cfg.smem(&s).used - one.smem(&s).used, one.smem(&s).dq_stage_per_slot);
-            let m = compile_backward_with_config(&s, Arch::Sm90a, &cfg).unwrap_or_else(|e| panic!("d={d}: {e}"));
-            assert!(m.ptx.contains("cp.async.bulk.wait_group.read 1"), "d={d}: the wait leaves one reduce in flight");
-            if let Ok(path) = &ptxas {
-                let a = crate::ptxas::assemble_with(path, &m.ptx, Arch::Sm90a).expect("assembles");
-                assert!(!a.has_spills(), "d={d} spills:\n{}", a.log);
-            }
-        }
-    }
-
     /// Every supported head dim, masked and not, compiles; with ptxas present it must
     /// assemble for sm_90a without spills and without serialized wgmma, with HGMMA and
     /// UTMALDG in the SASS.
