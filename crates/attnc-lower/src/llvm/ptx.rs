@@ -354,6 +354,12 @@ impl<'ctx> Kb<'ctx> {
             .into_int_value())
     }
 
+    /// Adjacent pairs of `v` packed in the element type, the even one in the low half: the
+    /// 16-bit operand layout of every MMA that reads P or dS from registers or TMEM.
+    pub fn pack_pairs(&self, dtype: DType, v: &[FloatValue<'ctx>], name: &str) -> R<Vec<IntValue<'ctx>>> {
+        v.chunks(2).map(|q| self.pack_half2(dtype, q[0], q[1], name)).collect()
+    }
+
     /// `ex2.approx.ftz.f32` (MUFU.EX2).
     pub fn ex2(&self, x: FloatValue<'ctx>, name: &str) -> R<FloatValue<'ctx>> {
         self.asm_f32_1("ex2.approx.ftz.f32 $0, $1;", x, name)

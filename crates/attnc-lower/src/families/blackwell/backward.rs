@@ -628,7 +628,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                 Ok(())
             })?;
             let p: Vec<FloatValue<'ctx>> = p_slots.iter().map(|s| kb.get_f(*s, "p")).collect::<R<_>>()?;
-            let packed = pack(kb, spec, &p)?;
+            let packed = kb.pack_pairs(spec.dtype, &p, "packed")?;
             kb.tmem_store(pl.taddr, t.s.0 + c * CHUNK / 2, &packed)?;
             p_packed.extend(packed);
         }
@@ -662,7 +662,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                 }
                 ds.push(v);
             }
-            let packed = pack(kb, spec, &ds)?;
+            let packed = kb.pack_pairs(spec.dtype, &ds, "packed")?;
             kb.tmem_store(pl.taddr, t.dp.0 + c * CHUNK / 2, &packed)?;
             // Row `row` of the warpgroup's 64-query block: 16-byte chunks 4c..4c+3.
             for k in 0..4u32 {
@@ -748,7 +748,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                 } else {
                     vec![kb.f32c(0.0); EPI_CHUNK as usize]
                 };
-                let packed = pack(kb, spec, &v)?;
+                let packed = kb.pack_pairs(spec.dtype, &v, "packed")?;
                 kb.if_then(inside, "store_grad", |kb| {
                     for (i, w) in packed.iter().enumerate() {
                         let off = ((c * EPI_CHUNK) as i64 + 2 * i as i64) * 2;
@@ -809,11 +809,6 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             })
         })
     }
-}
-
-/// Pairs of adjacent values packed in the element type (the low half the even one).
-fn pack<'ctx>(kb: &Kb<'ctx>, spec: &Spec, v: &[FloatValue<'ctx>]) -> R<Vec<IntValue<'ctx>>> {
-    (0..v.len() / 2).map(|k| kb.pack_half2(spec.dtype, v[2 * k], v[2 * k + 1], "packed")).collect()
 }
 
 #[cfg(test)]

@@ -712,7 +712,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let cta = env.cta;
         kb.section("softmax recompute: P^T = 2^(s - lse_log2) (exp2 domain)")?;
         if self.cfg.diag.no_softmax {
-            let ops = pack(kb, spec, s)?;
+            let ops = kb.pack_pairs(spec.dtype, s, "packed")?;
             return Ok(PTile { ops, p_f32: Vec::new(), slope: vec![None; s.len()], pre_d: vec![Vec::new(); s.len()] });
         }
         let pos = self.frag_pos(kb, env, n0)?;
@@ -750,7 +750,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         for (v, slot) in p.iter_mut().zip(&slots) {
             *v = kb.get_f(*slot, "p")?;
         }
-        let ops = pack(kb, spec, &p)?;
+        let ops = kb.pack_pairs(spec.dtype, &p, "packed")?;
         // dS uses P rounded to the element type (it is rounded for its GEMMs anyway), so
         // only the packed copy stays live; learnable aux gradients keep the f32 P (their
         // sums over keys can cancel, see docs/backward.md).
@@ -777,7 +777,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let bm = self.cfg.block_m;
         kb.section("dS^T = P^T * (dP^T - D) (and learnable aux gradients)")?;
         if self.cfg.diag.no_softmax {
-            return pack(kb, spec, dp);
+            return kb.pack_pairs(spec.dtype, dp, "packed");
         }
         let pos = self.frag_pos(kb, env, n0)?;
         let n = dp.len();
@@ -813,7 +813,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                 }
             }
         }
-        pack(kb, spec, &ds)
+        kb.pack_pairs(spec.dtype, &ds, "packed")
     }
 
     /// Writes this thread's packed dSᵀ (rows: its keys; pairs of adjacent queries) into
@@ -942,11 +942,6 @@ fn row_val<'ctx>(
 ) -> R<FloatValue<'ctx>> {
     let col = pos.col(kb, idx)?;
     kb.ld_shared_f32(kb.add(rowvals, kb.add(kb.mul(col, kb.i32c(4), "")?, kb.i32c(off as i64), "")?, "")?, name)
-}
-
-/// Pairs of adjacent fragment elements packed in the element type (the wgmma A order).
-fn pack<'ctx>(kb: &Kb<'ctx>, spec: &Spec, v: &[FloatValue<'ctx>]) -> R<Vec<IntValue<'ctx>>> {
-    (0..v.len() / 2).map(|k| kb.pack_half2(spec.dtype, v[2 * k], v[2 * k + 1], "packed")).collect()
 }
 
 /// What a consumer's tiles share.

@@ -996,7 +996,7 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
     /// P (f32, the S fragment) → the bf16x2/f16x2 A fragment of the P·V GEMM (pairs
     /// of adjacent columns are exactly the wgmma A-fragment order).
     fn pack_p(&self, kb: &Kb<'ctx>, p: &[FloatValue<'ctx>]) -> R<Vec<IntValue<'ctx>>> {
-        (0..p.len() / 2).map(|k| kb.pack_half2(self.spec.dtype, p[2 * k], p[2 * k + 1], "p_packed")).collect()
+        kb.pack_pairs(self.spec.dtype, p, "p_packed")
     }
 
     /// O *= α per row, skipped as a whole when conditional rescaling kept every base.

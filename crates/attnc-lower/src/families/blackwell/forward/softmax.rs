@@ -204,8 +204,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
     /// P columns `first..first + p.len()` of this row, packed to 16 bits in pairs, into
     /// TMEM beside S (at most 32 words per `tcgen05.st`).
     fn store_p(&self, kb: &mut Kb<'ctx>, row: &SoftmaxRow<'ctx>, first: u32, p: &[FloatValue<'ctx>]) -> R<()> {
-        let packed: Vec<IntValue<'ctx>> =
-            p.chunks(2).map(|q| kb.pack_half2(self.spec.dtype, q[0], q[1], "p2")).collect::<R<_>>()?;
+        let packed: Vec<IntValue<'ctx>> = kb.pack_pairs(self.spec.dtype, p, "p2")?;
         for (i, words) in packed.chunks(32).enumerate() {
             kb.tmem_store(row.s_taddr, row.p_off + first / 2 + 32 * i as u32, words)?;
         }
@@ -292,8 +291,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                 p.push(if is_emulated(col, e) { exp2_emulated(kb, x)? } else { kb.ex2(x, "p")? });
             }
             sums.push(tree(kb, &p, |kb, a, b| kb.fadd(a, b, ""))?);
-            let packed: Vec<IntValue<'ctx>> =
-                p.chunks(2).map(|q| kb.pack_half2(spec.dtype, q[0], q[1], "p2")).collect::<R<_>>()?;
+            let packed: Vec<IntValue<'ctx>> = kb.pack_pairs(spec.dtype, &p, "p2")?;
             kb.tmem_store(row.s_taddr, row.p_off + 16 * chunk, &packed)?;
         }
         self.exp_turn_end(kb, row)?;
