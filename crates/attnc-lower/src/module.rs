@@ -95,6 +95,9 @@ pub enum KernelRole {
     /// Block mask: the forward's row lists of non-empty key tiles, classified from the
     /// mask over the launch's data (`families::common::block_mask`).
     BlockClassify,
+    /// Backward, ordered deterministic mode: each (query tile, key tile) visit's
+    /// predecessor in the dQ order (`families::common::dq_order`).
+    TurnPlan,
 }
 
 impl KernelRole {
@@ -108,6 +111,7 @@ impl KernelRole {
             KernelRole::SinkGrad => "sink gradient",
             KernelRole::AuxGradReduce => "aux-gradient reduce",
             KernelRole::BlockClassify => "block classifier",
+            KernelRole::TurnPlan => "dQ turn plan",
         }
     }
 
@@ -121,7 +125,8 @@ impl KernelRole {
             | KernelRole::BackwardMain
             | KernelRole::DqConvert
             | KernelRole::SinkGrad
-            | KernelRole::AuxGradReduce => d == Direction::Backward,
+            | KernelRole::AuxGradReduce
+            | KernelRole::TurnPlan => d == Direction::Backward,
         }
     }
 }
@@ -176,9 +181,15 @@ pub enum Grid {
     /// `(seqlen_pad / block_m, q_heads, batch)`: the rows of the backward's workspace
     /// (`families::common::backward`), `block_m` per CTA.
     WorkspaceRows,
-    /// `(key tiles of block_n keys — or the deterministic mode's column count —, kv_heads
+    /// `(key tiles of block_n keys — or the slice mode's column count —, kv_heads
     /// × parts, batch)`: the backward main loop, `parts` CTAs per key tile.
-    KeyTiles { parts: u32 },
+    /// `ordered_dq`: the kernel implements `DqAccumulation::Ordered` (the deterministic
+    /// mode over the default grid; `families::common::dq_order`).
+    KeyTiles {
+        parts: u32,
+        #[serde(default)]
+        ordered_dq: bool,
+    },
     /// `(q_heads)`: one CTA per query head.
     Heads,
     /// `(ceil(Σ learnable aux elements / threads))`: one thread per aux-gradient element.

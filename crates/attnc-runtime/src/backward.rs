@@ -28,6 +28,7 @@ use crate::validate::{
 use attnc_ir::block_mask::{BlockDims, Tiling};
 use attnc_ir::{KvLayout, Spec};
 use attnc_lower::families::common::backward::{learnable_aux, padded_seqlen, REDUCE_THREADS, ROWS_PER_CTA};
+use attnc_lower::families::common::dq_order::{turn_flags, turn_plan_words, DqAccumulation, MAX_TURN_TILES};
 use attnc_lower::{Direction, Grid, KernelRole, LowerError};
 use std::sync::Arc;
 
@@ -80,7 +81,8 @@ pub struct BackwardDescs<'a> {
 /// What the backward module's kernels look like (from its metadata).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BackwardShape {
-    /// Keys per CTA of the main kernel.
+    /// Queries per tile of the main kernel's walk, and keys per CTA.
+    pub block_m: u32,
     pub block_n: u32,
     /// CTAs per key tile (column parts).
     pub parts: u32,
@@ -88,6 +90,8 @@ pub struct BackwardShape {
     pub warps: u32,
     /// Resident main-kernel CTAs per SM.
     pub ctas_per_sm: u32,
+    /// The kernel implements `DqAccumulation::Ordered`.
+    pub ordered_dq: bool,
 }
 
 /// A validated backward launch.
@@ -100,6 +104,9 @@ pub struct BackwardPlan {
     pub args: Vec<(String, ArgValue)>,
     pub seqlen_pad: usize,
     pub dq_slices: u32,
+    /// How dQ is accumulated, and why a deterministic launch takes the slice mode.
+    pub dq_accumulation: DqAccumulation,
+    pub dq_accumulation_reason: Option<String>,
     /// f32 elements of all learnable aux tensors together, and the deterministic
     /// partials' slice count (0 without learnable aux or when not deterministic).
     pub aux_total: usize,
@@ -111,6 +118,12 @@ pub struct BackwardPlan {
     pub deterministic: bool,
     /// Byte offsets in the workspace: dpsum, lse_log2, dq_accum, aux partials; total.
     pub ws_offsets: [usize; 4],
+    /// The ordered mode's turn flags (`u32`, zeroed before the launch) and turn plan
+    /// (`u32`, written by the turn-plan kernel): byte offset and count of each.
+    pub turn_flags: (usize, usize),
+    pub turn_plan: (usize, usize),
+    /// The turn-plan kernel's grid (zeros when not ordered).
+    pub turn_grid: [u32; 3],
     pub ws_bytes: usize,
 }
 
@@ -300,18 +313,33 @@ pub fn plan_backward(
     let y = kvh * shape.parts as usize;
     let key_tiles = max_sk.div_ceil(shape.block_n.max(1) as usize).max(1);
     let row_bytes = batch * qh * pad * spec.head_dim_qk as usize * 4;
-    let columns = if d.deterministic {
+    // Deterministic: ordered turns over the default grid where the kernel has them and a
+    // KV head's key tiles (the CTAs that wait for each other) fit the resident slots at
+    // once — else they could wait for CTAs that cannot start; otherwise slices.
+    let slots = (sm_count.max(1) * shape.ctas_per_sm.max(1)) as usize;
+    let (dq_accumulation, dq_accumulation_reason) = match (d.deterministic, shape.ordered_dq, shape.parts) {
+        (false, ..) => (DqAccumulation::Atomic, None),
+        (true, false, _) => (DqAccumulation::Slices, Some("the family's kernel has no ordered mode".to_string())),
+        (true, true, parts) if parts != 1 => (DqAccumulation::Slices, Some(format!("{parts} CTAs per key tile"))),
+        (true, true, _) if key_tiles > slots.min(MAX_TURN_TILES as usize) => (
+            DqAccumulation::Slices,
+            Some(format!(
+                "{key_tiles} key tiles per KV head exceed the {slots} resident CTAs the ordered turns need at once"
+            )),
+        ),
+        (true, true, _) => (DqAccumulation::Ordered, None),
+    };
+    let columns = if dq_accumulation == DqAccumulation::Slices {
         // About four waves of CTAs over the resident slots (few CTAs of long serial walks
         // would leave SMs idle in the last wave), never more slices than the workspace
         // limit holds; each column walks its key tiles in order.
-        let slots = (sm_count.max(1) * shape.ctas_per_sm.max(1)) as usize;
         let want = (4 * slots).div_ceil((y * batch).max(1)).clamp(1, key_tiles);
         let fit = (DETERMINISTIC_WORKSPACE_LIMIT as usize / row_bytes.max(1)).max(1);
         want.min(fit)
     } else {
         key_tiles
     };
-    let dq_slices = if d.deterministic { columns } else { 1 };
+    let dq_slices = if dq_accumulation == DqAccumulation::Slices { columns } else { 1 };
     let main_grid = [columns as u32, y as u32, batch as u32];
     let aux_slices = if d.deterministic && aux_total > 0 { columns * y * batch * shape.warps as usize } else { 0 };
     let per_row = batch * qh * pad * 4;
@@ -319,7 +347,17 @@ pub fn plan_backward(
     let o_lse = round256(per_row);
     let o_dq = o_lse + round256(per_row);
     let o_aux = o_dq + round256(dq_slices * row_bytes);
-    let ws_bytes = o_aux + aux_slices * aux_total * 4;
+    let ordered = dq_accumulation == DqAccumulation::Ordered;
+    let o_turns = o_aux + round256(aux_slices * aux_total * 4);
+    let n_turns = if ordered { turn_flags(batch, qh, pad) } else { 0 };
+    let o_plan = o_turns + round256(n_turns * 4);
+    let n_plan = if ordered { turn_plan_words(batch, qh, pad, max_sk, shape.block_m, shape.block_n) } else { 0 };
+    let ws_bytes = o_plan + n_plan * 4;
+    let turn_grid = if ordered {
+        [max_sq.div_ceil(shape.block_m.max(1) as usize) as u32, qh as u32, batch as u32]
+    } else {
+        [0, 0, 0]
+    };
 
     for (n, t) in [("do", &d.d_out), ("dq", &d.dq), ("dk", &d.dk), ("dv", &d.dv)] {
         strides_args(&mut args, n, t);
@@ -327,7 +365,7 @@ pub fn plan_backward(
     if let Some(s) = &d.dsinks {
         args.push(("dsinks".into(), ArgValue::Ptr(s.addr)));
     }
-    args.push(("deterministic".into(), ArgValue::I32(d.deterministic as i32)));
+    args.push(("deterministic".into(), ArgValue::I32(dq_accumulation.arg())));
     args.push(("dq_slices".into(), ArgValue::I32(dq_slices as i32)));
     args.push(("aux_grad_slices".into(), ArgValue::I32(aux_slices as i32)));
     Ok(BackwardPlan {
@@ -335,6 +373,8 @@ pub fn plan_backward(
         args,
         seqlen_pad: pad,
         dq_slices: dq_slices as u32,
+        dq_accumulation,
+        dq_accumulation_reason,
         aux_total,
         aux_slices: aux_slices as u32,
         main_grid,
@@ -343,6 +383,9 @@ pub fn plan_backward(
         aux_grid: [aux_total.div_ceil(REDUCE_THREADS as usize) as u32, 1, 1],
         deterministic: d.deterministic,
         ws_offsets: [o_dpsum, o_lse, o_dq, o_aux],
+        turn_flags: (o_turns, n_turns),
+        turn_plan: (o_plan, n_plan),
+        turn_grid,
         ws_bytes: ws_bytes.max(256),
     })
 }
@@ -408,15 +451,17 @@ impl Kernel {
         let (module, source) = self.backward_module()?;
         let meta = &module.meta;
         let main = meta.main().ok_or_else(|| RuntimeError::Abi("the backward module has no main kernel".into()))?;
-        let parts = match main.grid {
-            Grid::KeyTiles { parts } => parts,
+        let (parts, ordered_dq) = match main.grid {
+            Grid::KeyTiles { parts, ordered_dq } => (parts, ordered_dq),
             g => return Err(RuntimeError::Abi(format!("the backward main kernel's grid is {g:?}"))),
         };
         let shape = BackwardShape {
+            block_m: main.block_m,
             block_n: main.block_n,
             parts,
             warps: main.threads_per_block / 32,
             ctas_per_sm: module.main_ctas_per_sm,
+            ordered_dq,
         };
         let descs = BackwardDescs {
             fwd: LaunchDescs {
@@ -497,6 +542,8 @@ impl Kernel {
             fallback_reason: meta.fallback_reason.clone(),
             skipped: None,
             deterministic: Some(plan.deterministic),
+            dq_accumulation: Some(plan.dq_accumulation),
+            dq_accumulation_reason: plan.dq_accumulation_reason.clone(),
             timings: None,
         };
         if plan.fwd.batch == 0 {
@@ -513,6 +560,8 @@ impl Kernel {
             ("lse_log2", ArgValue::Ptr(ws + o_lse as u64)),
             ("dq_accum", ArgValue::Ptr(ws + o_dq as u64)),
             ("aux_grad_ws", ArgValue::Ptr(ws + o_aux as u64)),
+            ("dq_order", ArgValue::Ptr(ws + plan.turn_flags.0 as u64)),
+            ("turn_plan", ArgValue::Ptr(ws + plan.turn_plan.0 as u64)),
         ];
         extra.extend(plan.args.iter().map(|(n, a)| (n.as_str(), *a)));
         // The main kernel's tensor maps (the hopper family's TMA loads of Q, K, V, dO):
@@ -568,6 +617,7 @@ impl Kernel {
                     // Atomic accumulation writes the gradients directly.
                     KernelRole::AuxGradReduce => [0, 0, 0],
                     KernelRole::BlockClassify => classify_launch.map_or([0, 0, 0], |l| l.0),
+                    KernelRole::TurnPlan => plan.turn_grid,
                     other => return Err(RuntimeError::Abi(format!("a {other} kernel in a backward module"))),
                 };
                 Ok((k, grid))
@@ -576,6 +626,7 @@ impl Kernel {
         let order = [
             KernelRole::BlockClassify,
             KernelRole::BackwardPreprocess,
+            KernelRole::TurnPlan,
             KernelRole::BackwardMain,
             KernelRole::DqConvert,
             KernelRole::SinkGrad,
@@ -603,6 +654,9 @@ impl Kernel {
                 * self.spec.q_heads as usize
                 * self.spec.head_dim_qk as usize,
         )?;
+        if plan.turn_flags.1 > 0 {
+            queue.memset_d32(ws + plan.turn_flags.0 as u64, 0, plan.turn_flags.1)?;
+        }
         if plan.aux_total > 0 {
             if plan.deterministic {
                 queue.memset_d32(ws + o_aux as u64, 0, plan.aux_slices as usize * plan.aux_total)?;
@@ -693,7 +747,8 @@ mod tests {
     use attnc_lower::families::common::backward::WS_ROW_ALIGN;
 
     const SMS: u32 = 132;
-    const SHAPE: BackwardShape = BackwardShape { block_n: 128, parts: 1, warps: 16, ctas_per_sm: 1 };
+    const SHAPE: BackwardShape =
+        BackwardShape { block_m: 64, block_n: 128, parts: 1, warps: 16, ctas_per_sm: 1, ordered_dq: false };
 
     /// Non-overlapping, 256-byte aligned fake device addresses.
     struct Alloc(u64);
@@ -788,6 +843,44 @@ mod tests {
         assert_eq!(p.dq_slices, 3);
         assert_eq!(p.aux_slices, 3 * 2 * 2 * 16, "one slice per (CTA, warp)");
         assert_eq!(p.ws_bytes, p.ws_offsets[3] + p.aux_slices as usize * p.aux_total * 4);
+    }
+
+    #[test]
+    fn deterministic_mode_takes_ordered_turns_where_the_kernel_has_them_and_they_fit() {
+        let mut s = spec();
+        s.aux.clear();
+        let mut d = descs(&mut Alloc(1 << 32));
+        d.fwd.aux.clear();
+        d.aux_grads.clear();
+        d.deterministic = true;
+        let ordered = BackwardShape { ordered_dq: true, ..SHAPE };
+        let p = plan_backward(&s, &ordered, SMS, 0, &d).expect("valid");
+        assert_eq!(p.dq_accumulation, DqAccumulation::Ordered);
+        assert_eq!(p.dq_accumulation_reason, None);
+        // The default grid, one dq_accum, a zeroed u32 flag per (batch, head, 64 rows).
+        assert_eq!((p.main_grid, p.dq_slices), ([3, 2, 2], 1));
+        assert_eq!(p.turn_flags.1, 2 * 8 * (128 / 64));
+        assert!(p.turn_flags.0 >= p.ws_offsets[3] && p.turn_flags.0 % 256 == 0);
+        // The plan: a row of 3 key tiles (padded to 4 words) per (batch, head, 64 rows).
+        assert_eq!(p.turn_plan.1, 2 * 8 * (128 / 64) * 4);
+        assert_eq!(p.turn_plan.0, p.turn_flags.0 + 256);
+        assert_eq!(p.ws_bytes, p.turn_plan.0 + 4 * p.turn_plan.1);
+        assert_eq!(p.turn_grid, [2, 8, 2], "70 query rows in 64-row tiles, q heads, batch");
+        assert_eq!(p.fwd.arg("deterministic"), None, "a backward argument");
+        assert!(p.args.iter().any(|(n, a)| n == "deterministic" && *a == ArgValue::I32(DqAccumulation::Ordered.arg())));
+
+        // Three key tiles that do not fit two resident CTAs: slices, with the reason.
+        let p = plan_backward(&s, &ordered, 2, 0, &d).expect("valid");
+        assert_eq!(p.dq_accumulation, DqAccumulation::Slices);
+        assert!(p.dq_accumulation_reason.as_deref().is_some_and(|r| r.contains("3 key tiles")), "{p:?}");
+        assert_eq!((p.turn_flags.1, p.turn_plan.1, p.turn_grid), (0, 0, [0, 0, 0]));
+        // A kernel without the ordered mode: slices.
+        let p = plan_backward(&s, &SHAPE, SMS, 0, &d).expect("valid");
+        assert_eq!(p.dq_accumulation, DqAccumulation::Slices);
+        // Not deterministic: atomics, no flags.
+        d.deterministic = false;
+        let p = plan_backward(&s, &ordered, SMS, 0, &d).expect("valid");
+        assert_eq!((p.dq_accumulation, p.turn_flags.1), (DqAccumulation::Atomic, 0));
     }
 
     #[test]
@@ -889,9 +982,15 @@ mod tests {
             let main = m.kernel(KernelRole::BackwardMain).expect("main");
             let tensors: Vec<&str> = main.tensor_maps.iter().map(|b| b.tensor.as_str()).collect();
             assert_eq!(tensors, ["q", "k", "v", "do"]);
-            let Grid::KeyTiles { parts } = main.grid else { panic!("main grid {:?}", main.grid) };
-            let shape =
-                BackwardShape { block_n: main.block_n, parts, warps: main.threads_per_block / 32, ctas_per_sm: 1 };
+            let Grid::KeyTiles { parts, ordered_dq } = main.grid else { panic!("main grid {:?}", main.grid) };
+            let shape = BackwardShape {
+                block_m: main.block_m,
+                block_n: main.block_n,
+                parts,
+                warps: main.threads_per_block / 32,
+                ctas_per_sm: 1,
+                ordered_dq,
+            };
             let mut d = descs(&mut Alloc(1 << 32));
             d.fwd.aux.clear();
             d.aux_grads.clear();
@@ -905,10 +1004,11 @@ mod tests {
             })
             .expect("encodable");
             assert_eq!(maps[3].global_address, d.d_out.addr);
-            let mut extra: Vec<(&str, ArgValue)> = ["dpsum", "lse_log2", "dq_accum", "aux_grad_ws"]
-                .into_iter()
-                .map(|n| (n, ArgValue::Ptr(1 << 40)))
-                .collect();
+            let mut extra: Vec<(&str, ArgValue)> =
+                ["dpsum", "lse_log2", "dq_accum", "aux_grad_ws", "dq_order", "turn_plan"]
+                    .into_iter()
+                    .map(|n| (n, ArgValue::Ptr(1 << 40)))
+                    .collect();
             extra.extend(p.args.iter().map(|(n, a)| (n.as_str(), *a)));
             for e in &maps {
                 extra.push((e.param.as_str(), ArgValue::TensorMap(crate::tma::TensorMapArg([0; 16]))));
@@ -941,12 +1041,22 @@ mod tests {
             assert!(roles.contains(&r), "no {r} kernel in {roles:?}");
         }
         let main = m.kernel(KernelRole::BackwardMain).expect("main");
-        let Grid::KeyTiles { parts } = main.grid else { panic!("main grid {:?}", main.grid) };
-        let shape = BackwardShape { block_n: main.block_n, parts, warps: main.threads_per_block / 32, ctas_per_sm: 1 };
+        let Grid::KeyTiles { parts, ordered_dq } = main.grid else { panic!("main grid {:?}", main.grid) };
+        let shape = BackwardShape {
+            block_m: main.block_m,
+            block_n: main.block_n,
+            parts,
+            warps: main.threads_per_block / 32,
+            ctas_per_sm: 1,
+            ordered_dq,
+        };
         let d = descs(&mut Alloc(1 << 32));
         let p = plan_backward(&s, &shape, SMS, 0, &d).expect("valid");
         let mut extra: Vec<(&str, ArgValue)> =
-            ["dpsum", "lse_log2", "dq_accum", "aux_grad_ws"].into_iter().map(|n| (n, ArgValue::Ptr(1 << 40))).collect();
+            ["dpsum", "lse_log2", "dq_accum", "aux_grad_ws", "dq_order", "turn_plan"]
+                .into_iter()
+                .map(|n| (n, ArgValue::Ptr(1 << 40)))
+                .collect();
         extra.extend(p.args.iter().map(|(n, a)| (n.as_str(), *a)));
         for k in &m.kernels {
             let args = marshal(&k.params, &p.fwd, &extra).unwrap_or_else(|e| panic!("{}: {e}", k.name));

@@ -2,6 +2,7 @@
 //! fast path ran; the receipt does.
 
 use crate::cache::CacheSource;
+use attnc_lower::families::common::dq_order::DqAccumulation;
 use attnc_lower::Direction;
 use serde::Serialize;
 use std::fmt;
@@ -60,6 +61,10 @@ pub struct Receipt {
     pub skipped: Option<String>,
     /// Backward: whether dQ and the aux gradients were accumulated in the fixed order.
     pub deterministic: Option<bool>,
+    /// Backward: how dQ was accumulated, and why a deterministic launch took the slice
+    /// mode rather than the ordered one.
+    pub dq_accumulation: Option<DqAccumulation>,
+    pub dq_accumulation_reason: Option<String>,
     /// Forward of a spec whose mask takes a block mask: where the lists came from, their
     /// tiles, and (timed launches) the live-tile fraction and classification time.
     pub block_mask: Option<BlockMaskUse>,
@@ -80,8 +85,14 @@ impl fmt::Display for Receipt {
         }
         write!(f, ", {} CTA/SM", c.ctas_per_sm)?;
         write!(f, "; grid {:?}; splits {} ({})", self.grid, self.num_splits, self.split_reason)?;
-        if let Some(d) = self.deterministic {
-            write!(f, "; {}", if d { "deterministic" } else { "atomic accumulation" })?;
+        match self.dq_accumulation {
+            Some(DqAccumulation::Atomic) => write!(f, "; atomic accumulation")?,
+            Some(DqAccumulation::Ordered) => write!(f, "; deterministic (ordered dQ turns)")?,
+            Some(DqAccumulation::Slices) => write!(f, "; deterministic (dQ slices)")?,
+            None => {}
+        }
+        if let Some(r) = &self.dq_accumulation_reason {
+            write!(f, " ({r})")?;
         }
         write!(f, "; batch {}, seqlen_q {}, seqlen_k {}", self.batch, self.max_seqlen_q, self.max_seqlen_k)?;
         write!(f, "; {} from {}", self.image, self.kernel_source)?;

@@ -926,6 +926,8 @@ impl Kernel {
             fallback_reason: meta.fallback_reason.clone(),
             skipped: None,
             deterministic: None,
+            dq_accumulation: None,
+            dq_accumulation_reason: None,
             block_mask: None,
             timings: None,
         };

@@ -245,6 +245,32 @@ impl<'ctx> Kb<'ctx> {
     pub fn st_relaxed_gpu_u32(&self, addr: IntValue<'ctx>, v: IntValue<'ctx>) -> R<()> {
         self.asm_void("st.relaxed.gpu.global.u32 [$0], $1;", "l,r,~{memory}", &[addr.into(), v.into()])
     }
+    /// `redux.sync.max.u32` over the full warp: the largest `v` of the 32 lanes, in every
+    /// lane (sm_80+).
+    pub fn redux_max_u32(&self, v: IntValue<'ctx>, name: &str) -> R<IntValue<'ctx>> {
+        let i = self.ctx.i32_type();
+        let ty = i.fn_type(&[i.into()], false);
+        Ok(self.asm(ty, "redux.sync.max.u32 $0, $1, 0xffffffff;", "=r,r", true, &[v.into()], name)?.into_int_value())
+    }
+    /// `ld.acquire.gpu.global.u32`: reads a flag another CTA publishes with a release;
+    /// what that CTA wrote before it is visible after this load.
+    pub fn ld_acquire_gpu_u32(&self, addr: IntValue<'ctx>, name: &str) -> R<IntValue<'ctx>> {
+        let i = self.ctx.i32_type();
+        let ty = i.fn_type(&[self.ctx.i64_type().into()], false);
+        Ok(self
+            .asm(ty, "ld.acquire.gpu.global.u32 $0, [$1];", "=r,l,~{memory}", true, &[addr.into()], name)?
+            .into_int_value())
+    }
+    /// `st.release.gpu.global.u32`: publishes a flag after this thread's earlier writes
+    /// (and, through a barrier and fences before it, other threads' writes).
+    pub fn st_release_gpu_u32(&self, addr: IntValue<'ctx>, v: IntValue<'ctx>) -> R<()> {
+        self.asm_void("st.release.gpu.global.u32 [$0], $1;", "l,r,~{memory}", &[addr.into(), v.into()])
+    }
+    /// `fence.proxy.async.global`: orders this thread's async-proxy (bulk copy/reduce)
+    /// accesses of global memory against its generic-proxy ones.
+    pub fn fence_proxy_async_global(&self) -> R<()> {
+        self.asm_void("fence.proxy.async.global;", "~{memory}", &[])
+    }
     /// `barrier.red.or.pred` over named barrier `id` of `count` threads: a barrier that
     /// also tells every participant whether any of them passed a nonzero `flag` (1 or 0).
     pub fn bar_red_or(&self, id: u32, count: u32, flag: IntValue<'ctx>, name: &str) -> R<IntValue<'ctx>> {

@@ -290,24 +290,28 @@ pub struct QueryPair<'ctx> {
 }
 
 /// A backward CTA's walk over its key tiles: `body(key tile, walk index)` for the key
-/// tiles `ctaid.x, ctaid.x + nctaid.x, …` below `n_tiles` (one per CTA, or in
-/// deterministic mode a grid column's share).
+/// tiles `ctaid.x, ctaid.x + nctaid.x, …` below `n_tiles` (one per CTA, or in the slice
+/// mode a grid column's share) — counted from the last key tile where `reverse` holds
+/// (the ordered deterministic mode: `dq_order::reversed_key_tiles`).
 pub fn walk_key_tiles<'ctx>(
     kb: &mut Kb<'ctx>,
     n_tiles: IntValue<'ctx>,
+    reverse: IntValue<'ctx>,
     mut body: impl FnMut(&mut Kb<'ctx>, IntValue<'ctx>, IntValue<'ctx>) -> R<()>,
 ) -> R<()> {
-    let n_slot = kb.slot_i32("key_tile", kb.sreg("ctaid.x", "")?)?;
+    let idx_slot = kb.slot_i32("key_tile_idx", kb.sreg("ctaid.x", "")?)?;
     let iter = kb.slot_i32("key_tile_iter", kb.i32c(0))?;
     kb.while_loop(
         "key_tiles",
-        |kb| kb.icmp(IntPredicate::SLT, kb.get_i(n_slot, "")?, n_tiles, ""),
+        |kb| kb.icmp(IntPredicate::SLT, kb.get_i(idx_slot, "")?, n_tiles, ""),
         |kb| {
-            let n = kb.get_i(n_slot, "n")?;
+            let idx = kb.get_i(idx_slot, "")?;
+            let last_first = kb.sub(kb.sub(n_tiles, kb.i32c(1), "")?, idx, "")?;
+            let n = kb.select_i(reverse, last_first, idx, "n")?;
             let it = kb.get_i(iter, "it")?;
             body(kb, n, it)?;
             kb.set(iter, kb.add(it, kb.i32c(1), "")?)?;
-            kb.set(n_slot, kb.add(n, kb.sreg("nctaid.x", "")?, "")?)
+            kb.set(idx_slot, kb.add(idx, kb.sreg("nctaid.x", "")?, "")?)
         },
     )
 }

@@ -205,11 +205,12 @@ pub(super) fn grad_check(
     let same_bits = |a: &[Vec<f64>], b: &[Vec<f64>]| {
         a.iter().zip(b).all(|(x, y)| x.len() == y.len() && x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits()))
     };
-    let (mut det_same, mut det_max, mut mask_same) = (None, None, None);
+    let (mut det_same, mut det_max, mut mask_same, mut det_mode) = (None, None, None, None);
     // Only where this backward classifies (its module has a classifier).
     let block_mask = block_mask && receipt.block_mask.is_some();
     if deterministic || block_mask {
-        let (a, _) = run(true, None)?;
+        let (a, ra) = run(true, None)?;
+        det_mode = ra.dq_accumulation;
         if deterministic {
             let (b2, _) = run(true, None)?;
             let e2 = measure(&a);
@@ -241,6 +242,7 @@ pub(super) fn grad_check(
         nonfinite: e.nonfinite,
         deterministic_identical: det_same,
         deterministic_max: det_max,
+        deterministic_accumulation: det_mode,
         block_mask_identical: mask_same,
         gpu_ms: receipt.timings.map(|t| t.total_ms),
         receipt: Some(receipt),

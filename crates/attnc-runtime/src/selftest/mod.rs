@@ -150,6 +150,8 @@ pub struct GradResult {
     /// within the bound); `None` where not run.
     pub deterministic_identical: Option<bool>,
     pub deterministic_max: Option<f64>,
+    /// How the deterministic runs accumulated dQ (ordered turns or slices).
+    pub deterministic_accumulation: Option<attnc_lower::families::common::dq_order::DqAccumulation>,
     /// A mask over aux tensors: deterministic backwards with one block mask passed in
     /// (the first builds its backward classes, the second reuses them), both bitwise
     /// identical to the one that classified per call, with receipts that say so.
@@ -204,10 +206,11 @@ impl SelftestReport {
                 c.nonfinite + g.map_or(0, |g| g.nonfinite),
                 c.gpu_ms.map_or("-".into(), |v| format!("{v:.3}")),
                 f(g.map(|g| g.max)),
-                match g.and_then(|g| g.deterministic_identical) {
-                    Some(true) => "=",
-                    Some(false) => "DIF",
-                    None => "-",
+                match (g.and_then(|g| g.deterministic_identical), g.and_then(|g| g.deterministic_accumulation)) {
+                    (Some(true), Some(attnc_lower::families::common::dq_order::DqAccumulation::Ordered)) => "=o",
+                    (Some(true), _) => "=",
+                    (Some(false), _) => "DIF",
+                    (None, _) => "-",
                 },
             ));
             if let Some(e) = &c.error {
@@ -275,8 +278,10 @@ pub struct CasePlan {
     pub seqlens: Vec<(usize, usize)>,
     pub splits: SplitReq,
     pub shrunk: bool,
-    /// The variant's first shape (the deterministic backward is checked there).
-    pub first_shape: bool,
+    /// The deterministic backward is checked here: the variant's first shape, and the
+    /// base variant's last (the largest: many key and query tiles, so the ordered mode's
+    /// turns decide the order).
+    pub deterministic_check: bool,
     /// A shard of longer sequences (context parallelism); `seqlens` are the shard's.
     pub shard: Option<ShardCase>,
 }
@@ -435,7 +440,7 @@ pub fn plan_cases(spec: &Spec, opts: &SelftestOptions) -> Vec<CasePlan> {
                     seqlens: seqlens.clone(),
                     splits: r,
                     shrunk,
-                    first_shape: si == 0,
+                    deterministic_check: si == 0 || (vi == 0 && si + 1 == sh.len()),
                     shard: None,
                 });
             }
@@ -450,7 +455,7 @@ pub fn plan_cases(spec: &Spec, opts: &SelftestOptions) -> Vec<CasePlan> {
                 seqlens: sc.global.iter().map(|&(gq, gk)| (cut(&sc.q, gq), cut(&sc.k, gk))).collect(),
                 splits: if split { SplitReq::Auto } else { SplitReq::Spec },
                 shrunk: false,
-                first_shape: false,
+                deterministic_check: false,
                 shard: Some(sc),
             });
         }
@@ -893,8 +898,8 @@ fn run_case_inner(
         }
     };
     if opts.grads && trains && family_trains && plan.splits == SplitReq::Spec {
-        // Deterministic mode on each variant's first shape: run twice, compare the bits.
-        let deterministic = plan.first_shape;
+        // Deterministic mode on the planned shapes: run twice, compare the bits.
+        let deterministic = plan.deterministic_check;
         let g = grad_check(rt, &kernel, s, &inputs, &tensors, seed, deterministic, takes_mask)?;
         r.ok &= g.max <= opts.tol_grad_rel_l2
             && g.nonfinite == 0

@@ -35,6 +35,7 @@ use crate::families::common::abi::{self as cabi, Args};
 use crate::families::common::backward::{
     dynamic_smem_base, learnable_aux, tma_boxes, tma_main_params, ws_row, DqSlice, KeyTileCta, TMA_BOX_COLS,
 };
+use crate::families::common::dq_order::{reversed_key_tiles, turn_plan_index, DqAccumulation, DqTurn};
 use crate::families::common::sw128::{emit_chunk_addr, k_major_step_offset, mn_major_step_offset};
 use crate::llvm::kb::{Kb, Slot, R};
 use crate::llvm::operand::Major;
@@ -53,6 +54,9 @@ const LOG2E: f64 = std::f64::consts::LOG2_E;
 pub const BWD_THREADS: u32 = 512;
 /// Query columns of Sᵀ / dPᵀ a compute thread reads per `tcgen05.ld` (its 64 in two).
 const CHUNK: u32 = 32;
+/// The named barrier of the dQ-reduce warps (ordered mode: the turn is taken and passed
+/// by one thread for the warpgroup); 0 is the CTA barrier, no other is used.
+const REDUCE_BAR: u32 = 1;
 /// Columns of dK / dV per epilogue `tcgen05.ld` (48 at head dim 96: three).
 const EPI_CHUNK: u32 = 16;
 
@@ -103,7 +107,7 @@ pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str) -> R<KernelInfo> 
         block_n: BWD_BLOCK_N,
         params: cabi::describe(&params),
         tensor_maps: tma_boxes(BWD_BLOCK_M, BWD_BLOCK_N),
-        grid: Grid::KeyTiles { parts: 1 },
+        grid: Grid::KeyTiles { parts: 1, ordered_dq: true },
     })
 }
 
@@ -258,7 +262,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let (cq, cv) = (spec.head_dim_qk.div_ceil(TMA_BOX_COLS), spec.head_dim_v.div_ceil(TMA_BOX_COLS));
         let pos = kb.slot_i32("load_pos", kb.i32c(0))?;
         let (lse_log2, dpsum) = (self.args.int("lse_log2")?, self.args.int("dpsum")?);
-        walk_key_tiles(kb, cta.n_tiles, |kb, n, it| {
+        walk_key_tiles(kb, cta.n_tiles, reversed_key_tiles(kb, &self.args, true)?, |kb, n, it| {
             kb.section("TMA K, V (once per key tile, after the previous tile's MMAs)")?;
             let later = kb.icmp(IntPredicate::SGT, it, kb.i32c(0), "")?;
             kb.if_then(later, "wait_kv_empty", |kb| {
@@ -444,7 +448,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let do_smem = kb.add(cta.smem, kb.i32c(self.smem.d_o as i64), "do_smem")?;
         // Key tiles whose walk had query tiles so far (each hands dK/dV over once).
         let walked = kb.slot_i32("mma_walked", kb.i32c(0))?;
-        walk_key_tiles(kb, cta.n_tiles, |kb, n, it| {
+        walk_key_tiles(kb, cta.n_tiles, reversed_key_tiles(kb, &self.args, true)?, |kb, n, it| {
             kb.mbar_wait(self.bar(kb, &cta, BwdBar::KvFull)?, kb.and(it, kb.i32c(1), "kv_parity")?)?;
             kb.tcgen05_fence_after()?;
             let j_slot = kb.slot_i32("tile_step", kb.i32c(0))?;
@@ -528,7 +532,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let pos = kb.slot_i32("compute_pos", kb.i32c(0))?;
         // Key tiles whose walk had query tiles so far: the dK/dV hand-offs' count.
         let walked = kb.slot_i32("compute_walked", kb.i32c(0))?;
-        walk_key_tiles(kb, cta.n_tiles, |kb, n, _it| {
+        walk_key_tiles(kb, cta.n_tiles, reversed_key_tiles(kb, &self.args, true)?, |kb, n, _it| {
             let n0 = kb.mul(n, kb.i32c(BWD_BLOCK_N as i64), "n0")?;
             let key = kb.add(n0, pl.row, "key")?;
             let k_inside = kb.icmp(
@@ -770,18 +774,41 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let row = kb.add(kb.mul(cta.warp, kb.i32c(32), "")?, cta.lane, "q_row")?;
         let taddr = kb.add(cta.tmem, kb.shl(kb.mul(cta.warp, kb.i32c(32), "")?, kb.i32c(16), "")?, "taddr_row")?;
         let det = self.args.int("deterministic")?;
-        let deterministic = kb.icmp(IntPredicate::NE, det, kb.i32c(0), "deterministic")?;
-        let slice = kb.select_i(deterministic, kb.sreg("ctaid.x", "")?, kb.i32c(0), "dq_slice")?;
+        let slices = kb.icmp(IntPredicate::EQ, det, kb.i32c(DqAccumulation::Slices.arg() as i64), "dq_slices")?;
+        let ordered = kb.icmp(IntPredicate::EQ, det, kb.i32c(DqAccumulation::Ordered.arg() as i64), "dq_ordered")?;
+        let slice = kb.select_i(slices, kb.sreg("ctaid.x", "")?, kb.i32c(0), "dq_slice")?;
+        let t0 = kb.icmp(IntPredicate::EQ, row, kb.i32c(0), "reduce_t0")?;
+        let waits = kb.and(ordered, t0, "turn_waiter")?;
+        let turn_flag = kb.slot(kb.ctx.i64_type().into(), "turn_flag", kb.i64c(0).into())?;
+        let turn_mine = kb.slot_i32("turn_mine", kb.i32c(0))?;
         let dqs = DqSlice::new(kb, spec, &self.args, cta.seqlen_pad, cta.bv.b, slice)?;
         let d = spec.head_dim_qk;
         let pos = kb.slot_i32("reduce_pos", kb.i32c(0))?;
-        walk_key_tiles(kb, cta.n_tiles, |kb, n, _it| {
+        walk_key_tiles(kb, cta.n_tiles, reversed_key_tiles(kb, &self.args, true)?, |kb, n, _it| {
             let qt = self.queries(kb, &cta, n)?;
             qt.walk(kb, cta.m_tiles, pos, |kb, p: QueryPair<'ctx>, pos| {
+                let h = qt.head(kb, p.g)?;
+                let m = qt.tile_of(kb, p.m)?;
+                // Ordered mode (common::dq_order): one thread reads the visit's turn from
+                // the plan and waits for it while dQ is computed; the warpgroup adds after
+                // a barrier.
+                kb.if_then(waits, "dq_turn", |kb| {
+                    let m0 = kb.mul(m, kb.i32c(BWD_BLOCK_M as i64), "")?;
+                    let tile_row = ws_row(kb, spec.q_heads, cta.seqlen_pad, cta.bv.b, h, m0)?;
+                    let (flag, mine) = DqTurn::place(kb, &self.args, &cta, n, p.m, tile_row)?;
+                    let idx = turn_plan_index(kb, spec, &cta, h, m, n)?;
+                    let plan = self.args.int("turn_plan")?;
+                    let wait_for =
+                        kb.ld_global_b32(kb.add(plan, kb.mul(idx, kb.i64c(4), "")?, "")?, "turn_wait_for")?;
+                    let turn = DqTurn { flag, wait_for, mine };
+                    kb.set(turn_flag, turn.flag)?;
+                    kb.set(turn_mine, turn.mine)?;
+                    turn.wait(kb)
+                })?;
+                kb.if_then(ordered, "dq_turn_bar", |kb| kb.named_bar_sync(REDUCE_BAR, 128))?;
                 kb.mbar_wait(self.bar(kb, &cta, BwdBar::DqFull)?, kb.and(pos, kb.i32c(1), "")?)?;
                 kb.tcgen05_fence_after()?;
-                let h = qt.head(kb, p.g)?;
-                let m0 = kb.mul(qt.tile_of(kb, p.m)?, kb.i32c(BWD_BLOCK_M as i64), "m0")?;
+                let m0 = kb.mul(m, kb.i32c(BWD_BLOCK_M as i64), "m0")?;
                 let q = kb.add(m0, row, "q")?;
                 let q_in = kb.icmp(IntPredicate::SLT, q, cta.bv.seqlen_q, "q_in")?;
                 let dst = kb.add(
@@ -805,7 +832,15 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                     })?;
                 }
                 kb.tcgen05_fence_before()?;
-                kb.mbar_arrive(self.bar(kb, &cta, BwdBar::DqDrained)?)
+                kb.mbar_arrive(self.bar(kb, &cta, BwdBar::DqDrained)?)?;
+                kb.if_then(ordered, "dq_turn_pass", |kb| {
+                    kb.section("dQ turn: every add of the warpgroup performed, pass the turn")?;
+                    kb.fence_acq_rel_gpu()?;
+                    kb.named_bar_sync(REDUCE_BAR, 128)?;
+                    kb.if_then(t0, "turn_pass", |kb| {
+                        DqTurn::pass(kb, kb.get_i(turn_flag, "turn_flag")?, kb.get_i(turn_mine, "turn_mine")?)
+                    })
+                })
             })
         })
     }

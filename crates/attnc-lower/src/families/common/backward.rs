@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! preprocess   D = rowsum(dO ∘ O), lse·log2(e) per query row      -> dpsum, lse_log2
+//! turn plan    each visit's predecessor in the dQ order   (ordered deterministic mode)
 //! main         (the family's) dK, dV per key tile; dQ into dq_accum; aux gradients
 //! dq convert   dQ = scale · Σ_slices dq_accum, in the element type
 //! sink grad    dsinks[h] = −Σ_rows exp(sink_h − lse) · D           (specs with sinks)
@@ -48,6 +49,10 @@ pub fn build_kernels<'ctx>(
     let mut kernels = vec![build_preprocess(kb, spec, &kernel_name(spec, "bwd_pre"))?];
     let main = main(kb)?;
     let tiling = Tiling { block_m: main.block_m, block_n: main.block_n, pack_gqa: false };
+    if let Grid::KeyTiles { ordered_dq: true, .. } = main.grid {
+        let name = kernel_name(spec, "bwd_turn_plan");
+        kernels.push(super::dq_order::build_turn_plan(kb, spec, &name, main.block_m, main.block_n)?);
+    }
     kernels.push(main);
     kernels.push(build_dq_convert(kb, spec, &kernel_name(spec, "bwd_dq"))?);
     if spec.sinks {
@@ -93,7 +98,10 @@ pub fn main_params(spec: &Spec) -> Vec<(String, ParamTy)> {
     for (n, t) in [("seqlen_q", I32), ("seqlen_k", I32), ("dq_accum", Ptr), ("dpsum", Ptr), ("lse_log2", Ptr)] {
         p.push((n.into(), t));
     }
+    // A `dq_order::DqAccumulation`, and the turn flags and plan of its ordered mode.
     p.push(("deterministic".into(), I32));
+    p.push(("dq_order".into(), Ptr));
+    p.push(("turn_plan".into(), Ptr));
     if !learnable_aux(spec).is_empty() {
         p.push(("aux_grad_ws".into(), Ptr));
     }
@@ -245,6 +253,20 @@ impl<'ctx> KeyTileCta<'ctx> {
     pub fn new(kb: &mut Kb<'ctx>, spec: &Spec, args: &Args<'ctx>, block_m: u32, block_n: u32) -> R<Self> {
         let hkv = kb.sreg("ctaid.y", "hkv")?;
         let b = kb.opaque_i32(kb.sreg("ctaid.z", "")?, "b")?;
+        Self::for_batch(kb, spec, args, b, hkv, block_m, block_n)
+    }
+
+    /// The view of batch entry `b` and KV head `hkv` from any kernel with the main
+    /// kernel's parameters (the ordered mode's turn plan).
+    pub fn for_batch(
+        kb: &mut Kb<'ctx>,
+        spec: &Spec,
+        args: &Args<'ctx>,
+        b: IntValue<'ctx>,
+        hkv: IntValue<'ctx>,
+        block_m: u32,
+        block_n: u32,
+    ) -> R<Self> {
         let la = args.layout()?;
         let bv = batch_view(kb, spec, &la, b)?;
         let seqlen_pad = emit_seqlen_pad(kb, la.seqlen_q)?;

@@ -3,6 +3,8 @@
 //! - [`abi`]: the kernel-entry ABI (typed parameter lists, [`abi::Args`], kernel names);
 //! - [`backward`]: the backward's ABI, workspace layout and the kernels around a
 //!   family's main loop (preprocess, dQ convert, sink gradient, aux-gradient reduce);
+//! - [`dq_order`]: the deterministic backward's ordered dQ accumulation (turn flags per
+//!   query tile);
 //! - [`combine`]: the split-KV combine kernel every family's split partials go through;
 //! - [`epilogue`]: the final store of a row held in mma/wgmma accumulator fragments (O
 //!   normalized, LSE, or a split's partials);
@@ -13,5 +15,6 @@ pub mod abi;
 pub mod backward;
 pub mod block_mask;
 pub mod combine;
+pub mod dq_order;
 pub mod epilogue;
 pub mod sw128;

@@ -24,12 +24,13 @@
 //! M is queries). A grid column walks key tiles `ctaid.x, + nctaid.x, …` (several only in
 //! deterministic mode, where the column is also the dQ slice), as the portable family's.
 
-use super::config::{BwdConfig, BwdSmem, Config, DqSplit, BOX_COLS, ROWS_PER_CONSUMER, ROW_BYTES};
+use super::config::{BwdConfig, BwdSmem, Config, DqSplit, BOX_COLS, ROWS_PER_CONSUMER, ROW_BYTES, TURN_CHUNK};
 use super::desc::SmemDesc;
 use crate::families::common::abi::{self as cabi, Args};
 use crate::families::common::backward::{
     aux_sink, dynamic_smem_base, red_dq_fragment, tma_boxes, tma_main_params, ws_row, DqSlice, FragLane, KeyTileCta,
 };
+use crate::families::common::dq_order::{reversed_key_tiles, turn_plan_index, DqAccumulation, DqTurn};
 use crate::families::common::sw128::{k_major_step_offset, mn_major_step_offset};
 use crate::llvm::kb::{Kb, Slot, R};
 use crate::llvm::operand::Major;
@@ -75,7 +76,7 @@ pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, cfg: &BwdConfig, name: &str) 
         block_n: cfg.block_n(),
         params: cabi::describe(&params),
         tensor_maps: tma_boxes(cfg.block_m, cfg.block_n()),
-        grid: Grid::KeyTiles { parts: 1 },
+        grid: Grid::KeyTiles { parts: 1, ordered_dq: cfg.ordered_dq() },
     })
 }
 
@@ -139,6 +140,23 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         Ok((kb.urem(pos, s, "qdo_slot")?, kb.and(kb.udiv(pos, s, "")?, kb.i32c(1), "qdo_parity")?))
     }
 
+    /// Whether this thread keeps the ordered mode's turn (the dQ issuer, in that mode).
+    /// Evaluated where it is used, from the launch argument and `tid` (opaque, so not
+    /// hoisted): a flag live across the tile cost grok_softcap's consumers 20 bytes of
+    /// spills.
+    fn turn_keeper(&self, kb: &Kb<'ctx>) -> R<IntValue<'ctx>> {
+        let det = kb.opaque_i32(self.args.int("deterministic")?, "dq_accumulation")?;
+        let ordered = kb.icmp(IntPredicate::EQ, det, kb.i32c(DqAccumulation::Ordered.arg() as i64), "")?;
+        let tid = kb.opaque_i32(kb.sreg("tid.x", "")?, "")?;
+        kb.and(ordered, kb.icmp(IntPredicate::EQ, tid, kb.i32c(128), "")?, "turn_keeper")
+    }
+
+    /// The ordered mode's turn-plan chunk of ring slot `slot`.
+    fn turn_chunk(&self, kb: &Kb<'ctx>, cta: &Cta<'ctx>, slot: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+        let base = kb.add(cta.smem, kb.i32c(self.layout.turn_keys as i64), "")?;
+        kb.add(base, kb.mul(slot, kb.i32c(TURN_CHUNK as i64), "")?, "turn_chunk")
+    }
+
     /// The query walk of key tile `n` (keys `n0 ..`).
     fn queries<'b>(&'b self, kb: &Kb<'ctx>, cta: &'b Cta<'ctx>, n: IntValue<'ctx>) -> R<QueryTiles<'b, 'ctx>> {
         // Measured: the rotated walk spreads the dQ atomics (`BwdConfig::rotate_walk`).
@@ -186,7 +204,8 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         cta: &Cta<'ctx>,
         body: impl FnMut(&mut Kb<'ctx>, IntValue<'ctx>, IntValue<'ctx>) -> R<()>,
     ) -> R<()> {
-        walk_key_tiles(kb, cta.n_tiles, body)
+        let reverse = reversed_key_tiles(kb, &self.args, self.cfg.ordered_dq())?;
+        walk_key_tiles(kb, cta.n_tiles, reverse, body)
     }
 
     /// Every role's walk over the pairs of key tile `qt`: `body(pair, ring position)`;
@@ -215,6 +234,12 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let (q_row_base, k_row_base, batch_coord) = (src.q_row, src.k_row, src.batch);
         let pos = kb.slot_i32("p_pos", kb.i32c(0))?;
         let (lse_log2, dpsum) = (self.args.int("lse_log2")?, self.args.int("dpsum")?);
+        let ordered = if cfg.ordered_dq() {
+            let det = self.args.int("deterministic")?;
+            Some(kb.icmp(IntPredicate::EQ, det, kb.i32c(DqAccumulation::Ordered.arg() as i64), "dq_ordered")?)
+        } else {
+            None
+        };
         self.key_tiles(kb, &cta, |kb, n, it| {
             kb.section("TMA K, V tile (once per key tile)")?;
             let bn = cfg.block_n();
@@ -239,8 +264,12 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                 let free = kb.xor(parity, kb.i32c(1), "free_parity")?;
                 kb.mbar_wait(self.bar(kb, &cta, Bar::Empty, slot)?, free)?;
                 let full = self.bar(kb, &cta, Bar::Full, slot)?;
-                let bytes = l.q_per_stage + l.do_per_stage + l.rowvals_per_stage;
-                kb.mbar_arrive_expect_tx(full, bytes)?;
+                let bytes = kb.i32c((l.q_per_stage + l.do_per_stage + l.rowvals_per_stage) as i64);
+                let bytes = match ordered {
+                    Some(o) => kb.add(bytes, kb.select_i(o, kb.i32c(TURN_CHUNK as i64), kb.i32c(0), "")?, "")?,
+                    None => bytes,
+                };
+                kb.mbar_arrive_expect_tx_r(full, bytes)?;
                 let h = qt.head(kb, p.g)?;
                 let m0 = kb.mul(qt.tile_of(kb, p.m)?, kb.i32c(cfg.block_m as i64), "m0")?;
                 let row = kb.add(q_row_base, m0, "q_row")?;
@@ -265,7 +294,18 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                 )?;
                 let row_bytes = cfg.block_m * 4;
                 kb.bulk_load(rv, kb.add(lse_log2, ws, "")?, row_bytes, full)?;
-                kb.bulk_load(kb.add(rv, kb.i32c(row_bytes as i64), "")?, kb.add(dpsum, ws, "")?, row_bytes, full)
+                kb.bulk_load(kb.add(rv, kb.i32c(row_bytes as i64), "")?, kb.add(dpsum, ws, "")?, row_bytes, full)?;
+                if let Some(o) = ordered {
+                    kb.if_then(o, "turn_plan_chunk", |kb| {
+                        // The 16 bytes of the turn plan holding this visit's predecessor.
+                        let m = qt.tile_of(kb, p.m)?;
+                        let first = kb.and(n, kb.i32c(!3), "")?;
+                        let idx = turn_plan_index(kb, spec, &cta, h, m, first)?;
+                        let src = kb.add(self.args.int("turn_plan")?, kb.mul(idx, kb.i64c(4), "")?, "")?;
+                        kb.bulk_load(self.turn_chunk(kb, &cta, slot)?, src, TURN_CHUNK, full)
+                    })?;
+                }
+                Ok(())
             })
         })
     }
@@ -279,13 +319,18 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let consumer = kb.sub(kb.udiv(tid, kb.i32c(128), "")?, kb.i32c(1), "consumer")?;
         let ltid = kb.and(tid, kb.i32c(127), "ltid")?;
         let det = self.args.int("deterministic")?;
-        let deterministic = kb.icmp(IntPredicate::NE, det, kb.i32c(0), "deterministic")?;
+        let deterministic =
+            kb.icmp(IntPredicate::NE, det, kb.i32c(DqAccumulation::Atomic.arg() as i64), "deterministic")?;
+        // The dQ issuer's turn to pass (ordered mode): its bulk reduce must complete
+        // before the turn passes, which it checks a tile later.
+        let turn = PendingTurn { bwd: self, smem: cta.smem };
+        turn.clear(kb)?;
         let acc = Accs {
             dk: (0..spec.head_dim_qk / 2).map(|i| kb.slot_f32(&format!("dk{i}"), kb.f32c(0.0))).collect::<R<_>>()?,
             dv: (0..spec.head_dim_v / 2).map(|i| kb.slot_f32(&format!("dv{i}"), kb.f32c(0.0))).collect::<R<_>>()?,
         };
         let pos = kb.slot_i32("c_pos", kb.i32c(0))?;
-        let env = Env { cta: &cta, consumer, ltid, tid, deterministic };
+        let env = Env { cta: &cta, consumer, ltid, tid, deterministic, turn };
         self.key_tiles(kb, &cta, |kb, n, it| {
             let n0 = kb.mul(n, kb.i32c(self.cfg.block_n() as i64), "n0")?;
             for s in acc.dk.iter().chain(&acc.dv) {
@@ -310,6 +355,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         if self.cfg.dq_bulk {
             // The last bulk reduce reads shared memory the CTA gives back at exit.
             kb.bulk_wait_group(0)?;
+            turn.pass_pending(kb)?;
         }
         Ok(())
     }
@@ -452,6 +498,14 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let dq = &all[ndv + ndk..];
         // Q, dO and their rows are no longer read.
         let lane = kb.and(env.ltid, kb.i32c(31), "lane")?;
+        // Ordered mode: the dQ issuer copies the visit's predecessor key out of the slot
+        // first (to its pending-turn words: nothing stays live in registers).
+        kb.if_then(self.turn_keeper(kb)?, "turn_key_copy", |kb| {
+            let n = kb.udiv(n0, kb.i32c(cfg.block_n() as i64), "key_tile")?;
+            let word = kb.mul(kb.and(n, kb.i32c(3), "")?, kb.i32c(4), "")?;
+            let key = kb.ld_shared_b32(kb.add(self.turn_chunk(kb, cta, slot)?, word, "")?, "turn_wait_for")?;
+            kb.st_shared_b32(env.turn.word(kb, 4)?, key)
+        })?;
         kb.mbar_arrive_lane0(self.bar(kb, cta, Bar::Empty, slot)?, lane)?;
 
         kb.section("dQ -> dq_accum (red.global.add.v4.f32)")?;
@@ -459,7 +513,9 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             DqSplit::Columns => kb.mul(env.consumer, kb.i32c(dq_n as i64), "dq_col0")?,
             DqSplit::Keys => kb.i32c(0),
         };
-        let slice = kb.select_i(env.deterministic, kb.sreg("ctaid.x", "")?, kb.i32c(0), "dq_slice")?;
+        let det = kb.opaque_i32(self.args.int("deterministic")?, "dq_accumulation")?;
+        let slices = kb.icmp(IntPredicate::EQ, det, kb.i32c(DqAccumulation::Slices.arg() as i64), "dq_slices")?;
+        let slice = kb.select_i(slices, kb.sreg("ctaid.x", "")?, kb.i32c(0), "dq_slice")?;
         let frag: Vec<[FloatValue<'ctx>; 4]> = dq.chunks(4).map(|c| [c[0], c[1], c[2], c[3]]).collect();
         let warp = kb.udiv(env.ltid, kb.i32c(32), "warp_in_wg")?;
         let q0 = kb.add(m0, kb.mul(warp, kb.i32c(16), "")?, "dq_q0")?;
@@ -472,7 +528,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             return Ok(());
         }
         if cfg.dq_bulk {
-            return self.bulk_dq(kb, env, h, m0, col0, slice, &frag);
+            return self.bulk_dq(kb, env, qt, p, h, m, col0, slice, &frag);
         }
         match cfg.dq_split {
             DqSplit::Columns => add(kb),
@@ -528,6 +584,8 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             // before anyone passes this barrier and refills the staging at this tile's end.
             // Only its issuing thread has a bulk group; the others pass at once.
             kb.if_else(env.deterministic, "dq_bulk_wait", |kb| kb.bulk_wait_group(0), |kb| kb.bulk_wait_group_read(0))?;
+            // Ordered mode: the last tile's adds are complete, its turn passes.
+            env.turn.pass_pending(kb)?;
         }
         match cfg.dq_split {
             DqSplit::Columns => kb.named_bar_sync(DS_BAR, 128 * cfg.consumers)?,
@@ -582,12 +640,15 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         &self,
         kb: &mut Kb<'ctx>,
         env: &Env<'_, 'ctx>,
+        qt: &QueryTiles<'_, 'ctx>,
+        p: QueryPair<'ctx>,
         h: IntValue<'ctx>,
-        m0: IntValue<'ctx>,
+        m: IntValue<'ctx>,
         col0: IntValue<'ctx>,
         slice: IntValue<'ctx>,
         frag: &[[FloatValue<'ctx>; 4]],
     ) -> R<()> {
+        let m0 = kb.mul(m, kb.i32c(self.cfg.block_m as i64), "m0")?;
         let spec = self.spec;
         let cfg = self.cfg;
         let l = self.layout;
@@ -625,7 +686,22 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                 kb.named_bar_sync(DS_BAR, 128 * cfg.consumers)?;
                 let first = kb.icmp(IntPredicate::EQ, env.consumer, kb.i32c(0), "")?;
                 let one = kb.and(first, issuer, "dq_issuer")?;
-                kb.if_then(one, "dq_bulk", issue)
+                kb.if_then(one, "dq_bulk", |kb| {
+                    kb.if_then(self.turn_keeper(kb)?, "dq_turn", |kb| {
+                        // This key tile's turn at the query tile (common::dq_order); the
+                        // turn passes once the reduce completed (next tile, or the end).
+                        let n = kb.udiv(qt.k.0, kb.i32c(cfg.block_n() as i64), "key_tile")?;
+                        let (flag, mine) = DqTurn::place(kb, &self.args, cta, n, p.m, row)?;
+                        // The predecessor's key (copied out of the ring slot before it
+                        // was released).
+                        let wait_for = kb.ld_shared_b32(env.turn.word(kb, 4)?, "turn_wait_for")?;
+                        let turn = DqTurn { flag, wait_for, mine };
+                        turn.wait(kb)?;
+                        kb.fence_proxy_async_global()?;
+                        env.turn.keep(kb, &turn)
+                    })?;
+                    issue(kb)
+                })
             }
             DqSplit::Keys => {
                 kb.named_bar_sync_r(kb.add(env.consumer, kb.i32c(DS_BAR as i64), "")?, 128)?;
@@ -952,7 +1028,57 @@ struct Env<'a, 'ctx> {
     /// Thread index within the warpgroup, and within the CTA.
     ltid: IntValue<'ctx>,
     tid: IntValue<'ctx>,
+    /// Any deterministic mode (`DqAccumulation`).
     deterministic: IntValue<'ctx>,
+    turn: PendingTurn<'a, 'ctx>,
+}
+
+/// The ordered mode's turn that the dQ issuer passes once its bulk reduce is complete:
+/// `[flag address lo, hi, key, pending, the next visit's predecessor key]` in shared
+/// memory (`BwdSmem::turn`), touched only
+/// by that thread (`Bwd::turn_keeper`).
+#[derive(Clone, Copy)]
+struct PendingTurn<'a, 'ctx> {
+    bwd: &'a Bwd<'a, 'ctx>,
+    /// The CTA's shared-memory base.
+    smem: IntValue<'ctx>,
+}
+
+impl<'ctx> PendingTurn<'_, 'ctx> {
+    fn word(&self, kb: &Kb<'ctx>, i: i64) -> R<IntValue<'ctx>> {
+        kb.add(self.smem, kb.i32c(self.bwd.layout.turn as i64 + 4 * i), "")
+    }
+
+    fn clear(&self, kb: &mut Kb<'ctx>) -> R<()> {
+        kb.if_then(self.bwd.turn_keeper(kb)?, "turn_clear", |kb| kb.st_shared_b32(self.word(kb, 3)?, kb.i32c(0)))
+    }
+
+    /// Keeps `turn` to pass later (the issuer, after issuing its reduce).
+    fn keep(&self, kb: &Kb<'ctx>, turn: &DqTurn<'ctx>) -> R<()> {
+        let lo = kb.trunc32(turn.flag, "")?;
+        let hi = kb.trunc32(kb.b.build_right_shift(turn.flag, kb.i64c(32), false, "")?, "")?;
+        for (i, v) in [lo, hi, turn.mine, kb.i32c(1)].into_iter().enumerate() {
+            kb.st_shared_b32(self.word(kb, i as i64)?, v)?;
+        }
+        Ok(())
+    }
+
+    /// After `cp.async.bulk.wait_group 0`: publishes the pending turn, if any.
+    fn pass_pending(&self, kb: &mut Kb<'ctx>) -> R<()> {
+        kb.if_then(self.bwd.turn_keeper(kb)?, "turn_keeper", |kb| {
+            let pending = kb.ld_shared_b32(self.word(kb, 3)?, "turn_pending")?;
+            let pending = kb.icmp(IntPredicate::NE, pending, kb.i32c(0), "")?;
+            kb.if_then(pending, "turn_pass", |kb| {
+                kb.section("dQ turn: the reduce is complete, pass the turn")?;
+                kb.fence_proxy_async_global()?;
+                let lo = kb.zext64(kb.ld_shared_b32(self.word(kb, 0)?, "")?, "")?;
+                let hi = kb.zext64(kb.ld_shared_b32(self.word(kb, 1)?, "")?, "")?;
+                let flag = kb.or(lo, kb.b.build_left_shift(hi, kb.i64c(32), "")?, "turn_flag")?;
+                DqTurn::pass(kb, flag, kb.ld_shared_b32(self.word(kb, 2)?, "turn_mine")?)?;
+                kb.st_shared_b32(self.word(kb, 3)?, kb.i32c(0))
+            })
+        })
+    }
 }
 
 /// dK and dV accumulators of a consumer thread (wgmma D fragments, d/2 f32 each).

@@ -302,6 +302,9 @@ pub enum DqSplit {
     Keys,
 }
 
+/// Bytes of turn plan a ring slot holds (ordered mode): one 16-byte bulk copy.
+pub const TURN_CHUNK: u32 = 16;
+
 /// The hopper backward main kernel's configuration: one producer warpgroup (TMA of K, V
 /// once per key tile; Q, dO and their LSE/D rows through a ring) and two consumer
 /// warpgroups of 64 keys each (`wgmma` is m64: Sᵀ = K·Qᵀ puts keys on M).
@@ -322,6 +325,9 @@ pub struct BwdConfig {
     /// dQ of a tile goes through shared memory and one bulk reduce-add per tile (FA3's
     /// way) instead of per-thread `red.global.add.v4.f32`.
     pub dq_bulk: bool,
+    /// Build the ordered deterministic mode (`ordered_dq`); off in the step down for
+    /// specs where its few instructions in the dQ issuer make the consumers spill.
+    pub ordered: bool,
     pub producer_regs: u32,
     pub consumer_regs: u32,
     /// Diagnostics only (wrong results; never set by `for_spec`, only through
@@ -362,6 +368,14 @@ pub struct BwdSmem {
     pub dq_stage_per_wg: u32,
     /// mbarriers: kv_full, kv_empty, full[stages], empty[stages].
     pub bars: u32,
+    /// The ordered mode's pending turn (32 bytes: flag address, key, pending, the next
+    /// visit's predecessor key), kept by the
+    /// thread that issues the dQ reduce: in shared memory, not in every consumer
+    /// thread's registers (as slots they spilled).
+    pub turn: u32,
+    /// The ordered mode's turn-plan words per ring slot: the 16-byte chunk holding the
+    /// visit's predecessor key, copied with the slot's rows.
+    pub turn_keys: u32,
     pub used: u32,
     pub request: u32,
 }
@@ -382,6 +396,7 @@ impl BwdConfig {
             // bulk reduce-add gains 1-3% at d128 (one shared tile) and 5-10% deterministic,
             // but loses 6-14% at d64, where each warpgroup stages its own tile.
             dq_bulk: dq_split == DqSplit::Columns,
+            ordered: true,
             producer_regs: 24,
             consumer_regs: 240,
             diag: BwdDiag::default(),
@@ -391,7 +406,7 @@ impl BwdConfig {
 
     /// This configuration with `key=value,...` overrides (dev sweeps; unknown keys and bad
     /// values are ignored): `stages`, `producer_regs`, `consumer_regs`, `dq_split`
-    /// (0 columns, 1 keys), `dp_with_s`, `rotate_walk`, `dq_bulk`, and the diagnostics `diag_no_dq_red`,
+    /// (0 columns, 1 keys), `dp_with_s`, `rotate_walk`, `dq_bulk`, `ordered`, and the diagnostics `diag_no_dq_red`,
     /// `diag_no_dq`, `diag_no_softmax`.
     pub fn tuned(mut self, text: &str) -> BwdConfig {
         for kv in text.split(',') {
@@ -405,6 +420,7 @@ impl BwdConfig {
                 "dp_with_s" => self.dp_with_s = n != 0,
                 "rotate_walk" => self.rotate_walk = n != 0,
                 "dq_bulk" => self.dq_bulk = n != 0,
+                "ordered" => self.ordered = n != 0,
                 "diag_no_dq_red" => self.diag.no_dq_red = n != 0,
                 "diag_no_dq" => self.diag.no_dq = n != 0,
                 "diag_no_softmax" => self.diag.no_softmax = n != 0,
@@ -412,6 +428,18 @@ impl BwdConfig {
             }
         }
         self
+    }
+
+    /// Whether the kernel implements the ordered deterministic mode
+    /// (`common::dq_order`): one thread adds each tile's dQ (the column split's bulk
+    /// reduce), so one thread waits for the turn and publishes it. The key split's
+    /// per-thread atomics from two warpgroups use the slice mode.
+    pub fn ordered_dq(&self) -> bool {
+        self.ordered
+            && self.dq_bulk
+            && self.dq_split == DqSplit::Columns
+            && self.rotate_walk
+            && self.diag == BwdDiag::default()
     }
 
     /// Keys per CTA: 64 per consumer warpgroup.
@@ -450,7 +478,9 @@ impl BwdConfig {
         let rowvals = dq_stage + dq_stage_bytes;
         let rowvals_per_stage = 2 * self.block_m * 4;
         let bars = rowvals + rowvals_per_stage * self.stages;
-        let used = bars + 8 * (2 + 2 * self.stages);
+        let turn = bars + 8 * (2 + 2 * self.stages);
+        let turn_keys = turn + 32;
+        let used = turn_keys + TURN_CHUNK * self.stages;
         BwdSmem {
             k,
             v,
@@ -465,6 +495,8 @@ impl BwdConfig {
             dq_stage,
             dq_stage_per_wg,
             bars,
+            turn,
+            turn_keys,
             used,
             request: used + 1024,
         }

@@ -60,6 +60,7 @@ impl Family for Hopper {
     ) -> Option<Result<(CompiledModule, String), LowerError>> {
         match (direction, step) {
             (Direction::Forward, 1) => forward_step_down(spec, arch),
+            (Direction::Backward, 1) => backward_step_down(spec, arch),
             _ => None,
         }
     }
@@ -72,6 +73,18 @@ fn forward_step_down(spec: &Spec, arch: Arch) -> Option<Result<(CompiledModule, 
     let small = Config { block_n: 64, ..cfg.clone() };
     (small != cfg && small.check(spec, arch.max_smem_per_block()).is_ok())
         .then(|| compile_with_config(spec, arch, &small).map(|m| (m, "64-key tiles instead of 128".to_string())))
+}
+
+/// The backward's step down when the default spills: no ordered deterministic mode (its
+/// turn handling in the dQ issuer costs the consumers a few registers; deterministic
+/// launches then take dQ slices, and the receipt says so).
+fn backward_step_down(spec: &Spec, arch: Arch) -> Option<Result<(CompiledModule, String), LowerError>> {
+    let cfg = BwdConfig::for_spec(spec);
+    cfg.ordered_dq().then(|| {
+        let plain = BwdConfig { ordered: false, ..cfg };
+        compile_backward_with_config(spec, arch, &plain)
+            .map(|m| (m, "no ordered deterministic mode (deterministic launches take dQ slices)".to_string()))
+    })
 }
 
 /// Why the backward cannot compile `spec` for `arch`, or `None`.
