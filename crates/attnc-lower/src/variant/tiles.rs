@@ -291,27 +291,31 @@ pub struct QueryPair<'ctx> {
 
 /// A backward CTA's walk over its key tiles: `body(key tile, walk index)` for the key
 /// tiles `ctaid.x, ctaid.x + nctaid.x, …` below `n_tiles` (one per CTA, or in the slice
-/// mode a grid column's share) — counted from the last key tile where `reverse` holds
-/// (the ordered deterministic mode: `dq_order::reversed_key_tiles`).
+/// mode a grid column's share). Where `reverse` holds (the ordered deterministic mode,
+/// `backward::reversed_key_tiles`, whose grid has a column per key tile) the CTA takes
+/// key tile `n_tiles − 1 − ctaid.x` alone: counted from the last. The step is a select,
+/// not a second counter (the TMA thread walks this in 24 registers).
 pub fn walk_key_tiles<'ctx>(
     kb: &mut Kb<'ctx>,
     n_tiles: IntValue<'ctx>,
     reverse: IntValue<'ctx>,
     mut body: impl FnMut(&mut Kb<'ctx>, IntValue<'ctx>, IntValue<'ctx>) -> R<()>,
 ) -> R<()> {
-    let idx_slot = kb.slot_i32("key_tile_idx", kb.sreg("ctaid.x", "")?)?;
+    let x = kb.sreg("ctaid.x", "")?;
+    let last_first = kb.sub(kb.sub(n_tiles, kb.i32c(1), "")?, x, "")?;
+    let n_slot = kb.slot_i32("key_tile", kb.select_i(reverse, last_first, x, "")?)?;
     let iter = kb.slot_i32("key_tile_iter", kb.i32c(0))?;
     kb.while_loop(
         "key_tiles",
-        |kb| kb.icmp(IntPredicate::SLT, kb.get_i(idx_slot, "")?, n_tiles, ""),
+        // Unsigned: a negative tile (past the first, reversed) ends the walk too.
+        |kb| kb.icmp(IntPredicate::ULT, kb.get_i(n_slot, "")?, n_tiles, ""),
         |kb| {
-            let idx = kb.get_i(idx_slot, "")?;
-            let last_first = kb.sub(kb.sub(n_tiles, kb.i32c(1), "")?, idx, "")?;
-            let n = kb.select_i(reverse, last_first, idx, "n")?;
+            let n = kb.get_i(n_slot, "n")?;
             let it = kb.get_i(iter, "it")?;
             body(kb, n, it)?;
             kb.set(iter, kb.add(it, kb.i32c(1), "")?)?;
-            kb.set(idx_slot, kb.add(idx, kb.sreg("nctaid.x", "")?, "")?)
+            let next = kb.add(n, kb.sreg("nctaid.x", "")?, "")?;
+            kb.set(n_slot, kb.select_i(reverse, kb.i32c(-1), next, "")?)
         },
     )
 }

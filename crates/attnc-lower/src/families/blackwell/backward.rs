@@ -33,9 +33,10 @@ use super::desc::{DFormat, InstrDesc, SmemDesc};
 use crate::error::LowerError;
 use crate::families::common::abi::{self as cabi, Args};
 use crate::families::common::backward::{
-    dynamic_smem_base, learnable_aux, tma_boxes, tma_main_params, ws_row, DqSlice, KeyTileCta, TMA_BOX_COLS,
+    dynamic_smem_base, learnable_aux, reversed_key_tiles, tma_boxes, tma_main_params, turn_flag, ws_row, DqSlice,
+    KeyTileCta, TMA_BOX_COLS,
 };
-use crate::families::common::dq_order::{reversed_key_tiles, turn_plan_index, DqAccumulation, DqTurn};
+use crate::families::common::dq_order::{DqAccumulation, DqTurn};
 use crate::families::common::sw128::{emit_chunk_addr, k_major_step_offset, mn_major_step_offset};
 use crate::llvm::kb::{Kb, Slot, R};
 use crate::llvm::operand::Major;
@@ -779,7 +780,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let slice = kb.select_i(slices, kb.sreg("ctaid.x", "")?, kb.i32c(0), "dq_slice")?;
         let t0 = kb.icmp(IntPredicate::EQ, row, kb.i32c(0), "reduce_t0")?;
         let waits = kb.and(ordered, t0, "turn_waiter")?;
-        let turn_flag = kb.slot(kb.ctx.i64_type().into(), "turn_flag", kb.i64c(0).into())?;
+        let turn_flag_slot = kb.slot(kb.ctx.i64_type().into(), "turn_flag", kb.i64c(0).into())?;
         let turn_mine = kb.slot_i32("turn_mine", kb.i32c(0))?;
         let dqs = DqSlice::new(kb, spec, &self.args, cta.seqlen_pad, cta.bv.b, slice)?;
         let d = spec.head_dim_qk;
@@ -795,13 +796,13 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                 kb.if_then(waits, "dq_turn", |kb| {
                     let m0 = kb.mul(m, kb.i32c(BWD_BLOCK_M as i64), "")?;
                     let tile_row = ws_row(kb, spec.q_heads, cta.seqlen_pad, cta.bv.b, h, m0)?;
-                    let (flag, mine) = DqTurn::place(kb, &self.args, &cta, n, p.m, tile_row)?;
-                    let idx = turn_plan_index(kb, spec, &cta, h, m, n)?;
+                    let (flag, mine) = (turn_flag(kb, &self.args, tile_row)?, cta.turn_key(kb, n, p.m)?);
+                    let idx = cta.turn_plan_index(kb, spec, h, m, n)?;
                     let plan = self.args.int("turn_plan")?;
                     let wait_for =
                         kb.ld_global_b32(kb.add(plan, kb.mul(idx, kb.i64c(4), "")?, "")?, "turn_wait_for")?;
                     let turn = DqTurn { flag, wait_for, mine };
-                    kb.set(turn_flag, turn.flag)?;
+                    kb.set(turn_flag_slot, turn.flag)?;
                     kb.set(turn_mine, turn.mine)?;
                     turn.wait(kb)
                 })?;
@@ -838,7 +839,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                     kb.fence_acq_rel_gpu()?;
                     kb.named_bar_sync(REDUCE_BAR, 128)?;
                     kb.if_then(t0, "turn_pass", |kb| {
-                        DqTurn::pass(kb, kb.get_i(turn_flag, "turn_flag")?, kb.get_i(turn_mine, "turn_mine")?)
+                        DqTurn::pass(kb, kb.get_i(turn_flag_slot, "turn_flag")?, kb.get_i(turn_mine, "turn_mine")?)
                     })
                 })
             })

@@ -21,7 +21,8 @@
 //! Learnable aux gradients in deterministic mode go through `aux_grad_ws`,
 //! `[slices, Σ aux sizes]` f32 (one slice per (CTA, warp)), summed the same way.
 
-use super::abi::{kernel_name, variant_params, Args, ParamTy};
+use super::abi::{describe, kernel_name, variant_params, Args, ParamTy};
+use super::dq_order::{DqAccumulation, MAX_TURN_TILES, PLAN_THREADS, TURN_ROWS};
 use crate::llvm::kb::{Kb, R};
 use crate::module::BlockLayout;
 use crate::module::{Grid, KernelInfo, KernelRole, TmaBox};
@@ -51,7 +52,7 @@ pub fn build_kernels<'ctx>(
     let tiling = Tiling { block_m: main.block_m, block_n: main.block_n, pack_gqa: false };
     if let Grid::KeyTiles { ordered_dq: true, .. } = main.grid {
         let name = kernel_name(spec, "bwd_turn_plan");
-        kernels.push(super::dq_order::build_turn_plan(kb, spec, &name, main.block_m, main.block_n)?);
+        kernels.push(build_turn_plan(kb, spec, &name, main.block_m, main.block_n)?);
     }
     kernels.push(main);
     kernels.push(build_dq_convert(kb, spec, &kernel_name(spec, "bwd_dq"))?);
@@ -291,6 +292,26 @@ impl<'ctx> KeyTileCta<'ctx> {
             (z, z, self.bv.b)
         };
         Ok(TmaSources { q: maps[0], k: maps[1], v: maps[2], d_o: maps[3], q_row, k_row, batch })
+    }
+
+    /// The ordered mode's order key of key tile `n`'s visit at walk position `position`
+    /// (`QueryPair::m`, the rotated walk's position of the query tile): one multiply-add.
+    pub fn turn_key(&self, kb: &Kb<'ctx>, n: IntValue<'ctx>, position: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+        kb.add(kb.add(kb.mul(position, self.n_tiles, "")?, n, "")?, kb.i32c(1), "turn_mine")
+    }
+
+    /// Element index of key tile `n`'s word in the turn plan row of (this batch entry,
+    /// head `h`, query tile `m`).
+    pub fn turn_plan_index(
+        &self,
+        kb: &Kb<'ctx>,
+        spec: &Spec,
+        h: IntValue<'ctx>,
+        m: IntValue<'ctx>,
+        n: IntValue<'ctx>,
+    ) -> R<IntValue<'ctx>> {
+        let tiles = (self.block_m, self.block_n);
+        turn_plan_index(kb, spec, &self.la, self.seqlen_pad, self.bv.b, tiles, (h, m, n))
     }
 
     /// The query walk of key tile `n` (its keys clipped to seqlen_k); `rotate`: key tile
@@ -775,4 +796,142 @@ pub fn aux_sizes<'ctx>(kb: &Kb<'ctx>, spec: &Spec, args: &Args<'ctx>) -> R<(Vec<
         sizes.push(n);
     }
     Ok((sizes, total))
+}
+
+// ------------------------------------------------------------------ ordered dQ (dq_order)
+
+/// `dq_order::order_key` in the kernel (the rotated walk's order).
+pub fn emit_order_key<'ctx>(
+    kb: &Kb<'ctx>,
+    cta: &KeyTileCta<'ctx>,
+    n: IntValue<'ctx>,
+    m: IntValue<'ctx>,
+    name: &str,
+) -> R<IntValue<'ctx>> {
+    let p = cta.m_tiles;
+    let position = kb.urem(kb.sub(kb.add(m, p, "")?, kb.urem(n, p, "")?, "")?, p, "turn_position")?;
+    kb.add(kb.add(kb.mul(position, cta.n_tiles, "")?, n, "")?, kb.i32c(1), name)
+}
+
+/// The ordered mode's flag of the query tile whose first query is at workspace row
+/// `ws_row` (`ws_row`, a multiple of `dq_order::TURN_ROWS`): `[batch, q_heads, seqlen_pad /
+/// TURN_ROWS]` u32.
+pub fn turn_flag<'ctx>(kb: &Kb<'ctx>, args: &Args<'ctx>, ws_row: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+    let offset = kb.mul(kb.udiv(ws_row, kb.i64c(TURN_ROWS as i64), "")?, kb.i64c(4), "")?;
+    kb.add(args.int("dq_order")?, offset, "turn_flag")
+}
+
+/// Element index of key tile `n`'s word in the turn plan row of (`b`, `h`, query tile `m`)
+/// (`dq_order::turn_plan_words`; `tiles` = (block_m, block_n)), from the launch arguments
+/// alone (no batch view: hopper's dQ writer has 24 registers).
+pub fn turn_plan_index<'ctx>(
+    kb: &Kb<'ctx>,
+    spec: &Spec,
+    la: &LayoutArgs<'ctx>,
+    seqlen_pad: IntValue<'ctx>,
+    b: IntValue<'ctx>,
+    tiles: (u32, u32),
+    (h, m, n): (IntValue<'ctx>, IntValue<'ctx>, IntValue<'ctx>),
+) -> R<IntValue<'ctx>> {
+    let bn = tiles.1 as i64;
+    let key_tiles = kb.udiv(kb.add(la.seqlen_k, kb.i32c(bn - 1), "")?, kb.i32c(bn), "")?;
+    let stride = kb.and(kb.add(key_tiles, kb.i32c(3), "")?, kb.i32c(!3), "turn_plan_stride")?;
+    let m_rows = kb.udiv(seqlen_pad, kb.i32c(tiles.0 as i64), "")?;
+    let bh = kb.add(kb.mul(b, kb.i32c(spec.q_heads as i64), "")?, h, "")?;
+    let row = kb.add(kb.mul(kb.sext64(bh, "")?, kb.sext64(m_rows, "")?, "")?, kb.sext64(m, "")?, "")?;
+    kb.add(kb.mul(row, kb.sext64(stride, "")?, "")?, kb.sext64(n, "")?, "turn_plan_index")
+}
+
+/// The turn plan kernel: grid `(ceil(max seqlen_q / block_m), q_heads, batch)`, one CTA
+/// per (batch, query head, query tile at `block_m`): every key tile that visits it gets its
+/// predecessor's order key (0: the first) — `dq_order::predecessor_key` over the main kernel's
+/// classification (intervals or the block mask), for the rotated walk.
+pub fn build_turn_plan<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str, block_m: u32, block_n: u32) -> R<KernelInfo> {
+    let params = main_params(spec);
+    let args = Args::begin(kb, name, &params)?;
+    kb.section(&format!(
+        "attnc backward turn plan: {} (each visit's predecessor in the ordered dQ accumulation)",
+        spec.name
+    ))?;
+    let m = kb.sreg("ctaid.x", "m")?;
+    let h = kb.sreg("ctaid.y", "h")?;
+    let b = kb.opaque_i32(kb.sreg("ctaid.z", "")?, "b")?;
+    let hkv = kb.udiv(h, kb.i32c(spec.group_size() as i64), "hkv")?;
+    let cta = KeyTileCta::for_batch(kb, spec, &args, b, hkv, block_m, block_n)?;
+    let outside = kb.icmp(IntPredicate::SGE, m, cta.m_tiles, "")?;
+    kb.return_if(outside, "query_tile_outside")?;
+    let tid = kb.sreg("tid.x", "tid")?;
+    let keys = dynamic_smem_base(kb)?;
+    let nt = kb.smin(cta.n_tiles, kb.i32c(MAX_TURN_TILES as i64), "n_tiles")?;
+    let threads = kb.i32c(PLAN_THREADS as i64);
+    let key_at = |kb: &Kb<'ctx>, n: IntValue<'ctx>| kb.add(keys, kb.mul(n, kb.i32c(4), "")?, "key_addr");
+    let strided = |kb: &mut Kb<'ctx>, name: &str, body: &dyn Fn(&mut Kb<'ctx>, IntValue<'ctx>) -> R<()>| {
+        let n = kb.slot_i32(name, tid)?;
+        kb.while_loop(
+            name,
+            |kb| kb.icmp(IntPredicate::SLT, kb.get_i(n, "")?, nt, ""),
+            |kb| {
+                let cur = kb.get_i(n, "n")?;
+                body(kb, cur)?;
+                kb.set(n, kb.add(cur, threads, "")?)
+            },
+        )
+    };
+    kb.section("each key tile's order key if it visits the query tile, else 0")?;
+    let bm = block_m as i64;
+    strided(kb, "visit_keys", &|kb, n| {
+        let key = emit_order_key(kb, &cta, n, m, "key")?;
+        let visits = if spec.mask.is_none() {
+            kb.boolc(true)
+        } else {
+            let qt = cta.queries(kb, spec, &args, n, false)?;
+            let cls = qt.classify(kb, kb.mul(m, kb.i32c(bm), "")?, h)?;
+            kb.not(cls.empty, "visits")?
+        };
+        kb.st_shared_b32(key_at(kb, n)?, kb.select_i(visits, key, kb.i32c(0), "")?)
+    })?;
+    kb.cta_barrier()?;
+    kb.section("each visit's predecessor: the largest key below its own")?;
+    let plan = args.int("turn_plan")?;
+    strided(kb, "predecessors", &|kb, n| {
+        let mine = kb.ld_shared_b32(key_at(kb, n)?, "mine")?;
+        let best = kb.slot_i32("best", kb.i32c(0))?;
+        kb.for_range(kb.i32c(0), nt, "candidates", |kb, c| {
+            let key = kb.ld_shared_b32(key_at(kb, c)?, "cand")?;
+            let cur = kb.get_i(best, "")?;
+            let better =
+                kb.and(kb.icmp(IntPredicate::ULT, key, mine, "")?, kb.icmp(IntPredicate::UGT, key, cur, "")?, "")?;
+            kb.set(best, kb.select_i(better, key, cur, "")?)
+        })?;
+        let idx = cta.turn_plan_index(kb, spec, h, m, n)?;
+        let addr = kb.add(plan, kb.mul(idx, kb.i64c(4), "")?, "")?;
+        kb.st_global_b32(addr, kb.get_i(best, "pred")?)
+    })?;
+    kb.ret()?;
+    Ok(KernelInfo {
+        name: name.to_string(),
+        role: KernelRole::TurnPlan,
+        note: None,
+        threads_per_block: PLAN_THREADS,
+        dynamic_smem_bytes: 4 * MAX_TURN_TILES,
+        block_m,
+        block_n,
+        params: describe(&params),
+        tensor_maps: Vec::new(),
+        grid: Grid::Rows,
+    })
+}
+
+/// Whether the key tiles are walked from the last (`variant::tiles::walk_key_tiles`): in
+/// the ordered mode, so that CTAs start in the order their turns come. A visit's
+/// predecessors are higher key tiles (the query tile's order is descending from it), and
+/// under a causal mask those are the short walks: counted from the first, the long walks
+/// started first and waited on CTAs not yet started (H100, d128 causal 16k: 0.60× the
+/// default; see `docs/hopper.md`).
+pub fn reversed_key_tiles<'ctx>(kb: &Kb<'ctx>, args: &Args<'ctx>, kernel_has_it: bool) -> R<IntValue<'ctx>> {
+    if !kernel_has_it {
+        return Ok(kb.boolc(false));
+    }
+    let mode = kb.opaque_i32(args.int("deterministic")?, "dq_accumulation")?;
+    kb.icmp(IntPredicate::EQ, mode, kb.i32c(DqAccumulation::Ordered.arg() as i64), "reversed_key_tiles")
 }

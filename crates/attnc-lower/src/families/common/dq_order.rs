@@ -26,19 +26,21 @@
 //!
 //! **The predecessor** of a visit is the nearest visit before it in that order
 //! ([`predecessor_key`]). A small kernel before the main one, the *turn plan*
-//! ([`build_turn_plan`]), classifies every (query tile, key tile) pair with the same tile
-//! classification the walks skip empty tiles with and writes each visit's predecessor
+//! (`backward::build_turn_plan`), classifies every (query tile, key tile) pair with the
+//! same tile classification the walks skip empty tiles with and writes each visit's predecessor
 //! key to `turn_plan[batch][q_head][query tile][key tile]`; the main kernel reads one word
 //! per visit. (Computed in the main kernel it cost registers its roles do not have: a
 //! serial scan back from the visit spilled in hopper's consumers, a warp-parallel one in
 //! its 24-register producer warpgroup; and with a block mask every serial step is a
 //! dependent load.)
+//!
+//! **Who waits.** Hopper: a dQ-writer thread in the producer warpgroup takes each staged
+//! dQ tile from the consumers, waits for the turn, adds it with one bulk reduce and
+//! passes the turn once the adds are complete, so the consumers never wait on a turn
+//! (H100/H200: 0.96–1.00× the default at d128). Blackwell: the dQ-reduce warps. Key tiles
+//! are walked from the last in this mode (`backward::reversed_key_tiles`).
 
-use super::abi::{describe, Args};
-use super::backward::{dynamic_smem_base, main_params, KeyTileCta};
 use crate::llvm::kb::{Kb, R};
-use crate::module::{Grid, KernelInfo, KernelRole};
-use attnc_ir::Spec;
 use inkwell::values::IntValue;
 use inkwell::IntPredicate;
 use serde::{Deserialize, Serialize};
@@ -96,7 +98,7 @@ pub fn order_key(n: u32, m: u32, n_tiles: u32, m_tiles: u32, rotate: bool) -> u3
 
 /// The order key of the visit of query tile `m` just before key tile `n`'s, among the key
 /// tiles `visits` says visit it, or 0 when `n` is the first: the largest key below
-/// `n`'s. What [`build_turn_plan`] writes.
+/// `n`'s. What `backward::build_turn_plan` writes.
 pub fn predecessor_key(n: u32, m: u32, n_tiles: u32, m_tiles: u32, rotate: bool, visits: impl Fn(u32) -> bool) -> u32 {
     let mine = order_key(n, m, n_tiles, m_tiles, rotate);
     (0..n_tiles)
@@ -110,7 +112,8 @@ pub fn predecessor_key(n: u32, m: u32, n_tiles: u32, m_tiles: u32, rotate: bool,
 /// The most key tiles per KV head the turn plan handles (its shared-memory row of keys);
 /// the ordered mode needs far fewer (a head's key tiles must fit the resident CTAs).
 pub const MAX_TURN_TILES: u32 = 1024;
-const PLAN_THREADS: u32 = 128;
+/// Threads of the turn plan kernel.
+pub const PLAN_THREADS: u32 = 128;
 
 /// Key tiles per turn-plan row: `ceil(max seqlen_k / block_n)` rounded up to 4 words (a
 /// 16-byte chunk holds a visit's word and its neighbours: the hopper producer copies it
@@ -131,133 +134,9 @@ pub fn turn_plan_words(
     batch * q_heads * (seqlen_pad / block_m.max(1) as usize) * turn_plan_stride(max_seqlen_k, block_n)
 }
 
-/// [`order_key`] in the kernel (the rotated walk's order).
-fn emit_order_key<'ctx>(
-    kb: &Kb<'ctx>,
-    cta: &KeyTileCta<'ctx>,
-    n: IntValue<'ctx>,
-    m: IntValue<'ctx>,
-    name: &str,
-) -> R<IntValue<'ctx>> {
-    let p = cta.m_tiles;
-    let position = kb.urem(kb.sub(kb.add(m, p, "")?, kb.urem(n, p, "")?, "")?, p, "turn_position")?;
-    kb.add(kb.add(kb.mul(position, cta.n_tiles, "")?, n, "")?, kb.i32c(1), name)
-}
-
-/// Element index of key tile `n`'s word in the turn plan row of (`b`, `h`, query tile `m`).
-pub fn turn_plan_index<'ctx>(
-    kb: &Kb<'ctx>,
-    spec: &Spec,
-    cta: &KeyTileCta<'ctx>,
-    h: IntValue<'ctx>,
-    m: IntValue<'ctx>,
-    n: IntValue<'ctx>,
-) -> R<IntValue<'ctx>> {
-    let bn = cta.block_n as i64;
-    let key_tiles = kb.udiv(kb.add(cta.la.seqlen_k, kb.i32c(bn - 1), "")?, kb.i32c(bn), "")?;
-    let stride = kb.and(kb.add(key_tiles, kb.i32c(3), "")?, kb.i32c(!3), "turn_plan_stride")?;
-    let m_rows = kb.udiv(cta.seqlen_pad, kb.i32c(cta.block_m as i64), "")?;
-    let bh = kb.add(kb.mul(cta.bv.b, kb.i32c(spec.q_heads as i64), "")?, h, "")?;
-    let row = kb.add(kb.mul(kb.sext64(bh, "")?, kb.sext64(m_rows, "")?, "")?, kb.sext64(m, "")?, "")?;
-    kb.add(kb.mul(row, kb.sext64(stride, "")?, "")?, kb.sext64(n, "")?, "turn_plan_index")
-}
-
-/// The turn plan kernel: grid `(ceil(max seqlen_q / block_m), q_heads, batch)`, one CTA
-/// per (batch, query head, query tile at `block_m`): every key tile that visits it gets its
-/// predecessor's order key (0: the first) — [`predecessor_key`] over the main kernel's
-/// classification (intervals or the block mask), for the rotated walk.
-pub fn build_turn_plan<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str, block_m: u32, block_n: u32) -> R<KernelInfo> {
-    let params = main_params(spec);
-    let args = Args::begin(kb, name, &params)?;
-    kb.section(&format!(
-        "attnc backward turn plan: {} (each visit's predecessor in the ordered dQ accumulation)",
-        spec.name
-    ))?;
-    let m = kb.sreg("ctaid.x", "m")?;
-    let h = kb.sreg("ctaid.y", "h")?;
-    let b = kb.opaque_i32(kb.sreg("ctaid.z", "")?, "b")?;
-    let hkv = kb.udiv(h, kb.i32c(spec.group_size() as i64), "hkv")?;
-    let cta = KeyTileCta::for_batch(kb, spec, &args, b, hkv, block_m, block_n)?;
-    let outside = kb.icmp(IntPredicate::SGE, m, cta.m_tiles, "")?;
-    kb.return_if(outside, "query_tile_outside")?;
-    let tid = kb.sreg("tid.x", "tid")?;
-    let keys = dynamic_smem_base(kb)?;
-    let nt = kb.smin(cta.n_tiles, kb.i32c(MAX_TURN_TILES as i64), "n_tiles")?;
-    let threads = kb.i32c(PLAN_THREADS as i64);
-    let key_at = |kb: &Kb<'ctx>, n: IntValue<'ctx>| kb.add(keys, kb.mul(n, kb.i32c(4), "")?, "key_addr");
-    let strided = |kb: &mut Kb<'ctx>, name: &str, body: &dyn Fn(&mut Kb<'ctx>, IntValue<'ctx>) -> R<()>| {
-        let n = kb.slot_i32(name, tid)?;
-        kb.while_loop(
-            name,
-            |kb| kb.icmp(IntPredicate::SLT, kb.get_i(n, "")?, nt, ""),
-            |kb| {
-                let cur = kb.get_i(n, "n")?;
-                body(kb, cur)?;
-                kb.set(n, kb.add(cur, threads, "")?)
-            },
-        )
-    };
-    kb.section("each key tile's order key if it visits the query tile, else 0")?;
-    let bm = block_m as i64;
-    strided(kb, "visit_keys", &|kb, n| {
-        let key = emit_order_key(kb, &cta, n, m, "key")?;
-        let visits = if spec.mask.is_none() {
-            kb.boolc(true)
-        } else {
-            let qt = cta.queries(kb, spec, &args, n, false)?;
-            let cls = qt.classify(kb, kb.mul(m, kb.i32c(bm), "")?, h)?;
-            kb.not(cls.empty, "visits")?
-        };
-        kb.st_shared_b32(key_at(kb, n)?, kb.select_i(visits, key, kb.i32c(0), "")?)
-    })?;
-    kb.cta_barrier()?;
-    kb.section("each visit's predecessor: the largest key below its own")?;
-    let plan = args.int("turn_plan")?;
-    strided(kb, "predecessors", &|kb, n| {
-        let mine = kb.ld_shared_b32(key_at(kb, n)?, "mine")?;
-        let best = kb.slot_i32("best", kb.i32c(0))?;
-        kb.for_range(kb.i32c(0), nt, "candidates", |kb, c| {
-            let key = kb.ld_shared_b32(key_at(kb, c)?, "cand")?;
-            let cur = kb.get_i(best, "")?;
-            let better =
-                kb.and(kb.icmp(IntPredicate::ULT, key, mine, "")?, kb.icmp(IntPredicate::UGT, key, cur, "")?, "")?;
-            kb.set(best, kb.select_i(better, key, cur, "")?)
-        })?;
-        let idx = turn_plan_index(kb, spec, &cta, h, m, n)?;
-        let addr = kb.add(plan, kb.mul(idx, kb.i64c(4), "")?, "")?;
-        kb.st_global_b32(addr, kb.get_i(best, "pred")?)
-    })?;
-    kb.ret()?;
-    Ok(KernelInfo {
-        name: name.to_string(),
-        role: KernelRole::TurnPlan,
-        note: None,
-        threads_per_block: PLAN_THREADS,
-        dynamic_smem_bytes: 4 * MAX_TURN_TILES,
-        block_m,
-        block_n,
-        params: describe(&params),
-        tensor_maps: Vec::new(),
-        grid: Grid::Rows,
-    })
-}
-
-/// Whether the key tiles are walked from the last (`variant::tiles::walk_key_tiles`): in
-/// the ordered mode, so that CTAs start in the order their turns come. A visit's
-/// predecessors are higher key tiles (the query tile's order is descending from it), and
-/// under a causal mask those are the short walks: counted from the first, the long walks
-/// started first and waited on CTAs not yet started (H100, d128 causal 16k: 0.60× the
-/// default; see `docs/hopper.md`).
-pub fn reversed_key_tiles<'ctx>(kb: &Kb<'ctx>, args: &Args<'ctx>, kernel_has_it: bool) -> R<IntValue<'ctx>> {
-    if !kernel_has_it {
-        return Ok(kb.boolc(false));
-    }
-    let mode = kb.opaque_i32(args.int("deterministic")?, "dq_accumulation")?;
-    kb.icmp(IntPredicate::EQ, mode, kb.i32c(DqAccumulation::Ordered.arg() as i64), "reversed_key_tiles")
-}
-
 /// One visit's turn: the flag of its (batch, query head, query tile), the key it waits
-/// for (from the turn plan) and the key it publishes after its adds.
+/// for (from the turn plan) and the key it publishes after its adds
+/// (`backward::KeyTileCta::turn_place`).
 #[derive(Clone, Copy)]
 pub struct DqTurn<'ctx> {
     /// Global address of the flag.
@@ -267,26 +146,6 @@ pub struct DqTurn<'ctx> {
 }
 
 impl<'ctx> DqTurn<'ctx> {
-    /// The visit's flag address and order key, from what the adding code has at hand:
-    /// the visit's walk position (`QueryPair::m`, the rotated walk's position of the
-    /// query tile) and `ws_row`, the workspace row index of the tile's first query
-    /// (`backward::ws_row`, a multiple of [`TURN_ROWS`]). Two multiply-adds: computed
-    /// where registers are scarce (more spilled in hopper's consumers).
-    pub fn place(
-        kb: &Kb<'ctx>,
-        args: &Args<'ctx>,
-        cta: &KeyTileCta<'ctx>,
-        n: IntValue<'ctx>,
-        position: IntValue<'ctx>,
-        ws_row: IntValue<'ctx>,
-    ) -> R<(IntValue<'ctx>, IntValue<'ctx>)> {
-        let mine = kb.add(kb.add(kb.mul(position, cta.n_tiles, "")?, n, "")?, kb.i32c(1), "turn_mine")?;
-        // Flag (b, h, rows / TURN_ROWS) of `[batch, q_heads, seqlen_pad / TURN_ROWS]`.
-        let offset = kb.mul(kb.udiv(ws_row, kb.i64c(TURN_ROWS as i64), "")?, kb.i64c(4), "")?;
-        let flag = kb.add(args.int("dq_order")?, offset, "turn_flag")?;
-        Ok((flag, mine))
-    }
-
     /// Spins until the predecessor has published (acquire: its adds are visible).
     pub fn wait(&self, kb: &mut Kb<'ctx>) -> R<()> {
         kb.section("dQ turn: wait for the predecessor's adds")?;

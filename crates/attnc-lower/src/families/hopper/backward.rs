@@ -24,13 +24,15 @@
 //! M is queries). A grid column walks key tiles `ctaid.x, + nctaid.x, …` (several only in
 //! deterministic mode, where the column is also the dQ slice), as the portable family's.
 
-use super::config::{BwdConfig, BwdSmem, Config, DqSplit, BOX_COLS, ROWS_PER_CONSUMER, ROW_BYTES, TURN_CHUNK};
+use super::config::{BwdConfig, BwdSmem, Config, DqSplit, BOX_COLS, ROWS_PER_CONSUMER, ROW_BYTES};
 use super::desc::SmemDesc;
 use crate::families::common::abi::{self as cabi, Args};
 use crate::families::common::backward::{
-    aux_sink, dynamic_smem_base, red_dq_fragment, tma_boxes, tma_main_params, ws_row, DqSlice, FragLane, KeyTileCta,
+    aux_sink, dynamic_smem_base, red_dq_fragment, reversed_key_tiles, tma_boxes, tma_main_params, turn_plan_index,
+    ws_row, DqSlice, FragLane, KeyTileCta,
 };
-use crate::families::common::dq_order::{reversed_key_tiles, turn_plan_index, DqAccumulation, DqTurn};
+use crate::families::common::backward::{emit_seqlen_pad, turn_flag};
+use crate::families::common::dq_order::{DqAccumulation, DqTurn};
 use crate::families::common::sw128::{k_major_step_offset, mn_major_step_offset};
 use crate::llvm::kb::{Kb, Slot, R};
 use crate::llvm::operand::Major;
@@ -110,6 +112,10 @@ enum Bar {
     KvEmpty,
     Full,
     Empty,
+    /// Ordered mode: the dQ staging tile is written (issuer → dQ writer), and its bulk
+    /// reduce has read it (dQ writer → issuer).
+    DqStaged,
+    DqFree,
 }
 
 impl<'a, 'ctx> Bwd<'a, 'ctx> {
@@ -121,6 +127,18 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         Ok(Cta { smem, view })
     }
 
+    /// Byte offset of a single (not per-slot) mbarrier.
+    fn bar_offset(&self, which: Bar) -> u32 {
+        let (base, stages) = (self.layout.bars, self.cfg.stages);
+        match which {
+            Bar::KvFull => base,
+            Bar::KvEmpty => base + 8,
+            Bar::DqStaged => base + 16 + 16 * stages,
+            Bar::DqFree => base + 24 + 16 * stages,
+            Bar::Full | Bar::Empty => unreachable!("a ring barrier has a slot"),
+        }
+    }
+
     fn bar(&self, kb: &Kb<'ctx>, cta: &Cta<'ctx>, which: Bar, slot: IntValue<'ctx>) -> R<IntValue<'ctx>> {
         let base = self.layout.bars;
         let off = match which {
@@ -130,6 +148,8 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             Bar::Empty => {
                 kb.add(kb.i32c(base as i64 + 16 + 8 * self.cfg.stages as i64), kb.mul(slot, kb.i32c(8), "")?, "")?
             }
+            Bar::DqStaged => kb.i32c(base as i64 + 16 + 16 * self.cfg.stages as i64),
+            Bar::DqFree => kb.i32c(base as i64 + 24 + 16 * self.cfg.stages as i64),
         };
         kb.add(cta.smem, off, "mbar")
     }
@@ -140,21 +160,18 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         Ok((kb.urem(pos, s, "qdo_slot")?, kb.and(kb.udiv(pos, s, "")?, kb.i32c(1), "qdo_parity")?))
     }
 
-    /// Whether this thread keeps the ordered mode's turn (the dQ issuer, in that mode).
+    /// Whether this thread is the dQ issuer (consumer 0's first thread) in the ordered
+    /// mode, where it hands the staged tile to the dQ writer instead of adding it.
     /// Evaluated where it is used, from the launch argument and `tid` (opaque, so not
-    /// hoisted): a flag live across the tile cost grok_softcap's consumers 20 bytes of
-    /// spills.
-    fn turn_keeper(&self, kb: &Kb<'ctx>) -> R<IntValue<'ctx>> {
+    /// hoisted): a flag live across the tile costs the consumers registers.
+    fn ordered_issuer(&self, kb: &Kb<'ctx>) -> R<IntValue<'ctx>> {
+        if !self.cfg.ordered_dq() {
+            return Ok(kb.boolc(false));
+        }
         let det = kb.opaque_i32(self.args.int("deterministic")?, "dq_accumulation")?;
         let ordered = kb.icmp(IntPredicate::EQ, det, kb.i32c(DqAccumulation::Ordered.arg() as i64), "")?;
         let tid = kb.opaque_i32(kb.sreg("tid.x", "")?, "")?;
-        kb.and(ordered, kb.icmp(IntPredicate::EQ, tid, kb.i32c(128), "")?, "turn_keeper")
-    }
-
-    /// The ordered mode's turn-plan chunk of ring slot `slot`.
-    fn turn_chunk(&self, kb: &Kb<'ctx>, cta: &Cta<'ctx>, slot: IntValue<'ctx>) -> R<IntValue<'ctx>> {
-        let base = kb.add(cta.smem, kb.i32c(self.layout.turn_keys as i64), "")?;
-        kb.add(base, kb.mul(slot, kb.i32c(TURN_CHUNK as i64), "")?, "turn_chunk")
+        kb.and(ordered, kb.icmp(IntPredicate::EQ, tid, kb.i32c(128), "")?, "ordered_issuer")
     }
 
     /// The query walk of key tile `n` (keys `n0 ..`).
@@ -174,6 +191,8 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                 let consumer_warps = 4 * cfg.consumers;
                 kb.mbar_init(self.bar(kb, &cta, Bar::KvFull, kb.i32c(0))?, 1)?;
                 kb.mbar_init(self.bar(kb, &cta, Bar::KvEmpty, kb.i32c(0))?, consumer_warps)?;
+                kb.mbar_init(self.bar(kb, &cta, Bar::DqStaged, kb.i32c(0))?, 1)?;
+                kb.mbar_init(self.bar(kb, &cta, Bar::DqFree, kb.i32c(0))?, 1)?;
                 for s in 0..cfg.stages {
                     kb.mbar_init(self.bar(kb, &cta, Bar::Full, kb.i32c(s as i64))?, 1)?;
                     kb.mbar_init(self.bar(kb, &cta, Bar::Empty, kb.i32c(s as i64))?, consumer_warps)?;
@@ -191,7 +210,25 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                 kb.section("producer warpgroup: one thread issues the TMA loads")?;
                 let tid = kb.opaque_i32(kb.sreg("tid.x", "")?, "tid")?;
                 let t0 = kb.icmp(IntPredicate::EQ, tid, kb.i32c(0), "")?;
-                kb.if_then(t0, "producer", |kb| self.producer(kb))
+                if !cfg.ordered_dq() {
+                    return kb.if_then(t0, "producer", |kb| self.producer(kb));
+                }
+                // Ordered mode: warp 1's first thread adds the staged dQ tiles in turn (a
+                // branch of its own: after the TMA thread's, anything live across the
+                // merge cost that thread registers, and masks with heavier walks spilled).
+                kb.if_else(
+                    t0,
+                    "producer",
+                    |kb| self.producer(kb),
+                    |kb| {
+                        let det = kb.opaque_i32(self.args.int("deterministic")?, "dq_accumulation")?;
+                        let ordered =
+                            kb.icmp(IntPredicate::EQ, det, kb.i32c(DqAccumulation::Ordered.arg() as i64), "")?;
+                        let writer = kb.and(ordered, kb.icmp(IntPredicate::EQ, tid, kb.i32c(32), "")?, "")?;
+                        kb.if_then(writer, "dq_writer", |kb| self.dq_writer(kb))
+                    },
+                )?;
+                Ok(())
             },
             |kb| self.consumer(kb),
         )
@@ -234,12 +271,6 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let (q_row_base, k_row_base, batch_coord) = (src.q_row, src.k_row, src.batch);
         let pos = kb.slot_i32("p_pos", kb.i32c(0))?;
         let (lse_log2, dpsum) = (self.args.int("lse_log2")?, self.args.int("dpsum")?);
-        let ordered = if cfg.ordered_dq() {
-            let det = self.args.int("deterministic")?;
-            Some(kb.icmp(IntPredicate::EQ, det, kb.i32c(DqAccumulation::Ordered.arg() as i64), "dq_ordered")?)
-        } else {
-            None
-        };
         self.key_tiles(kb, &cta, |kb, n, it| {
             kb.section("TMA K, V tile (once per key tile)")?;
             let bn = cfg.block_n();
@@ -264,12 +295,8 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                 let free = kb.xor(parity, kb.i32c(1), "free_parity")?;
                 kb.mbar_wait(self.bar(kb, &cta, Bar::Empty, slot)?, free)?;
                 let full = self.bar(kb, &cta, Bar::Full, slot)?;
-                let bytes = kb.i32c((l.q_per_stage + l.do_per_stage + l.rowvals_per_stage) as i64);
-                let bytes = match ordered {
-                    Some(o) => kb.add(bytes, kb.select_i(o, kb.i32c(TURN_CHUNK as i64), kb.i32c(0), "")?, "")?,
-                    None => bytes,
-                };
-                kb.mbar_arrive_expect_tx_r(full, bytes)?;
+                let bytes = l.q_per_stage + l.do_per_stage + l.rowvals_per_stage;
+                kb.mbar_arrive_expect_tx(full, bytes)?;
                 let h = qt.head(kb, p.g)?;
                 let m0 = kb.mul(qt.tile_of(kb, p.m)?, kb.i32c(cfg.block_m as i64), "m0")?;
                 let row = kb.add(q_row_base, m0, "q_row")?;
@@ -294,20 +321,69 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                 )?;
                 let row_bytes = cfg.block_m * 4;
                 kb.bulk_load(rv, kb.add(lse_log2, ws, "")?, row_bytes, full)?;
-                kb.bulk_load(kb.add(rv, kb.i32c(row_bytes as i64), "")?, kb.add(dpsum, ws, "")?, row_bytes, full)?;
-                if let Some(o) = ordered {
-                    kb.if_then(o, "turn_plan_chunk", |kb| {
-                        // The 16 bytes of the turn plan holding this visit's predecessor.
-                        let m = qt.tile_of(kb, p.m)?;
-                        let first = kb.and(n, kb.i32c(!3), "")?;
-                        let idx = turn_plan_index(kb, spec, &cta, h, m, first)?;
-                        let src = kb.add(self.args.int("turn_plan")?, kb.mul(idx, kb.i64c(4), "")?, "")?;
-                        kb.bulk_load(self.turn_chunk(kb, &cta, slot)?, src, TURN_CHUNK, full)
-                    })?;
-                }
-                Ok(())
+                kb.bulk_load(kb.add(rv, kb.i32c(row_bytes as i64), "")?, kb.add(dpsum, ws, "")?, row_bytes, full)
             })
         })
+    }
+
+    /// Ordered mode, warp 1's first thread (the producer warpgroup's otherwise idle warps):
+    /// per staged dQ tile, reads what the issuer handed over (`DqHandoff`), waits for its
+    /// turn (`common::dq_order`: the predecessor's key from the turn plan), adds the tile
+    /// with one bulk reduce, frees the staging once it is read and passes the turn once
+    /// the adds are complete. The consumers never wait for a turn or a reduce's
+    /// completion, only for the staging. It does not walk the pairs itself (the walk's
+    /// classification does not fit this warpgroup's 24 registers next to the rest): the
+    /// issuer's last hand-over says the walk ended.
+    fn dq_writer(&self, kb: &mut Kb<'ctx>) -> R<()> {
+        let spec = self.spec;
+        let cfg = self.cfg;
+        let d = spec.head_dim_qk;
+        kb.section("dQ writer (ordered mode): each staged dQ tile added in its turn")?;
+        // Opaque copies: values the TMA thread computes too would otherwise be computed
+        // once before both branches and held across the TMA thread's walk.
+        let raw = kb.opaque_i32(dynamic_smem_base(kb)?, "smem_raw")?;
+        let smem = kb.and(kb.add(raw, kb.i32c(1023), "")?, kb.i32c(!1023), "smem")?;
+        let bar = |kb: &Kb<'ctx>, which: Bar| kb.add(smem, kb.i32c(self.bar_offset(which) as i64), "mbar");
+        let hand = DqHandoff { base: kb.add(smem, kb.i32c(self.layout.dq_handoff as i64), "dq_handoff")? };
+        let count = kb.slot_i32("w_count", kb.i32c(0))?;
+        let more = kb.slot_i32("w_more", kb.i32c(1))?;
+        kb.while_loop(
+            "dq_writer",
+            |kb| kb.icmp(IntPredicate::NE, kb.get_i(more, "")?, kb.i32c(0), ""),
+            |kb| {
+                let c = kb.get_i(count, "w_count")?;
+                kb.mbar_wait(bar(kb, Bar::DqStaged)?, kb.and(c, kb.i32c(1), "")?)?;
+                let v = hand.read(kb)?;
+                let end = kb.icmp(IntPredicate::SLT, v.h, kb.i32c(0), "walk_ended")?;
+                kb.set(more, kb.zext32(kb.not(end, "")?, "")?)?;
+                kb.if_then(kb.not(end, "")?, "dq_tile", |kb| {
+                    // From the launch arguments and the hand-over alone (a batch view
+                    // does not fit this warpgroup's 24 registers for every mask).
+                    let flag = turn_flag(kb, &self.args, v.row)?;
+                    let la = self.args.layout()?;
+                    let b = kb.opaque_i32(kb.sreg("ctaid.z", "")?, "b")?;
+                    let pad = emit_seqlen_pad(kb, la.seqlen_q)?;
+                    let tiles = (cfg.block_m, cfg.block_n());
+                    let idx = turn_plan_index(kb, spec, &la, pad, b, tiles, (v.h, v.m, v.n))?;
+                    let plan = self.args.int("turn_plan")?;
+                    let wait_for =
+                        kb.ld_global_b32(kb.add(plan, kb.mul(idx, kb.i64c(4), "")?, "")?, "turn_wait_for")?;
+                    DqTurn { flag, wait_for, mine: v.mine }.wait(kb)?;
+                    kb.fence_proxy_async_global()?;
+                    let dst =
+                        kb.add(self.args.int("dq_accum")?, kb.mul(v.row, kb.i64c(d as i64 * 4), "")?, "dq_tile_addr")?;
+                    let stage = kb.add(smem, kb.i32c(self.layout.dq_stage as i64), "dq_stage")?;
+                    kb.bulk_reduce_add_f32(dst, stage, cfg.block_m * d * 4)?;
+                    kb.bulk_commit_group()?;
+                    kb.bulk_wait_group_read(0)?;
+                    kb.mbar_arrive(bar(kb, Bar::DqFree)?)?;
+                    kb.bulk_wait_group(0)?;
+                    kb.fence_proxy_async_global()?;
+                    DqTurn::pass(kb, flag, v.mine)
+                })?;
+                kb.set(count, kb.add(c, kb.i32c(1), "")?)
+            },
+        )
     }
 
     // ------------------------------------------------------------------ consumers
@@ -321,16 +397,12 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let det = self.args.int("deterministic")?;
         let deterministic =
             kb.icmp(IntPredicate::NE, det, kb.i32c(DqAccumulation::Atomic.arg() as i64), "deterministic")?;
-        // The dQ issuer's turn to pass (ordered mode): its bulk reduce must complete
-        // before the turn passes, which it checks a tile later.
-        let turn = PendingTurn { bwd: self, smem: cta.smem };
-        turn.clear(kb)?;
         let acc = Accs {
             dk: (0..spec.head_dim_qk / 2).map(|i| kb.slot_f32(&format!("dk{i}"), kb.f32c(0.0))).collect::<R<_>>()?,
             dv: (0..spec.head_dim_v / 2).map(|i| kb.slot_f32(&format!("dv{i}"), kb.f32c(0.0))).collect::<R<_>>()?,
         };
         let pos = kb.slot_i32("c_pos", kb.i32c(0))?;
-        let env = Env { cta: &cta, consumer, ltid, tid, deterministic, turn };
+        let env = Env { cta: &cta, consumer, ltid, tid, deterministic };
         self.key_tiles(kb, &cta, |kb, n, it| {
             let n0 = kb.mul(n, kb.i32c(self.cfg.block_n() as i64), "n0")?;
             for s in acc.dk.iter().chain(&acc.dv) {
@@ -355,8 +427,17 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         if self.cfg.dq_bulk {
             // The last bulk reduce reads shared memory the CTA gives back at exit.
             kb.bulk_wait_group(0)?;
-            turn.pass_pending(kb)?;
         }
+        // Ordered mode: once the writer has taken the last tile, tell it the walk ended.
+        kb.if_then(self.ordered_issuer(kb)?, "dq_walk_end", |kb| {
+            let visits = kb.get_i(pos, "visits")?;
+            let parity = kb.xor(kb.and(visits, kb.i32c(1), "")?, kb.i32c(1), "")?;
+            kb.mbar_wait(self.bar(kb, &cta, Bar::DqFree, kb.i32c(0))?, parity)?;
+            let z = kb.i32c(0);
+            let vals = HandoffVals { row: kb.i64c(0), n: z, mine: z, h: kb.i32c(-1), m: z };
+            DqHandoff::at(self, &cta, kb)?.write(kb, vals)?;
+            kb.mbar_arrive(self.bar(kb, &cta, Bar::DqStaged, kb.i32c(0))?)
+        })?;
         Ok(())
     }
 
@@ -498,14 +579,6 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let dq = &all[ndv + ndk..];
         // Q, dO and their rows are no longer read.
         let lane = kb.and(env.ltid, kb.i32c(31), "lane")?;
-        // Ordered mode: the dQ issuer copies the visit's predecessor key out of the slot
-        // first (to its pending-turn words: nothing stays live in registers).
-        kb.if_then(self.turn_keeper(kb)?, "turn_key_copy", |kb| {
-            let n = kb.udiv(n0, kb.i32c(cfg.block_n() as i64), "key_tile")?;
-            let word = kb.mul(kb.and(n, kb.i32c(3), "")?, kb.i32c(4), "")?;
-            let key = kb.ld_shared_b32(kb.add(self.turn_chunk(kb, cta, slot)?, word, "")?, "turn_wait_for")?;
-            kb.st_shared_b32(env.turn.word(kb, 4)?, key)
-        })?;
         kb.mbar_arrive_lane0(self.bar(kb, cta, Bar::Empty, slot)?, lane)?;
 
         kb.section("dQ -> dq_accum (red.global.add.v4.f32)")?;
@@ -528,7 +601,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             return Ok(());
         }
         if cfg.dq_bulk {
-            return self.bulk_dq(kb, env, qt, p, h, m, col0, slice, &frag);
+            return self.bulk_dq(kb, env, n0, p, h, m, col0, slice, &frag);
         }
         match cfg.dq_split {
             DqSplit::Columns => add(kb),
@@ -584,8 +657,11 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             // before anyone passes this barrier and refills the staging at this tile's end.
             // Only its issuing thread has a bulk group; the others pass at once.
             kb.if_else(env.deterministic, "dq_bulk_wait", |kb| kb.bulk_wait_group(0), |kb| kb.bulk_wait_group_read(0))?;
-            // Ordered mode: the last tile's adds are complete, its turn passes.
-            env.turn.pass_pending(kb)?;
+            // Ordered mode: the dQ writer's reduce of the last tile has read the staging.
+            kb.if_then(self.ordered_issuer(kb)?, "dq_staging_free", |kb| {
+                let parity = kb.xor(kb.and(ring_pos, kb.i32c(1), "")?, kb.i32c(1), "")?;
+                kb.mbar_wait(self.bar(kb, cta, Bar::DqFree, kb.i32c(0))?, parity)
+            })?;
         }
         match cfg.dq_split {
             DqSplit::Columns => kb.named_bar_sync(DS_BAR, 128 * cfg.consumers)?,
@@ -640,7 +716,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         &self,
         kb: &mut Kb<'ctx>,
         env: &Env<'_, 'ctx>,
-        qt: &QueryTiles<'_, 'ctx>,
+        n0: IntValue<'ctx>,
         p: QueryPair<'ctx>,
         h: IntValue<'ctx>,
         m: IntValue<'ctx>,
@@ -686,22 +762,15 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                 kb.named_bar_sync(DS_BAR, 128 * cfg.consumers)?;
                 let first = kb.icmp(IntPredicate::EQ, env.consumer, kb.i32c(0), "")?;
                 let one = kb.and(first, issuer, "dq_issuer")?;
-                kb.if_then(one, "dq_bulk", |kb| {
-                    kb.if_then(self.turn_keeper(kb)?, "dq_turn", |kb| {
-                        // This key tile's turn at the query tile (common::dq_order); the
-                        // turn passes once the reduce completed (next tile, or the end).
-                        let n = kb.udiv(qt.k.0, kb.i32c(cfg.block_n() as i64), "key_tile")?;
-                        let (flag, mine) = DqTurn::place(kb, &self.args, cta, n, p.m, row)?;
-                        // The predecessor's key (copied out of the ring slot before it
-                        // was released).
-                        let wait_for = kb.ld_shared_b32(env.turn.word(kb, 4)?, "turn_wait_for")?;
-                        let turn = DqTurn { flag, wait_for, mine };
-                        turn.wait(kb)?;
-                        kb.fence_proxy_async_global()?;
-                        env.turn.keep(kb, &turn)
-                    })?;
-                    issue(kb)
-                })
+                // Ordered mode: the dQ writer adds the tile in its turn.
+                let ordered = self.ordered_issuer(kb)?;
+                kb.if_then(ordered, "dq_staged", |kb| {
+                    let n = kb.udiv(n0, kb.i32c(cfg.block_n() as i64), "key_tile")?;
+                    let mine = cta.turn_key(kb, n, p.m)?;
+                    DqHandoff::at(self, cta, kb)?.write(kb, HandoffVals { row, n, mine, h, m })?;
+                    kb.mbar_arrive(self.bar(kb, cta, Bar::DqStaged, kb.i32c(0))?)
+                })?;
+                kb.if_then(kb.and(one, kb.not(ordered, "")?, "")?, "dq_bulk", issue)
             }
             DqSplit::Keys => {
                 kb.named_bar_sync_r(kb.add(env.consumer, kb.i32c(DS_BAR as i64), "")?, 128)?;
@@ -1030,54 +1099,48 @@ struct Env<'a, 'ctx> {
     tid: IntValue<'ctx>,
     /// Any deterministic mode (`DqAccumulation`).
     deterministic: IntValue<'ctx>,
-    turn: PendingTurn<'a, 'ctx>,
 }
 
-/// The ordered mode's turn that the dQ issuer passes once its bulk reduce is complete:
-/// `[flag address lo, hi, key, pending, the next visit's predecessor key]` in shared
-/// memory (`BwdSmem::turn`), touched only
-/// by that thread (`Bwd::turn_keeper`).
+/// What the dQ issuer hands the dQ writer with each staged tile (ordered mode), in
+/// shared memory (`BwdSmem::dq_handoff`): the tile's workspace row (`ws_row`), key tile,
+/// order key, query head and query tile; a negative head ends the walk.
+struct DqHandoff<'ctx> {
+    base: IntValue<'ctx>,
+}
+
 #[derive(Clone, Copy)]
-struct PendingTurn<'a, 'ctx> {
-    bwd: &'a Bwd<'a, 'ctx>,
-    /// The CTA's shared-memory base.
-    smem: IntValue<'ctx>,
+struct HandoffVals<'ctx> {
+    row: IntValue<'ctx>,
+    n: IntValue<'ctx>,
+    mine: IntValue<'ctx>,
+    h: IntValue<'ctx>,
+    m: IntValue<'ctx>,
 }
 
-impl<'ctx> PendingTurn<'_, 'ctx> {
+impl<'ctx> DqHandoff<'ctx> {
+    fn at(bwd: &Bwd<'_, 'ctx>, cta: &Cta<'ctx>, kb: &Kb<'ctx>) -> R<Self> {
+        Ok(DqHandoff { base: kb.add(cta.smem, kb.i32c(bwd.layout.dq_handoff as i64), "dq_handoff")? })
+    }
+
     fn word(&self, kb: &Kb<'ctx>, i: i64) -> R<IntValue<'ctx>> {
-        kb.add(self.smem, kb.i32c(self.bwd.layout.turn as i64 + 4 * i), "")
+        kb.add(self.base, kb.i32c(4 * i), "")
     }
 
-    fn clear(&self, kb: &mut Kb<'ctx>) -> R<()> {
-        kb.if_then(self.bwd.turn_keeper(kb)?, "turn_clear", |kb| kb.st_shared_b32(self.word(kb, 3)?, kb.i32c(0)))
-    }
-
-    /// Keeps `turn` to pass later (the issuer, after issuing its reduce).
-    fn keep(&self, kb: &Kb<'ctx>, turn: &DqTurn<'ctx>) -> R<()> {
-        let lo = kb.trunc32(turn.flag, "")?;
-        let hi = kb.trunc32(kb.b.build_right_shift(turn.flag, kb.i64c(32), false, "")?, "")?;
-        for (i, v) in [lo, hi, turn.mine, kb.i32c(1)].into_iter().enumerate() {
-            kb.st_shared_b32(self.word(kb, i as i64)?, v)?;
+    fn write(&self, kb: &Kb<'ctx>, v: HandoffVals<'ctx>) -> R<()> {
+        let lo = kb.trunc32(v.row, "")?;
+        let hi = kb.trunc32(kb.b.build_right_shift(v.row, kb.i64c(32), false, "")?, "")?;
+        for (i, x) in [lo, hi, v.n, v.mine, v.h, v.m].into_iter().enumerate() {
+            kb.st_shared_b32(self.word(kb, i as i64)?, x)?;
         }
         Ok(())
     }
 
-    /// After `cp.async.bulk.wait_group 0`: publishes the pending turn, if any.
-    fn pass_pending(&self, kb: &mut Kb<'ctx>) -> R<()> {
-        kb.if_then(self.bwd.turn_keeper(kb)?, "turn_keeper", |kb| {
-            let pending = kb.ld_shared_b32(self.word(kb, 3)?, "turn_pending")?;
-            let pending = kb.icmp(IntPredicate::NE, pending, kb.i32c(0), "")?;
-            kb.if_then(pending, "turn_pass", |kb| {
-                kb.section("dQ turn: the reduce is complete, pass the turn")?;
-                kb.fence_proxy_async_global()?;
-                let lo = kb.zext64(kb.ld_shared_b32(self.word(kb, 0)?, "")?, "")?;
-                let hi = kb.zext64(kb.ld_shared_b32(self.word(kb, 1)?, "")?, "")?;
-                let flag = kb.or(lo, kb.b.build_left_shift(hi, kb.i64c(32), "")?, "turn_flag")?;
-                DqTurn::pass(kb, flag, kb.ld_shared_b32(self.word(kb, 2)?, "turn_mine")?)?;
-                kb.st_shared_b32(self.word(kb, 3)?, kb.i32c(0))
-            })
-        })
+    fn read(&self, kb: &Kb<'ctx>) -> R<HandoffVals<'ctx>> {
+        let w = |i: i64, name: &str| kb.ld_shared_b32(self.word(kb, i)?, name);
+        let lo = kb.zext64(w(0, "row_lo")?, "")?;
+        let hi = kb.zext64(w(1, "row_hi")?, "")?;
+        let row = kb.or(lo, kb.b.build_left_shift(hi, kb.i64c(32), "")?, "row")?;
+        Ok(HandoffVals { row, n: w(2, "n")?, mine: w(3, "mine")?, h: w(4, "h")?, m: w(5, "m")? })
     }
 }
 

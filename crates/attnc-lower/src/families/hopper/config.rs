@@ -302,9 +302,6 @@ pub enum DqSplit {
     Keys,
 }
 
-/// Bytes of turn plan a ring slot holds (ordered mode): one 16-byte bulk copy.
-pub const TURN_CHUNK: u32 = 16;
-
 /// The hopper backward main kernel's configuration: one producer warpgroup (TMA of K, V
 /// once per key tile; Q, dO and their LSE/D rows through a ring) and two consumer
 /// warpgroups of 64 keys each (`wgmma` is m64: Sᵀ = K·Qᵀ puts keys on M).
@@ -325,8 +322,8 @@ pub struct BwdConfig {
     /// dQ of a tile goes through shared memory and one bulk reduce-add per tile (FA3's
     /// way) instead of per-thread `red.global.add.v4.f32`.
     pub dq_bulk: bool,
-    /// Build the ordered deterministic mode (`ordered_dq`); off in the step down for
-    /// specs where its few instructions in the dQ issuer make the consumers spill.
+    /// Build the ordered deterministic mode (`ordered_dq`); off in the step down, for
+    /// specs where its few instructions in the consumers make them spill.
     pub ordered: bool,
     pub producer_regs: u32,
     pub consumer_regs: u32,
@@ -366,16 +363,10 @@ pub struct BwdSmem {
     /// split) or one per warpgroup (key split); 0 bytes without `dq_bulk`.
     pub dq_stage: u32,
     pub dq_stage_per_wg: u32,
-    /// mbarriers: kv_full, kv_empty, full[stages], empty[stages].
+    /// mbarriers: kv_full, kv_empty, full[stages], empty[stages], dq_staged, dq_free.
     pub bars: u32,
-    /// The ordered mode's pending turn (32 bytes: flag address, key, pending, the next
-    /// visit's predecessor key), kept by the
-    /// thread that issues the dQ reduce: in shared memory, not in every consumer
-    /// thread's registers (as slots they spilled).
-    pub turn: u32,
-    /// The ordered mode's turn-plan words per ring slot: the 16-byte chunk holding the
-    /// visit's predecessor key, copied with the slot's rows.
-    pub turn_keys: u32,
+    /// The ordered mode's hand-over from the dQ issuer to the dQ writer (24 bytes).
+    pub dq_handoff: u32,
     pub used: u32,
     pub request: u32,
 }
@@ -431,8 +422,8 @@ impl BwdConfig {
     }
 
     /// Whether the kernel implements the ordered deterministic mode
-    /// (`common::dq_order`): one thread adds each tile's dQ (the column split's bulk
-    /// reduce), so one thread waits for the turn and publishes it. The key split's
+    /// (`common::dq_order`): each tile's dQ is added by one bulk reduce (the column split),
+    /// which a dQ-writer thread of the producer warpgroup issues in turn. The key split's
     /// per-thread atomics from two warpgroups use the slice mode.
     pub fn ordered_dq(&self) -> bool {
         self.ordered
@@ -478,9 +469,8 @@ impl BwdConfig {
         let rowvals = dq_stage + dq_stage_bytes;
         let rowvals_per_stage = 2 * self.block_m * 4;
         let bars = rowvals + rowvals_per_stage * self.stages;
-        let turn = bars + 8 * (2 + 2 * self.stages);
-        let turn_keys = turn + 32;
-        let used = turn_keys + TURN_CHUNK * self.stages;
+        let dq_handoff = bars + 8 * (4 + 2 * self.stages);
+        let used = dq_handoff + 24;
         BwdSmem {
             k,
             v,
@@ -495,8 +485,7 @@ impl BwdConfig {
             dq_stage,
             dq_stage_per_wg,
             bars,
-            turn,
-            turn_keys,
+            dq_handoff,
             used,
             request: used + 1024,
         }

@@ -1,0 +1,12 @@
+#!/bin/bash
+# The ordered deterministic backward: gradient selftest (bits compared on each variant's
+# first and last shape), then the protocol's backward suite (default and deterministic).
+D=$(cd "$(dirname "$0")" && pwd)
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/device.txt; date -u | tee -a $OUT/device.txt
+rm -f /tmp/attnc/attnc
+timeout 260 bash $D/run.sh attnc selftest --json /tmp/selftest.json dsl-examples/{mha,causal,varlen_causal,document_mask,sliding_window,grok_softcap,sinks,alibi,chunked_local,prefix_lm,mqa_falcon}.attn > $OUT/selftest.txt 2>&1
+echo "selftest rc=$?"; grep -c "=o" $OUT/selftest.txt; grep "^FAIL" $OUT/selftest.txt | head; tail -1 $OUT/selftest.txt
+xz -T4 -c /tmp/selftest.json > $OUT/selftest.json.xz
+timeout 220 bash $D/run.sh attnc bench --suites backward --json $OUT/suite.json > $OUT/bench.txt 2>&1
+echo "bench rc=$?"; grep -v "^\[" $OUT/bench.txt | tail -30
+date -u | tee -a $OUT/device.txt
