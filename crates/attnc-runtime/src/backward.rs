@@ -94,6 +94,23 @@ pub struct BackwardShape {
     pub ordered_dq: bool,
 }
 
+impl BackwardShape {
+    /// The shape of a backward main kernel (its grid must be `Grid::KeyTiles`).
+    pub fn of(main: &KernelMeta, ctas_per_sm: u32) -> Result<BackwardShape, RuntimeError> {
+        let Grid::KeyTiles { parts, ordered_dq } = main.grid else {
+            return Err(RuntimeError::Abi(format!("the backward main kernel's grid is {:?}", main.grid)));
+        };
+        Ok(BackwardShape {
+            block_m: main.block_m,
+            block_n: main.block_n,
+            parts,
+            warps: main.threads_per_block / 32,
+            ctas_per_sm,
+            ordered_dq,
+        })
+    }
+}
+
 /// A validated backward launch.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BackwardPlan {
@@ -451,18 +468,7 @@ impl Kernel {
         let (module, source) = self.backward_module()?;
         let meta = &module.meta;
         let main = meta.main().ok_or_else(|| RuntimeError::Abi("the backward module has no main kernel".into()))?;
-        let (parts, ordered_dq) = match main.grid {
-            Grid::KeyTiles { parts, ordered_dq } => (parts, ordered_dq),
-            g => return Err(RuntimeError::Abi(format!("the backward main kernel's grid is {g:?}"))),
-        };
-        let shape = BackwardShape {
-            block_m: main.block_m,
-            block_n: main.block_n,
-            parts,
-            warps: main.threads_per_block / 32,
-            ctas_per_sm: module.main_ctas_per_sm,
-            ordered_dq,
-        };
+        let shape = BackwardShape::of(main, module.main_ctas_per_sm)?;
         let descs = BackwardDescs {
             fwd: LaunchDescs {
                 q: q.desc(),
@@ -982,15 +988,7 @@ mod tests {
             let main = m.kernel(KernelRole::BackwardMain).expect("main");
             let tensors: Vec<&str> = main.tensor_maps.iter().map(|b| b.tensor.as_str()).collect();
             assert_eq!(tensors, ["q", "k", "v", "do"]);
-            let Grid::KeyTiles { parts, ordered_dq } = main.grid else { panic!("main grid {:?}", main.grid) };
-            let shape = BackwardShape {
-                block_m: main.block_m,
-                block_n: main.block_n,
-                parts,
-                warps: main.threads_per_block / 32,
-                ctas_per_sm: 1,
-                ordered_dq,
-            };
+            let shape = BackwardShape::of(&KernelMeta::from(main), 1).expect("a key-tile grid");
             let mut d = descs(&mut Alloc(1 << 32));
             d.fwd.aux.clear();
             d.aux_grads.clear();
@@ -1041,15 +1039,7 @@ mod tests {
             assert!(roles.contains(&r), "no {r} kernel in {roles:?}");
         }
         let main = m.kernel(KernelRole::BackwardMain).expect("main");
-        let Grid::KeyTiles { parts, ordered_dq } = main.grid else { panic!("main grid {:?}", main.grid) };
-        let shape = BackwardShape {
-            block_m: main.block_m,
-            block_n: main.block_n,
-            parts,
-            warps: main.threads_per_block / 32,
-            ctas_per_sm: 1,
-            ordered_dq,
-        };
+        let shape = BackwardShape::of(&KernelMeta::from(main), 1).expect("a key-tile grid");
         let d = descs(&mut Alloc(1 << 32));
         let p = plan_backward(&s, &shape, SMS, 0, &d).expect("valid");
         let mut extra: Vec<(&str, ArgValue)> =
