@@ -21,7 +21,8 @@ pub struct SelftestArgs {
     family: String,
     /// Skip the gradient check (by default every case of a variant with a backward also
     /// checks dQ, dK, dV, dsinks and learnable aux gradients against the f64 reference,
-    /// and each variant's first shape the deterministic mode's repeatability).
+    /// and on each variant's first and largest shape the deterministic mode's
+    /// repeatability; `=o` in the table: its ordered mode ran).
     #[arg(long)]
     no_grads: bool,
     /// Also write the report as JSON here.
