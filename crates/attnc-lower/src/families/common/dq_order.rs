@@ -78,32 +78,22 @@ pub fn turn_flags(batch: usize, q_heads: usize, seqlen_pad: usize) -> usize {
     batch * q_heads * seqlen_pad.div_ceil(TURN_ROWS as usize)
 }
 
-/// The walk period: with the rotated walk, key tile `n` visits query tile `m` at position
-/// `(m − n) mod m_tiles`; without it at position `m` for every key tile (one class).
-fn period(m_tiles: u32, rotate: bool) -> u32 {
-    if rotate {
-        m_tiles
-    } else {
-        1
-    }
-}
-
-/// The order key of key tile `n`'s visit of query tile `m`: `position · n_tiles + n + 1`
-/// (position within the period, see [`period`]).
-pub fn order_key(n: u32, m: u32, n_tiles: u32, m_tiles: u32, rotate: bool) -> u32 {
-    let p = period(m_tiles, rotate);
-    let position = (m + p - n % p) % p;
+/// The order key of key tile `n`'s visit of query tile `m`: `position · n_tiles + n + 1`,
+/// where `position = (m − n) mod m_tiles` is where the rotated walk (`QueryTiles::rotation`;
+/// the ordered mode needs it) reaches the tile.
+pub fn order_key(n: u32, m: u32, n_tiles: u32, m_tiles: u32) -> u32 {
+    let position = (m + m_tiles - n % m_tiles) % m_tiles;
     position * n_tiles + n + 1
 }
 
 /// The order key of the visit of query tile `m` just before key tile `n`'s, among the key
 /// tiles `visits` says visit it, or 0 when `n` is the first: the largest key below
 /// `n`'s. What `backward::build_turn_plan` writes.
-pub fn predecessor_key(n: u32, m: u32, n_tiles: u32, m_tiles: u32, rotate: bool, visits: impl Fn(u32) -> bool) -> u32 {
-    let mine = order_key(n, m, n_tiles, m_tiles, rotate);
+pub fn predecessor_key(n: u32, m: u32, n_tiles: u32, m_tiles: u32, visits: impl Fn(u32) -> bool) -> u32 {
+    let mine = order_key(n, m, n_tiles, m_tiles);
     (0..n_tiles)
         .filter(|&c| visits(c))
-        .map(|c| order_key(c, m, n_tiles, m_tiles, rotate))
+        .map(|c| order_key(c, m, n_tiles, m_tiles))
         .filter(|&k| k < mine)
         .max()
         .unwrap_or(0)
@@ -196,7 +186,7 @@ mod tests {
     fn order_keys_are_distinct_and_follow_the_walk() {
         for (nt, mt) in [(4, 9), (9, 4), (6, 6)] {
             for m in 0..mt {
-                let mut keys: Vec<u32> = (0..nt).map(|n| order_key(n, m, nt, mt, true)).collect();
+                let mut keys: Vec<u32> = (0..nt).map(|n| order_key(n, m, nt, mt)).collect();
                 keys.sort();
                 keys.dedup();
                 assert_eq!(keys.len(), nt as usize);
@@ -204,7 +194,7 @@ mod tests {
             // A key tile's visits come in increasing walk position.
             for n in 0..nt {
                 let positions: Vec<u32> =
-                    (0..mt).map(|i| (n + i) % mt).map(|m| (order_key(n, m, nt, mt, true) - 1) / nt).collect();
+                    (0..mt).map(|i| (n + i) % mt).map(|m| (order_key(n, m, nt, mt) - 1) / nt).collect();
                 assert!(positions.windows(2).all(|w| w[0] < w[1]), "{positions:?}");
             }
         }
@@ -231,7 +221,7 @@ mod tests {
                                 at[n] < walks[n].len() && {
                                     let m = walks[n][at[n]];
                                     flag[m as usize]
-                                        == predecessor_key(n as u32, m, nt, mt, true, |c| v[c as usize][m as usize])
+                                        == predecessor_key(n as u32, m, nt, mt, |c| v[c as usize][m as usize])
                                 }
                             })
                             .collect();
@@ -240,7 +230,7 @@ mod tests {
                         }
                         let n = ready[rng.below(ready.len() as u64) as usize];
                         let m = walks[n][at[n]];
-                        flag[m as usize] = order_key(n as u32, m, nt, mt, true);
+                        flag[m as usize] = order_key(n as u32, m, nt, mt);
                         seen[m as usize].push(flag[m as usize]);
                         at[n] += 1;
                     }
