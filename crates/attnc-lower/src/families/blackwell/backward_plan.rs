@@ -548,6 +548,14 @@ impl fmt::Display for BwdPlan {
         for (name, n) in &self.mbarriers {
             writeln!(f, "  {n} x {name}")?;
         }
+        if self.built {
+            writeln!(
+                f,
+                "deterministic: ordered dQ turns (common::dq_order: a turn-plan kernel first; per query tile, \
+                 reduce thread 0 waits for its predecessor's flag, the warps add, thread 0 passes it), or \
+                 dQ slices where a KV head's key tiles exceed the resident CTAs"
+            )?;
+        }
         Ok(())
     }
 }
