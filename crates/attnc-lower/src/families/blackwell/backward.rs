@@ -929,6 +929,24 @@ mod tests {
         assert!(failures.is_empty(), "{}", failures.join("\n"));
     }
 
+    /// The kernel builds the ordered deterministic mode (the dQ-reduce warps take the
+    /// turns): its grid says so, the module has the turn-plan kernel at its tiling, and the
+    /// turn's acquire spin and release pass are in the PTX.
+    #[test]
+    fn the_ordered_deterministic_mode_is_built() {
+        for s in variants() {
+            let m =
+                Blackwell.compile(&s, Arch::Sm100a, Direction::Backward).unwrap_or_else(|e| panic!("{}: {e}", s.name));
+            let main = m.kernel(crate::module::KernelRole::BackwardMain).expect("main");
+            assert_eq!(main.grid, crate::module::Grid::KeyTiles { parts: 1, ordered_dq: true }, "{}", s.name);
+            let plan = m.kernel(crate::module::KernelRole::TurnPlan).expect("turn plan kernel");
+            assert_eq!((plan.block_m, plan.block_n), (main.block_m, main.block_n));
+            for t in ["ld.acquire.gpu.global.u32", "st.release.gpu.global.u32", "fence.acq_rel.gpu"] {
+                assert!(m.ptx.contains(t), "{}: no {t}", s.name);
+            }
+        }
+    }
+
     /// The built plan per head dim (TMEM map, shared memory, warps, barriers, cycles) and
     /// what each example the family declines says: reviewed changes only.
     #[test]

@@ -177,6 +177,30 @@ mod tests {
     use super::*;
     use attnc_ir::{Align, AuxDecl, AuxDim};
 
+    /// The ordered deterministic mode is where the dQ tile is one bulk reduce (d128): the
+    /// main kernel says so in its grid and the module has the turn-plan kernel at the main
+    /// kernel's tiling; at d64/96 (the key split's per-thread adds) neither.
+    #[test]
+    fn the_ordered_deterministic_mode_is_declared_where_it_is_built() {
+        for (d, ordered) in [(64, false), (96, false), (128, true)] {
+            let mut s = Spec::new(&format!("det_d{d}"), d, 8);
+            s.kv_heads = 2;
+            s.mask.causal = Some(Align::BottomRight);
+            let m = Hopper.compile(&s, Arch::Sm90a, Direction::Backward).unwrap_or_else(|e| panic!("d={d}: {e}"));
+            let main = m.kernel(crate::module::KernelRole::BackwardMain).expect("main");
+            assert_eq!(main.grid, crate::module::Grid::KeyTiles { parts: 1, ordered_dq: ordered }, "d={d}");
+            let plan = m.kernel(crate::module::KernelRole::TurnPlan);
+            assert_eq!(plan.is_some(), ordered, "d={d}: turn plan kernel");
+            if let Some(p) = plan {
+                assert_eq!((p.block_m, p.block_n), (main.block_m, main.block_n));
+                assert!(p.params.iter().any(|n| n.contains("turn_plan")), "{:?}", p.params);
+            }
+            // The dQ writer and its turn (acquire spin, release pass) are in the PTX.
+            let has = |t: &str| m.ptx.contains(t);
+            assert_eq!(has("ld.acquire.gpu.global.u32") && has("st.release.gpu.global.u32"), ordered, "d={d}");
+        }
+    }
+
     /// The backward compiles for every head dim it has tiles for, masked and not, with
     /// GQA; with ptxas present it must assemble for sm_90a without spills and without
     /// serialized wgmma, with HGMMA, UTMALDG, the bulk copy and the dQ adds in the SASS. Other head
