@@ -86,6 +86,9 @@ def time_flex(d, out):
     def block_table(b, h, q, k):
         return layout[h, q // 128, k // 128] != 0
 
+    def softcap(score, b, h, q, k):
+        return 50.0 * torch.tanh(score / 50.0)
+
     variants = {
         "causal_16h": causal,
         "sliding_window_16h": sliding,
@@ -93,7 +96,10 @@ def time_flex(d, out):
         "document_prefix": document_prefix,
         "block_sparse_table": block_table,
         "scattered_mask": scattered,
+        "softcap_16h": causal,
     }
+    # Score mods (`softcap_16h.attn`: causal, softcap(score, 50)).
+    score_mods = {"softcap_16h": softcap}
     flex = torch.compile(flex_attention)
     g = torch.Generator(device=dev).manual_seed(0)
     q = torch.randn(B, H, S, D, device=dev, dtype=torch.bfloat16, generator=g)
@@ -120,10 +126,11 @@ def time_flex(d, out):
         heads = H if name == "block_sparse_table" else None
         bm = create_block_mask(mod, B, heads, S, S, device=dev)
         build = timed(lambda: create_block_mask(mod, B, heads, S, S, device=dev), warmup=2, iters=5)
-        fwd = timed(lambda: flex(q, k, v, block_mask=bm))
+        sm = score_mods.get(name)
+        fwd = timed(lambda: flex(q, k, v, block_mask=bm, score_mod=sm))
         # The backward alone: the graph of one forward, differentiated repeatedly.
         qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
-        y = flex(qg, kg, vg, block_mask=bm)
+        y = flex(qg, kg, vg, block_mask=bm, score_mod=sm)
         dy = torch.randn_like(y)
         bwd = timed(lambda: torch.autograd.grad(y, (qg, kg, vg), dy, retain_graph=True))
         del y
