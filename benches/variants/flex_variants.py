@@ -89,6 +89,10 @@ def time_flex(d, out):
     def softcap(score, b, h, q, k):
         return 50.0 * torch.tanh(score / 50.0)
 
+    def alibi(score, b, h, q, k):
+        slope = torch.exp2(-8.0 * (h + 1).to(torch.float32) / H)
+        return score - slope * (q - k).abs().to(torch.float32)
+
     variants = {
         "causal_16h": causal,
         "sliding_window_16h": sliding,
@@ -97,9 +101,11 @@ def time_flex(d, out):
         "block_sparse_table": block_table,
         "scattered_mask": scattered,
         "softcap_16h": causal,
+        "alibi_16h": causal,
     }
-    # Score mods (`softcap_16h.attn`: causal, softcap(score, 50)).
-    score_mods = {"softcap_16h": softcap}
+    # Score mods (`softcap_16h.attn`: causal, softcap(score, 50); `alibi_16h.attn`: causal,
+    # ALiBi slopes 2^(-8 (h + 1) / heads)).
+    score_mods = {"softcap_16h": softcap, "alibi_16h": alibi}
     flex = torch.compile(flex_attention)
     g = torch.Generator(device=dev).manual_seed(0)
     q = torch.randn(B, H, S, D, device=dev, dtype=torch.bfloat16, generator=g)
