@@ -245,13 +245,6 @@ impl<'ctx> Kb<'ctx> {
     pub fn st_relaxed_gpu_u32(&self, addr: IntValue<'ctx>, v: IntValue<'ctx>) -> R<()> {
         self.asm_void("st.relaxed.gpu.global.u32 [$0], $1;", "l,r,~{memory}", &[addr.into(), v.into()])
     }
-    /// `redux.sync.max.u32` over the full warp: the largest `v` of the 32 lanes, in every
-    /// lane (sm_80+).
-    pub fn redux_max_u32(&self, v: IntValue<'ctx>, name: &str) -> R<IntValue<'ctx>> {
-        let i = self.ctx.i32_type();
-        let ty = i.fn_type(&[i.into()], false);
-        Ok(self.asm(ty, "redux.sync.max.u32 $0, $1, 0xffffffff;", "=r,r", true, &[v.into()], name)?.into_int_value())
-    }
     /// `ld.acquire.gpu.global.u32`: reads a flag another CTA publishes with a release;
     /// what that CTA wrote before it is visible after this load.
     pub fn ld_acquire_gpu_u32(&self, addr: IntValue<'ctx>, name: &str) -> R<IntValue<'ctx>> {

@@ -351,15 +351,6 @@ impl<'ctx> Kb<'ctx> {
             &[mbar.into()],
         )
     }
-    /// [`Kb::mbar_arrive_expect_tx`] with the byte count in a register.
-    pub fn mbar_arrive_expect_tx_r(&self, mbar: IntValue<'ctx>, bytes: IntValue<'ctx>) -> R<()> {
-        self.asm_v(
-            "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;",
-            "r,r,~{memory}",
-            false,
-            &[mbar.into(), bytes.into()],
-        )
-    }
     /// Spins until the phase of parity `parity` (0/1) of `mbar` has completed
     /// (`mbarrier.try_wait.parity` in a loop; the label is local to the asm's block).
     pub fn mbar_wait(&self, mbar: IntValue<'ctx>, parity: IntValue<'ctx>) -> R<()> {

@@ -33,8 +33,8 @@ use super::desc::{DFormat, InstrDesc, SmemDesc};
 use crate::error::LowerError;
 use crate::families::common::abi::{self as cabi, Args};
 use crate::families::common::backward::{
-    dynamic_smem_base, learnable_aux, reversed_key_tiles, tma_boxes, tma_main_params, turn_flag, ws_row, DqSlice,
-    KeyTileCta, TMA_BOX_COLS,
+    dq_mode_is, dynamic_smem_base, learnable_aux, reversed_key_tiles, tma_boxes, tma_main_params, turn_flag, ws_row,
+    DqSlice, KeyTileCta, TMA_BOX_COLS,
 };
 use crate::families::common::dq_order::{DqAccumulation, DqTurn};
 use crate::families::common::sw128::{emit_chunk_addr, k_major_step_offset, mn_major_step_offset};
@@ -774,9 +774,8 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let cta = self.cta(kb)?;
         let row = kb.add(kb.mul(cta.warp, kb.i32c(32), "")?, cta.lane, "q_row")?;
         let taddr = kb.add(cta.tmem, kb.shl(kb.mul(cta.warp, kb.i32c(32), "")?, kb.i32c(16), "")?, "taddr_row")?;
-        let det = self.args.int("deterministic")?;
-        let slices = kb.icmp(IntPredicate::EQ, det, kb.i32c(DqAccumulation::Slices.arg() as i64), "dq_slices")?;
-        let ordered = kb.icmp(IntPredicate::EQ, det, kb.i32c(DqAccumulation::Ordered.arg() as i64), "dq_ordered")?;
+        let slices = dq_mode_is(kb, &self.args, DqAccumulation::Slices)?;
+        let ordered = dq_mode_is(kb, &self.args, DqAccumulation::Ordered)?;
         let slice = kb.select_i(slices, kb.sreg("ctaid.x", "")?, kb.i32c(0), "dq_slice")?;
         let t0 = kb.icmp(IntPredicate::EQ, row, kb.i32c(0), "reduce_t0")?;
         let waits = kb.and(ordered, t0, "turn_waiter")?;

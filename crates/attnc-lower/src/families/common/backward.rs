@@ -932,6 +932,13 @@ pub fn reversed_key_tiles<'ctx>(kb: &Kb<'ctx>, args: &Args<'ctx>, kernel_has_it:
     if !kernel_has_it {
         return Ok(kb.boolc(false));
     }
-    let mode = kb.opaque_i32(args.int("deterministic")?, "dq_accumulation")?;
-    kb.icmp(IntPredicate::EQ, mode, kb.i32c(DqAccumulation::Ordered.arg() as i64), "reversed_key_tiles")
+    dq_mode_is(kb, args, DqAccumulation::Ordered)
+}
+
+/// Whether the launch's dQ accumulation (the `deterministic` argument) is `mode`. Read
+/// where it is used, through an opaque copy: not hoisted, so no flag stays live across
+/// a role's loop (in the 24-register roles and hopper's consumers that cost spills).
+pub fn dq_mode_is<'ctx>(kb: &Kb<'ctx>, args: &Args<'ctx>, mode: DqAccumulation) -> R<IntValue<'ctx>> {
+    let arg = kb.opaque_i32(args.int("deterministic")?, "dq_accumulation")?;
+    kb.icmp(IntPredicate::EQ, arg, kb.i32c(mode.arg() as i64), "dq_mode")
 }

@@ -28,10 +28,9 @@ use super::config::{BwdConfig, BwdSmem, Config, DqSplit, BOX_COLS, ROWS_PER_CONS
 use super::desc::SmemDesc;
 use crate::families::common::abi::{self as cabi, Args};
 use crate::families::common::backward::{
-    aux_sink, dynamic_smem_base, red_dq_fragment, reversed_key_tiles, tma_boxes, tma_main_params, turn_plan_index,
-    ws_row, DqSlice, FragLane, KeyTileCta,
+    aux_sink, dq_mode_is, dynamic_smem_base, emit_seqlen_pad, red_dq_fragment, reversed_key_tiles, tma_boxes,
+    tma_main_params, turn_flag, turn_plan_index, ws_row, DqSlice, FragLane, KeyTileCta,
 };
-use crate::families::common::backward::{emit_seqlen_pad, turn_flag};
 use crate::families::common::dq_order::{DqAccumulation, DqTurn};
 use crate::families::common::sw128::{k_major_step_offset, mn_major_step_offset};
 use crate::llvm::kb::{Kb, Slot, R};
@@ -127,31 +126,24 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         Ok(Cta { smem, view })
     }
 
-    /// Byte offset of a single (not per-slot) mbarrier.
-    fn bar_offset(&self, which: Bar) -> u32 {
-        let (base, stages) = (self.layout.bars, self.cfg.stages);
-        match which {
-            Bar::KvFull => base,
-            Bar::KvEmpty => base + 8,
-            Bar::DqStaged => base + 16 + 16 * stages,
-            Bar::DqFree => base + 24 + 16 * stages,
-            Bar::Full | Bar::Empty => unreachable!("a ring barrier has a slot"),
-        }
+    /// The mbarrier `which` (slot `slot` of a ring) of the CTA whose aligned shared
+    /// memory starts at `smem`: kv_full, kv_empty, full[stages], empty[stages], dq_staged,
+    /// dq_free (`BwdSmem::bars`).
+    fn bar_at(&self, kb: &Kb<'ctx>, smem: IntValue<'ctx>, which: Bar, slot: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+        let (base, stages) = (self.layout.bars as i64, self.cfg.stages as i64);
+        let off = match which {
+            Bar::KvFull => kb.i32c(base),
+            Bar::KvEmpty => kb.i32c(base + 8),
+            Bar::Full => kb.add(kb.i32c(base + 16), kb.mul(slot, kb.i32c(8), "")?, "")?,
+            Bar::Empty => kb.add(kb.i32c(base + 16 + 8 * stages), kb.mul(slot, kb.i32c(8), "")?, "")?,
+            Bar::DqStaged => kb.i32c(base + 16 + 16 * stages),
+            Bar::DqFree => kb.i32c(base + 24 + 16 * stages),
+        };
+        kb.add(smem, off, "mbar")
     }
 
     fn bar(&self, kb: &Kb<'ctx>, cta: &Cta<'ctx>, which: Bar, slot: IntValue<'ctx>) -> R<IntValue<'ctx>> {
-        let base = self.layout.bars;
-        let off = match which {
-            Bar::KvFull => kb.i32c(base as i64),
-            Bar::KvEmpty => kb.i32c(base as i64 + 8),
-            Bar::Full => kb.add(kb.i32c(base as i64 + 16), kb.mul(slot, kb.i32c(8), "")?, "")?,
-            Bar::Empty => {
-                kb.add(kb.i32c(base as i64 + 16 + 8 * self.cfg.stages as i64), kb.mul(slot, kb.i32c(8), "")?, "")?
-            }
-            Bar::DqStaged => kb.i32c(base as i64 + 16 + 16 * self.cfg.stages as i64),
-            Bar::DqFree => kb.i32c(base as i64 + 24 + 16 * self.cfg.stages as i64),
-        };
-        kb.add(cta.smem, off, "mbar")
+        self.bar_at(kb, cta.smem, which, slot)
     }
 
     /// (slot, parity) of ring position `pos`.
@@ -168,8 +160,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         if !self.cfg.ordered_dq() {
             return Ok(kb.boolc(false));
         }
-        let det = kb.opaque_i32(self.args.int("deterministic")?, "dq_accumulation")?;
-        let ordered = kb.icmp(IntPredicate::EQ, det, kb.i32c(DqAccumulation::Ordered.arg() as i64), "")?;
+        let ordered = dq_mode_is(kb, &self.args, DqAccumulation::Ordered)?;
         let tid = kb.opaque_i32(kb.sreg("tid.x", "")?, "")?;
         kb.and(ordered, kb.icmp(IntPredicate::EQ, tid, kb.i32c(128), "")?, "ordered_issuer")
     }
@@ -221,9 +212,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                     "producer",
                     |kb| self.producer(kb),
                     |kb| {
-                        let det = kb.opaque_i32(self.args.int("deterministic")?, "dq_accumulation")?;
-                        let ordered =
-                            kb.icmp(IntPredicate::EQ, det, kb.i32c(DqAccumulation::Ordered.arg() as i64), "")?;
+                        let ordered = dq_mode_is(kb, &self.args, DqAccumulation::Ordered)?;
                         let writer = kb.and(ordered, kb.icmp(IntPredicate::EQ, tid, kb.i32c(32), "")?, "")?;
                         kb.if_then(writer, "dq_writer", |kb| self.dq_writer(kb))
                     },
@@ -343,7 +332,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         // once before both branches and held across the TMA thread's walk.
         let raw = kb.opaque_i32(dynamic_smem_base(kb)?, "smem_raw")?;
         let smem = kb.and(kb.add(raw, kb.i32c(1023), "")?, kb.i32c(!1023), "smem")?;
-        let bar = |kb: &Kb<'ctx>, which: Bar| kb.add(smem, kb.i32c(self.bar_offset(which) as i64), "mbar");
+        let bar = |kb: &Kb<'ctx>, which: Bar| self.bar_at(kb, smem, which, kb.i32c(0));
         let hand = DqHandoff { base: kb.add(smem, kb.i32c(self.layout.dq_handoff as i64), "dq_handoff")? };
         let count = kb.slot_i32("w_count", kb.i32c(0))?;
         let more = kb.slot_i32("w_more", kb.i32c(1))?;
@@ -586,8 +575,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             DqSplit::Columns => kb.mul(env.consumer, kb.i32c(dq_n as i64), "dq_col0")?,
             DqSplit::Keys => kb.i32c(0),
         };
-        let det = kb.opaque_i32(self.args.int("deterministic")?, "dq_accumulation")?;
-        let slices = kb.icmp(IntPredicate::EQ, det, kb.i32c(DqAccumulation::Slices.arg() as i64), "dq_slices")?;
+        let slices = dq_mode_is(kb, &self.args, DqAccumulation::Slices)?;
         let slice = kb.select_i(slices, kb.sreg("ctaid.x", "")?, kb.i32c(0), "dq_slice")?;
         let frag: Vec<[FloatValue<'ctx>; 4]> = dq.chunks(4).map(|c| [c[0], c[1], c[2], c[3]]).collect();
         let warp = kb.udiv(env.ltid, kb.i32c(32), "warp_in_wg")?;
