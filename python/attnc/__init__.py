@@ -55,6 +55,10 @@ class Attention:
         self.name = variant.name
         self.layout = _attnc.kv_layout(variant)
         self.head_dim_v = self.spec["head_dim_v"]
+        # Read on every call: kept as plain attributes.
+        self._params = tuple((p["name"], p["ty"]) for p in self.spec["params"])
+        self._aux = tuple((a["name"], a.get("elem", "Int"), a.get("learnable", False)) for a in self.spec["aux"])
+        self.writes_lse = bool(self.spec["lse"])
         self._kernels = {}
         # Registered with the torch op layer under this key (attnc.torch imports lazily).
         self.key = f"{self.name}-{family}-{hashlib.sha1(variant.source().encode()).hexdigest()[:16]}"
@@ -68,13 +72,13 @@ class Attention:
 
     @property
     def params(self):
-        """Declared params: ``[(name, "Int" | "Float" | "Bool")]``."""
-        return [(p["name"], p["ty"]) for p in self.spec["params"]]
+        """Declared params: ``((name, "Int" | "Float" | "Bool"), ...)``."""
+        return self._params
 
     @property
     def aux(self):
-        """Declared aux tensors, in order: ``[(name, "Int" | "Float", learnable)]``."""
-        return [(a["name"], a.get("elem", "Int"), a.get("learnable", False)) for a in self.spec["aux"]]
+        """Declared aux tensors, in order: ``((name, "Int" | "Float", learnable), ...)``."""
+        return self._aux
 
     def ptx(self, arch="sm_90a", direction="forward", family=None):
         """PTX for ``arch`` (no GPU needed)."""
@@ -102,11 +106,9 @@ class Attention:
                  block_mask=None, positions=None):
         """Attention forward on torch tensors (differentiable) or other CUDA arrays."""
         if is_torch(q):
-            return _torch_layer().attention(self, q, k, v, aux=aux, params=params, sinks=sinks,
-                                         cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-                                         block_table=block_table, seqused_k=seqused_k, splits=splits,
-                                         deterministic=deterministic, return_lse=return_lse,
-                                         block_mask=block_mask, positions=positions)
+            return (_TORCH_LAYER or _torch_layer()).attention(self, q, k, v, aux, params, sinks, cu_seqlens_q,
+                                                              cu_seqlens_k, block_table, seqused_k, splits,
+                                                              deterministic, return_lse, block_mask, positions)
         raise TypeError("calling an Attention needs torch tensors; for other arrays use forward_into(q, k, v, out)")
 
     def block_mask(self, q, k, v, *, aux=None, params=None, sinks=None, cu_seqlens_q=None, cu_seqlens_k=None):

@@ -17,7 +17,7 @@ from typing import Optional
 import torch
 
 from ._registry import BLOCK_MASKS, LAST_KERNEL, VARIANTS
-from ._tensors import describe_index, describe_torch
+from ._tensors import describe_index
 
 
 def _variant(key):
@@ -47,7 +47,7 @@ def _params(attn, params):
 
 
 def _aux_list(attn, aux):
-    if not aux and not attn.spec["aux"]:
+    if not aux and not attn.aux:
         return []
     aux = aux or {}
     names = [n for n, _, _ in attn.aux]
@@ -60,13 +60,14 @@ def _aux_list(attn, aux):
     return [aux[n] for n in names]
 
 
-def _extras(attn, device, aux, sinks, cu_q, cu_k, block_table, seqused_k, ints, floats, splits, keep, positions=None):
+def _extras(attn, q, aux, sinks, cu_q, cu_k, block_table, seqused_k, ints, floats, splits, keep, positions=None):
     """The Rust side's `extras` dict (None when there is nothing to pass); `keep` collects
-    device copies that must outlive the launch."""
+    device copies that must outlive the launch (index tensors go to ``q``'s device)."""
     if not (aux or ints or floats or splits) and sinks is None and cu_q is None and cu_k is None \
             and block_table is None and seqused_k is None and positions is None:
         return None
     x = {}
+    device = q.device
     if isinstance(positions, SequencePositions):
         table, t = describe_index("sequence_positions", positions.table, device)
         keep.append(t)
@@ -80,9 +81,9 @@ def _extras(attn, device, aux, sinks, cu_q, cu_k, block_table, seqused_k, ints, 
     if values:
         x["params"] = values
     if aux:
-        x["aux"] = {n: describe_torch(f"aux `{n}`", t) for (n, _, _), t in zip(attn.aux, aux)}
+        x["aux"] = {n: t for (n, _, _), t in zip(attn.aux, aux)}
     if sinks is not None:
-        x["sinks"] = describe_torch("sinks", sinks)
+        x["sinks"] = sinks
     if cu_q is not None or cu_k is not None:
         if cu_q is None or cu_k is None:
             raise ValueError("cu_seqlens_q and cu_seqlens_k go together")
@@ -130,6 +131,14 @@ def _block_mask(key):
     return mask
 
 
+def _device(q):
+    """The CUDA device of ``q`` (its kernel is that device's); other tensors are refused."""
+    device = q.get_device()
+    if device < 0:
+        raise ValueError(f"q: must be a CUDA tensor, found device {q.device}")
+    return device
+
+
 def _stream(t):
     """The raw handle of the current CUDA stream of ``t``'s device."""
     if _RAW_STREAM is not None:
@@ -154,19 +163,16 @@ def _out_shapes(attn, q, cu_q):
 
 def _forward_impl(attn, q, k, v, aux, sinks, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k, iparams, fparams,
                   splits, need_lse, block_mask="", positions=None):
-    qkv = (describe_torch("q", q), describe_torch("k", k), describe_torch("v", v))
-    o_shape, lse_shape = _out_shapes(attn, q, cu_seqlens_q)
-    o = q.new_empty(o_shape)
-    lse = q.new_empty(lse_shape, dtype=torch.float32) if need_lse else None
+    """O (and LSE when ``need_lse``, else None), allocated like ``q``, on the current stream.
+    The torch tensors go to the Rust side as they are (it reads their attributes)."""
     keep = []
-    extras = _extras(attn, q.device, aux, sinks, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k, iparams,
+    extras = _extras(attn, q, aux, sinks, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k, iparams,
                      fparams, splits, keep, positions)
     if block_mask:
         extras = extras or {}
         extras["block_mask"] = _block_mask(block_mask)
-    kern = attn.kernel(qkv[0][2])
-    kern.forward(*qkv, describe_torch("o", o), describe_torch("lse", lse) if need_lse else None,
-                 _stream(q), extras)
+    kern = attn.kernel(_device(q))
+    o, lse = kern.forward_torch(q, k, v, _stream(q), need_lse, extras)
     LAST_KERNEL[attn.key] = kern
     return o, lse
 
@@ -205,22 +211,19 @@ def _backward_impl(key, q, k, v, o, lse, d_out, aux, sinks, cu_seqlens_q, cu_seq
     keep = []
     # `_extras` gives None when the forward would pass nothing; the backward always passes
     # at least the determinism flag.
-    extras = _extras(attn, q.device, aux, sinks, cu_seqlens_q, cu_seqlens_k, None, None, iparams, fparams, 0,
+    extras = _extras(attn, q, aux, sinks, cu_seqlens_q, cu_seqlens_k, None, None, iparams, fparams, 0,
                      keep, positions) or {}
     if sinks is not None:
-        extras["dsinks"] = describe_torch("dsinks", dsinks)
-    grads = {n: describe_torch(f"aux gradient `{n}`", g) for (n, _, l), g in zip(attn.aux, aux_grads) if l}
+        extras["dsinks"] = dsinks
+    grads = {n: g for (n, _, l), g in zip(attn.aux, aux_grads) if l}
     if grads:
         extras["aux_grads"] = grads
     extras["deterministic"] = bool(deterministic)
     if block_mask:
         # The forward's mask: its backward classes are built by the first backward and kept.
         extras["block_mask"] = _block_mask(block_mask)
-    kern = attn.kernel(q.device.index)
-    kern.backward(describe_torch("q", q), describe_torch("k", k), describe_torch("v", v), describe_torch("o", o),
-                  describe_torch("lse", lse), describe_torch("d_out", d_out), describe_torch("dq", dq),
-                  describe_torch("dk", dk), describe_torch("dv", dv), _stream(q),
-                  extras)
+    kern = attn.kernel(_device(q))
+    kern.backward(q, k, v, o, lse, d_out, dq, dk, dv, _stream(q), extras)
     LAST_KERNEL[attn.key] = kern
     return dq, dk, dv, dsinks, aux_grads
 
@@ -322,28 +325,34 @@ class _EagerAttention(torch.autograd.Function):
                 *aux_out)
 
 
-def attention(attn, q, k, v, *, aux=None, params=None, sinks=None, cu_seqlens_q=None, cu_seqlens_k=None,
+def attention(attn, q, k, v, aux=None, params=None, sinks=None, cu_seqlens_q=None, cu_seqlens_k=None,
               block_table=None, seqused_k=None, splits=None, deterministic=False, return_lse=False,
               block_mask=None, positions=None):
     """``attn``'s forward on torch tensors: through ``torch.ops.attnc.forward`` under
     ``torch.compile`` / export, directly (same implementation, less dispatch) in eager mode.
-    ``positions``: these tensors are a shard of longer sequences (see attnc.cp)."""
-    ints, floats = _params(attn, params)
-    aux_list = _aux_list(attn, aux)
-    need_grad = torch.is_grad_enabled() and (
+    ``positions``: these tensors are a shard of longer sequences (see attnc.cp).
+
+    Every call pays this function's host time (a 1-token decode is nothing else): the
+    common case — no params, aux tensors, sinks or positions — reads nothing it does not need."""
+    ints, floats = _params(attn, params) if params or attn.params else _NO_PARAMS
+    aux_list = _aux_list(attn, aux) if aux or attn.aux else _NO_AUX
+    need_grad = _grad_enabled() and (
         q.requires_grad or k.requires_grad or v.requires_grad or (sinks is not None and sinks.requires_grad)
-        or any(t.requires_grad for t in aux_list))
+        or (aux_list and any(t.requires_grad for t in aux_list)))
     # A variant that declares `lse` always writes it.
-    need_lse = need_grad or return_lse or attn.spec["lse"]
+    need_lse = need_grad or return_lse or attn.writes_lse
     mask_key = "" if block_mask is None else block_mask_key(block_mask)
-    if isinstance(positions, SequencePositions):
-        if torch.compiler.is_compiling() or _tracing(q):
-            raise NotImplementedError("per-sequence positions are not traced yet: call it eagerly")
-    elif positions is not None:
-        positions = _positions(positions)
-    if torch.compiler.is_compiling() or _tracing(q):
-        o, lse = torch.ops.attnc.forward(attn.key, q, k, v, aux_list, sinks, cu_seqlens_q, cu_seqlens_k, block_table,
-                                         seqused_k, ints, floats, int(splits or 0), bool(need_lse),
+    traced = _is_compiling() or (type(q) is not _Tensor and _tracing(q))
+    if positions is not None:
+        if isinstance(positions, SequencePositions):
+            if traced:
+                raise NotImplementedError("per-sequence positions are not traced yet: call it eagerly")
+        else:
+            positions = _positions(positions)
+    if traced:
+        o, lse = torch.ops.attnc.forward(attn.key, q, k, v, list(aux_list), sinks, cu_seqlens_q, cu_seqlens_k,
+                                         block_table, seqused_k, list(ints), list(floats), int(splits or 0),
+                                         bool(need_lse),
                                          bool(deterministic), mask_key,
                                          [int(x) for x in positions] if positions is not None else [])
     elif need_grad and block_table is None and not splits:
@@ -353,6 +362,13 @@ def attention(attn, q, k, v, *, aux=None, params=None, sinks=None, cu_seqlens_q=
         o, lse = _forward_impl(attn, q, k, v, aux_list, sinks, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k,
                                ints, floats, int(splits or 0), bool(need_lse), mask_key, positions)
     return (o, lse) if return_lse else o
+
+
+_NO_PARAMS = ((), ())
+_NO_AUX = ()
+_Tensor = torch.Tensor
+_grad_enabled = torch.is_grad_enabled
+_is_compiling = torch.compiler.is_compiling
 
 
 def block_mask_key(mask):
@@ -367,12 +383,11 @@ def build_block_mask(attn, q, k, v, *, aux=None, params=None, sinks=None, cu_seq
     ints, floats = _params(attn, params)
     aux_list = _aux_list(attn, aux)
     keep = []
-    extras = _extras(attn, q.device, aux_list, sinks, cu_seqlens_q, cu_seqlens_k, None, None, ints, floats, 0, keep)
+    extras = _extras(attn, q, aux_list, sinks, cu_seqlens_q, cu_seqlens_k, None, None, ints, floats, 0, keep)
     o_shape, _ = _out_shapes(attn, q, cu_seqlens_q)
     o = q.new_empty(o_shape)
-    kern = attn.kernel(q.device.index)
-    return kern.block_mask(describe_torch("q", q), describe_torch("k", k), describe_torch("v", v),
-                           describe_torch("o", o), _stream(q), extras)
+    kern = attn.kernel(_device(q))
+    return kern.block_mask(q, k, v, o, _stream(q), extras)
 
 
 def _tracing(t):

@@ -1,11 +1,14 @@
 //! `attnc._attnc`: the Rust half of the Python package.
 //!
-//! Python hands tensors over as plain descriptors — `(data_ptr, dtype, shape, strides,
-//! device, capacity)`, from any DLPack / `__cuda_array_interface__` tensor — and a CUDA
-//! stream handle; nothing is copied, and the work goes on the caller's stream. Every
-//! descriptor goes through the runtime's launch validation, so a bad tensor is a
-//! `ValueError` naming the argument before anything launches. The pure-Python package
-//! (`python/attnc`) holds the user-facing API, the torch custom op and autograd.
+//! Python hands tensors over as torch tensors (read here, attribute by attribute) or as
+//! plain descriptors — `(data_ptr, dtype, shape, strides, device, capacity)`, from any
+//! DLPack / `__cuda_array_interface__` array — and a CUDA stream handle; nothing is
+//! copied, and the work goes on the caller's stream. Every tensor goes through the
+//! runtime's launch validation, so a bad one is a `ValueError` naming the argument before
+//! anything launches. The pure-Python package (`python/attnc`) holds the user-facing API,
+//! the torch custom op and autograd; its eager forward is one call here
+//! (`Kernel.forward_torch`), which also allocates the outputs: every microsecond of it is
+//! a decode step's host time.
 
 use attnc_ir::{KvLayout, ShardPositions, Spec, Ty};
 use attnc_lower::{Arch, CompileOptions, Direction, FamilyChoice};
@@ -14,24 +17,84 @@ use attnc_runtime::{
     ElemType, Gradients, IndexTensor, Params, Receipt, Runtime, RuntimeError, Stream, Tensor, ValidationError,
 };
 use pyo3::exceptions::{PyNotImplementedError, PyRuntimeError, PyValueError};
+use pyo3::intern;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple};
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
-/// A tensor as Python describes it, one flat tuple of ints (cheap to read on every
-/// call): `(data_ptr, dtype, device, capacity, *shape, *strides)` with dtype 0 bf16,
+/// A tensor argument: a torch tensor, read here (the package's torch calls pass them as
+/// they are: one attribute read each costs less than building a descriptor in Python),
+/// or a descriptor, one flat tuple of ints, from any DLPack / `__cuda_array_interface__`
+/// array: `(data_ptr, dtype, device, capacity, *shape, *strides)` with dtype 0 bf16,
 /// 1 f16, 2 f32, 3 i32, strides in elements, and capacity the elements reachable from the
 /// pointer — `-1` for a framework tensor, whose views lie inside their storage by the
 /// framework's own rules (the span of the view is then its capacity).
-type Desc<'py> = Bound<'py, PyTuple>;
+type TensorArg<'py> = Bound<'py, PyAny>;
 
-/// An index tensor: its descriptor and its values on the host.
-type IndexDesc<'py> = (Desc<'py>, Vec<i32>);
+/// An index tensor: its tensor argument and its values on the host.
+type IndexArg<'py> = (TensorArg<'py>, Vec<i32>);
 
 const DTYPES: [ElemType; 4] = [ElemType::Bf16, ElemType::F16, ElemType::F32, ElemType::I32];
 
-fn tensor(arg: &str, d: &Desc<'_>) -> PyResult<Tensor> {
+/// torch's dtype objects in `DTYPES` order, looked up once (a dtype is compared by identity).
+static TORCH_DTYPES: PyOnceLock<[Py<PyAny>; 4]> = PyOnceLock::new();
+
+fn torch_dtypes(py: Python<'_>) -> PyResult<&[Py<PyAny>; 4]> {
+    TORCH_DTYPES.get_or_try_init(py, || {
+        let torch = py.import("torch")?;
+        let get = |name: &str| torch.getattr(name).map(Bound::unbind);
+        Ok([get("bfloat16")?, get("float16")?, get("float32")?, get("int32")?])
+    })
+}
+
+fn tensor(arg: &str, t: &TensorArg<'_>) -> PyResult<Tensor> {
+    match t.cast::<PyTuple>() {
+        Ok(d) => described_tensor(arg, d),
+        Err(_) => torch_tensor(arg, t),
+    }
+}
+
+/// A torch tensor's view, read from its attributes (no data is touched).
+fn torch_tensor(arg: &str, t: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+    let py = t.py();
+    let not_a_tensor = || {
+        let ty = t.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+        PyValueError::new_err(format!(
+            "{arg}: expected a CUDA tensor (torch, or any __cuda_array_interface__ / DLPack array), found {ty}"
+        ))
+    };
+    let is_cuda = t.getattr(intern!(py, "is_cuda")).map_err(|_| not_a_tensor())?;
+    if !is_cuda.is_truthy()? {
+        let device = t.getattr(intern!(py, "device"))?;
+        return Err(PyValueError::new_err(format!("{arg}: must be a CUDA tensor, found device {device}")));
+    }
+    let dtype = t.getattr(intern!(py, "dtype"))?;
+    let code = torch_dtypes(py)?.iter().position(|d| d.bind(py).is(&dtype)).ok_or_else(|| {
+        PyValueError::new_err(format!("{arg}: dtype {dtype} is not supported (bfloat16, float16, float32 or int32)"))
+    })?;
+    let device: usize = t.call_method0(intern!(py, "get_device"))?.extract()?;
+    let ptr: u64 = t.call_method0(intern!(py, "data_ptr"))?.extract()?;
+    let shape: Vec<usize> = ints(arg, &t.getattr(intern!(py, "shape"))?, "sizes")?;
+    let strides: Vec<usize> = ints(arg, &t.call_method0(intern!(py, "stride"))?, "strides")?;
+    view(arg, device, ptr, DTYPES[code], &shape, &strides, None)
+}
+
+/// The non-negative ints of a tuple (a torch.Size, a stride tuple).
+fn ints(arg: &str, tuple: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<usize>> {
+    let tuple = tuple.cast::<PyTuple>().map_err(|_| PyValueError::new_err(format!("{arg}: {what} are not a tuple")))?;
+    tuple
+        .iter()
+        .map(|x| {
+            let x: i64 = x.extract()?;
+            usize::try_from(x).map_err(|_| PyValueError::new_err(format!("{arg}: negative {what} are not supported")))
+        })
+        .collect()
+}
+
+/// A descriptor tuple's view.
+fn described_tensor(arg: &str, d: &Bound<'_, PyTuple>) -> PyResult<Tensor> {
     let bad = || PyValueError::new_err(format!("{arg}: malformed tensor descriptor"));
     let n = d.len();
     if n < 4 || (n - 4) % 2 != 0 {
@@ -51,22 +114,70 @@ fn tensor(arg: &str, d: &Desc<'_>) -> PyResult<Tensor> {
         shape.push(dim);
         strides.push(stride);
     }
-    let span = if shape.contains(&0) {
-        0
-    } else {
-        shape.iter().zip(&strides).map(|(&n, &s)| (n - 1).saturating_mul(s)).fold(1, usize::saturating_add)
-    };
-    let capacity = if capacity < 0 { span } else { usize::try_from(capacity).map_err(|_| bad())? };
-    // SAFETY: the descriptor comes from a live tensor the Python caller keeps alive for
-    // the call (and, for work queued on its stream, the stream-ordered allocator of
-    // its framework keeps the memory until that work has run).
-    unsafe { Tensor::from_raw_parts(device, ptr, dtype, &shape, &strides, capacity) }
+    let capacity = if capacity < 0 { None } else { Some(usize::try_from(capacity).map_err(|_| bad())?) };
+    view(arg, device, ptr, dtype, &shape, &strides, capacity)
+}
+
+/// The runtime's view of caller memory; `capacity` None: a framework tensor, whose view
+/// lies inside its storage (its span is its capacity).
+fn view(
+    arg: &str,
+    device: usize,
+    ptr: u64,
+    dtype: ElemType,
+    shape: &[usize],
+    strides: &[usize],
+    capacity: Option<usize>,
+) -> PyResult<Tensor> {
+    let capacity = capacity.unwrap_or_else(|| {
+        if shape.contains(&0) {
+            0
+        } else {
+            shape.iter().zip(strides).map(|(&n, &s)| (n - 1).saturating_mul(s)).fold(1, usize::saturating_add)
+        }
+    });
+    // SAFETY: the tensor is alive for the call: the Python caller holds it (and, for work
+    // queued on its stream, the stream-ordered allocator of its framework keeps the memory
+    // until that work has run).
+    unsafe { Tensor::from_raw_parts(device, ptr, dtype, shape, strides, capacity) }
         .map_err(|e| PyValueError::new_err(format!("{arg}: {e}")))
+}
+
+/// The shapes of O and LSE for Q of `q_shape`: O is Q's with the value head dim, LSE is
+/// `[batch, q_heads, seqlen_q]` (varlen `[q_heads, total_q]`). A Q of the wrong rank gets
+/// O of its own rank and an empty LSE: the launch's validation rejects it by name.
+fn output_shapes(spec: &Spec, q_shape: &[usize]) -> (Vec<usize>, Vec<usize>) {
+    let mut o = q_shape.to_vec();
+    if let Some(last) = o.last_mut() {
+        *last = spec.head_dim_v as usize;
+    }
+    let lse = match (spec.kv_layout, q_shape) {
+        (KvLayout::Varlen, &[total, heads, _]) => vec![heads, total],
+        (KvLayout::Contiguous | KvLayout::Paged { .. }, &[batch, seqlen, heads, _]) => vec![batch, heads, seqlen],
+        _ => vec![0],
+    };
+    (o, lse)
+}
+
+/// The view of a tensor just allocated on Q's device (`new_empty`, `empty_like`): its
+/// address and strides are read, the rest is known.
+fn fresh_view(arg: &str, t: &Bound<'_, PyAny>, dtype: ElemType, shape: &[usize], device: usize) -> PyResult<Tensor> {
+    let py = t.py();
+    let ptr: u64 = t.call_method0(intern!(py, "data_ptr"))?.extract()?;
+    let strides = ints(arg, &t.call_method0(intern!(py, "stride"))?, "strides")?;
+    view(arg, device, ptr, dtype, shape, &strides, None)
+}
+
+/// `torch.empty_like`, looked up once.
+static TORCH_EMPTY_LIKE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+fn torch_empty_like(py: Python<'_>) -> PyResult<&Py<PyAny>> {
+    TORCH_EMPTY_LIKE.get_or_try_init(py, || Ok(py.import("torch")?.getattr("empty_like")?.unbind()))
 }
 
 /// A `{name: descriptor}` dict as tensors sorted by name; `what` names them in errors.
 fn named_tensors(what: &str, value: &Bound<'_, PyAny>) -> PyResult<Vec<(String, Tensor)>> {
-    let given: HashMap<String, Desc<'_>> = value.extract()?;
+    let given: HashMap<String, TensorArg<'_>> = value.extract()?;
     let mut out = given
         .into_iter()
         .map(|(name, d)| Ok((name.clone(), tensor(&format!("{what} `{name}`"), &d)?)))
@@ -75,7 +186,7 @@ fn named_tensors(what: &str, value: &Bound<'_, PyAny>) -> PyResult<Vec<(String, 
     Ok(out)
 }
 
-fn index_tensor(arg: &str, d: &IndexDesc<'_>) -> PyResult<IndexTensor> {
+fn index_tensor(arg: &str, d: &IndexArg<'_>) -> PyResult<IndexTensor> {
     let t = tensor(arg, &d.0)?;
     // SAFETY: the Python side read `d.1` from the same tensor (or the caller passed
     // both, as the docs require).
@@ -149,14 +260,14 @@ impl Extras {
                 }
                 "aux" => x.aux = named_tensors("aux", &value)?,
                 "aux_grads" => x.aux_grads = named_tensors("aux gradient", &value)?,
-                "sinks" => x.sinks = Some(tensor("sinks", &value.extract()?)?),
-                "dsinks" => x.dsinks = Some(tensor("dsinks", &value.extract()?)?),
+                "sinks" => x.sinks = Some(tensor("sinks", &value)?),
+                "dsinks" => x.dsinks = Some(tensor("dsinks", &value)?),
                 "cu_seqlens" => {
-                    let (q, k): (IndexDesc<'_>, IndexDesc<'_>) = value.extract()?;
+                    let (q, k): (IndexArg<'_>, IndexArg<'_>) = value.extract()?;
                     x.cu_seqlens = Some((index_tensor("cu_seqlens_q", &q)?, index_tensor("cu_seqlens_k", &k)?));
                 }
                 "paged" => {
-                    let (bt, used): (IndexDesc<'_>, IndexDesc<'_>) = value.extract()?;
+                    let (bt, used): (IndexArg<'_>, IndexArg<'_>) = value.extract()?;
                     x.paged = Some((index_tensor("block_table", &bt)?, index_tensor("seqused_k", &used)?));
                 }
                 "splits" => x.splits = Some(value.extract()?),
@@ -172,7 +283,7 @@ impl Extras {
                     x.positions = Some(ShardPositions { q_offset, k_offset, seqlen_q, seqlen_k, sinks });
                 }
                 "sequence_positions" => {
-                    let (table, sinks): (IndexDesc<'_>, bool) = value.extract()?;
+                    let (table, sinks): (IndexArg<'_>, bool) = value.extract()?;
                     x.sequence_positions = Some((index_tensor("sequence_positions", &table)?, sinks));
                 }
                 other => {
@@ -328,11 +439,11 @@ impl Variant {
     #[pyo3(signature = (q, k, v, o, lse = None, extras = None, device = 0))]
     fn check_forward(
         &self,
-        q: Desc<'_>,
-        k: Desc<'_>,
-        v: Desc<'_>,
-        o: Desc<'_>,
-        lse: Option<Desc<'_>>,
+        q: TensorArg<'_>,
+        k: TensorArg<'_>,
+        v: TensorArg<'_>,
+        o: TensorArg<'_>,
+        lse: Option<TensorArg<'_>>,
         extras: Option<&Bound<'_, PyDict>>,
         device: usize,
     ) -> PyResult<()> {
@@ -429,11 +540,11 @@ impl Kernel {
     #[allow(clippy::too_many_arguments)]
     fn forward(
         &self,
-        q: Desc<'_>,
-        k: Desc<'_>,
-        v: Desc<'_>,
-        o: Desc<'_>,
-        lse: Option<Desc<'_>>,
+        q: TensorArg<'_>,
+        k: TensorArg<'_>,
+        v: TensorArg<'_>,
+        o: TensorArg<'_>,
+        lse: Option<TensorArg<'_>>,
         stream: usize,
         extras: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<()> {
@@ -452,21 +563,63 @@ impl Kernel {
         Ok(())
     }
 
+    /// The forward of torch tensors with its outputs allocated like Q's (`q.new_empty`,
+    /// PyTorch's caching allocator on Q's device): `(o, lse)`, `lse` None unless
+    /// `need_lse`. The eager path of `attnc.torch`: one call from Python per forward.
+    #[pyo3(signature = (q, k, v, stream, need_lse, extras = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn forward_torch<'py>(
+        &self,
+        q: &Bound<'py, PyAny>,
+        k: TensorArg<'_>,
+        v: TensorArg<'_>,
+        stream: usize,
+        need_lse: bool,
+        extras: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<(Bound<'py, PyAny>, Option<Bound<'py, PyAny>>)> {
+        let py = q.py();
+        let x = Extras::from_py(self.kernel.spec(), extras, Some(stream))?;
+        let (tq, tk, tv) = (torch_tensor("q", q)?, tensor("k", &k)?, tensor("v", &v)?);
+        let spec = self.kernel.spec();
+        let (o_shape, lse_shape) = output_shapes(spec, tq.shape());
+        let new_empty = intern!(py, "new_empty");
+        // O like Q (torch.empty_like: no size list to parse) where their shapes agree.
+        let o = if o_shape.as_slice() == tq.shape() {
+            torch_empty_like(py)?.bind(py).call1((q,))?
+        } else {
+            q.call_method1(new_empty, (PyTuple::new(py, &o_shape)?,))?
+        };
+        let mut to = fresh_view("o", &o, tq.dtype(), &o_shape, tq.device())?;
+        let p = x.params();
+        let (r, lse) = if need_lse {
+            let dtype = &torch_dtypes(py)?[2];
+            let kwargs = PyDict::new(py);
+            kwargs.set_item(intern!(py, "dtype"), dtype.bind(py))?;
+            let lse = q.call_method(new_empty, (PyTuple::new(py, &lse_shape)?,), Some(&kwargs))?;
+            let mut tl = fresh_view("lse", &lse, ElemType::F32, &lse_shape, tq.device())?;
+            (self.kernel.forward_lse(&tq, &tk, &tv, &mut to, &mut tl, &p), Some(lse))
+        } else {
+            (self.kernel.forward(&tq, &tk, &tv, &mut to, &p), None)
+        };
+        self.remember(r.map_err(py_err)?);
+        Ok((o, lse))
+    }
+
     /// dQ, dK, dV (and dsinks / aux gradients through `extras`) from the forward's
     /// inputs, its O and LSE, and dO, queued on `stream`.
     #[pyo3(signature = (q, k, v, o, lse, d_out, dq, dk, dv, stream, extras = None))]
     #[allow(clippy::too_many_arguments)]
     fn backward(
         &self,
-        q: Desc<'_>,
-        k: Desc<'_>,
-        v: Desc<'_>,
-        o: Desc<'_>,
-        lse: Desc<'_>,
-        d_out: Desc<'_>,
-        dq: Desc<'_>,
-        dk: Desc<'_>,
-        dv: Desc<'_>,
+        q: TensorArg<'_>,
+        k: TensorArg<'_>,
+        v: TensorArg<'_>,
+        o: TensorArg<'_>,
+        lse: TensorArg<'_>,
+        d_out: TensorArg<'_>,
+        dq: TensorArg<'_>,
+        dk: TensorArg<'_>,
+        dv: TensorArg<'_>,
         stream: usize,
         extras: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<()> {
@@ -487,10 +640,10 @@ impl Kernel {
     #[allow(clippy::too_many_arguments)]
     fn block_mask(
         &self,
-        q: Desc<'_>,
-        k: Desc<'_>,
-        v: Desc<'_>,
-        o: Desc<'_>,
+        q: TensorArg<'_>,
+        k: TensorArg<'_>,
+        v: TensorArg<'_>,
+        o: TensorArg<'_>,
         stream: usize,
         extras: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<BlockMask> {

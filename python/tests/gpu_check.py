@@ -13,7 +13,6 @@
 import json
 import pathlib
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
@@ -85,6 +84,18 @@ def variants():
     check_variant("causal b2 s333", lambda q, k, v: causal(q, k, v), lambda q, k, v: ref_attention(q, k, v, m),
                   [q, k, v])
     record("causal receipt", causal.receipt() is not None, receipt=causal.receipt_text())
+    # Views as inputs: heads-major tensors transposed (dense, permuted: O is allocated in
+    # Q's layout) and slices of one packed QKV tensor (not dense: O is contiguous).
+    xq, xk, xv = (torch.randn(2, h, 201, d, **bf, requires_grad=True) for _ in range(3))
+    m201 = torch.ones(201, 201, dtype=torch.bool, device=dev).tril()
+    check_variant("causal, inputs transposed from [b, h, s, d]",
+                  lambda q, k, v: causal(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)),
+                  lambda q, k, v: ref_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), m201),
+                  [xq, xk, xv])
+    qkv = torch.randn(2, 201, 3, h, d, **bf, requires_grad=True)
+    check_variant("causal, inputs sliced from packed QKV",
+                  lambda x: causal(x[:, :, 0], x[:, :, 1], x[:, :, 2]),
+                  lambda x: ref_attention(x[:, :, 0], x[:, :, 1], x[:, :, 2], m201), [qkv])
 
     # document mask (GQA 32/8, aux tensor)
     doc = attnc.load(EX / "document_mask.attn")
@@ -242,17 +253,12 @@ def cuda_graph():
         record("CUDA graph capture + replay", False, error=f"{type(e).__name__}: {e}"[:2000])
 
 
-def host_us(fn, n=2000):
-    """Host microseconds per call of ``fn`` (its GPU work negligible), after a warm-up."""
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()
-    return (t1 - t0) / n * 1e6
+def host_us(fn):
+    """Host microseconds per call of ``fn`` (its GPU work negligible): the median over
+    rounds of 100 calls, each started on an idle GPU (see overhead.py)."""
+    from overhead import host_us as rounds
+
+    return rounds(fn)
 
 
 def overhead():

@@ -97,6 +97,47 @@ def test_bad_arguments_raise_value_errors_naming_them(case, expected):
         a.check(args["q"], args["k"], args["v"], args["out"], aux=args["aux"])
 
 
+class _FakeCudaTensor:
+    """The attributes the Rust side reads of a torch CUDA tensor, without a GPU."""
+
+    def __init__(self, shape, ptr, dtype=torch.bfloat16, strides=None):
+        self.shape, self.dtype, self.is_cuda, self._ptr = torch.Size(shape), dtype, True, ptr
+        self._strides = strides or torch.empty(shape, device="meta").stride()
+
+    def get_device(self):
+        return 0
+
+    def data_ptr(self):
+        return self._ptr
+
+    def stride(self):
+        return tuple(self._strides)
+
+
+def test_torch_tensors_are_read_and_checked_on_the_rust_side():
+    # The package hands torch tensors to Rust as they are: each is read there and goes
+    # through the launch validation, naming the argument.
+    a = attnc.load(ROOT / "dsl-examples" / "causal.attn")
+    h, d = a.spec["q_heads"], a.spec["head_dim_qk"]
+    base = 0x7F00_0000_0000
+
+    def fake(i, **kw):
+        return _FakeCudaTensor((1, 7, h, d), base + i * (1 << 24), **kw)
+
+    q, k, v, o = (fake(i) for i in range(4))
+    a._variant.check_forward(q, k, v, o)
+    with pytest.raises(ValueError, match="q: must be a CUDA tensor, found device cpu"):
+        a._variant.check_forward(torch.zeros(1, 7, h, d, dtype=torch.bfloat16), k, v, o)
+    with pytest.raises(ValueError, match="k: dtype torch.float64 is not supported"):
+        a._variant.check_forward(q, fake(1, dtype=torch.float64), v, o)
+    with pytest.raises(ValueError, match="v: negative strides are not supported"):
+        a._variant.check_forward(q, k, fake(2, strides=(7 * h * d, h * d, d, -1)), o)
+    with pytest.raises(ValueError, match="o: expected a CUDA tensor .* found list"):
+        a._variant.check_forward(q, k, v, [1, 2])
+    with pytest.raises(ValueError, match="^o: "):
+        a._variant.check_forward(q, k, v, _FakeCudaTensor((1, 7, h, d), base + (3 << 24) + 2))
+
+
 def test_calls_with_cpu_tensors_are_refused_before_anything_launches():
     a, q, k, doc = _doc()
     with pytest.raises(ValueError, match="must be a CUDA tensor"):
@@ -281,8 +322,10 @@ class _StubKernel:
     def __init__(self):
         self.calls = []
 
-    def forward(self, q, k, v, o, lse, stream, extras):
+    def forward_torch(self, q, k, v, stream, need_lse, extras):
         self.calls.append(("forward", extras))
+        b, s, h, _ = q.shape
+        return q.new_empty((b, s, h, v.shape[-1])), q.new_empty((b, h, s), dtype=torch.float32) if need_lse else None
 
     def backward(self, q, k, v, o, lse, d_out, dq, dk, dv, stream, extras):
         self.calls.append(("backward", extras))
@@ -295,8 +338,8 @@ def _stubbed(monkeypatch, attn):
     import attnc.torch as at
 
     stub = _StubKernel()
-    monkeypatch.setattr(at, "describe_torch", lambda arg, t: (t.data_ptr(), 0, 0, -1, *t.shape, *t.stride()))
     monkeypatch.setattr(at, "_stream", lambda t: 0)
+    monkeypatch.setattr(at, "_device", lambda q: 0)
     monkeypatch.setattr(type(attn), "kernel", lambda self, device: stub)
     return at, stub
 

@@ -308,17 +308,40 @@ impl Queue<'_> {
         smem: u32,
         args: &[ArgValue],
     ) -> Result<(), RuntimeError> {
-        let mut slots = ArgSlots::pack(args);
-        let mut ptrs = slots.pointers();
+        self.launch_packed(f, grid, block, smem, &ArgSlots::pack(args))
+    }
+
+    /// Launches `f` with arguments packed before (a remembered launch packs them once).
+    pub fn launch_packed(
+        &self,
+        f: &Function,
+        grid: [u32; 3],
+        block: u32,
+        smem: u32,
+        args: &ArgSlots,
+    ) -> Result<(), RuntimeError> {
+        // One pointer per slot; on the stack for the usual parameter counts.
+        const ON_STACK: usize = 64;
+        let slots = args.slots();
+        let mut stack = [std::ptr::null_mut::<c_void>(); ON_STACK];
+        let mut heap = Vec::new();
+        let ptrs: &mut [*mut c_void] = if slots.len() <= ON_STACK {
+            &mut stack[..slots.len()]
+        } else {
+            heap.resize(slots.len(), std::ptr::null_mut());
+            &mut heap
+        };
+        for (p, s) in ptrs.iter_mut().zip(slots) {
+            // The driver only reads the values (it copies them at launch).
+            *p = s.0.as_ptr() as *mut c_void;
+        }
         self.gpu.bind()?;
         // SAFETY: `f` is a live function of a loaded module; one pointer per parameter, each
         // to a value of the parameter's size and alignment (tensor maps: 128 bytes,
         // 64-byte aligned); the slots outlive the call (the driver copies the values at
         // launch).
-        unsafe {
-            result::launch_kernel(f.f, (grid[0], grid[1], grid[2]), (block, 1, 1), smem, self.cu_stream(), &mut ptrs)
-        }
-        .map_err(|e| drv(&format!("cuLaunchKernel({})", f.name), e))
+        unsafe { result::launch_kernel(f.f, (grid[0], grid[1], grid[2]), (block, 1, 1), smem, self.cu_stream(), ptrs) }
+            .map_err(|e| drv(&format!("cuLaunchKernel({})", f.name), e))
     }
 
     /// Fills `n` 32-bit words at `dst` with `value` (asynchronous).
@@ -366,7 +389,14 @@ pub struct ArgSlot(pub [u8; 128]);
 
 /// The argument storage of one launch: one [`ArgSlot`] per parameter, in order;
 /// `cuLaunchKernel` gets one pointer per slot.
+#[derive(Clone)]
 pub struct ArgSlots(Vec<ArgSlot>);
+
+impl std::fmt::Debug for ArgSlots {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ArgSlots({} parameters)", self.0.len())
+    }
+}
 
 impl ArgSlots {
     pub fn pack(args: &[ArgValue]) -> ArgSlots {

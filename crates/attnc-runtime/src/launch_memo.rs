@@ -11,7 +11,7 @@
 //! classification is per call, or a caller's block mask whose contents the signature does
 //! not see).
 
-use crate::cuda::{ArgValue, Stream};
+use crate::cuda::{ArgSlots, Stream};
 use crate::params::Params;
 use crate::receipt::Receipt;
 use crate::tensor::{Tensor, TensorDesc};
@@ -121,8 +121,9 @@ pub(crate) struct LaunchMemo {
     /// The fused combine's counters: how many, and where (a hit needs the same ones).
     pub(crate) counters: usize,
     pub(crate) counters_ptr: u64,
-    pub(crate) fwd_args: Vec<ArgValue>,
-    pub(crate) combine_args: Option<Vec<ArgValue>>,
+    /// The launches' arguments, packed once.
+    pub(crate) fwd_args: ArgSlots,
+    pub(crate) combine_args: Option<ArgSlots>,
     pub(crate) receipt: Receipt,
 }
 

@@ -2,7 +2,7 @@
 
 use crate::block_mask::{launch_seqlens, BlockMask, BuiltFor};
 use crate::cache::{Cache, CacheConfig, CacheSource, CacheStats};
-use crate::cuda::ArgValue;
+use crate::cuda::{ArgSlots, ArgValue};
 use crate::cuda::{DeviceBuffer, DeviceInfo, Gpu, Image, Queue, Stream};
 use crate::error::{RuntimeError, ValidationError};
 use crate::jit::{kernel_key, KernelProducer, LoadedKernel};
@@ -972,10 +972,10 @@ impl Kernel {
             }
             receipt.block_mask = Some(usage);
         }
-        let fwd_args = marshal(&fwd.params, &plan, &extra).map_err(RuntimeError::Abi)?;
+        let fwd_args = ArgSlots::pack(&marshal(&fwd.params, &plan, &extra).map_err(RuntimeError::Abi)?);
         let combine = match (plan.combine_grid, meta.combine(), self.loaded.function(KernelRole::Combine)) {
             (Some(grid), Some(cm), Some(cf)) => {
-                Some((grid, cm, cf, marshal(&cm.params, &plan, &extra).map_err(RuntimeError::Abi)?))
+                Some((grid, cm, cf, ArgSlots::pack(&marshal(&cm.params, &plan, &extra).map_err(RuntimeError::Abi)?)))
             }
             (Some(_), _, _) => {
                 return Err(RuntimeError::Abi("split-KV launch but the module has no combine kernel".into()))
@@ -989,12 +989,12 @@ impl Kernel {
         }
         let fwd_fn =
             self.loaded.function(KernelRole::Forward).ok_or_else(|| RuntimeError::Abi("no forward kernel".into()))?;
-        queue.launch(fwd_fn, plan.fwd_grid, fwd.threads_per_block, fwd.dynamic_smem_bytes, &fwd_args)?;
+        queue.launch_packed(fwd_fn, plan.fwd_grid, fwd.threads_per_block, fwd.dynamic_smem_bytes, &fwd_args)?;
         if let Some((_, b, _)) = &events {
             queue.record(b)?;
         }
         if let Some((grid, cm, cf, args)) = &combine {
-            queue.launch(cf, *grid, cm.threads_per_block, cm.dynamic_smem_bytes, args)?;
+            queue.launch_packed(cf, *grid, cm.threads_per_block, cm.dynamic_smem_bytes, args)?;
         }
         if let Some((a, b, c)) = &events {
             queue.record(c)?;
@@ -1040,11 +1040,11 @@ impl Kernel {
         if counters.ptr() != m.counters_ptr {
             return Ok(None);
         }
-        queue.launch(fwd_fn, m.receipt.grid, fwd.threads_per_block, fwd.dynamic_smem_bytes, &m.fwd_args)?;
+        queue.launch_packed(fwd_fn, m.receipt.grid, fwd.threads_per_block, fwd.dynamic_smem_bytes, &m.fwd_args)?;
         if let (Some(grid), Some(args), Some(cm), Some(cf)) =
             (m.receipt.combine_grid, &m.combine_args, meta.combine(), self.loaded.function(KernelRole::Combine))
         {
-            queue.launch(cf, grid, cm.threads_per_block, cm.dynamic_smem_bytes, args)?;
+            queue.launch_packed(cf, grid, cm.threads_per_block, cm.dynamic_smem_bytes, args)?;
         }
         drop(counters);
         drop(ws_guard);
