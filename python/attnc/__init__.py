@@ -105,7 +105,7 @@ class Attention:
                  block_table=None, seqused_k=None, splits=None, deterministic=False, return_lse=False,
                  block_mask=None, positions=None):
         """Attention forward on torch tensors (differentiable) or other CUDA arrays."""
-        if is_torch(q):
+        if type(q) in _TORCH_TYPES or _note_torch(q):
             return (_TORCH_LAYER or _torch_layer()).attention(self, q, k, v, aux, params, sinks, cu_seqlens_q,
                                                               cu_seqlens_k, block_table, seqused_k, splits,
                                                               deterministic, return_lse, block_mask, positions)
@@ -188,6 +188,15 @@ def _torch_layer():
 
 
 _TORCH_LAYER = None
+# The torch tensor types seen so far: one set lookup per call instead of `is_torch`.
+_TORCH_TYPES = set()
+
+
+def _note_torch(t):
+    if is_torch(t):
+        _TORCH_TYPES.add(type(t))
+        return True
+    return False
 
 
 def _desc_any(arg, t):

@@ -22,7 +22,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple};
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// A tensor argument: a torch tensor, read here (the package's torch calls pass them as
 /// they are: one attribute read each costs less than building a descriptor in Python),
@@ -524,12 +524,13 @@ impl BlockMask {
 #[pyclass(frozen, module = "attnc._attnc")]
 struct Kernel {
     kernel: attnc_runtime::Kernel,
-    last: Mutex<Option<Receipt>>,
+    /// The last launch's receipt (shared with the runtime's launch memo on repeats).
+    last: Mutex<Option<Arc<Receipt>>>,
 }
 
 impl Kernel {
-    fn remember(&self, r: Receipt) {
-        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+    fn remember(&self, r: impl Into<Arc<Receipt>>) {
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(r.into());
     }
 }
 
@@ -595,11 +596,11 @@ impl Kernel {
             let dtype = &torch_dtypes(py)?[2];
             let kwargs = PyDict::new(py);
             kwargs.set_item(intern!(py, "dtype"), dtype.bind(py))?;
-            let lse = q.call_method(new_empty, (PyTuple::new(py, &lse_shape)?,), Some(&kwargs))?;
+            let lse = q.call_method(intern!(py, "new_empty"), (PyTuple::new(py, &lse_shape)?,), Some(&kwargs))?;
             let mut tl = fresh_view("lse", &lse, ElemType::F32, &lse_shape, tq.device())?;
-            (self.kernel.forward_lse(&tq, &tk, &tv, &mut to, &mut tl, &p), Some(lse))
+            (self.kernel.forward_shared(&tq, &tk, &tv, &mut to, Some(&mut tl), &p), Some(lse))
         } else {
-            (self.kernel.forward(&tq, &tk, &tv, &mut to, &p), None)
+            (self.kernel.forward_shared(&tq, &tk, &tv, &mut to, None, &p), None)
         };
         self.remember(r.map_err(py_err)?);
         Ok((o, lse))
@@ -656,7 +657,7 @@ impl Kernel {
     /// The last launch's receipt as JSON (None before the first launch).
     fn receipt_json(&self) -> PyResult<Option<String>> {
         let g = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        g.as_ref().map(|r| serde_json::to_string(r).map_err(|e| PyRuntimeError::new_err(e.to_string()))).transpose()
+        g.as_ref().map(|r| serde_json::to_string(&**r).map_err(|e| PyRuntimeError::new_err(e.to_string()))).transpose()
     }
 
     /// The last launch's receipt as text (what `attnc` prints).

@@ -14,7 +14,7 @@
 use crate::cuda::{ArgSlots, Stream};
 use crate::params::Params;
 use crate::receipt::Receipt;
-use crate::tensor::{Tensor, TensorDesc};
+use crate::tensor::Tensor;
 use crate::validate::ParamValue;
 use std::sync::Arc;
 
@@ -39,7 +39,7 @@ impl LaunchSignature {
     pub(crate) fn of(q: &Tensor, k: &Tensor, v: &Tensor, o: &Tensor, lse: Option<&Tensor>, p: &Params) -> Self {
         let mut s = LaunchSignature(Vec::with_capacity(96), Vec::new());
         for t in [q, k, v, o] {
-            s.tensor(&t.desc());
+            s.tensor(t);
         }
         s.opt_tensor(lse);
         s.opt_tensor(p.sinks);
@@ -48,7 +48,7 @@ impl LaunchSignature {
             match ix {
                 Some(ix) => {
                     s.0.push(1);
-                    s.tensor(&ix.tensor().desc());
+                    s.tensor(ix.tensor());
                     s.1.push(Arc::clone(ix.host_shared()));
                 }
                 None => s.0.push(0),
@@ -57,7 +57,7 @@ impl LaunchSignature {
         s.0.push(p.aux.len() as u64);
         for (name, t) in &p.aux {
             s.name(name);
-            s.tensor(&t.desc());
+            s.tensor(t);
         }
         s.0.push(p.values.len() as u64);
         for (name, v) in &p.values {
@@ -78,7 +78,7 @@ impl LaunchSignature {
         match p.sequence_positions {
             Some((t, sink)) => {
                 s.0.push(1);
-                s.tensor(&t.tensor().desc());
+                s.tensor(t.tensor());
                 s.1.push(Arc::clone(t.host_shared()));
                 s.0.push(u64::from(sink));
             }
@@ -89,17 +89,19 @@ impl LaunchSignature {
         s
     }
 
-    fn tensor(&mut self, d: &TensorDesc) {
-        self.0.extend([d.dtype as u64, d.device as u64, d.addr, d.capacity, d.shape.len() as u64]);
-        self.0.extend(d.shape.iter().map(|&x| x as u64));
-        self.0.extend(d.strides.iter().map(|&x| x as u64));
+    /// A view's words, read in place (no descriptor copy: this runs on every launch).
+    fn tensor(&mut self, t: &Tensor) {
+        let shape = t.shape();
+        self.0.extend([t.dtype() as u64, t.device() as u64, t.device_ptr(), t.capacity(), shape.len() as u64]);
+        self.0.extend(shape.iter().map(|&x| x as u64));
+        self.0.extend(t.strides().iter().map(|&x| x as u64));
     }
 
     fn opt_tensor(&mut self, t: Option<&Tensor>) {
         match t {
             Some(t) => {
                 self.0.push(1);
-                self.tensor(&t.desc());
+                self.tensor(t);
             }
             None => self.0.push(0),
         }
@@ -124,7 +126,7 @@ pub(crate) struct LaunchMemo {
     /// The launches' arguments, packed once.
     pub(crate) fwd_args: ArgSlots,
     pub(crate) combine_args: Option<ArgSlots>,
-    pub(crate) receipt: Receipt,
+    pub(crate) receipt: Arc<Receipt>,
 }
 
 #[cfg(test)]

@@ -507,7 +507,7 @@ impl Kernel {
         out: &mut Tensor,
         params: &Params,
     ) -> Result<Receipt, RuntimeError> {
-        self.run(q, k, v, out, None, params)
+        self.run(q, k, v, out, None, params).map(Arc::unwrap_or_clone)
     }
 
     /// [`Kernel::forward`] that also writes the LSE, f32 `[batch, q_heads, seqlen_q]`
@@ -522,10 +522,25 @@ impl Kernel {
         lse: &mut Tensor,
         params: &Params,
     ) -> Result<Receipt, RuntimeError> {
-        if self.spec.lse {
-            return self.run(q, k, v, out, Some(lse), params);
+        self.forward_shared(q, k, v, out, Some(lse), params).map(Arc::unwrap_or_clone)
+    }
+
+    /// [`Kernel::forward`] (with the LSE when `lse` is given) whose receipt is shared with
+    /// the launch memo: a repeated launch hands back the remembered receipt without copying
+    /// it. For callers that launch per token (the Python package's eager path).
+    pub fn forward_shared(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        out: &mut Tensor,
+        lse: Option<&mut Tensor>,
+        params: &Params,
+    ) -> Result<Arc<Receipt>, RuntimeError> {
+        match lse {
+            Some(lse) if !self.spec.lse => self.lse_forward()?.run(q, k, v, out, Some(lse), params),
+            lse => self.run(q, k, v, out, lse, params),
         }
-        self.lse_forward()?.run(q, k, v, out, Some(lse), params)
     }
 
     /// A shard that leaves the sink to another key shard (`ShardPositions::sinks` false)
@@ -874,7 +889,7 @@ impl Kernel {
         out: &mut Tensor,
         lse: Option<&mut Tensor>,
         params: &Params,
-    ) -> Result<Receipt, RuntimeError> {
+    ) -> Result<Arc<Receipt>, RuntimeError> {
         let this = self.for_launch(params)?;
         if !std::ptr::eq(this, self) {
             return this.run(q, k, v, out, lse, params);
@@ -933,7 +948,7 @@ impl Kernel {
         };
         if plan.empty {
             receipt.skipped = Some("no batch entry or no query row: nothing to compute".into());
-            return Ok(receipt);
+            return Ok(Arc::new(receipt));
         }
 
         let queue = gpu.queue(params.stream);
@@ -1006,6 +1021,7 @@ impl Kernel {
         drop(ws_guard);
         let counters_ptr = counters.ptr();
         drop(counters);
+        let receipt = Arc::new(receipt);
         if let Some(signature) = signature {
             let memo = LaunchMemo {
                 signature,
@@ -1015,7 +1031,7 @@ impl Kernel {
                 counters_ptr,
                 fwd_args,
                 combine_args: combine.map(|c| c.3),
-                receipt: receipt.clone(),
+                receipt: Arc::clone(&receipt),
             };
             *self.memo.lock().unwrap_or_else(|e| e.into_inner()) = Some(memo);
         }
@@ -1024,7 +1040,7 @@ impl Kernel {
 
     /// Launches the remembered launch when `sig` is its signature and the workspace it
     /// used is still this call's; `None` otherwise.
-    fn replay(&self, sig: &LaunchSignature, params: &Params) -> Result<Option<Receipt>, RuntimeError> {
+    fn replay(&self, sig: &LaunchSignature, params: &Params) -> Result<Option<Arc<Receipt>>, RuntimeError> {
         let memo = self.memo.lock().unwrap_or_else(|e| e.into_inner());
         let Some(m) = memo.as_ref().filter(|m| m.signature == *sig) else { return Ok(None) };
         let meta = &self.loaded.meta;
@@ -1048,7 +1064,7 @@ impl Kernel {
         }
         drop(counters);
         drop(ws_guard);
-        Ok(Some(m.receipt.clone()))
+        Ok(Some(Arc::clone(&m.receipt)))
     }
 }
 

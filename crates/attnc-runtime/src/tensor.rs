@@ -120,7 +120,7 @@ impl Tensor {
         self.buf.ptr + (self.offset * self.dtype.bytes()) as u64
     }
     /// Elements the allocation holds from this view's start.
-    fn capacity(&self) -> u64 {
+    pub(crate) fn capacity(&self) -> u64 {
         ((self.buf.bytes / self.dtype.bytes()) as u64).saturating_sub(self.offset as u64)
     }
     pub fn desc(&self) -> TensorDesc {
