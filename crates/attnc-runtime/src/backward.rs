@@ -341,7 +341,9 @@ pub fn plan_backward(
         (true, true, _) if key_tiles > slots.min(MAX_TURN_TILES as usize) => (
             DqAccumulation::Slices,
             Some(format!(
-                "{key_tiles} key tiles per KV head exceed the {slots} resident CTAs the ordered turns need at once"
+                "{key_tiles} key tiles per KV head exceed the {slots} resident CTAs ({} usable SMs x {}) the ordered turns need at once",
+                sm_count.max(1),
+                shape.ctas_per_sm.max(1)
             )),
         ),
         (true, true, _) => (DqAccumulation::Ordered, None),
@@ -496,7 +498,7 @@ impl Kernel {
             deterministic: params.deterministic,
         };
         let gpu = &self.rt.inner.gpu;
-        let mut plan = plan_backward(&self.spec, &shape, gpu.info.sm_count, gpu.info.ordinal, &descs)?;
+        let mut plan = plan_backward(&self.spec, &shape, gpu.info.usable_sm_count, gpu.info.ordinal, &descs)?;
         self.shard_sinks(&mut plan.fwd.args, params)?;
         // A mask over aux tensors: its classes at the backward's tiling, classified per
         // call into the workspace after the plan's regions, or kept in a passed-in mask.
@@ -875,10 +877,12 @@ mod tests {
         assert_eq!(p.fwd.arg("deterministic"), None, "a backward argument");
         assert!(p.args.iter().any(|(n, a)| n == "deterministic" && *a == ArgValue::I32(DqAccumulation::Ordered.arg())));
 
-        // Three key tiles that do not fit two resident CTAs: slices, with the reason.
+        // Three key tiles that do not fit two resident CTAs (two usable SMs, as an MPS
+        // client limited to a share of the GPU sees them): slices, with the reason.
         let p = plan_backward(&s, &ordered, 2, 0, &d).expect("valid");
         assert_eq!(p.dq_accumulation, DqAccumulation::Slices);
-        assert!(p.dq_accumulation_reason.as_deref().is_some_and(|r| r.contains("3 key tiles")), "{p:?}");
+        let reason = p.dq_accumulation_reason.as_deref().unwrap_or_default();
+        assert!(reason.contains("3 key tiles") && reason.contains("2 usable SMs"), "{reason}");
         assert_eq!((p.turn_flags.1, p.turn_plan.1, p.turn_grid), (0, 0, [0, 0, 0]));
         // A kernel without the ordered mode: slices.
         let p = plan_backward(&s, &SHAPE, SMS, 0, &d).expect("valid");

@@ -25,6 +25,21 @@ pub enum ArgValue {
     TensorMap(TensorMapArg),
 }
 
+/// The SM count the current context may use (its execution affinity), when the driver
+/// says: an MPS client limited to a share of the GPU sees fewer SMs than the device has.
+fn usable_sms() -> Option<u32> {
+    let mut p = std::mem::MaybeUninit::<sys::CUexecAffinityParam>::zeroed();
+    // SAFETY: writes one affinity parameter for the current context (bound by the caller).
+    let r =
+        unsafe { sys::cuCtxGetExecAffinity(p.as_mut_ptr(), sys::CUexecAffinityType::CU_EXEC_AFFINITY_TYPE_SM_COUNT) };
+    if r != sys::CUresult::CUDA_SUCCESS {
+        return None;
+    }
+    // SAFETY: filled by the successful call; the SM-count member is the one asked for.
+    let n = unsafe { p.assume_init().param.smCount.val };
+    (n > 0).then_some(n)
+}
+
 /// Is libcuda loadable on this machine?
 pub fn driver_present() -> bool {
     // SAFETY: only tries to dlopen the library names.
@@ -62,6 +77,11 @@ pub struct DeviceInfo {
     /// The arch attnc compiles for (`sm_90a` on an H100).
     pub arch: String,
     pub sm_count: u32,
+    /// The SMs this process's context may use (`cuCtxGetExecAffinity`): fewer than
+    /// `sm_count` under an MPS client's active-thread limit. Plans that count resident
+    /// CTAs use it: split counts, and the ordered deterministic backward, whose CTAs wait
+    /// for each other and must all be resident at once.
+    pub usable_sm_count: u32,
     /// Opt-in maximum of dynamic shared memory per block, bytes.
     pub max_smem_per_block: u32,
     pub l2_bytes: u64,
@@ -137,12 +157,16 @@ impl Gpu {
         let mut driver_version = 0i32;
         // SAFETY: writes one int.
         check("cuDriverGetVersion", unsafe { sys::cuDriverGetVersion(&mut driver_version) })?;
+        let sm_count = attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(1) as u32;
+        ctx.bind_to_thread().map_err(|e| drv("cuCtxSetCurrent", e))?;
+        let usable_sm_count = usable_sms().map_or(sm_count, |n| n.clamp(1, sm_count));
         let info = DeviceInfo {
             ordinal,
             name,
             compute_capability: cc,
             arch: arch.name().to_string(),
-            sm_count: attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(1) as u32,
+            sm_count,
+            usable_sm_count,
             max_smem_per_block: attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?.max(0) as u32,
             l2_bytes: attr(A::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)?.max(0) as u64,
             total_mem_bytes: ctx.total_mem().map_err(|e| drv("cuDeviceTotalMem", e))? as u64,

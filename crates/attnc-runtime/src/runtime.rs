@@ -600,7 +600,7 @@ impl Kernel {
         // the twin at batch 1 and slower at batch 8 and 64 (docs/hopper.md, "Decode").
         let heads = if self.spec.pack_gqa { self.spec.kv_heads } else { self.spec.q_heads } as usize;
         let ctas = q.shape().first().map_or(usize::MAX, |&b| b.saturating_mul(heads));
-        let small = ctas.saturating_mul(4) <= self.rt.inner.gpu.info.sm_count as usize;
+        let small = ctas.saturating_mul(4) <= self.rt.inner.gpu.info.usable_sm_count as usize;
         let group = if self.spec.pack_gqa { self.spec.group_size() as usize } else { 1 };
         let rows = q.shape().get(1).map_or(usize::MAX, |&s| s.saturating_mul(group));
         let fits = rows <= ONE_TILE_ROWS && (self.spec.kv_layout == KvLayout::Contiguous || small);
@@ -869,7 +869,7 @@ impl Kernel {
             sequence_positions: params.sequence_positions.map(|(t, _)| t.host_index()),
         };
         let info = &self.rt.inner.gpu.info;
-        let mut p = plan(&self.spec, &self.shape, info.sm_count, info.ordinal, &descs)?;
+        let mut p = plan(&self.spec, &self.shape, info.usable_sm_count, info.ordinal, &descs)?;
         self.shard_sinks(&mut p.args, params)?;
         // The forward kernel's tensor maps: every precondition of cuTensorMapEncodeTiled
         // is checked here, so a plan that passes encodes (the driver runs at launch).
