@@ -732,7 +732,7 @@ impl Kernel {
             return Ok((slot, false));
         }
         let lists = self.rt.alloc(ElemType::I32, &[want.words().max(1)])?;
-        *slot = Some(Box::new(BlockMask { built_for: want, lists, classify_ms: None, backward: Default::default() }));
+        *slot = Some(Box::new(BlockMask::new(want, lists)));
         Ok((slot, true))
     }
 

@@ -13,6 +13,7 @@ use crate::validate::LaunchPlan;
 use attnc_ir::block_mask::{BlockDims, Tiling, FULL_TILE};
 use attnc_lower::variant::tiles::BLOCK_LIST_PARAMS;
 use attnc_lower::BlockLayout;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// What a launch's block mask was built for; a mask is only valid for the same.
@@ -45,7 +46,13 @@ pub struct BlockMask {
     /// every later one, so a training step classifies once for all layers and both
     /// directions. Behind a lock: a mask is shared by reference.
     pub(crate) backward: Mutex<Option<Box<BlockMask>>>,
+    /// Distinct for every mask built in this process. A mask's lists are fixed once
+    /// built, so a forward's launch memo may key a passed-in mask by it: the same mask in
+    /// the same launch passed its check before.
+    pub(crate) id: u64,
 }
+
+static NEXT_MASK_ID: AtomicU64 = AtomicU64::new(1);
 
 impl std::fmt::Debug for BlockMask {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -163,6 +170,17 @@ impl BlockMask {
             0.0
         } else {
             live as f64 / total as f64
+        }
+    }
+
+    /// A mask over `lists` (written by the classifier launched next), built for `built_for`.
+    pub(crate) fn new(built_for: BuiltFor, lists: Tensor) -> BlockMask {
+        BlockMask {
+            built_for,
+            lists,
+            classify_ms: None,
+            backward: Mutex::default(),
+            id: NEXT_MASK_ID.fetch_add(1, Ordering::Relaxed),
         }
     }
 

@@ -7,9 +7,9 @@
 //!
 //! Sound by construction: the launch is a pure function of what the signature holds (the
 //! spec and module are the kernel's own), so equal signatures mean equal launches. Calls
-//! the memo does not serve: timed ones, and those whose mask needs tile lists (their
-//! classification is per call, or a caller's block mask whose contents the signature does
-//! not see).
+//! the memo does not serve: timed ones, and those whose mask needs tile lists classified
+//! per call. A caller's block mask is part of the signature by identity: its lists are
+//! fixed once built, so the same mask in the same launch passed its check before.
 
 use crate::cuda::{ArgSlots, Stream};
 use crate::params::Params;
@@ -84,6 +84,8 @@ impl LaunchSignature {
             }
             None => s.0.push(0),
         }
+        // A caller's block mask, by identity (its lists are fixed once built).
+        s.0.push(p.block_mask.map_or(0, |m| m.id));
         s.0.push(p.num_splits.map_or(0, |n| 1 + n as u64));
         s.0.push(p.stream.map_or(0, |st: Stream| 1 + st.handle() as u64));
         s
@@ -186,6 +188,33 @@ mod tests {
         assert_ne!(s0, sig(&q, &o, &Params::default().on_stream(unsafe { Stream::from_raw(0x77) })));
         let lse = t(0x90000, &[2, 8, 17]);
         assert_ne!(s0, LaunchSignature::of(&q, &k, &v, &o, Some(&lse), &base));
+    }
+
+    #[test]
+    fn a_passed_in_block_mask_is_part_of_the_signature_by_identity() {
+        use crate::block_mask::{BlockMask, BuiltFor};
+        let (q, k, v, o) = (
+            t(0x1000, &[2, 17, 8, 64]),
+            t(0x9000, &[2, 33, 2, 64]),
+            t(0x20000, &[2, 33, 2, 64]),
+            t(0x40000, &[2, 17, 8, 64]),
+        );
+        let built_for = || BuiltFor {
+            module_key: "m".into(),
+            tiling: attnc_ir::block_mask::Tiling { block_m: 128, block_n: 64, pack_gqa: false },
+            layout: attnc_lower::BlockLayout::RowLists,
+            dims: attnc_ir::block_mask::BlockDims { batch: 2, slots: 1, m_tiles: 1, n_tiles: 1 },
+            seqlens: vec![(17, 33); 2],
+            aux: vec![],
+            params: vec![],
+        };
+        // Two masks over the same device words (a mask rebuilt where the last one was):
+        // distinct signatures, so the second is checked before it serves a launch.
+        let (a, b) = (BlockMask::new(built_for(), t(0x80000, &[4])), BlockMask::new(built_for(), t(0x80000, &[4])));
+        let sig = |m: &BlockMask| LaunchSignature::of(&q, &k, &v, &o, None, &Params::default().block_mask(m));
+        assert_eq!(sig(&a), sig(&a), "the same mask, the same launch");
+        assert_ne!(sig(&a), sig(&b));
+        assert_ne!(sig(&a), LaunchSignature::of(&q, &k, &v, &o, None, &Params::default()));
     }
 
     fn index(addr: u64, values: Vec<i32>) -> crate::tensor::IndexTensor {

@@ -761,7 +761,7 @@ impl Kernel {
             },
             None => kernel.rt.alloc(crate::elem::ElemType::I32, &[words])?,
         };
-        let mask = BlockMask { built_for: bf, lists, classify_ms: None, backward: Default::default() };
+        let mask = BlockMask::new(bf, lists);
         let extra = mask.args();
         let args = marshal(&classify.params, plan, &extra).map_err(RuntimeError::Abi)?;
         let gpu = kernel.rt.gpu();
@@ -903,7 +903,8 @@ impl Kernel {
         let meta = &self.loaded.meta;
         let fwd = meta.forward().ok_or_else(|| RuntimeError::Abi("no forward kernel".into()))?;
         let takes_lists = fwd.params.iter().any(|p| p.starts_with("block_lists:"));
-        let signature = (!params.timing && !takes_lists).then(|| LaunchSignature::of(q, k, v, out, lse, params));
+        let memo_serves = !params.timing && (!takes_lists || params.block_mask.is_some());
+        let signature = memo_serves.then(|| LaunchSignature::of(q, k, v, out, lse, params));
         if let Some(sig) = &signature {
             if let Some(r) = self.replay(sig, params)? {
                 return Ok(r);
