@@ -175,7 +175,7 @@ fn torch_empty_like(py: Python<'_>) -> PyResult<&Py<PyAny>> {
     TORCH_EMPTY_LIKE.get_or_try_init(py, || Ok(py.import("torch")?.getattr("empty_like")?.unbind()))
 }
 
-/// A `{name: descriptor}` dict as tensors sorted by name; `what` names them in errors.
+/// A `{name: tensor argument}` dict as tensors sorted by name; `what` names them in errors.
 fn named_tensors(what: &str, value: &Bound<'_, PyAny>) -> PyResult<Vec<(String, Tensor)>> {
     let given: HashMap<String, TensorArg<'_>> = value.extract()?;
     let mut out = given
