@@ -126,6 +126,11 @@ pub struct ElemVars<'ctx> {
     pub seqlen_q: IntValue<'ctx>,
     pub seqlen_k: IntValue<'ctx>,
     pub score: Option<FloatValue<'ctx>>,
+    /// `k` as `base + imm` with `imm` known when the kernel is built (a column of a
+    /// thread's tile fragment), where the family knows it. `float(a ± k)` then converts
+    /// `a ± base` once per row and adds `±imm` per element: an FP32 add instead of a
+    /// conversion on the quarter-rate pipe the exponentials use (ALiBi's distance).
+    pub k_split: Option<(IntValue<'ctx>, i64)>,
 }
 
 const LOG2E: f64 = std::f64::consts::LOG2_E;
@@ -239,6 +244,9 @@ fn gen_with<'ctx>(
             let a = gen_with(kb, spec, a, vars, args, memo.as_deref_mut())?;
             let b = gen_with(kb, spec, b, vars, args, memo.as_deref_mut())?;
             binary(kb, *op, a, b)?
+        }
+        ExprKind::Call(Func::ToFloat, a) if a.len() == 1 && vars.k_split.is_some() && key_distance(&a[0]).is_some() => {
+            key_distance_to_float(kb, spec, &a[0], vars, args)?
         }
         ExprKind::Call(f, a) => {
             // A constant divisor in softcap becomes a multiply by its reciprocal.
@@ -380,6 +388,57 @@ pub fn floor_rem<'ctx>(kb: &Kb<'ctx>, a: IntValue<'ctx>, b: IntValue<'ctx>) -> R
     let adjust = kb.and(r_nz, sign_differs, "")?;
     let r = kb.select_i(adjust, kb.add(r, bs, "")?, r, "")?;
     kb.select_i(unsafe_b, zero, r, "floorrem")
+}
+
+/// `e` as `a + s·k` (`s` = ±1, `a` free of `k`), possibly inside one `abs`: the shape of
+/// a key distance. The expression inside the `abs`, whether there is one, and `s`.
+fn key_distance(e: &Expr) -> Option<(&Expr, bool, i64)> {
+    match &e.kind {
+        ExprKind::Call(Func::Abs, a) if a.len() == 1 => key_offset_sign(&a[0]).map(|s| (&a[0], true, s)),
+        _ => key_offset_sign(e).map(|s| (e, false, s)),
+    }
+}
+
+/// The sign of `k` in `e` when `e` is `a ± k` with `a` free of `k`.
+fn key_offset_sign(e: &Expr) -> Option<i64> {
+    let has_k = |x: &Expr| x.uses_var(Var::K);
+    match &e.kind {
+        ExprKind::Var(Var::K) => Some(1),
+        ExprKind::Unary(UnOp::Neg, a) => key_offset_sign(a).map(|s| -s),
+        ExprKind::Binary(BinOp::Add, a, b) => match (has_k(a), has_k(b)) {
+            (true, false) => key_offset_sign(a),
+            (false, true) => key_offset_sign(b),
+            _ => None,
+        },
+        ExprKind::Binary(BinOp::Sub, a, b) => match (has_k(a), has_k(b)) {
+            (true, false) => key_offset_sign(a),
+            (false, true) => key_offset_sign(b).map(|s| -s),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// `float(e)` for a key distance `e` (`key_distance`) with `k = base + imm`: `e` at
+/// `k = base` — the same for every element of a row, so converted once per row after
+/// CSE — plus `s·imm` in FP32, through the `abs` when there is one. Equal to converting
+/// `e` while `|e|` stays below 2^24; beyond, within an ulp or two of it (relative 1e-7).
+fn key_distance_to_float<'ctx>(
+    kb: &Kb<'ctx>,
+    spec: &Spec,
+    e: &Expr,
+    vars: &ElemVars<'ctx>,
+    args: &VariantArgs<'ctx>,
+) -> R<Val<'ctx>> {
+    let (Some((base, imm)), Some((inner, abs, sign))) = (vars.k_split, key_distance(e)) else {
+        return Ok(Val::Float(kb.si_to_f(gen_with(kb, spec, e, vars, args, None)?.int(), "tofloat")?));
+    };
+    let at_base = ElemVars { k: base, k_split: None, ..*vars };
+    // No memo: the memo holds this element's values, not the row's.
+    let row_value = gen_with(kb, spec, inner, &at_base, args, None)?.int();
+    let row_f = kb.si_to_f(row_value, "key_dist_row")?;
+    let v = kb.fadd(row_f, kb.f32c((sign * imm) as f64), "key_dist")?;
+    Ok(Val::Float(if abs { kb.asm_f32_1("abs.f32 $0, $1;", v, "key_dist_abs")? } else { v }))
 }
 
 fn binary<'ctx>(kb: &Kb<'ctx>, op: BinOp, a: Val<'ctx>, b: Val<'ctx>) -> R<Val<'ctx>> {

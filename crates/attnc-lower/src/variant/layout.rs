@@ -58,7 +58,17 @@ impl<'ctx> BatchView<'ctx> {
         h: IntValue<'ctx>,
         k: IntValue<'ctx>,
     ) -> ElemVars<'ctx> {
-        ElemVars { b: self.b, h, hkv, q, k, seqlen_q: self.seqlen_q, seqlen_k: self.seqlen_k, score: None }
+        ElemVars {
+            b: self.b,
+            h,
+            hkv,
+            q,
+            k,
+            seqlen_q: self.seqlen_q,
+            seqlen_k: self.seqlen_k,
+            score: None,
+            k_split: None,
+        }
     }
 }
 

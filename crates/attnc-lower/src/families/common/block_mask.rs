@@ -223,6 +223,7 @@ fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, tiling: Tiling, output: BlockLayo
                                 seqlen_q: bv.seqlen_q,
                                 seqlen_k: bv.seqlen_k,
                                 score: None,
+                                k_split: None,
                             };
                             let ok = vexpr::allowed(kb, spec, pred.as_ref(), &vars, &va)?;
                             any_ok = kb.or(any_ok, kb.and(inside, ok, "")?, "")?;

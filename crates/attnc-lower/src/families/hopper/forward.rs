@@ -892,8 +892,11 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             for (idx, v) in s.iter_mut().enumerate() {
                 let (i, e) = (idx / 4, idx % 4);
                 let row = rows[e / 2];
-                let col = kb.add(col_base, kb.i32c((8 * i + e % 2) as i64), "k_pos")?;
-                *v = vexpr::modded_score_log2(kb, spec, m, *v, cta.bv.elem_vars(cta.hkv, row.q, row.h, col), &cta.va)?;
+                let imm = (8 * i + e % 2) as i64;
+                let col = kb.add(col_base, kb.i32c(imm), "k_pos")?;
+                let vars =
+                    vexpr::ElemVars { k_split: Some((col_base, imm)), ..cta.bv.elem_vars(cta.hkv, row.q, row.h, col) };
+                *v = vexpr::modded_score_log2(kb, spec, m, *v, vars, &cta.va)?;
             }
         }
         let apply_mask = |kb: &mut Kb<'ctx>, s: &mut Vec<FloatValue<'ctx>>| -> R<()> {

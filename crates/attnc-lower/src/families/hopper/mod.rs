@@ -177,6 +177,38 @@ mod tests {
     use super::*;
     use attnc_ir::{Align, AuxDecl, AuxDim};
 
+    /// A float of a key distance (ALiBi's `float(abs(q - k))`, and `k - q`, `-(k + c)`)
+    /// converts once per row of a thread's tile, not per score: the forward's PTX has a
+    /// handful of int-to-float conversions where it had one per score, and `abs` moves to
+    /// the float. Anything else still converts per score.
+    #[test]
+    fn a_key_distance_converts_once_per_row() {
+        use attnc_ir::{BinOp, Expr, Func, Var};
+        let (q, k) = (|| Expr::var(Var::Q), || Expr::var(Var::K));
+        let tofloat = |e: Expr| Expr::call(Func::ToFloat, vec![e]);
+        let cvts = |dist: Expr| {
+            let mut s = Spec::new("dist", 128, 16);
+            s.mask.causal = Some(Align::TopLeft);
+            s.score_mod = Some(Expr::binary(
+                BinOp::Sub,
+                Expr::var(Var::Score),
+                Expr::binary(BinOp::Mul, Expr::float(0.25), tofloat(dist)),
+            ));
+            let m = Hopper.compile(&s, Arch::Sm90a, Direction::Forward).expect("compiles");
+            m.ptx.matches("cvt.rn.f32.s32").count()
+        };
+        let per_score = cvts(Expr::binary(BinOp::Mul, q(), k()));
+        assert!(per_score >= 64, "a product of q and k converts per score: {per_score}");
+        for dist in [
+            Expr::call(Func::Abs, vec![Expr::binary(BinOp::Sub, q(), k())]),
+            Expr::binary(BinOp::Sub, k(), q()),
+            Expr::unary(attnc_ir::UnOp::Neg, Expr::binary(BinOp::Add, k(), Expr::int(3))),
+        ] {
+            let n = cvts(dist.clone());
+            assert!(n <= 8, "{dist:?}: {n} conversions");
+        }
+    }
+
     /// The ordered deterministic mode is where the dQ tile is one bulk reduce (d128): the
     /// main kernel says so in its grid and the module has the turn-plan kernel at the main
     /// kernel's tiling; at d64/96 (the key split's per-thread adds) neither.

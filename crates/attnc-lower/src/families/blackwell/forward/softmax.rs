@@ -25,6 +25,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             seqlen_q: wt.seqlen_q,
             seqlen_k: wt.seqlen_k,
             score: None,
+            k_split: None,
         }
     }
 
