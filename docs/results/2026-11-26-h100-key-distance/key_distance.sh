@@ -1,5 +1,5 @@
 #!/bin/bash
-# Key distances converted per row (float(a - k) as float(a - base) + imm): selftest of the
+# Key distances converted per row (float(a - k) as float(a - base) + imm): selftest of the score-mod variants, then the
 # variant bench (b4, 8k, 16 heads, d128) for ALiBi and causal with the build
 # before and this one, alternating.
 D=$(cd "$(dirname "$0")" && pwd)
