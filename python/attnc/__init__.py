@@ -199,6 +199,9 @@ def _note_torch(t):
     return False
 
 
+_FAKE_SLOTS = {}
+
+
 def _desc_any(arg, t):
     """A descriptor of a tensor on any device, for host-side validation: a CPU or meta
     tensor is described as if it were on the GPU at a 256-byte aligned address."""
@@ -210,6 +213,9 @@ def _desc_any(arg, t):
         dtype = _torch_dtypes().get(t.dtype)
         if dtype is None:
             raise ValueError(f"{arg}: dtype {t.dtype} is not supported (bfloat16, float16, float32 or int32)")
-        base = 0x7F00_0000_0000 + (abs(hash(arg)) % 4096) * (1 << 32)
+        # A 4 GiB range of its own per argument name (a hash could give two arguments the
+        # same range, and then the check reports them overlapping).
+        slot = _FAKE_SLOTS.setdefault(arg, len(_FAKE_SLOTS))
+        base = 0x7F00_0000_0000 + (slot % 4096) * (1 << 32)
         return (base + t.storage_offset() * t.element_size(), dtype, 0, -1, *t.shape, *t.stride())
     return describe(arg, t)
