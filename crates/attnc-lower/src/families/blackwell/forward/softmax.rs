@@ -241,12 +241,15 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             let raw = kb.tmem_load(row.s_taddr, w * chunk, w, w, "s_raw")?;
             for (c, slot) in slots.iter().enumerate() {
                 let x = kb.bits_f(raw[c], "")?;
-                let k = kb.add(n0, kb.i32c((w * chunk) as i64 + c as i64), "k")?;
+                let imm = (w * chunk) as i64 + c as i64;
+                let k = kb.add(n0, kb.i32c(imm), "k")?;
                 let v = match &spec.score_mod {
                     None => kb.fmul(x, kb.f32c(spec.scale_value() * LOG2E), "s_log2")?,
                     Some(m) => {
                         let score = kb.fmul(x, kb.f32c(spec.scale_value()), "score")?;
-                        let vars = ElemVars { score: Some(score), ..self.elem_vars(wt, row, k) };
+                        // k = n0 + imm: a key distance converts once per row (the hopper way).
+                        let vars =
+                            ElemVars { score: Some(score), k_split: Some((n0, imm)), ..self.elem_vars(wt, row, k) };
                         let modded = vexpr::gen(kb, spec, m, &vars, &self.va)?.float();
                         kb.fmul(modded, kb.f32c(LOG2E), "s_log2")?
                     }
