@@ -344,28 +344,23 @@ impl Queue<'_> {
         smem: u32,
         args: &ArgSlots,
     ) -> Result<(), RuntimeError> {
-        // One pointer per slot; on the stack for the usual parameter counts.
-        const ON_STACK: usize = 64;
-        let slots = args.slots();
-        let mut stack = [std::ptr::null_mut::<c_void>(); ON_STACK];
-        let mut heap = Vec::new();
-        let ptrs: &mut [*mut c_void] = if slots.len() <= ON_STACK {
-            &mut stack[..slots.len()]
-        } else {
-            heap.resize(slots.len(), std::ptr::null_mut());
-            &mut heap
-        };
-        for (p, s) in ptrs.iter_mut().zip(slots) {
-            // The driver only reads the values (it copies them at launch).
-            *p = s.0.as_ptr() as *mut c_void;
-        }
+        let mut ptrs = args.pointers();
         self.gpu.bind()?;
         // SAFETY: `f` is a live function of a loaded module; one pointer per parameter, each
         // to a value of the parameter's size and alignment (tensor maps: 128 bytes,
         // 64-byte aligned); the slots outlive the call (the driver copies the values at
         // launch).
-        unsafe { result::launch_kernel(f.f, (grid[0], grid[1], grid[2]), (block, 1, 1), smem, self.cu_stream(), ptrs) }
-            .map_err(|e| drv(&format!("cuLaunchKernel({})", f.name), e))
+        unsafe {
+            result::launch_kernel(
+                f.f,
+                (grid[0], grid[1], grid[2]),
+                (block, 1, 1),
+                smem,
+                self.cu_stream(),
+                ptrs.as_mut_slice(),
+            )
+        }
+        .map_err(|e| drv(&format!("cuLaunchKernel({})", f.name), e))
     }
 
     /// Fills `n` 32-bit words at `dst` with `value` (asynchronous).
@@ -443,9 +438,37 @@ impl ArgSlots {
     pub fn slots(&self) -> &[ArgSlot] {
         &self.0
     }
-    /// One pointer per parameter (valid until `self` is dropped).
-    pub fn pointers(&mut self) -> Vec<*mut c_void> {
-        self.0.iter_mut().map(|s| s.0.as_mut_ptr() as *mut c_void).collect()
+    /// One pointer per parameter, what `cuLaunchKernel` takes (valid while `self` lives;
+    /// the driver only reads through them). On the stack for the usual parameter counts:
+    /// a remembered launch builds this table on every call.
+    pub fn pointers(&self) -> PointerTable {
+        let mut t = match self.0.len() {
+            n if n <= POINTERS_ON_STACK => PointerTable::Stack([std::ptr::null_mut(); POINTERS_ON_STACK], n),
+            n => PointerTable::Heap(vec![std::ptr::null_mut(); n]),
+        };
+        for (p, s) in t.as_mut_slice().iter_mut().zip(&self.0) {
+            *p = s.0.as_ptr() as *mut c_void;
+        }
+        t
+    }
+}
+
+const POINTERS_ON_STACK: usize = 64;
+
+/// The pointer table of an [`ArgSlots`] (see [`ArgSlots::pointers`]).
+// The large variant is the point: no allocation per launch.
+#[allow(clippy::large_enum_variant)]
+pub enum PointerTable {
+    Stack([*mut c_void; POINTERS_ON_STACK], usize),
+    Heap(Vec<*mut c_void>),
+}
+
+impl PointerTable {
+    pub fn as_mut_slice(&mut self) -> &mut [*mut c_void] {
+        match self {
+            PointerTable::Stack(a, n) => &mut a[..*n],
+            PointerTable::Heap(v) => v,
+        }
     }
 }
 
@@ -723,8 +746,9 @@ mod tests {
             ArgValue::F32(1.5),
             ArgValue::I64(-3),
         ];
-        let mut slots = ArgSlots::pack(&args);
-        let ptrs = slots.pointers();
+        let slots = ArgSlots::pack(&args);
+        let mut table = slots.pointers();
+        let ptrs = table.as_mut_slice();
         assert_eq!(ptrs.len(), args.len());
         for (p, s) in ptrs.iter().zip(slots.slots()) {
             assert_eq!(*p as usize % 64, 0, "every slot is 64-byte aligned");
