@@ -245,10 +245,10 @@ fn gen_with<'ctx>(
             let b = gen_with(kb, spec, b, vars, args, memo.as_deref_mut())?;
             binary(kb, *op, a, b)?
         }
-        ExprKind::Call(Func::ToFloat, a) if a.len() == 1 && vars.k_split.is_some() && key_distance(&a[0]).is_some() => {
-            key_distance_to_float(kb, spec, &a[0], vars, args)?
-        }
         ExprKind::Call(f, a) => {
+            if let Some(v) = key_distance_to_float(kb, spec, *f, a, vars, args)? {
+                return memoized(memo, e, v);
+            }
             // A constant divisor in softcap becomes a multiply by its reciprocal.
             if let (Func::Softcap, Some(ExprKind::Float(c))) = (f, a.get(1).map(|x| &x.kind)) {
                 let x = gen_with(kb, spec, &a[0], vars, args, memo.as_deref_mut())?.float();
@@ -262,10 +262,7 @@ fn gen_with<'ctx>(
             }
         }
     };
-    if let Some(m) = memo {
-        m.put(e, v);
-    }
-    Ok(v)
+    memoized(memo, e, v)
 }
 
 /// Emits `e` for one element.
@@ -390,6 +387,13 @@ pub fn floor_rem<'ctx>(kb: &Kb<'ctx>, a: IntValue<'ctx>, b: IntValue<'ctx>) -> R
     kb.select_i(unsafe_b, zero, r, "floorrem")
 }
 
+fn memoized<'ctx>(memo: Option<&mut Memo<'ctx>>, e: &Expr, v: Val<'ctx>) -> R<Val<'ctx>> {
+    if let Some(m) = memo {
+        m.put(e, v);
+    }
+    Ok(v)
+}
+
 /// `e` as `a + s·k` (`s` = ±1, `a` free of `k`), possibly inside one `abs`: the shape of
 /// a key distance. The expression inside the `abs`, whether there is one, and `s`.
 fn key_distance(e: &Expr) -> Option<(&Expr, bool, i64)> {
@@ -419,26 +423,27 @@ fn key_offset_sign(e: &Expr) -> Option<i64> {
     }
 }
 
-/// `float(e)` for a key distance `e` (`key_distance`) with `k = base + imm`: `e` at
-/// `k = base` — the same for every element of a row, so converted once per row after
-/// CSE — plus `s·imm` in FP32, through the `abs` when there is one. Equal to converting
-/// `e` while `|e|` stays below 2^24; beyond, within an ulp or two of it (relative 1e-7).
+/// `float(e)` for a key distance `e` (`key_distance`) when the family split `k` as
+/// `base + imm`: `e` at `k = base` — the same for every element of a row, so converted
+/// once per row after CSE — plus `s·imm` in FP32, through the `abs` when there is one.
+/// Equal to converting `e` while `|e|` stays below 2^24; beyond, within an ulp or two of
+/// it (relative 1e-7). `None` for any other call.
 fn key_distance_to_float<'ctx>(
     kb: &Kb<'ctx>,
     spec: &Spec,
-    e: &Expr,
+    f: Func,
+    a: &[Expr],
     vars: &ElemVars<'ctx>,
     args: &VariantArgs<'ctx>,
-) -> R<Val<'ctx>> {
-    let (Some((base, imm)), Some((inner, abs, sign))) = (vars.k_split, key_distance(e)) else {
-        return Ok(Val::Float(kb.si_to_f(gen_with(kb, spec, e, vars, args, None)?.int(), "tofloat")?));
-    };
+) -> R<Option<Val<'ctx>>> {
+    let (Func::ToFloat, [e], Some((base, imm))) = (f, a, vars.k_split) else { return Ok(None) };
+    let Some((inner, abs, sign)) = key_distance(e) else { return Ok(None) };
     let at_base = ElemVars { k: base, k_split: None, ..*vars };
     // No memo: the memo holds this element's values, not the row's.
     let row_value = gen_with(kb, spec, inner, &at_base, args, None)?.int();
     let row_f = kb.si_to_f(row_value, "key_dist_row")?;
     let v = kb.fadd(row_f, kb.f32c((sign * imm) as f64), "key_dist")?;
-    Ok(Val::Float(if abs { kb.asm_f32_1("abs.f32 $0, $1;", v, "key_dist_abs")? } else { v }))
+    Ok(Some(Val::Float(if abs { kb.asm_f32_1("abs.f32 $0, $1;", v, "key_dist_abs")? } else { v })))
 }
 
 fn binary<'ctx>(kb: &Kb<'ctx>, op: BinOp, a: Val<'ctx>, b: Val<'ctx>) -> R<Val<'ctx>> {
