@@ -190,6 +190,9 @@ pub struct LoadedKernel {
     pub main_regs: Option<i32>,
     /// Resident main-kernel CTAs per SM (driver occupancy calculator; 1 when unknown).
     pub main_ctas_per_sm: u32,
+    /// The forward kernel walks tile lists (`block_lists:*` parameters: a mask over aux
+    /// tensors): read once here, not per launch.
+    pub forward_takes_lists: bool,
 }
 
 impl LoadedKernel {
@@ -237,7 +240,18 @@ fn instantiate(
     let main_ctas_per_sm =
         main.max_active_blocks_per_sm(main_meta.threads_per_block, main_meta.dynamic_smem_bytes).unwrap_or(1).max(1);
     let times = BuildTimes { load_ms: t.elapsed().as_secs_f64() * 1e3, ..times };
-    Ok(LoadedKernel { meta, ptx, image: kind, times, _module: module, functions, main_regs, main_ctas_per_sm })
+    let forward_takes_lists = meta.forward().is_some_and(|f| f.params.iter().any(|p| p.starts_with("block_lists:")));
+    Ok(LoadedKernel {
+        meta,
+        ptx,
+        image: kind,
+        times,
+        _module: module,
+        functions,
+        main_regs,
+        main_ctas_per_sm,
+        forward_takes_lists,
+    })
 }
 
 /// Whether a module whose every configuration spills gives way to portable: only a

@@ -831,7 +831,7 @@ impl Kernel {
         } else {
             (0, 0)
         };
-        let takes_lists = self.meta().forward().is_some_and(|f| f.params.iter().any(|p| p.starts_with("block_lists:")));
+        let takes_lists = self.loaded.forward_takes_lists;
         let list_bytes = match (takes_lists, params.block_mask) {
             (true, None) => self.block_mask_built_for(plan, params)?.words().max(1) * 4,
             _ => 0,
@@ -902,7 +902,7 @@ impl Kernel {
         let gpu = &self.rt.inner.gpu;
         let meta = &self.loaded.meta;
         let fwd = meta.forward().ok_or_else(|| RuntimeError::Abi("no forward kernel".into()))?;
-        let takes_lists = fwd.params.iter().any(|p| p.starts_with("block_lists:"));
+        let takes_lists = self.loaded.forward_takes_lists;
         let memo_serves = !params.timing && (!takes_lists || params.block_mask.is_some());
         let signature = memo_serves.then(|| LaunchSignature::of(q, k, v, out, lse, params));
         if let Some(sig) = &signature {
