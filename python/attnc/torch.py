@@ -152,6 +152,8 @@ _RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
 def _out_shapes(attn, q, cu_q):
+    # The traced twin of the eager path's allocation in Rust (`output_shapes` in
+    # python/src/lib.rs): fake tensors' sizes may be symbolic. Keep the two in step.
     shape = q.shape
     o_shape = (*shape[:-1], attn.head_dim_v)
     if attn.layout == "varlen":

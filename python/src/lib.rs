@@ -146,6 +146,8 @@ fn view(
 /// The shapes of O and LSE for Q of `q_shape`: O is Q's with the value head dim, LSE is
 /// `[batch, q_heads, seqlen_q]` (varlen `[q_heads, total_q]`). A Q of the wrong rank gets
 /// O of its own rank and an empty LSE: the launch's validation rejects it by name.
+/// `attnc.torch._out_shapes` is its twin for traced calls (fake tensors with symbolic
+/// sizes, which only Python sees); the two must agree.
 fn output_shapes(spec: &Spec, q_shape: &[usize]) -> (Vec<usize>, Vec<usize>) {
     let mut o = q_shape.to_vec();
     if let Some(last) = o.last_mut() {
