@@ -75,8 +75,8 @@ struct ReportArgs {
     #[arg(long)]
     json: bool,
     /// Which pass: `fwd` (the forward's schedule) or `bwd` (the backward's resource plan:
-    /// TMEM map, shared memory, warp roles, cycle model of the built 1-CTA kernel and, at
-    /// head dim 128, of the 2-CTA design that is not built).
+    /// TMEM map, shared memory, warp roles, barriers and cycle model of the built kernel,
+    /// one CTA per key tile or, at head dim 128, a CTA pair).
     #[arg(long, default_value = "fwd", value_parser = ["fwd", "bwd"])]
     pass: String,
 }
@@ -276,26 +276,21 @@ fn report(args: &ReportArgs) -> Result<(), Reported> {
     }
     let spec = load(&args.file)?;
     if args.pass == "bwd" {
-        use attnc::lower::families::blackwell::backward_plan::{kernel_plan, plan};
-        return match (kernel_plan(&spec), plan(&spec)) {
-            (Ok(built), Ok(design)) => {
-                // The design differs from the built kernel where it is the 2-CTA form.
-                let design = (design != built).then_some(design);
+        use attnc::lower::families::blackwell::backward_plan::kernel_plan;
+        return match kernel_plan(&spec) {
+            Ok(plan) => {
                 let text = if args.json {
-                    let both = serde_json::json!({ "kernel": built, "design": design });
+                    let both = serde_json::json!({ "kernel": plan });
                     serde_json::to_string_pretty(&both).map(|j| j + "\n").map_err(|e| {
                         eprintln!("error: {e}");
                         Reported
                     })?
                 } else {
-                    match design {
-                        Some(d) => format!("{built}\n{d}"),
-                        None => built.to_string(),
-                    }
+                    plan.to_string()
                 };
                 output::emit(&text, None)
             }
-            (Err(reason), _) | (_, Err(reason)) => {
+            Err(reason) => {
                 eprintln!("error: {}: no blackwell backward plan ({reason})", args.file.display());
                 Err(Reported)
             }

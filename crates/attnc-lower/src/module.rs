@@ -182,13 +182,17 @@ pub enum Grid {
     /// (`families::common::backward`), `block_m` per CTA.
     WorkspaceRows,
     /// `(key tiles of block_n keys — or the slice mode's column count —, kv_heads
-    /// × parts, batch)`: the backward main loop, `parts` CTAs per key tile.
+    /// × parts (× 2 with `pair`), batch)`: the backward main loop, `parts` CTAs per key tile.
     /// `ordered_dq`: the kernel implements `DqAccumulation::Ordered` (the deterministic
     /// mode over the default grid; `families::common::dq_order`).
     KeyTiles {
         parts: u32,
         #[serde(default)]
         ordered_dq: bool,
+        /// Two CTAs per (KV head, part), adjacent along y, form a cluster that shares each
+        /// key tile of `block_n` keys (`cta_group::2`): the y extent doubles.
+        #[serde(default)]
+        pair: bool,
     },
     /// `(q_heads)`: one CTA per query head.
     Heads,

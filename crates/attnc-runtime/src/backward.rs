@@ -92,12 +92,14 @@ pub struct BackwardShape {
     pub ctas_per_sm: u32,
     /// The kernel implements `DqAccumulation::Ordered`.
     pub ordered_dq: bool,
+    /// CTA pairs (clusters of two along y) share each key tile of `block_n` keys.
+    pub pair: bool,
 }
 
 impl BackwardShape {
     /// The shape of a backward main kernel (its grid must be `Grid::KeyTiles`).
     pub fn of(main: &KernelMeta, ctas_per_sm: u32) -> Result<BackwardShape, RuntimeError> {
-        let Grid::KeyTiles { parts, ordered_dq } = main.grid else {
+        let Grid::KeyTiles { parts, ordered_dq, pair } = main.grid else {
             return Err(RuntimeError::Abi(format!("the backward main kernel's grid is {:?}", main.grid)));
         };
         Ok(BackwardShape {
@@ -107,6 +109,7 @@ impl BackwardShape {
             warps: main.threads_per_block / 32,
             ctas_per_sm,
             ordered_dq,
+            pair,
         })
     }
 }
@@ -327,7 +330,9 @@ pub fn plan_backward(
     let (batch, max_sq, max_sk) = (fwd.batch, fwd.max_seqlen_q, fwd.max_seqlen_k);
     let pad = padded_seqlen(max_sq);
     let kvh = spec.kv_heads as usize;
-    let y = kvh * shape.parts as usize;
+    // A pair's two CTAs are adjacent along y (the kernel's cluster).
+    let ctas_per_tile = if shape.pair { 2 } else { 1 };
+    let y = kvh * shape.parts as usize * ctas_per_tile;
     let key_tiles = max_sk.div_ceil(shape.block_n.max(1) as usize).max(1);
     let row_bytes = batch * qh * pad * spec.head_dim_qk as usize * 4;
     // Deterministic: ordered turns over the default grid where the kernel has them and a
@@ -338,10 +343,11 @@ pub fn plan_backward(
         (false, ..) => (DqAccumulation::Atomic, None),
         (true, false, _) => (DqAccumulation::Slices, Some("the family's kernel has no ordered mode".to_string())),
         (true, true, parts) if parts != 1 => (DqAccumulation::Slices, Some(format!("{parts} CTAs per key tile"))),
-        (true, true, _) if key_tiles > slots.min(MAX_TURN_TILES as usize) => (
+        (true, true, _) if key_tiles * ctas_per_tile > slots || key_tiles > MAX_TURN_TILES as usize => (
             DqAccumulation::Slices,
             Some(format!(
-                "{key_tiles} key tiles per KV head exceed the {slots} resident CTAs ({} usable SMs x {}) the ordered turns need at once",
+                "{key_tiles} key tiles per KV head ({} CTAs) exceed the {slots} resident CTAs ({} usable SMs x {}) the ordered turns need at once",
+                key_tiles * ctas_per_tile,
                 sm_count.max(1),
                 shape.ctas_per_sm.max(1)
             )),
@@ -755,8 +761,15 @@ mod tests {
     use attnc_lower::families::common::backward::WS_ROW_ALIGN;
 
     const SMS: u32 = 132;
-    const SHAPE: BackwardShape =
-        BackwardShape { block_m: 64, block_n: 128, parts: 1, warps: 16, ctas_per_sm: 1, ordered_dq: false };
+    const SHAPE: BackwardShape = BackwardShape {
+        block_m: 64,
+        block_n: 128,
+        parts: 1,
+        warps: 16,
+        ctas_per_sm: 1,
+        ordered_dq: false,
+        pair: false,
+    };
 
     /// Non-overlapping, 256-byte aligned fake device addresses.
     struct Alloc(u64);

@@ -438,6 +438,101 @@ impl<'ctx> Kb<'ctx> {
 
     // ------------------------------------------------------------ registers, barriers
 
+    // ------------------------------------------------------------ clusters (CTA pairs)
+
+    /// `mapa.shared::cluster`: the shared::cluster address of the same offset `addr` in
+    /// the shared memory of the cluster's CTA `rank`.
+    pub fn mapa_shared(&self, addr: IntValue<'ctx>, rank: IntValue<'ctx>, name: &str) -> R<IntValue<'ctx>> {
+        let t = self.ctx.i32_type();
+        let v = self.asm_call(
+            Some(t.into()),
+            "mapa.shared::cluster.u32 $0, $1, $2;",
+            "=r,r,r",
+            false,
+            &[addr.into(), rank.into()],
+            name,
+        )?;
+        Ok(v.map(|v| v.into_int_value()).unwrap_or(addr))
+    }
+    /// A 16-byte store to a shared::cluster address (this CTA's or its peer's).
+    pub fn st_shared_cluster_v4_b32(&self, addr: IntValue<'ctx>, v: [IntValue<'ctx>; 4]) -> R<()> {
+        self.asm_v(
+            "st.shared::cluster.v4.b32 [$0], {$1, $2, $3, $4};",
+            "r,r,r,r,r,~{memory}",
+            false,
+            &[addr.into(), v[0].into(), v[1].into(), v[2].into(), v[3].into()],
+        )
+    }
+    /// One arrival, released at cluster scope, on an mbarrier at a shared::cluster
+    /// address: orders this thread's global memory operations too (`MEMBAR.ALL.GPU` in
+    /// the SASS), for hand-overs that publish global adds.
+    pub fn mbar_arrive_cluster(&self, mbar: IntValue<'ctx>) -> R<()> {
+        self.asm_v("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [$0];", "r,~{memory}", false, &[mbar.into()])
+    }
+    /// One arrival on an mbarrier at a shared::cluster address (the pair's first CTA
+    /// gathers both CTAs' hand-overs) with the instruction's default semantics, as cluster
+    /// pipelines hand buffers across CTAs: no GPU-scope memory barrier per arrival.
+    pub fn mbar_arrive_remote(&self, mbar: IntValue<'ctx>) -> R<()> {
+        self.asm_v("mbarrier.arrive.shared::cluster.b64 _, [$0];", "r,~{memory}", false, &[mbar.into()])
+    }
+    /// [`Kb::mbar_arrive_remote`] once per warp: lane 0 arrives through a predicate.
+    pub fn mbar_arrive_remote_lane0(&self, mbar: IntValue<'ctx>, lane: IntValue<'ctx>) -> R<()> {
+        self.asm_v(
+            "{\n\t.reg .pred lane0;\n\tsetp.eq.u32 lane0, $0, 0;\n\t@lane0 mbarrier.arrive.shared::cluster.b64 _, [$1];\n\t}",
+            "r,r,~{memory}",
+            false,
+            &[lane.into(), mbar.into()],
+        )
+    }
+    /// [`Kb::mbar_arrive_expect_tx`] on a shared::cluster address (the peer's barrier).
+    pub fn mbar_arrive_expect_tx_remote(&self, mbar: IntValue<'ctx>, bytes: u32) -> R<()> {
+        self.asm_v(
+            &format!("mbarrier.arrive.expect_tx.shared::cluster.b64 _, [$0], {bytes};"),
+            "r,~{memory}",
+            false,
+            &[mbar.into()],
+        )
+    }
+    /// [`Kb::mbar_wait`] acquiring at cluster scope: for barriers the peer CTA arrives on.
+    pub fn mbar_wait_cluster(&self, mbar: IntValue<'ctx>, parity: IntValue<'ctx>) -> R<()> {
+        self.asm_v(
+            "{\n\t.reg .pred p;\n\tWAIT:\n\tmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [$0], $1;\n\t\
+             @!p bra WAIT;\n\t}",
+            "r,r,~{memory}",
+            false,
+            &[mbar.into(), parity.into()],
+        )
+    }
+    /// 4-D TMA load into this CTA's shared memory whose transactions complete on an
+    /// mbarrier of either CTA of the pair (`.cta_group::2`; `mbar` a shared::cluster
+    /// address): both CTAs' operands land on the first CTA's barrier, which its MMA
+    /// thread waits on.
+    pub fn tma_load_4d_pair(
+        &self,
+        dst: IntValue<'ctx>,
+        tmap: IntValue<'ctx>,
+        c: [IntValue<'ctx>; 4],
+        mbar: IntValue<'ctx>,
+    ) -> R<()> {
+        self.asm_v(
+            "cp.async.bulk.tensor.4d.cta_group::2.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1, {$2, $3, $4, $5}], [$6];",
+            "r,l,r,r,r,r,r,~{memory}",
+            false,
+            &[dst.into(), tmap.into(), c[0].into(), c[1].into(), c[2].into(), c[3].into(), mbar.into()],
+        )
+    }
+    /// Every thread of the cluster: `barrier.cluster.arrive.release` then `wait.acquire`
+    /// (the pair's barriers initialized before any remote arrival; neither CTA exits
+    /// while its peer may still reach its shared memory or TMEM).
+    pub fn cluster_sync(&self) -> R<()> {
+        self.asm_v("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;", "~{memory}", true, &[])
+    }
+    /// Orders this thread's generic-proxy shared-memory writes (its own CTA's or the
+    /// peer's) before later async-proxy reads (the peer's MMAs).
+    pub fn fence_proxy_async_shared_cluster(&self) -> R<()> {
+        self.asm_v("fence.proxy.async.shared::cluster;", "~{memory}", false, &[])
+    }
+
     /// `setmaxnreg.inc.sync.aligned.u32 n`, executed by every warp of a warpgroup: waits
     /// until the CTA's register pool can raise this warp's budget to `n`.
     pub fn setmaxnreg_inc(&self, n: u32) -> R<()> {

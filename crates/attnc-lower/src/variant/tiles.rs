@@ -324,6 +324,7 @@ pub fn walk_key_tiles<'ctx>(
 /// [`KeyTiles`]. The backward walks, for a fixed key range, the query tiles of each
 /// query head of its KV group, skipping the tiles the mask leaves empty and dropping the
 /// per-element mask on full ones, with the same run-time interval classification.
+#[derive(Clone)]
 pub struct QueryTiles<'a, 'ctx> {
     pub spec: &'a Spec,
     pub block_m: u32,

@@ -85,7 +85,19 @@ pub fn backward_problems(plan: &super::backward_plan::BwdPlan, v: &Verified) -> 
         regions: &regions,
         promised: PROMISED_BWD_SASS,
     };
-    budget_problems(&b, v)
+    let mut p = budget_problems(&b, v);
+    if plan.mode == super::backward_plan::CtaMode::Two {
+        let n = |f: &str| v.pair_forms.get(f).copied().unwrap_or(0);
+        for f in PAIR_SASS_FORMS {
+            if n(f) == 0 {
+                p.push(format!("no {f} in the SASS of a CTA-pair kernel"));
+            }
+        }
+        if n("UTCHMMA") != n("UTCHMMA.2CTA") {
+            p.push(format!("{} of {} UTCHMMA are not pair MMAs", n("UTCHMMA") - n("UTCHMMA.2CTA"), n("UTCHMMA")));
+        }
+    }
+    p
 }
 
 /// One straight-line SASS instruction.
@@ -255,7 +267,14 @@ pub struct Verified {
     /// `FRND` and `F2I`: conversion-pipe ops (none may come from the emulation).
     pub conversions: usize,
     pub opcodes: BTreeMap<String, usize>,
+    /// Lines of each of [`PAIR_SASS_FORMS`] (the CTA-pair forms), and of `UTCHMMA` at all.
+    pub pair_forms: BTreeMap<String, usize>,
 }
+
+/// The SASS a CTA-pair kernel (`cta_group::2`) must show: pair MMAs, the multicast
+/// commit, pair TMA loads, the pair TMEM allocation and the cluster barrier.
+pub const PAIR_SASS_FORMS: &[&str] =
+    &["UTCHMMA.2CTA", "UTCBAR.2CTA.MULTICAST", "UTMALDG.4D.2CTA", "UTCATOMSWS.2CTA", "UCGABAR_ARV", "UCGABAR_WAIT"];
 
 /// Everything that is wrong with an assembled kernel, per the model in `cfg`.
 pub fn problems(spec: &Spec, cfg: &Config, v: &Verified) -> Vec<String> {
@@ -326,6 +345,7 @@ pub fn verify_kernel(ptx: &str, suffix: &str) -> Result<Option<Verified>, crate:
         emulated_floor: count("FADD.RM"),
         conversions: count("FRND") + count("F2I"),
         opcodes: crate::ptxas::sass_opcode_counts(sass),
+        pair_forms: PAIR_SASS_FORMS.iter().chain(&["UTCHMMA"]).map(|f| (f.to_string(), count(f))).collect(),
     }))
 }
 

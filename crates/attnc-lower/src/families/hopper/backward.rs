@@ -77,7 +77,7 @@ pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, cfg: &BwdConfig, name: &str) 
         block_n: cfg.block_n(),
         params: cabi::describe(&params),
         tensor_maps: tma_boxes(cfg.block_m, cfg.block_n()),
-        grid: Grid::KeyTiles { parts: 1, ordered_dq: cfg.ordered_dq() },
+        grid: Grid::KeyTiles { parts: 1, ordered_dq: cfg.ordered_dq(), pair: false },
     })
 }
 

@@ -220,7 +220,11 @@ mod tests {
             s.mask.causal = Some(Align::BottomRight);
             let m = Hopper.compile(&s, Arch::Sm90a, Direction::Backward).unwrap_or_else(|e| panic!("d={d}: {e}"));
             let main = m.kernel(crate::module::KernelRole::BackwardMain).expect("main");
-            assert_eq!(main.grid, crate::module::Grid::KeyTiles { parts: 1, ordered_dq: ordered }, "d={d}");
+            assert_eq!(
+                main.grid,
+                crate::module::Grid::KeyTiles { parts: 1, ordered_dq: ordered, pair: false },
+                "d={d}"
+            );
             let plan = m.kernel(crate::module::KernelRole::TurnPlan);
             assert_eq!(plan.is_some(), ordered, "d={d}: turn plan kernel");
             if let Some(p) = plan {

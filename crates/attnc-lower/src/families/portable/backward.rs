@@ -67,7 +67,7 @@ pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, cfg: &BwdConfig, name: &str) 
         block_n: cfg.block_n(),
         params: describe(&params),
         tensor_maps: Vec::new(),
-        grid: Grid::KeyTiles { parts: cfg.col_split, ordered_dq: false },
+        grid: Grid::KeyTiles { parts: cfg.col_split, ordered_dq: false, pair: false },
     })
 }
 

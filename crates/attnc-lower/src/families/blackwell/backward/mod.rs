@@ -27,7 +27,8 @@
 //! overwrite its TMEM copy as soon as dV has read it.
 
 use super::backward_plan::{
-    kernel_plan, one_cta_smem, BwdBar, BwdTmem, OneCtaSmem, BLOCK_BYTES, BWD_BLOCK_M, BWD_BLOCK_N, KERNEL_REGS,
+    dq_pair_place, kernel_plan, smem_map, BwdBar, BwdSmemMap, BwdTmem, CtaMode, BLOCK_BYTES, BWD_BLOCK_M, BWD_BLOCK_N,
+    KERNEL_REGS,
 };
 use super::desc::{DFormat, InstrDesc, SmemDesc};
 use crate::error::LowerError;
@@ -40,7 +41,7 @@ use crate::families::common::dq_order::{DqAccumulation, DqTurn};
 use crate::families::common::sw128::{emit_chunk_addr, k_major_step_offset, mn_major_step_offset};
 use crate::llvm::kb::{Kb, Slot, R};
 use crate::llvm::operand::Major;
-use crate::llvm::tcgen05::{Acc, SmemOperand};
+use crate::llvm::tcgen05::{Acc, CtaGroup, SmemOperand};
 use crate::module::{Grid, KernelInfo, KernelRole};
 use crate::variant::expr as vexpr;
 use crate::variant::grad::ScoreGrad;
@@ -60,6 +61,8 @@ const CHUNK: u32 = 32;
 const REDUCE_BAR: u32 = 1;
 /// Columns of dK / dV per epilogue `tcgen05.ld` (48 at head dim 96: three).
 const EPI_CHUNK: u32 = 16;
+/// The commit's multicast mask in pair mode: both CTAs of the cluster.
+const BOTH_CTAS: u16 = 0b11;
 
 /// Why the built kernel cannot hold `spec`, or `None` (the arch is checked by the family).
 pub fn unsupported_reason(spec: &Spec) -> Option<String> {
@@ -78,21 +81,31 @@ pub fn unsupported_reason(spec: &Spec) -> Option<String> {
 
 pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str) -> R<KernelInfo> {
     let plan = kernel_plan(spec).map_err(LowerError::Llvm)?;
+    let mode = plan.mode;
     let params = tma_main_params(spec);
     let args = Args::begin(kb, name, &params)?;
     for i in 0..4 {
         kb.mark_tensor_map_param(i)?;
     }
     kb.set_launch_bounds(BWD_THREADS)?;
+    let pair = mode == CtaMode::Two;
+    if pair {
+        // The pair's two CTAs are adjacent along y (`KeyTiles { pair }`: two per KV head).
+        kb.set_cluster_dims(1, 2, 1)?;
+    }
     kb.section(&format!(
-        "attnc blackwell backward: {} (1-CTA, {BWD_BLOCK_N} keys x {BWD_BLOCK_M} queries per tile, 16 warps, TMEM {} columns)",
-        spec.name, plan.tmem.alloc
+        "attnc blackwell backward: {} ({}, {} keys x {BWD_BLOCK_M} queries per tile, 16 warps, TMEM {} columns)",
+        spec.name,
+        if pair { "CTA pair, cta_group::2" } else { "1-CTA" },
+        mode.walk_keys(),
+        plan.tmem.alloc
     ))?;
     let k = Bwd {
         spec,
         args,
         name: name.to_string(),
-        smem: one_cta_smem(spec.head_dim_qk, spec.head_dim_v),
+        mode,
+        smem: smem_map(spec.head_dim_qk, spec.head_dim_v, mode),
         tmem: plan.tmem.clone(),
         grad: ScoreGrad::new(spec),
     };
@@ -101,14 +114,19 @@ pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str) -> R<KernelInfo> 
     Ok(KernelInfo {
         name: name.to_string(),
         role: KernelRole::BackwardMain,
-        note: Some("tcgen05, accumulators in TMEM (load, MMA, 8 compute and 4 dQ-reduce warps)".into()),
+        note: Some(match mode {
+            CtaMode::One => "tcgen05, accumulators in TMEM (load, MMA, 8 compute and 4 dQ-reduce warps)".into(),
+            CtaMode::Two => "tcgen05 over CTA pairs (cta_group::2, clusters of 2 along y), accumulators in TMEM".into(),
+        }),
         threads_per_block: BWD_THREADS,
         dynamic_smem_bytes: plan.smem.request,
         block_m: BWD_BLOCK_M,
-        block_n: BWD_BLOCK_N,
+        block_n: mode.walk_keys(),
         params: cabi::describe(&params),
-        tensor_maps: tma_boxes(BWD_BLOCK_M, BWD_BLOCK_N),
-        grid: Grid::KeyTiles { parts: 1, ordered_dq: true },
+        // Pair mode: a CTA loads 64-row halves of Q and dO (Sᵀ's and dPᵀ's B operands);
+        // 128-row blocks as two boxes.
+        tensor_maps: tma_boxes(BWD_BLOCK_M / mode.ctas(), BWD_BLOCK_N),
+        grid: Grid::KeyTiles { parts: 1, ordered_dq: true, pair },
     })
 }
 
@@ -116,20 +134,23 @@ struct Bwd<'a, 'ctx> {
     spec: &'a Spec,
     args: Args<'ctx>,
     name: String,
-    smem: OneCtaSmem,
+    mode: CtaMode,
+    smem: BwdSmemMap,
     tmem: BwdTmem,
     grad: ScoreGrad,
 }
 
 /// What a role needs about its CTA, derived after its `setmaxnreg`: the shared view
-/// (`cta.bv`, `cta.n_tiles`, … through `Deref`), the shared-memory and TMEM bases, and the
-/// thread's warp and lane.
+/// (`cta.bv`, `cta.n_tiles`, … through `Deref`; in pair mode over the pair's 256 keys),
+/// the shared-memory and TMEM bases, the thread's warp and lane, and its rank in the pair.
 struct Cta<'ctx> {
     smem: IntValue<'ctx>,
     tmem: IntValue<'ctx>,
     view: KeyTileCta<'ctx>,
     warp: IntValue<'ctx>,
     lane: IntValue<'ctx>,
+    /// 0 (the pair's first CTA, which issues the MMAs) or 1; 0 in 1-CTA mode.
+    rank: IntValue<'ctx>,
 }
 
 impl<'ctx> std::ops::Deref for Cta<'ctx> {
@@ -141,7 +162,7 @@ impl<'ctx> std::ops::Deref for Cta<'ctx> {
 
 /// A compute thread's place: its key row (TMEM lane) and its warpgroup's 64 query columns.
 struct Place<'ctx> {
-    /// Key row within the tile (0..128): 32·(warp % 4) + lane.
+    /// Key row within the CTA's keys (0..128): 32·(warp % 4) + lane.
     row: IntValue<'ctx>,
     /// 0 or 1: query columns `64·half ..`.
     half: IntValue<'ctx>,
@@ -150,6 +171,17 @@ struct Place<'ctx> {
 }
 
 impl<'a, 'ctx> Bwd<'a, 'ctx> {
+    fn pair(&self) -> bool {
+        self.mode == CtaMode::Two
+    }
+
+    fn group(&self) -> CtaGroup {
+        match self.mode {
+            CtaMode::One => CtaGroup::One,
+            CtaMode::Two => CtaGroup::Two,
+        }
+    }
+
     fn cta(&self, kb: &mut Kb<'ctx>) -> R<Cta<'ctx>> {
         let raw = dynamic_smem_base(kb)?;
         let smem = kb.and(kb.add(raw, kb.i32c(1023), "")?, kb.i32c(!1023), "smem")?;
@@ -157,12 +189,31 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let tid = kb.opaque_i32(kb.sreg("tid.x", "")?, "tid")?;
         let warp = kb.udiv(tid, kb.i32c(32), "warp")?;
         let lane = kb.and(tid, kb.i32c(31), "lane")?;
-        let view = KeyTileCta::new(kb, self.spec, &self.args, BWD_BLOCK_M, BWD_BLOCK_N)?;
-        Ok(Cta { smem, tmem, view, warp, lane })
+        let (view, rank) = if self.pair() {
+            let y = kb.sreg("ctaid.y", "")?;
+            let hkv = kb.lshr(y, kb.i32c(1), "hkv")?;
+            let b = kb.opaque_i32(kb.sreg("ctaid.z", "")?, "b")?;
+            let view = KeyTileCta::for_batch(kb, self.spec, &self.args, b, hkv, BWD_BLOCK_M, self.mode.walk_keys())?;
+            (view, kb.sreg("cluster_ctarank", "pair_rank")?)
+        } else {
+            (KeyTileCta::new(kb, self.spec, &self.args, BWD_BLOCK_M, BWD_BLOCK_N)?, kb.i32c(0))
+        };
+        Ok(Cta { smem, tmem, view, warp, lane, rank })
     }
 
     fn bar(&self, kb: &Kb<'ctx>, cta: &Cta<'ctx>, b: BwdBar) -> R<IntValue<'ctx>> {
         kb.add(cta.smem, kb.i32c((self.smem.bars + 8 * b.index()) as i64), "mbar")
+    }
+
+    /// The copy of `b` that gathers both CTAs' arrivals: the pair's first CTA's (a
+    /// shared::cluster address), or this CTA's own in 1-CTA mode.
+    fn gather_bar(&self, kb: &Kb<'ctx>, cta: &Cta<'ctx>, b: BwdBar) -> R<IntValue<'ctx>> {
+        let local = self.bar(kb, cta, b)?;
+        if self.pair() {
+            kb.mapa_shared(local, kb.i32c(0), "leader_mbar")
+        } else {
+            Ok(local)
+        }
     }
 
     /// A per-stage barrier (`make(0)`, `make(1)` adjacent) for a run-time stage.
@@ -177,10 +228,48 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         kb.add(cta.smem, kb.add(kb.i32c(b0 as i64), kb.mul(stage, kb.i32c(8), "")?, "")?, "mbar")
     }
 
+    /// Waits for a phase of a barrier of this CTA. In pair mode too at CTA scope, as
+    /// cluster pipelines do: what the peer hands over is TMEM and shared memory read by
+    /// the tensor core, ordered by the writer's fences and its cluster-scope release; an
+    /// acquire at cluster scope would invalidate L1 at every wait (`CCTL.IVALL`). The
+    /// ordered dQ hand-over, which orders global adds, acquires at cluster scope.
+    fn wait(&self, kb: &Kb<'ctx>, mbar: IntValue<'ctx>, parity: IntValue<'ctx>) -> R<()> {
+        kb.mbar_wait(mbar, parity)
+    }
+
+    /// `tcgen05.commit` of the MMA thread: in pair mode multicast to both CTAs' copies.
+    fn commit(&self, kb: &Kb<'ctx>, mbar: IntValue<'ctx>) -> R<()> {
+        if self.pair() {
+            kb.tcgen05_commit_multicast(mbar, BOTH_CTAS)
+        } else {
+            kb.tcgen05_commit(mbar)
+        }
+    }
+
+    /// A role's hand-over to the MMA thread, after its TMEM stores and fences: every
+    /// thread arrives (1-CTA), or (pair mode) one lane per converged warp on the first
+    /// CTA's copy (the instruction's default semantics, as cluster pipelines release
+    /// TMEM and shared buffers across CTAs).
+    fn hand_over(&self, kb: &Kb<'ctx>, cta: &Cta<'ctx>, b: BwdBar) -> R<()> {
+        if self.pair() {
+            kb.warp_sync()?;
+            kb.mbar_arrive_remote_lane0(self.gather_bar(kb, cta, b)?, cta.lane)
+        } else {
+            kb.mbar_arrive(self.bar(kb, cta, b)?)
+        }
+    }
+
     /// The query walk of key tile `n`, rotated as on hopper (key tile n starts at query
     /// tile n, so the dQ adds of a head's key tiles land on different rows at once).
     fn queries<'b>(&'b self, kb: &Kb<'ctx>, cta: &'b Cta<'ctx>, n: IntValue<'ctx>) -> R<QueryTiles<'b, 'ctx>> {
         cta.view.queries(kb, self.spec, &self.args, n, true)
+    }
+
+    /// The first key of this CTA's keys in walk tile `n` (pair mode: the second CTA's
+    /// are the upper 128 of the pair's 256).
+    fn own_n0(&self, kb: &Kb<'ctx>, cta: &Cta<'ctx>, n: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+        let n0 = kb.mul(n, kb.i32c(self.mode.walk_keys() as i64), "")?;
+        kb.add(n0, kb.mul(cta.rank, kb.i32c(BWD_BLOCK_N as i64), "")?, "own_n0")
     }
 
     fn body(&self, kb: &mut Kb<'ctx>) -> R<()> {
@@ -191,8 +280,9 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             kb.section("setup: mbarriers (thread 0), TMEM allocation (warp 12)")?;
             let is_t0 = kb.icmp(IntPredicate::EQ, tid, kb.i32c(0), "")?;
             kb.if_then(is_t0, "init_barriers", |kb| {
-                for b in BwdBar::ALL {
-                    kb.mbar_init(kb.add(smem, kb.i32c((self.smem.bars + 8 * b.index()) as i64), "")?, b.count())?;
+                for b in BwdBar::all(self.mode) {
+                    let at = kb.add(smem, kb.i32c((self.smem.bars + 8 * b.index()) as i64), "")?;
+                    kb.mbar_init(at, b.count(self.mode))?;
                 }
                 kb.fence_mbarrier_init()
             })?;
@@ -200,11 +290,16 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             let slot = kb.add(smem, kb.i32c(self.smem.tmem_slot as i64), "tmem_slot")?;
             let is_mma_warp = kb.icmp(IntPredicate::EQ, warp, kb.i32c(12), "")?;
             kb.if_then(is_mma_warp, "tmem_alloc", |kb| {
-                kb.tmem_alloc(slot, self.tmem.alloc)?;
-                kb.tmem_relinquish()
+                kb.tmem_alloc_in(self.group(), slot, self.tmem.alloc)?;
+                kb.tmem_relinquish_in(self.group())
             })?;
             kb.tcgen05_fence_before()?;
-            kb.cta_barrier()?;
+            if self.pair() {
+                // Both CTAs' barriers exist before either arrives on its peer's.
+                kb.cluster_sync()?;
+            } else {
+                kb.cta_barrier()?;
+            }
             kb.tcgen05_fence_after()?;
             let wg = kb.udiv(warp, kb.i32c(4), "warpgroup")?;
             let is_reduce = kb.icmp(IntPredicate::EQ, wg, kb.i32c(0), "")?;
@@ -229,7 +324,13 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                             let tid = kb.opaque_i32(kb.sreg("tid.x", "")?, "tid")?;
                             let lane0 = kb.icmp(IntPredicate::EQ, kb.and(tid, kb.i32c(31), "")?, kb.i32c(0), "")?;
                             let warp = kb.udiv(tid, kb.i32c(32), "")?;
-                            let mma = kb.and(kb.icmp(IntPredicate::EQ, warp, kb.i32c(12), "")?, lane0, "")?;
+                            let mut mma = kb.and(kb.icmp(IntPredicate::EQ, warp, kb.i32c(12), "")?, lane0, "")?;
+                            if self.pair() {
+                                // One thread of the pair issues its MMAs: the first CTA's.
+                                let first =
+                                    kb.icmp(IntPredicate::EQ, kb.sreg("cluster_ctarank", "")?, kb.i32c(0), "")?;
+                                mma = kb.and(mma, first, "pair_mma_thread")?;
+                            }
                             kb.if_then(mma, "role_mma", |kb| self.mma(kb))?;
                             let load = kb.and(kb.icmp(IntPredicate::EQ, warp, kb.i32c(13), "")?, lane0, "")?;
                             kb.if_then(load, "role_load", |kb| self.load(kb))
@@ -240,23 +341,47 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         }
         kb.section("teardown: every role done, warp 12 frees TMEM")?;
         kb.tcgen05_fence_before()?;
-        kb.cta_barrier()?;
+        if self.pair() {
+            // Neither CTA frees its TMEM or exits while the pair's MMAs or its peer's
+            // arrivals and dS stores may still reach it.
+            kb.cluster_sync()?;
+        } else {
+            kb.cta_barrier()?;
+        }
         let cta = self.cta(kb)?;
         let is_mma_warp = kb.icmp(IntPredicate::EQ, cta.warp, kb.i32c(12), "")?;
         kb.if_then(is_mma_warp, "tmem_dealloc", |kb| {
             kb.warp_sync()?;
             kb.tcgen05_fence_after()?;
-            kb.tmem_dealloc(cta.tmem, self.tmem.alloc)
+            kb.tmem_dealloc_in(self.group(), cta.tmem, self.tmem.alloc)
         })
     }
 
     // ------------------------------------------------------------------ load
 
     fn load(&self, kb: &mut Kb<'ctx>) -> R<()> {
+        let cta = self.cta(kb)?;
+        let loaded = kb.slot_i32("kv_loaded", kb.i32c(0))?;
+        if self.pair() {
+            self.load_pair(kb, &cta, loaded)?;
+        } else {
+            self.load_one(kb, &cta, loaded)?;
+        }
+        // The last key tile's commits reach this CTA's barriers (the pair's peer's too)
+        // before the teardown: none lands on a CTA that has exited.
+        let n = kb.get_i(loaded, "kv_loaded")?;
+        kb.if_then(kb.icmp(IntPredicate::SGT, n, kb.i32c(0), "")?, "wait_last_kv_empty", |kb| {
+            let par = kb.and(kb.sub(n, kb.i32c(1), "")?, kb.i32c(1), "")?;
+            self.wait(kb, self.bar(kb, &cta, BwdBar::KvEmpty)?, par)
+        })
+    }
+
+    /// The 1-CTA loads: K and V per key tile; per query tile Q with its rows (2 stages)
+    /// and dO (1 stage). `loaded` counts the key tiles.
+    fn load_one(&self, kb: &mut Kb<'ctx>, cta: &Cta<'ctx>, loaded: Slot<'ctx>) -> R<()> {
         let spec = self.spec;
         let l = self.smem;
         kb.section("role: TMA loads (one thread): K, V per key tile; Q + rows, dO per query tile")?;
-        let cta = self.cta(kb)?;
         let src = cta.tma_sources(kb, spec, &self.name)?;
         let (tmap_q, tmap_k, tmap_v, tmap_do) = (src.q, src.k, src.v, src.d_o);
         let (q_row_base, k_row_base, batch_coord) = (src.q_row, src.k_row, src.batch);
@@ -268,9 +393,10 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             let later = kb.icmp(IntPredicate::SGT, it, kb.i32c(0), "")?;
             kb.if_then(later, "wait_kv_empty", |kb| {
                 let par = kb.and(kb.sub(it, kb.i32c(1), "")?, kb.i32c(1), "")?;
-                kb.mbar_wait(self.bar(kb, &cta, BwdBar::KvEmpty)?, par)
+                kb.mbar_wait(self.bar(kb, cta, BwdBar::KvEmpty)?, par)
             })?;
-            let full = self.bar(kb, &cta, BwdBar::KvFull)?;
+            kb.set(loaded, kb.add(it, kb.i32c(1), "")?)?;
+            let full = self.bar(kb, cta, BwdBar::KvFull)?;
             kb.mbar_arrive_expect_tx(full, (cq + cv) * BLOCK_BYTES)?;
             let row = kb.add(k_row_base, kb.mul(n, kb.i32c(BWD_BLOCK_N as i64), "")?, "key_row")?;
             for (tm, base, blocks) in [(tmap_k, l.k, cq), (tmap_v, l.v, cv)] {
@@ -279,14 +405,14 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                     kb.tma_load_4d(dst, tm, [kb.i32c((cb * TMA_BOX_COLS) as i64), row, cta.hkv, batch_coord], full)?;
                 }
             }
-            let qt = self.queries(kb, &cta, n)?;
+            let qt = self.queries(kb, cta, n)?;
             qt.walk(kb, cta.m_tiles, pos, |kb, p, pos| {
                 kb.section("TMA Q + bulk lse_log2, D rows -> stage; TMA dO")?;
                 let stage = kb.and(pos, kb.i32c(1), "q_stage")?;
                 let free =
                     kb.xor(kb.and(kb.lshr(pos, kb.i32c(1), "")?, kb.i32c(1), "")?, kb.i32c(1), "q_free_parity")?;
-                kb.mbar_wait(self.bar_stage(kb, &cta, BwdBar::QEmpty, stage)?, free)?;
-                let qfull = self.bar_stage(kb, &cta, BwdBar::QFull, stage)?;
+                kb.mbar_wait(self.bar_stage(kb, cta, BwdBar::QEmpty, stage)?, free)?;
+                let qfull = self.bar_stage(kb, cta, BwdBar::QFull, stage)?;
                 kb.mbar_arrive_expect_tx(qfull, cq * BLOCK_BYTES + l.rows_stage)?;
                 let h = qt.head(kb, p.g)?;
                 let m0 = kb.mul(qt.tile_of(kb, p.m)?, kb.i32c(BWD_BLOCK_M as i64), "m0")?;
@@ -311,14 +437,129 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                 kb.bulk_load(kb.add(rows, kb.i32c(row_bytes as i64), "")?, kb.add(dpsum, ws, "")?, row_bytes, qfull)?;
                 // dO: one stage, free once dV of the previous tile read it.
                 let do_free = kb.xor(kb.and(pos, kb.i32c(1), "")?, kb.i32c(1), "do_free_parity")?;
-                kb.mbar_wait(self.bar(kb, &cta, BwdBar::DoEmpty)?, do_free)?;
-                let dofull = self.bar(kb, &cta, BwdBar::DoFull)?;
+                kb.mbar_wait(self.bar(kb, cta, BwdBar::DoEmpty)?, do_free)?;
+                let dofull = self.bar(kb, cta, BwdBar::DoFull)?;
                 kb.mbar_arrive_expect_tx(dofull, cv * BLOCK_BYTES)?;
                 for cb in 0..cv {
                     let dst = kb.add(cta.smem, kb.i32c((l.d_o + cb * BLOCK_BYTES) as i64), "tma_dst")?;
                     kb.tma_load_4d(dst, tmap_do, [kb.i32c((cb * TMA_BOX_COLS) as i64), row, h, batch_coord], dofull)?;
                 }
                 Ok(())
+            })
+        })
+    }
+
+    /// One CTA's loads in pair mode, every MMA operand's transactions on the first CTA's
+    /// barrier (`cp.async.bulk.tensor ... .cta_group::2`): K and V of its own keys and its
+    /// 64 K columns of both CTAs' keys (dQ's B) per key tile; per query tile its 64 Q rows
+    /// (Sᵀ's B, one buffer), its 64 Q columns of all rows (dK's B, 2 stages) with this
+    /// CTA's lse_log2 and D rows (on its own barrier), its 64 dO rows (dPᵀ's B) and its 64
+    /// dO columns (dV's B). Each buffer is refilled once the MMA that reads it completed
+    /// (the first CTA's commits reach both CTAs' copies of the "empty" barriers).
+    fn load_pair(&self, kb: &mut Kb<'ctx>, cta: &Cta<'ctx>, loaded: Slot<'ctx>) -> R<()> {
+        let spec = self.spec;
+        let l = self.smem;
+        let missing = || LowerError::Llvm("the pair kernel's shared-memory map has no pair buffers".into());
+        let (q_row_at, kt_at, do_row_at) =
+            (l.q_row.ok_or_else(missing)?, l.kt.ok_or_else(missing)?, l.do_row.ok_or_else(missing)?);
+        kb.section("role: TMA loads of one CTA of the pair (its halves of the B operands)")?;
+        let src = cta.tma_sources(kb, spec, &self.name)?;
+        let (q_row_base, k_row_base, batch) = (src.q_row, src.k_row, src.batch);
+        let (cq, cv) = (spec.head_dim_qk.div_ceil(TMA_BOX_COLS), spec.head_dim_v.div_ceil(TMA_BOX_COLS));
+        // A 64-row box (8 KiB); this CTA's rows of a query tile and its column block.
+        let half_rows = BWD_BLOCK_M / 2;
+        let box_bytes = BLOCK_BYTES / 2;
+        let my_rows = kb.mul(cta.rank, kb.i32c(half_rows as i64), "my_q_rows")?;
+        let my_cols = kb.mul(cta.rank, kb.i32c(TMA_BOX_COLS as i64), "my_cols")?;
+        let at = |kb: &Kb<'ctx>, off: u32| kb.add(cta.smem, kb.i32c(off as i64), "tma_dst");
+        let pos = kb.slot_i32("load_pos", kb.i32c(0))?;
+        let (lse_log2, dpsum) = (self.args.int("lse_log2")?, self.args.int("dpsum")?);
+        walk_key_tiles(kb, cta.n_tiles, reversed_key_tiles(kb, &self.args, true)?, |kb, n, it| {
+            kb.section("TMA K, V, K^T columns (once per key tile pair, after its previous MMAs)")?;
+            let later = kb.icmp(IntPredicate::SGT, it, kb.i32c(0), "")?;
+            kb.if_then(later, "wait_kv_empty", |kb| {
+                let par = kb.and(kb.sub(it, kb.i32c(1), "")?, kb.i32c(1), "")?;
+                self.wait(kb, self.bar(kb, cta, BwdBar::KvEmpty)?, par)
+            })?;
+            kb.set(loaded, kb.add(it, kb.i32c(1), "")?)?;
+            let full = self.gather_bar(kb, cta, BwdBar::KvFull)?;
+            kb.mbar_arrive_expect_tx_remote(full, (cq + cv + 2) * BLOCK_BYTES)?;
+            let own = kb.add(k_row_base, self.own_n0(kb, cta, n)?, "own_key_row")?;
+            for (tm, base, blocks) in [(src.k, l.k, cq), (src.v, l.v, cv)] {
+                for cb in 0..blocks {
+                    let c = [kb.i32c((cb * TMA_BOX_COLS) as i64), own, cta.hkv, batch];
+                    kb.tma_load_4d_pair(at(kb, base + cb * BLOCK_BYTES)?, tm, c, full)?;
+                }
+            }
+            let pair_row = kb.add(k_row_base, kb.mul(n, kb.i32c(self.mode.walk_keys() as i64), "")?, "")?;
+            for half in 0..2u32 {
+                let row = kb.add(pair_row, kb.i32c((half * BWD_BLOCK_N) as i64), "kt_row")?;
+                kb.tma_load_4d_pair(at(kb, kt_at + half * BLOCK_BYTES)?, src.k, [my_cols, row, cta.hkv, batch], full)?;
+            }
+            let qt = self.queries(kb, cta, n)?;
+            qt.walk(kb, cta.m_tiles, pos, |kb, p, pos| {
+                let h = qt.head(kb, p.g)?;
+                let m0 = kb.mul(qt.tile_of(kb, p.m)?, kb.i32c(BWD_BLOCK_M as i64), "m0")?;
+                let row = kb.add(q_row_base, m0, "q_row")?;
+                let mine = kb.add(row, my_rows, "my_row")?;
+                let stage = kb.and(pos, kb.i32c(1), "q_stage")?;
+                let one_free = kb.xor(kb.and(pos, kb.i32c(1), "")?, kb.i32c(1), "free_parity")?;
+                let stage_free =
+                    kb.xor(kb.and(kb.lshr(pos, kb.i32c(1), "")?, kb.i32c(1), "")?, kb.i32c(1), "q_free_parity")?;
+                // Rows of every column (K-major B: Sᵀ, dPᵀ), or all rows of this CTA's
+                // column block (MN-major B: dK, dV), two 64-row boxes each.
+                let rows_of = |kb: &mut Kb<'ctx>, tm, dst: IntValue<'ctx>, blocks: u32, bar| -> R<()> {
+                    for cb in 0..blocks {
+                        let d = kb.add(dst, kb.i32c((cb * box_bytes) as i64), "")?;
+                        kb.tma_load_4d_pair(d, tm, [kb.i32c((cb * TMA_BOX_COLS) as i64), mine, h, batch], bar)?;
+                    }
+                    Ok(())
+                };
+                let cols_of = |kb: &mut Kb<'ctx>, tm, dst: IntValue<'ctx>, bar| -> R<()> {
+                    for hr in 0..2u32 {
+                        let d = kb.add(dst, kb.i32c((hr * box_bytes) as i64), "")?;
+                        let r = kb.add(row, kb.i32c((hr * half_rows) as i64), "")?;
+                        kb.tma_load_4d_pair(d, tm, [my_cols, r, h, batch], bar)?;
+                    }
+                    Ok(())
+                };
+                kb.section("TMA Q rows (S^T's B), after the previous S^T")?;
+                self.wait(kb, self.bar(kb, cta, BwdBar::QRowEmpty)?, one_free)?;
+                let bar = self.gather_bar(kb, cta, BwdBar::QRowFull)?;
+                kb.mbar_arrive_expect_tx_remote(bar, cq * box_bytes)?;
+                rows_of(kb, src.q, at(kb, q_row_at)?, cq, bar)?;
+                kb.section("TMA Q columns (dK's B) -> stage, bulk lse_log2, D rows (this CTA's barrier)")?;
+                self.wait(kb, self.bar_stage(kb, cta, BwdBar::QEmpty, stage)?, stage_free)?;
+                let bar = self.bar_stage(kb, cta, BwdBar::QFull, stage)?;
+                let bar = kb.mapa_shared(bar, kb.i32c(0), "leader_mbar")?;
+                kb.mbar_arrive_expect_tx_remote(bar, BLOCK_BYTES)?;
+                cols_of(kb, src.q, self.q_smem(kb, cta, stage)?, bar)?;
+                let rows_bar = self.bar_stage(kb, cta, BwdBar::RowsFull, stage)?;
+                kb.mbar_arrive_expect_tx(rows_bar, l.rows_stage)?;
+                let ws = kb.mul(ws_row(kb, spec.q_heads, cta.seqlen_pad, cta.bv.b, h, m0)?, kb.i64c(4), "ws_off")?;
+                let rows = kb.add(
+                    cta.smem,
+                    kb.add(kb.i32c(l.rows as i64), kb.mul(stage, kb.i32c(l.rows_stage as i64), "")?, "")?,
+                    "rows_dst",
+                )?;
+                let row_bytes = BWD_BLOCK_M * 4;
+                kb.bulk_load(rows, kb.add(lse_log2, ws, "")?, row_bytes, rows_bar)?;
+                kb.bulk_load(
+                    kb.add(rows, kb.i32c(row_bytes as i64), "")?,
+                    kb.add(dpsum, ws, "")?,
+                    row_bytes,
+                    rows_bar,
+                )?;
+                kb.section("TMA dO rows (dP^T's B), after the previous dP^T")?;
+                self.wait(kb, self.bar(kb, cta, BwdBar::DoRowEmpty)?, one_free)?;
+                let bar = self.gather_bar(kb, cta, BwdBar::DoRowFull)?;
+                kb.mbar_arrive_expect_tx_remote(bar, cv * box_bytes)?;
+                rows_of(kb, src.d_o, at(kb, do_row_at)?, cv, bar)?;
+                kb.section("TMA dO columns (dV's B), after the previous dV")?;
+                self.wait(kb, self.bar(kb, cta, BwdBar::DoEmpty)?, one_free)?;
+                let bar = self.gather_bar(kb, cta, BwdBar::DoFull)?;
+                kb.mbar_arrive_expect_tx_remote(bar, BLOCK_BYTES)?;
+                cols_of(kb, src.d_o, at(kb, l.d_o)?, bar)
             })
         })
     }
@@ -331,13 +572,14 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         Ok((kb.or(kb.i32c((constant & 0xFFFF_FFFF) as i64), a, "desc_lo")?, (constant >> 32) as u32))
     }
 
-    fn idesc(&self, n: u32, a_major: Major, b_major: Major) -> u32 {
+    /// The instruction descriptor of an MMA of `m` rows (pair mode: both CTAs' rows).
+    fn idesc(&self, m: u32, n: u32, a_major: Major, b_major: Major) -> u32 {
         let t = self.spec.dtype.into();
-        InstrDesc { m: BWD_BLOCK_M, n, a: t, b: t, d: DFormat::F32, a_major, b_major }.encode()
+        InstrDesc { m, n, a: t, b: t, d: DFormat::F32, a_major, b_major }.encode()
     }
 
-    /// D[d_off] = A·Bᵀ over `d` with both operands K-major 128-row tiles (Sᵀ = K·Qᵀ,
-    /// dPᵀ = V·dOᵀ: N = 128 queries).
+    /// D[d_off] = A·Bᵀ over `d` with both operands K-major (Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ: M the
+    /// keys, N = 128 queries). In pair mode M = 256 and each CTA gives 64 rows of B.
     fn issue_kmajor(
         &self,
         kb: &Kb<'ctx>,
@@ -350,18 +592,22 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let c = SmemDesc::k_major_sw128(0).encode_without_start();
         let (alo, hi) = self.desc(kb, c, a)?;
         let (blo, _) = self.desc(kb, c, b)?;
-        let idesc = self.idesc(BWD_BLOCK_M, Major::K, Major::K);
+        let ctas = self.mode.ctas();
+        let idesc = self.idesc(BWD_BLOCK_N * ctas, BWD_BLOCK_M, Major::K, Major::K);
         for kk in 0..d / 16 {
             let a = SmemOperand { lo: alo, hi, add: k_major_step_offset(BWD_BLOCK_N, kk) >> 4 };
-            let b = SmemOperand { lo: blo, hi, add: k_major_step_offset(BWD_BLOCK_M, kk) >> 4 };
-            kb.tcgen05_mma_ss(cta.tmem, d_off, a, b, idesc, if kk == 0 { Acc::Overwrite } else { Acc::Accumulate })?;
+            let b = SmemOperand { lo: blo, hi, add: k_major_step_offset(BWD_BLOCK_M / ctas, kk) >> 4 };
+            let acc = if kk == 0 { Acc::Overwrite } else { Acc::Accumulate };
+            kb.tcgen05_mma_ss_in(self.group(), cta.tmem, d_off, a, b, idesc, acc)?;
         }
         Ok(())
     }
 
     /// D[d_off] (+)= A·B with A the packed 16-bit operand in TMEM at `a_col` (Pᵀ or dSᵀ,
     /// keys on lanes, queries on K) and B a query-row tile read MN-major (dO or Q):
-    /// dV += Pᵀ·dO, dK += dSᵀ·Q. `acc` says whether the first step accumulates.
+    /// dV += Pᵀ·dO, dK += dSᵀ·Q. `acc` says whether the first step accumulates. In pair
+    /// mode M = 256 and each CTA's B is one 64-column block of all 128 query rows.
+    #[allow(clippy::too_many_arguments)]
     fn issue_from_tmem(
         &self,
         kb: &Kb<'ctx>,
@@ -374,35 +620,32 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
     ) -> R<()> {
         let c = SmemDesc::mn_major_sw128(0, BLOCK_BYTES).encode_without_start();
         let (blo, hi) = self.desc(kb, c, b)?;
-        let idesc = self.idesc(n, Major::K, Major::Mn);
+        let idesc = self.idesc(BWD_BLOCK_N * self.mode.ctas(), n, Major::K, Major::Mn);
         for kk in 0..BWD_BLOCK_M / 16 {
             let b = SmemOperand { lo: blo, hi, add: mn_major_step_offset(kk) >> 4 };
             let a = a_col + BwdTmem::packed_col(kk);
             let acc = if kk == 0 { Acc::When(acc) } else { Acc::Accumulate };
-            kb.tcgen05_mma_ts(cta.tmem, d_off, a, b, idesc, acc)?;
+            kb.tcgen05_mma_ts_in(self.group(), cta.tmem, d_off, a, b, idesc, acc)?;
         }
         Ok(())
     }
 
     /// dQ = dS·K: A the dS tile (MN-major: queries contiguous, key rows), B the K tile read
-    /// MN-major (head-dim columns contiguous); K = the tile's 128 keys.
+    /// MN-major (head-dim columns contiguous). 1-CTA: K = the tile's 128 keys, B the K
+    /// tile. Pair mode: M = 128 queries (64 per CTA), K = the pair's 256 keys (dS and Kᵀ
+    /// hold the first CTA's keys, then the second's), each CTA's B its 64 K columns.
     fn issue_dq(&self, kb: &Kb<'ctx>, cta: &Cta<'ctx>) -> R<()> {
         let c = SmemDesc::mn_major_sw128(0, BLOCK_BYTES).encode_without_start();
         let (alo, hi) = self.desc(kb, c, kb.add(cta.smem, kb.i32c(self.smem.ds as i64), "ds_smem")?)?;
-        let (blo, _) = self.desc(kb, c, kb.add(cta.smem, kb.i32c(self.smem.k as i64), "k_smem")?)?;
-        let idesc = self.idesc(self.spec.head_dim_qk, Major::Mn, Major::Mn);
-        for kk in 0..BWD_BLOCK_N / 16 {
+        let b_base = self.smem.kt.unwrap_or(self.smem.k);
+        let (blo, _) = self.desc(kb, c, kb.add(cta.smem, kb.i32c(b_base as i64), "dq_b_smem")?)?;
+        let idesc = self.idesc(BWD_BLOCK_M, self.spec.head_dim_qk, Major::Mn, Major::Mn);
+        for kk in 0..self.mode.walk_keys() / 16 {
             let off = mn_major_step_offset(kk) >> 4;
             let a = SmemOperand { lo: alo, hi, add: off };
             let b = SmemOperand { lo: blo, hi, add: off };
-            kb.tcgen05_mma_ss(
-                cta.tmem,
-                self.tmem.dq.0,
-                a,
-                b,
-                idesc,
-                if kk == 0 { Acc::Overwrite } else { Acc::Accumulate },
-            )?;
+            let acc = if kk == 0 { Acc::Overwrite } else { Acc::Accumulate };
+            kb.tcgen05_mma_ss_in(self.group(), cta.tmem, self.tmem.dq.0, a, b, idesc, acc)?;
         }
         Ok(())
     }
@@ -416,11 +659,17 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
     }
 
     /// dK += dSᵀ·Q and dQ = dS·K of ring position `pos` (the `j`-th of its key tile),
-    /// once the compute warps wrote its dSᵀ; releases its Q stage and hands dQ over.
+    /// once the compute warps wrote its dSᵀ (pair mode: both CTAs', and dS in both CTAs'
+    /// shared memory, and both CTAs' Q columns landed); releases its Q stage and hands
+    /// dQ over.
     fn issue_dk_dq(&self, kb: &Kb<'ctx>, cta: &Cta<'ctx>, pos: IntValue<'ctx>, j: IntValue<'ctx>) -> R<()> {
-        kb.mbar_wait(self.bar(kb, cta, BwdBar::DsWritten)?, kb.and(pos, kb.i32c(1), "")?)?;
-        kb.tcgen05_fence_after()?;
+        self.wait(kb, self.bar(kb, cta, BwdBar::DsWritten)?, kb.and(pos, kb.i32c(1), "")?)?;
         let stage = kb.and(pos, kb.i32c(1), "q_stage")?;
+        if self.pair() {
+            let qpar = kb.and(kb.lshr(pos, kb.i32c(1), "")?, kb.i32c(1), "q_parity")?;
+            self.wait(kb, self.bar_stage(kb, cta, BwdBar::QFull, stage)?, qpar)?;
+        }
+        kb.tcgen05_fence_after()?;
         let acc = kb.zext32(kb.icmp(IntPredicate::SGT, j, kb.i32c(0), "")?, "dk_acc")?;
         kb.section("tcgen05.mma dK += dS^T.Q (A: dS^T in TMEM)")?;
         self.issue_from_tmem(
@@ -432,25 +681,33 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             self.tmem.dk.0,
             acc,
         )?;
-        kb.tcgen05_commit(self.bar_stage(kb, cta, BwdBar::QEmpty, stage)?)?;
+        self.commit(kb, self.bar_stage(kb, cta, BwdBar::QEmpty, stage)?)?;
         kb.section("tcgen05.mma dQ = dS.K (over dP^T)")?;
         self.issue_dq(kb, cta)?;
-        kb.tcgen05_commit(self.bar(kb, cta, BwdBar::DqFull)?)
+        self.commit(kb, self.bar(kb, cta, BwdBar::DqFull)?)
     }
 
+    /// The MMA thread (pair mode: the first CTA's, for both). Per query tile: Sᵀ, the
+    /// previous tile's dK and dQ, dPᵀ once dQ drained, dV once Pᵀ is written.
     fn mma(&self, kb: &mut Kb<'ctx>) -> R<()> {
         let spec = self.spec;
         let t = &self.tmem;
+        let l = self.smem;
+        let pair = self.pair();
         kb.section("role: MMA issue (one thread): tcgen05.mma + tcgen05.commit")?;
         let cta = self.cta(kb)?;
         let pos = kb.slot_i32("mma_pos", kb.i32c(0))?;
-        let k_smem = kb.add(cta.smem, kb.i32c(self.smem.k as i64), "k_smem")?;
-        let v_smem = kb.add(cta.smem, kb.i32c(self.smem.v as i64), "v_smem")?;
-        let do_smem = kb.add(cta.smem, kb.i32c(self.smem.d_o as i64), "do_smem")?;
+        let at = |kb: &Kb<'ctx>, off: u32, name: &str| kb.add(cta.smem, kb.i32c(off as i64), name);
+        let k_smem = at(kb, l.k, "k_smem")?;
+        let v_smem = at(kb, l.v, "v_smem")?;
+        let do_smem = at(kb, l.d_o, "do_smem")?;
+        // Sᵀ's and dPᵀ's B operands: pair mode, each CTA's 64 rows of Q and dO.
+        let q_row_smem = l.q_row.map(|o| at(kb, o, "q_row_smem")).transpose()?;
+        let dp_b_smem = at(kb, l.do_row.unwrap_or(l.d_o), "dp_b_smem")?;
         // Key tiles whose walk had query tiles so far (each hands dK/dV over once).
         let walked = kb.slot_i32("mma_walked", kb.i32c(0))?;
         walk_key_tiles(kb, cta.n_tiles, reversed_key_tiles(kb, &self.args, true)?, |kb, n, it| {
-            kb.mbar_wait(self.bar(kb, &cta, BwdBar::KvFull)?, kb.and(it, kb.i32c(1), "kv_parity")?)?;
+            self.wait(kb, self.bar(kb, &cta, BwdBar::KvFull)?, kb.and(it, kb.i32c(1), "kv_parity")?)?;
             kb.tcgen05_fence_after()?;
             let j_slot = kb.slot_i32("tile_step", kb.i32c(0))?;
             let qt = self.queries(kb, &cta, n)?;
@@ -459,11 +716,23 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                 let stage = kb.and(pos, kb.i32c(1), "q_stage")?;
                 let qpar = kb.and(kb.lshr(pos, kb.i32c(1), "")?, kb.i32c(1), "q_parity")?;
                 let par = kb.and(pos, kb.i32c(1), "step_parity")?;
-                kb.mbar_wait(self.bar_stage(kb, &cta, BwdBar::QFull, stage)?, qpar)?;
+                let s_b = match q_row_smem {
+                    Some(q_row) => {
+                        self.wait(kb, self.bar(kb, &cta, BwdBar::QRowFull)?, par)?;
+                        q_row
+                    }
+                    None => {
+                        self.wait(kb, self.bar_stage(kb, &cta, BwdBar::QFull, stage)?, qpar)?;
+                        self.q_smem(kb, &cta, stage)?
+                    }
+                };
                 kb.tcgen05_fence_after()?;
                 kb.section("tcgen05.mma S^T = K.Q^T")?;
-                self.issue_kmajor(kb, &cta, k_smem, self.q_smem(kb, &cta, stage)?, spec.head_dim_qk, t.s.0)?;
-                kb.tcgen05_commit(self.bar(kb, &cta, BwdBar::SFull)?)?;
+                self.issue_kmajor(kb, &cta, k_smem, s_b, spec.head_dim_qk, t.s.0)?;
+                self.commit(kb, self.bar(kb, &cta, BwdBar::SFull)?)?;
+                if pair {
+                    self.commit(kb, self.bar(kb, &cta, BwdBar::QRowEmpty)?)?;
+                }
                 let later = kb.icmp(IntPredicate::SGT, j, kb.i32c(0), "")?;
                 kb.if_then(later, "previous_dk_dq", |kb| {
                     self.issue_dk_dq(kb, &cta, kb.sub(pos, kb.i32c(1), "")?, kb.sub(j, kb.i32c(1), "")?)
@@ -473,14 +742,18 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                 let drained = kb.icmp(IntPredicate::SGT, pos, kb.i32c(0), "")?;
                 kb.if_then(drained, "wait_dq_drained", |kb| {
                     let prev = kb.and(kb.sub(pos, kb.i32c(1), "")?, kb.i32c(1), "")?;
-                    kb.mbar_wait(self.bar(kb, &cta, BwdBar::DqDrained)?, prev)
+                    self.wait(kb, self.bar(kb, &cta, BwdBar::DqDrained)?, prev)
                 })?;
-                kb.mbar_wait(self.bar(kb, &cta, BwdBar::DoFull)?, par)?;
+                let dp_full = if pair { BwdBar::DoRowFull } else { BwdBar::DoFull };
+                self.wait(kb, self.bar(kb, &cta, dp_full)?, par)?;
                 kb.tcgen05_fence_after()?;
                 kb.section("tcgen05.mma dP^T = V.dO^T")?;
-                self.issue_kmajor(kb, &cta, v_smem, do_smem, spec.head_dim_v, t.dp.0)?;
-                kb.tcgen05_commit(self.bar(kb, &cta, BwdBar::DpFull)?)?;
-                kb.mbar_wait(self.bar(kb, &cta, BwdBar::PWritten)?, par)?;
+                self.issue_kmajor(kb, &cta, v_smem, dp_b_smem, spec.head_dim_v, t.dp.0)?;
+                self.commit(kb, self.bar(kb, &cta, BwdBar::DpFull)?)?;
+                if pair {
+                    self.commit(kb, self.bar(kb, &cta, BwdBar::DoRowEmpty)?)?;
+                }
+                self.wait(kb, self.bar(kb, &cta, BwdBar::PWritten)?, par)?;
                 // The first dV of a key tile overwrites dK/dV: the epilogue of the last key
                 // tile that had any must have read them.
                 let w = kb.get_i(walked, "walked")?;
@@ -490,16 +763,18 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                     "",
                 )?;
                 kb.if_then(first_later, "wait_dkv_empty", |kb| {
-                    kb.mbar_wait(
-                        self.bar(kb, &cta, BwdBar::DkvEmpty)?,
-                        kb.and(kb.sub(w, kb.i32c(1), "")?, kb.i32c(1), "")?,
-                    )
+                    let par = kb.and(kb.sub(w, kb.i32c(1), "")?, kb.i32c(1), "")?;
+                    self.wait(kb, self.bar(kb, &cta, BwdBar::DkvEmpty)?, par)
                 })?;
+                if pair {
+                    // dV's B operand: both CTAs' dO columns.
+                    self.wait(kb, self.bar(kb, &cta, BwdBar::DoFull)?, par)?;
+                }
                 kb.tcgen05_fence_after()?;
                 kb.section("tcgen05.mma dV += P^T.dO (A: P^T in TMEM)")?;
                 let acc = kb.zext32(later, "dv_acc")?;
                 self.issue_from_tmem(kb, &cta, t.s.0, do_smem, spec.head_dim_v, t.dv.0, acc)?;
-                kb.tcgen05_commit(self.bar(kb, &cta, BwdBar::DoEmpty)?)?;
+                self.commit(kb, self.bar(kb, &cta, BwdBar::DoEmpty)?)?;
                 kb.set(j_slot, kb.add(j, kb.i32c(1), "")?)
             })?;
             let steps = kb.get_i(j_slot, "steps")?;
@@ -508,11 +783,11 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                 let last = kb.sub(kb.get_i(pos, "")?, kb.i32c(1), "last_pos")?;
                 self.issue_dk_dq(kb, &cta, last, kb.sub(steps, kb.i32c(1), "")?)?;
                 kb.section("dK, dV final (a walk with query tiles only: see `epilogue`)")?;
-                kb.tcgen05_commit(self.bar(kb, &cta, BwdBar::DkvFull)?)?;
+                self.commit(kb, self.bar(kb, &cta, BwdBar::DkvFull)?)?;
                 kb.set(walked, kb.add(kb.get_i(walked, "")?, kb.i32c(1), "")?)
             })?;
             kb.section("K, V free")?;
-            kb.tcgen05_commit(self.bar(kb, &cta, BwdBar::KvEmpty)?)
+            self.commit(kb, self.bar(kb, &cta, BwdBar::KvEmpty)?)
         })
     }
 
@@ -534,7 +809,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         // Key tiles whose walk had query tiles so far: the dK/dV hand-offs' count.
         let walked = kb.slot_i32("compute_walked", kb.i32c(0))?;
         walk_key_tiles(kb, cta.n_tiles, reversed_key_tiles(kb, &self.args, true)?, |kb, n, _it| {
-            let n0 = kb.mul(n, kb.i32c(BWD_BLOCK_N as i64), "n0")?;
+            let n0 = self.own_n0(kb, &cta, n)?;
             let key = kb.add(n0, pl.row, "key")?;
             let k_inside = kb.icmp(
                 IntPredicate::SLE,
@@ -544,11 +819,25 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             )?;
             let j_slot = kb.slot_i32("tile_step", kb.i32c(0))?;
             let qt = self.queries(kb, &cta, n)?;
+            // Pair mode: the walk is the pair's (its 256 keys); whether a tile needs the
+            // per-element mask is decided for this CTA's own 128 (a launch's block classes
+            // are the pair's: conservative, a tile full for 256 keys is full for 128).
+            let own = if self.pair() {
+                let k_hi = kb.sub(
+                    kb.smin(kb.add(n0, kb.i32c(BWD_BLOCK_N as i64), "")?, cta.bv.seqlen_k, "")?,
+                    kb.i32c(1),
+                    "own_k_hi",
+                )?;
+                Some(QueryTiles { k: (n0, k_hi), ..qt.clone() })
+            } else {
+                None
+            };
             qt.walk(kb, cta.m_tiles, pos, |kb, p, pos| {
                 let h = qt.head(kb, p.g)?;
                 let m = qt.tile_of(kb, p.m)?;
                 let m0 = kb.mul(m, kb.i32c(BWD_BLOCK_M as i64), "m0")?;
-                let unmasked = kb.and(qt.full_inside(kb, m, h)?, k_inside, "unmasked")?;
+                let full = own.as_ref().unwrap_or(&qt).full_inside(kb, m, h)?;
+                let unmasked = kb.and(full, k_inside, "unmasked")?;
                 self.tile(kb, &cta, &pl, pos, m0, h, key, unmasked)?;
                 kb.set(j_slot, kb.add(kb.get_i(j_slot, "")?, kb.i32c(1), "")?)
             })?;
@@ -595,7 +884,13 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let partial = kb.not(unmasked, "partial_tile")?;
         let predicate = spec.mask.to_predicate();
 
-        kb.mbar_wait(self.bar(kb, cta, BwdBar::SFull)?, par)?;
+        if self.pair() {
+            // This CTA's own lse_log2 and D rows (the first CTA's commits say nothing of
+            // them).
+            let qpar = kb.and(kb.lshr(pos, kb.i32c(1), "")?, kb.i32c(1), "rows_parity")?;
+            self.wait(kb, self.bar_stage(kb, cta, BwdBar::RowsFull, stage)?, qpar)?;
+        }
+        self.wait(kb, self.bar(kb, cta, BwdBar::SFull)?, par)?;
         kb.tcgen05_fence_after()?;
         kb.section("softmax recompute: P^T = 2^(s - lse_log2), packed over S^T")?;
         let mut p_packed = Vec::with_capacity(32);
@@ -639,16 +934,26 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         }
         kb.tmem_wait_st()?;
         kb.tcgen05_fence_before()?;
-        kb.mbar_arrive(self.bar(kb, cta, BwdBar::PWritten)?)?;
+        self.hand_over(kb, cta, BwdBar::PWritten)?;
 
-        kb.mbar_wait(self.bar(kb, cta, BwdBar::DpFull)?, par)?;
+        self.wait(kb, self.bar(kb, cta, BwdBar::DpFull)?, par)?;
         kb.tcgen05_fence_after()?;
         kb.section("dS^T = P^T (dP^T - D), packed over dP^T and into shared memory (MN-major for dQ)")?;
-        let ds_block = kb.add(
-            kb.add(cta.smem, kb.i32c(self.smem.ds as i64), "")?,
-            kb.mul(pl.half, kb.i32c(BLOCK_BYTES as i64), "")?,
-            "ds_block",
-        )?;
+        // 1-CTA: this warpgroup's 64-query block of dS. Pair mode: dQ's A operand in CTA
+        // `half` holds its 64 queries against the first CTA's keys, then the second's, so
+        // this warpgroup writes its block into CTA `half`'s shared memory (its peer's for
+        // one of the two warpgroups) at this CTA's key slot.
+        let ds_block = if self.pair() {
+            let slot =
+                kb.add(kb.i32c(self.smem.ds as i64), kb.mul(cta.rank, kb.i32c(BLOCK_BYTES as i64), "")?, "ds_slot")?;
+            kb.mapa_shared(kb.add(cta.smem, slot, "")?, pl.half, "ds_block")?
+        } else {
+            kb.add(
+                kb.add(cta.smem, kb.i32c(self.smem.ds as i64), "")?,
+                kb.mul(pl.half, kb.i32c(BLOCK_BYTES as i64), "")?,
+                "ds_block",
+            )?
+        };
         for c in 0..2 {
             let raw = kb.tmem_load(pl.taddr, t.dp.0 + c * CHUNK, CHUNK, CHUNK, "dp_raw")?;
             let mut ds = Vec::with_capacity(CHUNK as usize);
@@ -674,13 +979,21 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                 let chunk = kb.i32c((4 * c + k) as i64);
                 let addr = emit_chunk_addr(kb, ds_block, pl.row, chunk)?;
                 let v = &packed[(4 * k) as usize..(4 * k + 4) as usize];
-                kb.st_shared_v4_b32(addr, [v[0], v[1], v[2], v[3]])?;
+                if self.pair() {
+                    kb.st_shared_cluster_v4_b32(addr, [v[0], v[1], v[2], v[3]])?;
+                } else {
+                    kb.st_shared_v4_b32(addr, [v[0], v[1], v[2], v[3]])?;
+                }
             }
         }
         kb.tmem_wait_st()?;
-        kb.fence_proxy_async_shared()?;
+        if self.pair() {
+            kb.fence_proxy_async_shared_cluster()?;
+        } else {
+            kb.fence_proxy_async_shared()?;
+        }
         kb.tcgen05_fence_before()?;
-        kb.mbar_arrive(self.bar(kb, cta, BwdBar::DsWritten)?)
+        self.hand_over(kb, cta, BwdBar::DsWritten)
     }
 
     /// dK (times the softmax scale) and dV of this thread's key, its warpgroup's half of
@@ -704,11 +1017,11 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             any,
             "epilogue_from_tmem",
             |kb| {
-                kb.mbar_wait(self.bar(kb, cta, BwdBar::DkvFull)?, kb.and(walked, kb.i32c(1), "")?)?;
+                self.wait(kb, self.bar(kb, cta, BwdBar::DkvFull)?, kb.and(walked, kb.i32c(1), "")?)?;
                 kb.tcgen05_fence_after()?;
                 self.store_dk_dv(kb, cta, pl, key, true)?;
                 kb.tcgen05_fence_before()?;
-                kb.mbar_arrive(self.bar(kb, cta, BwdBar::DkvEmpty)?)
+                self.hand_over(kb, cta, BwdBar::DkvEmpty)
             },
             |kb| self.store_dk_dv(kb, cta, pl, key, false),
         )
@@ -772,17 +1085,28 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let spec = self.spec;
         kb.section("role: dQ reduce (warps 0-3): dQ out of TMEM into dq_accum")?;
         let cta = self.cta(kb)?;
-        let row = kb.add(kb.mul(cta.warp, kb.i32c(32), "")?, cta.lane, "q_row")?;
+        let lane_row = kb.add(kb.mul(cta.warp, kb.i32c(32), "")?, cta.lane, "tmem_lane")?;
         let taddr = kb.add(cta.tmem, kb.shl(kb.mul(cta.warp, kb.i32c(32), "")?, kb.i32c(16), "")?, "taddr_row")?;
+        let d = spec.head_dim_qk;
+        // 1-CTA: lane r holds query row r, every column. Pair mode: this CTA's 64 rows
+        // (from 64·rank), row r's first d/2 columns in lane r, its last in lane 64 + r.
+        let (row, col0, cols) = if self.pair() {
+            debug_assert_eq!(dq_pair_place(64, d), (0, d / 2));
+            let r = kb.and(lane_row, kb.i32c(63), "")?;
+            let row = kb.add(kb.mul(cta.rank, kb.i32c(64), "")?, r, "q_row")?;
+            let col0 = kb.mul(kb.lshr(lane_row, kb.i32c(6), "")?, kb.i32c((d / 2) as i64), "dq_col0")?;
+            (row, col0, d / 2)
+        } else {
+            (lane_row, kb.i32c(0), d)
+        };
         let slices = dq_mode_is(kb, &self.args, DqAccumulation::Slices)?;
         let ordered = dq_mode_is(kb, &self.args, DqAccumulation::Ordered)?;
         let slice = kb.select_i(slices, kb.sreg("ctaid.x", "")?, kb.i32c(0), "dq_slice")?;
-        let t0 = kb.icmp(IntPredicate::EQ, row, kb.i32c(0), "reduce_t0")?;
+        let t0 = kb.icmp(IntPredicate::EQ, lane_row, kb.i32c(0), "reduce_t0")?;
         let waits = kb.and(ordered, t0, "turn_waiter")?;
         let turn_flag_slot = kb.slot(kb.ctx.i64_type().into(), "turn_flag", kb.i64c(0).into())?;
         let turn_mine = kb.slot_i32("turn_mine", kb.i32c(0))?;
         let dqs = DqSlice::new(kb, spec, &self.args, cta.seqlen_pad, cta.bv.b, slice)?;
-        let d = spec.head_dim_qk;
         let pos = kb.slot_i32("reduce_pos", kb.i32c(0))?;
         walk_key_tiles(kb, cta.n_tiles, reversed_key_tiles(kb, &self.args, true)?, |kb, n, _it| {
             let qt = self.queries(kb, &cta, n)?;
@@ -791,7 +1115,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                 let m = qt.tile_of(kb, p.m)?;
                 // Ordered mode (common::dq_order): one thread reads the visit's turn from
                 // the plan and waits for it while dQ is computed; the warpgroup adds after
-                // a barrier.
+                // a barrier. (Pair mode: both CTAs wait for the same predecessor.)
                 kb.if_then(waits, "dq_turn", |kb| {
                     let m0 = kb.mul(m, kb.i32c(BWD_BLOCK_M as i64), "")?;
                     let tile_row = ws_row(kb, spec.q_heads, cta.seqlen_pad, cta.bv.b, h, m0)?;
@@ -806,7 +1130,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                     turn.wait(kb)
                 })?;
                 kb.if_then(ordered, "dq_turn_bar", |kb| kb.named_bar_sync(REDUCE_BAR, 128))?;
-                kb.mbar_wait(self.bar(kb, &cta, BwdBar::DqFull)?, kb.and(pos, kb.i32c(1), "")?)?;
+                self.wait(kb, self.bar(kb, &cta, BwdBar::DqFull)?, kb.and(pos, kb.i32c(1), "")?)?;
                 kb.tcgen05_fence_after()?;
                 let m0 = kb.mul(m, kb.i32c(BWD_BLOCK_M as i64), "m0")?;
                 let q = kb.add(m0, row, "q")?;
@@ -816,7 +1140,8 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                     kb.mul(ws_row(kb, spec.q_heads, cta.seqlen_pad, cta.bv.b, h, q)?, kb.i64c(d as i64 * 4), "")?,
                     "dq_row",
                 )?;
-                for c in 0..d / CHUNK {
+                let dst = kb.add(dst, kb.mul(kb.zext64(col0, "")?, kb.i64c(4), "")?, "dq_at")?;
+                for c in 0..cols / CHUNK {
                     let raw = kb.tmem_load(taddr, self.tmem.dq.0 + c * CHUNK, CHUNK, CHUNK, "dq_raw")?;
                     let v: Vec<FloatValue<'ctx>> = raw.iter().map(|r| kb.bits_f(*r, "dq")).collect::<R<_>>()?;
                     kb.if_then(q_in, "dq_red", |kb| {
@@ -832,17 +1157,43 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                     })?;
                 }
                 kb.tcgen05_fence_before()?;
-                kb.mbar_arrive(self.bar(kb, &cta, BwdBar::DqDrained)?)?;
+                self.hand_over(kb, &cta, BwdBar::DqDrained)?;
                 kb.if_then(ordered, "dq_turn_pass", |kb| {
                     kb.section("dQ turn: every add of the warpgroup performed, pass the turn")?;
                     kb.fence_acq_rel_gpu()?;
                     kb.named_bar_sync(REDUCE_BAR, 128)?;
-                    kb.if_then(t0, "turn_pass", |kb| {
-                        DqTurn::pass(kb, kb.get_i(turn_flag_slot, "turn_flag")?, kb.get_i(turn_mine, "turn_mine")?)
-                    })
+                    kb.if_then(t0, "turn_pass", |kb| self.pass_turn(kb, &cta, pos, turn_flag_slot, turn_mine))
                 })
             })
         })
+    }
+
+    /// Passes the ordered mode's turn once this visit's adds are complete. Pair mode: the
+    /// second CTA's reduce thread 0 reports its adds to the first CTA's (`DqHalfAdded`,
+    /// released at cluster scope after its warps' `fence.acq_rel.gpu`), which passes the
+    /// turn for both once it has seen them.
+    fn pass_turn(
+        &self,
+        kb: &mut Kb<'ctx>,
+        cta: &Cta<'ctx>,
+        pos: IntValue<'ctx>,
+        flag: Slot<'ctx>,
+        mine: Slot<'ctx>,
+    ) -> R<()> {
+        let pass = |kb: &mut Kb<'ctx>| DqTurn::pass(kb, kb.get_i(flag, "turn_flag")?, kb.get_i(mine, "turn_mine")?);
+        if !self.pair() {
+            return pass(kb);
+        }
+        let first = kb.icmp(IntPredicate::EQ, cta.rank, kb.i32c(0), "")?;
+        kb.if_else(
+            first,
+            "pair_turn_pass",
+            |kb| {
+                kb.mbar_wait_cluster(self.bar(kb, cta, BwdBar::DqHalfAdded)?, kb.and(pos, kb.i32c(1), "")?)?;
+                pass(kb)
+            },
+            |kb| kb.mbar_arrive_cluster(self.gather_bar(kb, cta, BwdBar::DqHalfAdded)?),
+        )
     }
 }
 
@@ -912,12 +1263,13 @@ mod tests {
                 Err(e) => panic!("{}: {e}", spec.name),
             };
             table.push_str(&format!(
-                "{:<26} regs {:>3} spill {:>3} regions {:?} UTCHMMA {:>3}\n",
+                "{:<26} regs {:>3} spill {:>3} regions {:?} UTCHMMA {:>3} (pair forms {:>3})\n",
                 spec.name,
                 v.registers,
                 v.spill_bytes,
                 v.regions.iter().map(|r| (r.budget, r.max_reg)).collect::<Vec<_>>(),
-                v.opcodes.get("UTCHMMA").copied().unwrap_or(0)
+                v.opcodes.get("UTCHMMA").copied().unwrap_or(0),
+                v.pair_forms.get("UTCHMMA.2CTA").copied().unwrap_or(0)
             ));
             let plan = kernel_plan(spec).expect("plans");
             for p in verify::backward_problems(&plan, &v) {
@@ -937,11 +1289,20 @@ mod tests {
             let m =
                 Blackwell.compile(&s, Arch::Sm100a, Direction::Backward).unwrap_or_else(|e| panic!("{}: {e}", s.name));
             let main = m.kernel(crate::module::KernelRole::BackwardMain).expect("main");
-            assert_eq!(main.grid, crate::module::Grid::KeyTiles { parts: 1, ordered_dq: true }, "{}", s.name);
+            let pair = s.head_dim_qk == 128;
+            assert_eq!(main.grid, crate::module::Grid::KeyTiles { parts: 1, ordered_dq: true, pair }, "{}", s.name);
+            assert_eq!(main.block_n, if pair { 256 } else { 128 }, "{}: keys per walk", s.name);
             let plan = m.kernel(crate::module::KernelRole::TurnPlan).expect("turn plan kernel");
             assert_eq!((plan.block_m, plan.block_n), (main.block_m, main.block_n));
             for t in ["ld.acquire.gpu.global.u32", "st.release.gpu.global.u32", "fence.acq_rel.gpu"] {
                 assert!(m.ptx.contains(t), "{}: no {t}", s.name);
+            }
+            // A pair passes the turn once both CTAs' adds are complete: the second CTA
+            // reports them at cluster scope, the first acquires them.
+            if pair {
+                for t in ["mbarrier.arrive.release.cluster.shared::cluster", "try_wait.parity.acquire.cluster"] {
+                    assert!(m.ptx.contains(t), "{}: no {t}", s.name);
+                }
             }
         }
     }
