@@ -866,6 +866,32 @@ mod tests {
         assert_eq!(p.ws_bytes, p.ws_offsets[3] + p.aux_slices as usize * p.aux_total * 4);
     }
 
+    /// A CTA-pair kernel (blackwell at head dim 128): two CTAs per KV head along y, key
+    /// tiles of the pair's keys, and ordered turns only where both CTAs of every key tile
+    /// fit the resident slots.
+    #[test]
+    fn a_pair_kernel_doubles_the_grid_rows_and_counts_both_ctas_for_ordered_turns() {
+        let mut s = spec();
+        s.aux.clear();
+        let mut d = descs(&mut Alloc(1 << 32));
+        d.fwd.aux.clear();
+        d.aux_grads.clear();
+        let pair = BackwardShape { block_m: 128, block_n: 256, ordered_dq: true, pair: true, ..SHAPE };
+        let p = plan_backward(&s, &pair, SMS, 0, &d).expect("valid");
+        let single =
+            plan_backward(&s, &BackwardShape { block_n: 128, pair: false, ..pair }, SMS, 0, &d).expect("valid");
+        assert_eq!(single.main_grid[1] * 2, p.main_grid[1], "two CTAs per KV head");
+        assert_eq!(p.main_grid[0], single.main_grid[0].div_ceil(2), "key tiles of 256 keys");
+        d.deterministic = true;
+        let p = plan_backward(&s, &pair, SMS, 0, &d).expect("valid");
+        assert_eq!(p.dq_accumulation, DqAccumulation::Ordered);
+        // 2 key tiles = 4 CTAs per KV head do not fit 3 resident slots.
+        let p = plan_backward(&s, &pair, 3, 0, &d).expect("valid");
+        assert_eq!(p.dq_accumulation, DqAccumulation::Slices);
+        let reason = p.dq_accumulation_reason.as_deref().unwrap_or_default();
+        assert!(reason.contains("2 key tiles per KV head (4 CTAs)"), "{reason}");
+    }
+
     #[test]
     fn deterministic_mode_takes_ordered_turns_where_the_kernel_has_them_and_they_fit() {
         let mut s = spec();

@@ -1,15 +1,12 @@
-//! A CPU model of the planned blackwell backward's synchronization (`backward_plan.rs`):
-//! the load, MMA, compute and dQ-reduce roles as op lists over mbarriers, with the TMEM
-//! overlays as regions whose contents every read checks. Random interleavings (TMA loads
-//! landing and MMAs completing asynchronously, MMAs in issue order) must finish without a
-//! deadlock, and every read must see the data it expects — a region overwritten before its
-//! reader ran, or read before its writer finished, is reported.
-//!
-//! It pins the issue orders the plan's overlays rely on before the kernel exists: in the
-//! 2-CTA map dQ lives in the upper half of S, so the next Sᵀ must wait until the reduce
-//! warps drained dQ (the test shows what happens without that wait).
+//! CPU models of the blackwell backward's synchronization (`backward/`): the load, MMA,
+//! compute and dQ-reduce roles as op lists over mbarriers, with the TMEM overlays and the
+//! shared-memory buffers as regions whose contents every read checks. Random
+//! interleavings (TMA loads landing and MMAs completing asynchronously, MMAs in issue
+//! order) must finish without a deadlock, and every read must see the data it expects —
+//! a region overwritten before its reader ran, or read before its writer finished, is
+//! reported. One model per built form: one CTA per key tile, and the CTA pair (two CTAs'
+//! roles and regions, the first CTA's MMA thread).
 
-use super::backward_plan::CtaMode;
 use std::collections::{BTreeMap, VecDeque};
 
 /// A TMEM region of the model, or (the built kernel's model) a shared-memory buffer.
@@ -17,18 +14,25 @@ use std::collections::{BTreeMap, VecDeque};
 enum Region {
     /// Sᵀ's first half (Pᵀ overlays it).
     SLo,
-    /// Sᵀ's second half (dQ overlays it in 2-CTA mode).
+    /// Sᵀ's second half.
     SHi,
     /// dPᵀ (dSᵀ and, 1-CTA, dQ overlay it).
     Dp,
     /// dV and dK accumulators (TMEM, live across a key tile's walk).
     Dv,
     Dk,
-    /// Shared memory: K and V, the Q stages (with their lse/D rows), dO, dS.
+    /// Shared memory: K and V (pair mode: and the Kᵀ columns), the Q stages (1-CTA with
+    /// their lse/D rows; pair mode the Q columns of dK), dO (pair mode: its columns), dS.
     Kv,
     Q(u32),
     DO,
     DsSmem,
+    /// Pair mode: the Q and dO rows of Sᵀ and dPᵀ, a stage's lse/D rows, and the dS half
+    /// written by CTA `c` (dQ's A operand holds both).
+    QRow,
+    DoRow,
+    Rows(u32),
+    DsHalf(u32),
 }
 
 /// What a region holds: the buffer and the query-tile step that produced it.
@@ -48,105 +52,31 @@ enum Data {
     DOt(u32),
 }
 
+/// A region of a CTA of the model and what it holds (`(cta, region, data)`).
+type Placed = (u8, Region, Data);
+/// The roles' op lists, by name.
+type Roles = Vec<(&'static str, Vec<Op>)>;
+
 #[derive(Clone, Debug)]
 enum Op {
-    /// Wait for the `n`-th completion (0-based) of barrier `b`.
-    Wait(&'static str, u32),
     /// `mbarrier.try_wait.parity`: passes once the barrier's current phase has the other
     /// parity, i.e. the last phase of this parity completed — as the hardware does, so a
     /// wait a whole phase early passes too (phase aliasing), and the region checks see it.
     WaitParity(&'static str, u32),
     Arrive(&'static str),
     /// A TMA load whose completion arrives on the barrier later and writes the regions
-    /// then.
-    Load(&'static str, Vec<(Region, Data)>),
+    /// then (each region of a CTA: `(cta, region, data)`; 0 with one CTA).
+    Load(&'static str, Vec<Placed>),
     /// An MMA: when it completes (in issue order) it reads then writes regions.
     Mma {
-        reads: Vec<(Region, Data)>,
-        writes: Vec<(Region, Data)>,
+        reads: Vec<Placed>,
+        writes: Vec<Placed>,
     },
     /// `tcgen05.commit`: arrives once every earlier MMA completed.
     Commit(&'static str),
-    /// tcgen05.ld / st of the issuing role, at issue.
-    Ld(Region, Data),
-    St(Region, Data),
-}
-
-/// The roles' op lists for `steps` query tiles; `dq_wait_before_s` is the 2-CTA wait of
-/// the next Sᵀ on the dQ drain.
-fn roles(mode: CtaMode, steps: u32, dq_wait_before_s: bool) -> Vec<(&'static str, Vec<Op>)> {
-    use Op::*;
-    let mut load = Vec::new();
-    for j in 0..steps {
-        if j >= 2 {
-            load.push(Wait("q_empty", j - 2));
-        }
-        load.push(Load("q_full", vec![]));
-        if j >= 1 {
-            load.push(Wait("do_empty", j - 1));
-        }
-        load.push(Load("do_full", vec![]));
-    }
-    let dq_region = match mode {
-        CtaMode::One => Region::Dp,
-        CtaMode::Two => Region::SHi,
-    };
-    let s = |j| Mma { reads: vec![], writes: vec![(Region::SLo, Data::S(j)), (Region::SHi, Data::S(j))] };
-    let dp = |j| Mma { reads: vec![], writes: vec![(Region::Dp, Data::Dp(j))] };
-    let dv = |j| Mma { reads: vec![(Region::SLo, Data::P(j))], writes: vec![] };
-    let dk = |j| Mma { reads: vec![(Region::Dp, Data::Ds(j))], writes: vec![] };
-    let dq = |j| Mma { reads: vec![], writes: vec![(dq_region, Data::Dq(j))] };
-    let mut mma = Vec::new();
-    for j in 0..steps {
-        let previous = [Wait("ds_written", j.wrapping_sub(1)), dk(j.wrapping_sub(1)), Commit("q_empty")];
-        match mode {
-            // 1-CTA: Sᵀ, then the previous tile's dK and dQ (dQ over dPᵀ/dSᵀ, after dK read
-            // dSᵀ), and the next dPᵀ only once the reduce warps drained dQ.
-            CtaMode::One => {
-                mma.extend([Wait("q_full", j), s(j), Commit("s_full")]);
-                if j >= 1 {
-                    mma.extend(previous);
-                    mma.extend([dq(j - 1), Commit("dq_full"), Wait("dq_drained", j - 1)]);
-                }
-            }
-            // 2-CTA: dQ lies over Sᵀ's upper half, so the previous tile's dK and dQ come
-            // first and the next Sᵀ waits for the drain.
-            CtaMode::Two => {
-                if j >= 1 {
-                    mma.extend(previous);
-                    mma.extend([dq(j - 1), Commit("dq_full")]);
-                    if dq_wait_before_s {
-                        mma.push(Wait("dq_drained", j - 1));
-                    }
-                }
-                mma.extend([Wait("q_full", j), s(j), Commit("s_full")]);
-            }
-        }
-        mma.extend([Wait("do_full", j), dp(j), Commit("dp_full"), Wait("p_written", j), dv(j), Commit("do_empty")]);
-    }
-    if steps > 0 {
-        let j = steps - 1;
-        mma.extend([Wait("ds_written", j), dk(j), Commit("q_empty"), dq(j), Commit("dq_full")]);
-    }
-    let mut compute = Vec::new();
-    for j in 0..steps {
-        compute.extend([
-            Wait("s_full", j),
-            Ld(Region::SLo, Data::S(j)),
-            Ld(Region::SHi, Data::S(j)),
-            St(Region::SLo, Data::P(j)),
-            Arrive("p_written"),
-            Wait("dp_full", j),
-            Ld(Region::Dp, Data::Dp(j)),
-            St(Region::Dp, Data::Ds(j)),
-            Arrive("ds_written"),
-        ]);
-    }
-    let mut reduce = Vec::new();
-    for j in 0..steps {
-        reduce.extend([Wait("dq_full", j), Ld(dq_region, Data::Dq(j)), Arrive("dq_drained")]);
-    }
-    vec![("load", load), ("mma", mma), ("compute", compute), ("dq reduce", reduce)]
+    /// tcgen05.ld / st (or a shared-memory read / write) of the issuing role, at issue.
+    Ld(u8, Region, Data),
+    St(u8, Region, Data),
 }
 
 /// The built 1-CTA kernel's protocol (`backward.rs`) over a CTA's key tiles, `steps[t]`
@@ -155,7 +85,7 @@ fn roles(mode: CtaMode, steps: u32, dq_wait_before_s: bool) -> Vec<(&'static str
 /// and D rows) released after dK, dO after dV, and dS in shared memory read by dQ. The
 /// compute warpgroups are one process: each owns disjoint columns (Pᵀ and dSᵀ over its own
 /// Sᵀ/dPᵀ columns) and every hand-off waits for both.
-fn kernel_roles(steps: &[u32]) -> Vec<(&'static str, Vec<Op>)> {
+fn kernel_roles(steps: &[u32]) -> Roles {
     use Op::*;
     // Every wait is the kernel's parity wait: on completion `n` of its barrier, parity
     // `n & 1`; a slot's first "free" wait (before any release) parity 1, which a fresh
@@ -175,27 +105,27 @@ fn kernel_roles(steps: &[u32]) -> Vec<(&'static str, Vec<Op>)> {
         if t > 0 {
             load.push(wait("kv_empty", t - 1));
         }
-        load.push(Load("kv_full", vec![(Region::Kv, Data::Kv(t))]));
+        load.push(Load("kv_full", vec![(0, Region::Kv, Data::Kv(t))]));
         for j in 0..n {
             let p = pos + j;
             load.push(WaitParity(q_empty(p), ((p / 2) & 1) ^ 1));
-            load.push(Load(q_full(p), vec![(qr(p), Data::Qt(p))]));
+            load.push(Load(q_full(p), vec![(0, qr(p), Data::Qt(p))]));
             load.push(WaitParity("do_empty", (p & 1) ^ 1));
-            load.push(Load("do_full", vec![(Region::DO, Data::DOt(p))]));
+            load.push(Load("do_full", vec![(0, Region::DO, Data::DOt(p))]));
         }
         // MMA, in the kernel's issue order.
         let dk_dq = |p: u32, first: bool| -> Vec<Op> {
-            let mut dk_reads = vec![(Region::Dp, Data::Ds(p)), (qr(p), Data::Qt(p))];
+            let mut dk_reads = vec![(0, Region::Dp, Data::Ds(p)), (0, qr(p), Data::Qt(p))];
             if !first {
-                dk_reads.push((Region::Dk, Data::Dkv(t)));
+                dk_reads.push((0, Region::Dk, Data::Dkv(t)));
             }
             vec![
                 wait("ds_written", p),
-                Mma { reads: dk_reads, writes: vec![(Region::Dk, Data::Dkv(t))] },
+                Mma { reads: dk_reads, writes: vec![(0, Region::Dk, Data::Dkv(t))] },
                 Commit(q_empty(p)),
                 Mma {
-                    reads: vec![(Region::DsSmem, Data::Ds(p)), (Region::Kv, Data::Kv(t))],
-                    writes: vec![(Region::Dp, Data::Dq(p))],
+                    reads: vec![(0, Region::DsSmem, Data::Ds(p)), (0, Region::Kv, Data::Kv(t))],
+                    writes: vec![(0, Region::Dp, Data::Dq(p))],
                 },
                 Commit("dq_full"),
             ]
@@ -205,8 +135,8 @@ fn kernel_roles(steps: &[u32]) -> Vec<(&'static str, Vec<Op>)> {
             let p = pos + j;
             mma.push(wait(q_full(p), p / 2));
             mma.push(Mma {
-                reads: vec![(Region::Kv, Data::Kv(t)), (qr(p), Data::Qt(p))],
-                writes: vec![(Region::SLo, Data::S(p)), (Region::SHi, Data::S(p))],
+                reads: vec![(0, Region::Kv, Data::Kv(t)), (0, qr(p), Data::Qt(p))],
+                writes: vec![(0, Region::SLo, Data::S(p)), (0, Region::SHi, Data::S(p))],
             });
             mma.push(Commit("s_full"));
             if j >= 1 {
@@ -217,19 +147,20 @@ fn kernel_roles(steps: &[u32]) -> Vec<(&'static str, Vec<Op>)> {
             }
             mma.push(wait("do_full", p));
             mma.push(Mma {
-                reads: vec![(Region::Kv, Data::Kv(t)), (Region::DO, Data::DOt(p))],
-                writes: vec![(Region::Dp, Data::Dp(p))],
+                reads: vec![(0, Region::Kv, Data::Kv(t)), (0, Region::DO, Data::DOt(p))],
+                writes: vec![(0, Region::Dp, Data::Dp(p))],
             });
             mma.push(Commit("dp_full"));
             mma.push(wait("p_written", p));
             if j == 0 && walked > 0 {
                 mma.push(wait("dkv_empty", walked - 1));
             }
-            let mut dv_reads = vec![(Region::SLo, Data::P(p)), (Region::SHi, Data::P(p)), (Region::DO, Data::DOt(p))];
+            let mut dv_reads =
+                vec![(0, Region::SLo, Data::P(p)), (0, Region::SHi, Data::P(p)), (0, Region::DO, Data::DOt(p))];
             if j > 0 {
-                dv_reads.push((Region::Dv, Data::Dkv(t)));
+                dv_reads.push((0, Region::Dv, Data::Dkv(t)));
             }
-            mma.push(Mma { reads: dv_reads, writes: vec![(Region::Dv, Data::Dkv(t))] });
+            mma.push(Mma { reads: dv_reads, writes: vec![(0, Region::Dv, Data::Dkv(t))] });
             mma.push(Commit("do_empty"));
         }
         if n > 0 {
@@ -242,26 +173,26 @@ fn kernel_roles(steps: &[u32]) -> Vec<(&'static str, Vec<Op>)> {
             let p = pos + j;
             compute.extend([
                 wait("s_full", p),
-                Ld(Region::SLo, Data::S(p)),
-                Ld(Region::SHi, Data::S(p)),
-                Ld(qr(p), Data::Qt(p)),
-                St(Region::SLo, Data::P(p)),
-                St(Region::SHi, Data::P(p)),
+                Ld(0, Region::SLo, Data::S(p)),
+                Ld(0, Region::SHi, Data::S(p)),
+                Ld(0, qr(p), Data::Qt(p)),
+                St(0, Region::SLo, Data::P(p)),
+                St(0, Region::SHi, Data::P(p)),
                 Arrive("p_written"),
                 wait("dp_full", p),
-                Ld(Region::Dp, Data::Dp(p)),
-                Ld(qr(p), Data::Qt(p)),
-                St(Region::Dp, Data::Ds(p)),
-                St(Region::DsSmem, Data::Ds(p)),
+                Ld(0, Region::Dp, Data::Dp(p)),
+                Ld(0, qr(p), Data::Qt(p)),
+                St(0, Region::Dp, Data::Ds(p)),
+                St(0, Region::DsSmem, Data::Ds(p)),
                 Arrive("ds_written"),
             ]);
-            reduce.extend([wait("dq_full", p), Ld(Region::Dp, Data::Dq(p)), Arrive("dq_drained")]);
+            reduce.extend([wait("dq_full", p), Ld(0, Region::Dp, Data::Dq(p)), Arrive("dq_drained")]);
         }
         if n > 0 {
             compute.extend([
                 wait("dkv_full", walked),
-                Ld(Region::Dv, Data::Dkv(t)),
-                Ld(Region::Dk, Data::Dkv(t)),
+                Ld(0, Region::Dv, Data::Dkv(t)),
+                Ld(0, Region::Dk, Data::Dkv(t)),
                 Arrive("dkv_empty"),
             ]);
             walked += 1;
@@ -275,7 +206,208 @@ fn kernel_roles(steps: &[u32]) -> Vec<(&'static str, Vec<Op>)> {
 /// `steps[t]` query tiles each.
 pub fn check_kernel(steps: &[u32], seeds: u64) -> Result<(), String> {
     let procs = kernel_roles(steps);
-    (0..seeds).try_for_each(|s| simulate(&procs, s).map_err(|e| format!("seed {s}: {e}")))
+    (0..seeds).try_for_each(|s| simulate(&procs, &BTreeMap::new(), s).map_err(|e| format!("seed {s}: {e}")))
+}
+
+/// The name of CTA `cta`'s copy of barrier `name` in the pair model (interned: the op
+/// lists name barriers by `&'static str`).
+fn at(name: &'static str, cta: u8) -> &'static str {
+    static NAMES: std::sync::OnceLock<std::sync::Mutex<BTreeMap<(&'static str, u8), &'static str>>> =
+        std::sync::OnceLock::new();
+    let mut names = NAMES.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    names.entry((name, cta)).or_insert_with(|| Box::leak(format!("{name}@{cta}").into_boxed_str()))
+}
+
+/// The pair kernel's protocol (`backward.rs` in pair mode) over a pair's key tiles,
+/// `steps[t]` query tiles each: both CTAs' load, compute and dQ-reduce roles, and the
+/// first CTA's MMA thread, whose MMAs read and write both CTAs' regions. The operand
+/// loads of both CTAs land on the first CTA's "full" barriers (two arrivals a phase),
+/// the compute and reduce roles hand over to its barriers (one arrival per CTA), and
+/// every commit reaches both CTAs' copies (a multicast; modelled as two commits in a row,
+/// which allows more interleavings than the hardware). Each compute role writes its dS
+/// into both CTAs' shared memory (`DsHalf(own rank)`); dQ reads both halves in both.
+/// Returns the roles and the barriers that need more than one arrival per phase.
+fn pair_kernel_roles(steps: &[u32]) -> (Roles, BTreeMap<&'static str, u32>) {
+    use Op::*;
+    let wait = |b: &'static str, n: u32| WaitParity(at(b, 0), n & 1);
+    let wait_in = |b: &'static str, c: u8, n: u32| WaitParity(at(b, c), n & 1);
+    let both = |b: &'static str| [Commit(at(b, 0)), Commit(at(b, 1))];
+    let q_full = |p: u32| if p % 2 == 0 { "q_full0" } else { "q_full1" };
+    let q_empty = |p: u32| if p % 2 == 0 { "q_empty0" } else { "q_empty1" };
+    let rows_full = |p: u32| if p % 2 == 0 { "rows_full0" } else { "rows_full1" };
+    let ctas = [0u8, 1];
+    let each = |f: &dyn Fn(u8) -> Vec<Placed>| -> Vec<Placed> { ctas.iter().flat_map(|c| f(*c)).collect() };
+    let mut counts = BTreeMap::new();
+    for b in ["kv_full", "q_row_full", "q_full0", "q_full1", "do_row_full", "do_full"] {
+        counts.insert(at(b, 0), 2);
+    }
+    for b in ["p_written", "ds_written", "dkv_empty", "dq_drained"] {
+        counts.insert(at(b, 0), 2);
+    }
+    let mut load = [Vec::new(), Vec::new()];
+    let mut compute = [Vec::new(), Vec::new()];
+    let mut reduce = [Vec::new(), Vec::new()];
+    let mut mma = Vec::new();
+    let (mut pos, mut walked) = (0u32, 0u32);
+    let tiles = steps.len() as u32;
+    for (t, &n) in steps.iter().enumerate() {
+        let t = t as u32;
+        for c in ctas {
+            let l = &mut load[c as usize];
+            if t > 0 {
+                l.push(wait_in("kv_empty", c, t - 1));
+            }
+            l.push(Load(at("kv_full", 0), vec![(c, Region::Kv, Data::Kv(t))]));
+            for j in 0..n {
+                let p = pos + j;
+                let s = p % 2;
+                l.push(WaitParity(at("q_row_empty", c), (p & 1) ^ 1));
+                l.push(Load(at("q_row_full", 0), vec![(c, Region::QRow, Data::Qt(p))]));
+                l.push(WaitParity(at(q_empty(p), c), ((p / 2) & 1) ^ 1));
+                l.push(Load(at(q_full(p), 0), vec![(c, Region::Q(s), Data::Qt(p))]));
+                l.push(Load(at(rows_full(p), c), vec![(c, Region::Rows(s), Data::Qt(p))]));
+                l.push(WaitParity(at("do_row_empty", c), (p & 1) ^ 1));
+                l.push(Load(at("do_row_full", 0), vec![(c, Region::DoRow, Data::DOt(p))]));
+                l.push(WaitParity(at("do_empty", c), (p & 1) ^ 1));
+                l.push(Load(at("do_full", 0), vec![(c, Region::DO, Data::DOt(p))]));
+            }
+        }
+        // The first CTA's MMA thread, in the kernel's issue order.
+        let dk_dq = |p: u32, first: bool| -> Vec<Op> {
+            let s = p % 2;
+            let dk_reads = each(&|c| {
+                let mut r = vec![(c, Region::Dp, Data::Ds(p)), (c, Region::Q(s), Data::Qt(p))];
+                if !first {
+                    r.push((c, Region::Dk, Data::Dkv(t)));
+                }
+                r
+            });
+            let dq_reads = each(&|c| {
+                vec![
+                    (c, Region::DsHalf(0), Data::Ds(p)),
+                    (c, Region::DsHalf(1), Data::Ds(p)),
+                    (c, Region::Kv, Data::Kv(t)),
+                ]
+            });
+            let mut v = vec![
+                wait("ds_written", p),
+                wait(q_full(p), p / 2),
+                Mma { reads: dk_reads, writes: each(&|c| vec![(c, Region::Dk, Data::Dkv(t))]) },
+            ];
+            v.extend(both(q_empty(p)));
+            v.push(Mma { reads: dq_reads, writes: each(&|c| vec![(c, Region::Dp, Data::Dq(p))]) });
+            v.extend(both("dq_full"));
+            v
+        };
+        mma.push(wait("kv_full", t));
+        for j in 0..n {
+            let p = pos + j;
+            mma.push(wait("q_row_full", p));
+            mma.push(Mma {
+                reads: each(&|c| vec![(c, Region::Kv, Data::Kv(t)), (c, Region::QRow, Data::Qt(p))]),
+                writes: each(&|c| vec![(c, Region::SLo, Data::S(p)), (c, Region::SHi, Data::S(p))]),
+            });
+            mma.extend(both("s_full"));
+            mma.extend(both("q_row_empty"));
+            if j >= 1 {
+                mma.extend(dk_dq(p - 1, j == 1));
+            }
+            if p >= 1 {
+                mma.push(wait("dq_drained", p - 1));
+            }
+            mma.push(wait("do_row_full", p));
+            mma.push(Mma {
+                reads: each(&|c| vec![(c, Region::Kv, Data::Kv(t)), (c, Region::DoRow, Data::DOt(p))]),
+                writes: each(&|c| vec![(c, Region::Dp, Data::Dp(p))]),
+            });
+            mma.extend(both("dp_full"));
+            mma.extend(both("do_row_empty"));
+            mma.push(wait("p_written", p));
+            if j == 0 && walked > 0 {
+                mma.push(wait("dkv_empty", walked - 1));
+            }
+            mma.push(wait("do_full", p));
+            let dv_reads = each(&|c| {
+                let mut r =
+                    vec![(c, Region::SLo, Data::P(p)), (c, Region::SHi, Data::P(p)), (c, Region::DO, Data::DOt(p))];
+                if j > 0 {
+                    r.push((c, Region::Dv, Data::Dkv(t)));
+                }
+                r
+            });
+            mma.push(Mma { reads: dv_reads, writes: each(&|c| vec![(c, Region::Dv, Data::Dkv(t))]) });
+            mma.extend(both("do_empty"));
+        }
+        if n > 0 {
+            mma.extend(dk_dq(pos + n - 1, n == 1));
+            mma.extend(both("dkv_full"));
+        }
+        mma.extend(both("kv_empty"));
+        for c in ctas {
+            let (cm, rd) = (&mut compute[c as usize], &mut reduce[c as usize]);
+            for j in 0..n {
+                let p = pos + j;
+                let s = p % 2;
+                cm.extend([
+                    wait_in(rows_full(p), c, p / 2),
+                    wait_in("s_full", c, p),
+                    Ld(c, Region::SLo, Data::S(p)),
+                    Ld(c, Region::SHi, Data::S(p)),
+                    Ld(c, Region::Rows(s), Data::Qt(p)),
+                    St(c, Region::SLo, Data::P(p)),
+                    St(c, Region::SHi, Data::P(p)),
+                    Arrive(at("p_written", 0)),
+                    wait_in("dp_full", c, p),
+                    Ld(c, Region::Dp, Data::Dp(p)),
+                    Ld(c, Region::Rows(s), Data::Qt(p)),
+                    St(c, Region::Dp, Data::Ds(p)),
+                    // Its two warpgroups' dS blocks: one into each CTA.
+                    St(0, Region::DsHalf(c as u32), Data::Ds(p)),
+                    St(1, Region::DsHalf(c as u32), Data::Ds(p)),
+                    Arrive(at("ds_written", 0)),
+                ]);
+                rd.extend([wait_in("dq_full", c, p), Ld(c, Region::Dp, Data::Dq(p)), Arrive(at("dq_drained", 0))]);
+            }
+            if n > 0 {
+                cm.extend([
+                    wait_in("dkv_full", c, walked),
+                    Ld(c, Region::Dv, Data::Dkv(t)),
+                    Ld(c, Region::Dk, Data::Dkv(t)),
+                    Arrive(at("dkv_empty", 0)),
+                ]);
+            }
+        }
+        if n > 0 {
+            walked += 1;
+        }
+        pos += n;
+    }
+    // Each load thread sees the last key tile's commits before the teardown.
+    if tiles > 0 {
+        for c in ctas {
+            load[c as usize].push(wait_in("kv_empty", c, tiles - 1));
+        }
+    }
+    let [l0, l1] = load;
+    let [c0, c1] = compute;
+    let [r0, r1] = reduce;
+    let procs = vec![
+        ("load 0", l0),
+        ("load 1", l1),
+        ("mma", mma),
+        ("compute 0", c0),
+        ("compute 1", c1),
+        ("dq reduce 0", r0),
+        ("dq reduce 1", r1),
+    ];
+    (procs, counts)
+}
+
+/// Runs `seeds` random interleavings of the pair kernel's protocol over key tiles of
+/// `steps[t]` query tiles each.
+pub fn check_pair_kernel(steps: &[u32], seeds: u64) -> Result<(), String> {
+    let (procs, counts) = pair_kernel_roles(steps);
+    (0..seeds).try_for_each(|s| simulate(&procs, &counts, s).map_err(|e| format!("seed {s}: {e}")))
 }
 
 struct Rng(u64);
@@ -289,20 +421,31 @@ impl Rng {
 }
 
 /// One random interleaving; `Err` names a deadlock or a read that saw the wrong data.
-fn simulate(procs: &[(&'static str, Vec<Op>)], seed: u64) -> Result<(), String> {
+/// `counts` gives the barriers that need more than one arrival (or completed load or
+/// commit) per phase.
+fn simulate(procs: &[(&'static str, Vec<Op>)], counts: &BTreeMap<&'static str, u32>, seed: u64) -> Result<(), String> {
     let mut completions: BTreeMap<&'static str, u32> = BTreeMap::new();
-    let mut tmem: BTreeMap<Region, Data> = BTreeMap::new();
+    let mut arrivals: BTreeMap<&'static str, u32> = BTreeMap::new();
+    let mut regions: BTreeMap<(u8, Region), Data> = BTreeMap::new();
     let mut pc = vec![0usize; procs.len()];
-    let mut loads: Vec<(&'static str, Vec<(Region, Data)>)> = Vec::new();
+    let mut loads: Vec<(&'static str, Vec<Placed>)> = Vec::new();
     // The MMA thread's queue: MMAs and commits complete in issue order.
     let mut mma_queue: VecDeque<(&'static str, Op)> = VecDeque::new();
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-    let check = |tmem: &BTreeMap<Region, Data>, who: &str, r: Region, want: Data| -> Result<(), String> {
-        let have = tmem.get(&r).copied().unwrap_or(Data::Empty);
+    let check = |regions: &BTreeMap<(u8, Region), Data>, who: &str, c: u8, r: Region, want: Data| {
+        let have = regions.get(&(c, r)).copied().unwrap_or(Data::Empty);
         if have == want {
             Ok(())
         } else {
-            Err(format!("{who} read {r:?} expecting {want:?}, found {have:?}"))
+            Err(format!("{who} read {r:?} of CTA {c} expecting {want:?}, found {have:?}"))
+        }
+    };
+    let mut arrive = |completions: &mut BTreeMap<&'static str, u32>, b: &'static str| {
+        let n = arrivals.entry(b).or_insert(0);
+        *n += 1;
+        if *n >= counts.get(b).copied().unwrap_or(1) {
+            *n = 0;
+            *completions.entry(b).or_insert(0) += 1;
         }
     };
     loop {
@@ -310,7 +453,6 @@ fn simulate(procs: &[(&'static str, Vec<Op>)], seed: u64) -> Result<(), String> 
         for (p, (_, ops)) in procs.iter().enumerate() {
             let Some(op) = ops.get(pc[p]) else { continue };
             let can = match op {
-                Op::Wait(b, n) => completions.get(b).copied().unwrap_or(0) > *n,
                 Op::WaitParity(b, par) => completions.get(b).copied().unwrap_or(0) & 1 != *par,
                 _ => true,
             };
@@ -336,33 +478,33 @@ fn simulate(procs: &[(&'static str, Vec<Op>)], seed: u64) -> Result<(), String> 
         match ready[rng.below(ready.len())] {
             (1, i) => {
                 let (b, writes) = loads.swap_remove(i);
-                for (r, d) in writes {
-                    tmem.insert(r, d);
+                for (c, r, d) in writes {
+                    regions.insert((c, r), d);
                 }
-                *completions.entry(b).or_insert(0) += 1
+                arrive(&mut completions, b)
             }
             (2, _) => match mma_queue.pop_front() {
                 Some((_, Op::Mma { reads, writes })) => {
-                    for (r, d) in reads {
-                        check(&tmem, "an MMA", r, d)?;
+                    for (c, r, d) in reads {
+                        check(&regions, "an MMA", c, r, d)?;
                     }
-                    for (r, d) in writes {
-                        tmem.insert(r, d);
+                    for (c, r, d) in writes {
+                        regions.insert((c, r), d);
                     }
                 }
-                Some((_, Op::Commit(b))) => *completions.entry(b).or_insert(0) += 1,
+                Some((_, Op::Commit(b))) => arrive(&mut completions, b),
                 _ => {}
             },
             (_, p) => {
                 let (name, ops) = &procs[p];
                 match &ops[pc[p]] {
-                    Op::Wait(..) | Op::WaitParity(..) => {}
-                    Op::Arrive(b) => *completions.entry(b).or_insert(0) += 1,
+                    Op::WaitParity(..) => {}
+                    Op::Arrive(b) => arrive(&mut completions, b),
                     Op::Load(b, writes) => loads.push((b, writes.clone())),
                     op @ (Op::Mma { .. } | Op::Commit(_)) => mma_queue.push_back((name, op.clone())),
-                    Op::Ld(r, d) => check(&tmem, name, *r, *d)?,
-                    Op::St(r, d) => {
-                        tmem.insert(*r, *d);
+                    Op::Ld(c, r, d) => check(&regions, name, *c, *r, *d)?,
+                    Op::St(c, r, d) => {
+                        regions.insert((*c, *r), *d);
                     }
                 }
                 pc[p] += 1;
@@ -371,32 +513,9 @@ fn simulate(procs: &[(&'static str, Vec<Op>)], seed: u64) -> Result<(), String> 
     }
 }
 
-/// Runs `seeds` random interleavings of `steps` query tiles in `mode`.
-pub fn check(mode: CtaMode, steps: u32, seeds: u64) -> Result<(), String> {
-    let procs = roles(mode, steps, true);
-    (0..seeds).try_for_each(|s| simulate(&procs, s).map_err(|e| format!("seed {s}: {e}")))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_planned_orders_never_deadlock_or_read_stale_tmem() {
-        for mode in [CtaMode::One, CtaMode::Two] {
-            for steps in [1, 2, 3, 7] {
-                check(mode, steps, 300).unwrap_or_else(|e| panic!("{mode:?}, {steps} tiles: {e}"));
-            }
-        }
-    }
-
-    #[test]
-    fn without_the_drain_wait_the_next_s_overwrites_dq_in_2cta_mode() {
-        let procs = roles(CtaMode::Two, 4, false);
-        let failures: Vec<String> = (0..300).filter_map(|s| simulate(&procs, s).err()).collect();
-        assert!(!failures.is_empty(), "the race should show under some interleaving");
-        assert!(failures.iter().any(|e| e.contains("SHi") && e.contains("Dq")), "{failures:?}");
-    }
 
     #[test]
     fn the_built_kernels_protocol_holds_over_key_tiles() {
@@ -420,9 +539,9 @@ mod tests {
         ] {
             let mut procs = kernel_roles(&[3, 2]);
             for (_, ops) in procs.iter_mut() {
-                ops.retain(|op| !matches!(op, Op::Wait(b, _) | Op::WaitParity(b, _) if *b == bar));
+                ops.retain(|op| !matches!(op, Op::WaitParity(b, _) if *b == bar));
             }
-            let failures = (0..400).filter(|s| simulate(&procs, *s).is_err()).count();
+            let failures = (0..400).filter(|s| simulate(&procs, &BTreeMap::new(), *s).is_err()).count();
             assert!(failures > 0, "without {bar}: {what} should show");
         }
     }
@@ -449,17 +568,77 @@ mod tests {
             if let Op::WaitParity(_, par) = &mut ops[i] {
                 *par ^= 1;
             }
-            let caught = (0..300).any(|s| simulate(&procs, s).is_err());
+            let caught = (0..300).any(|s| simulate(&procs, &BTreeMap::new(), s).is_err());
             assert!(caught, "{role}: a flipped parity on {bar} went unnoticed");
         }
     }
 
     #[test]
-    fn a_missing_p_written_wait_is_caught() {
-        let mut procs = roles(CtaMode::One, 3, true);
-        let mma = &mut procs[1].1;
-        let i = mma.iter().position(|op| matches!(op, Op::Wait("p_written", _))).expect("wait");
-        mma.remove(i);
-        assert!((0..300).any(|s| simulate(&procs, s).is_err()), "dV could read S instead of P");
+    fn the_pair_kernels_protocol_holds_over_key_tiles() {
+        for steps in [&[1][..], &[3], &[2, 0, 3], &[0, 1, 1], &[5, 4], &[1, 7, 0, 2]] {
+            check_pair_kernel(steps, 300).unwrap_or_else(|e| panic!("{steps:?}: {e}"));
+        }
+    }
+
+    /// The pair's waits, each needed (removed from every role that waits on any CTA's
+    /// copy): the first CTA's gathers of both CTAs' operands and hand-overs, each CTA's
+    /// own "empty" and row barriers. (`q_full`, dK's Q columns, is not among them: those
+    /// loads are issued before the dO loads that dPᵀ waits on, and no random order the
+    /// model draws keeps them pending until dK; the kernel keeps the wait.)
+    #[test]
+    fn the_pair_kernel_needs_each_of_its_waits() {
+        for (bar, what) in [
+            ("dq_drained", "dP^T over an undrained dQ"),
+            ("p_written", "dV reading S instead of P"),
+            ("ds_written", "dK/dQ reading dP or a dS half not yet written"),
+            ("q_row_full", "S^T reading Q rows not yet landed"),
+            ("q_row_empty", "Q rows reloaded under S^T"),
+            ("do_row_empty", "dO rows reloaded under dP^T"),
+            ("rows_full0", "the compute warps reading lse/D rows not yet landed"),
+            ("kv_empty", "K, V reloaded under the last dQ"),
+        ] {
+            let (mut procs, counts) = pair_kernel_roles(&[3, 2]);
+            let named = |b: &str| [at(bar, 0), at(bar, 1)].contains(&b);
+            for (_, ops) in procs.iter_mut() {
+                ops.retain(|op| !matches!(op, Op::WaitParity(b, _) if named(b)));
+            }
+            let failures = (0..400).filter(|s| simulate(&procs, &counts, *s).is_err()).count();
+            assert!(failures > 0, "without {bar}: {what} should show");
+        }
+    }
+
+    /// Arrival counts matter: were the first CTA's gathers complete on one CTA's arrival,
+    /// its MMA thread would read the other CTA's operands before they land.
+    #[test]
+    fn the_pair_gathers_need_both_ctas() {
+        let (procs, mut counts) = pair_kernel_roles(&[3, 2]);
+        counts.insert(at("q_row_full", 0), 1);
+        counts.insert(at("p_written", 0), 1);
+        assert!((0..300).any(|s| simulate(&procs, &counts, s).is_err()), "a one-CTA gather should show a stale read");
+    }
+
+    #[test]
+    fn a_flipped_parity_is_caught_in_the_pair() {
+        for (role, bar) in [
+            ("load 1", "q_empty1@1"),
+            ("load 0", "do_empty@0"),
+            ("load 1", "q_row_empty@1"),
+            ("mma", "q_full0@0"),
+            ("mma", "p_written@0"),
+            ("mma", "dq_drained@0"),
+            ("mma", "do_row_full@0"),
+            ("compute 1", "s_full@1"),
+            ("compute 0", "rows_full1@0"),
+            ("dq reduce 1", "dq_full@1"),
+        ] {
+            let (mut procs, counts) = pair_kernel_roles(&[4, 3]);
+            let ops = &mut procs.iter_mut().find(|(n, _)| *n == role).expect("role").1;
+            let i = ops.iter().rposition(|op| matches!(op, Op::WaitParity(b, _) if *b == bar)).expect("a wait");
+            if let Op::WaitParity(_, par) = &mut ops[i] {
+                *par ^= 1;
+            }
+            let caught = (0..300).any(|s| simulate(&procs, &counts, s).is_err());
+            assert!(caught, "{role}: a flipped parity on {bar} went unnoticed");
+        }
     }
 }

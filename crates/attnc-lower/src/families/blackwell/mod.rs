@@ -5,9 +5,10 @@
 //! models, not by running it).
 //!
 //! - [`forward`]: the forward kernel;
-//! - [`backward`]: the backward main kernel (1-CTA), built to [`backward_plan`] and modelled
-//!   by [`backward_protocol`]; `backward_numerics` (tests) models its arithmetic in its
-//!   tile order against the f64 reference;
+//! - [`backward`]: the backward main kernel (one CTA per key tile, or a CTA pair at head
+//!   dim 128), built to [`backward_plan`] and modelled by [`backward_protocol`];
+//!   `backward_numerics` (tests) models its arithmetic in its tile order against the f64
+//!   reference;
 //! - [`config`]: roles, register budgets, shared-memory layout, TMEM column map, mbarriers;
 //! - [`schedule`]: persistent tile order (LPT for causal);
 //! - [`desc`]: the tcgen05 instruction and shared-memory descriptors;

@@ -1,6 +1,7 @@
-//! The blackwell backward main kernel: FlashAttention-4's sm_100 backward in its 1-CTA
-//! form (`backward_plan::kernel_plan`), tcgen05 MMAs with every accumulator in TMEM. The
-//! kernels around it (preprocess, dQ convert, sink gradient, block classifier) are
+//! The blackwell backward main kernel: FlashAttention-4's sm_100 backward
+//! (`backward_plan::kernel_plan`), tcgen05 MMAs with every accumulator in TMEM, one CTA
+//! per key tile at head dims 64/96 and a CTA pair (`cta_group::2`) at 128. The kernels
+//! around it (preprocess, dQ convert, sink gradient, block classifier) are
 //! `common::backward`'s, as for the other families.
 //!
 //! A CTA owns 128 keys of one KV head (the TMEM lanes) and walks the non-empty 128-query
@@ -18,13 +19,21 @@
 //! ```
 //!
 //! The MMA thread's issue order makes every TMEM overlay safe (the order
-//! `backward_protocol.rs` models for the 1-CTA map): Sᵀ of tile j after dV of tile j − 1
+//! `backward_protocol.rs` models for both forms): Sᵀ of tile j after dV of tile j − 1
 //! read Pᵀ; dK and dQ of tile j − 1 once the compute warps wrote its dSᵀ; dPᵀ of tile j
 //! once the reduce warps drained dQ of tile j − 1 (dQ lies over dPᵀ). Each compute
 //! warpgroup owns 64 query columns and writes its packed Pᵀ and dSᵀ into the first half of
 //! those same columns (`BwdTmem::packed_col`), so no warp writes a column another reads.
 //! The compute warps keep Pᵀ packed in registers from the P phase to dS: the next Sᵀ may
 //! overwrite its TMEM copy as soon as dV has read it.
+//!
+//! The pair: two CTAs of a cluster (adjacent along y) walk the same 256 keys, each with its
+//! own 128 on its TMEM lanes; the rank-0 MMA thread issues every MMA for both, each CTA
+//! giving half of every B operand (Sᵀ and dPᵀ: its 64 Q / dO rows; dV and dK: its 64 dO /
+//! Q columns; dQ: its 64 K columns of both CTAs' keys, M = 128 queries, 64 rows per CTA).
+//! Operand loads land on rank 0's barriers, hand-overs arrive there (one per warp), every
+//! commit is multicast to both CTAs, and each compute warpgroup writes its dS block into
+//! the CTA that owns its 64 queries (`mapa` + `st.shared::cluster`).
 
 use super::backward_plan::{
     dq_pair_place, kernel_plan, smem_map, BwdBar, BwdSmemMap, BwdTmem, CtaMode, BLOCK_BYTES, BWD_BLOCK_M, BWD_BLOCK_N,
