@@ -1,17 +1,19 @@
-//! A CPU model of the blackwell backward's arithmetic (`backward.rs`), in its tile order,
+//! A CPU model of the blackwell backward's arithmetic (`backward/`), in its tile order,
 //! checked against the f64 reference: no B200 is in reach, so this is how the schedule's
 //! numerics are verified. What it follows from the kernel:
 //!
-//! - 128-key × 128-query tiles; a key tile walks its query tiles starting at its own index
-//!   (the walk's rotation), query heads of the KV group in order;
+//! - walks of 128 keys (one CTA) or 256 (the CTA pair at head dim 128) × 128-query tiles;
+//!   a walk visits its query tiles starting at its own index (the walk's rotation), query
+//!   heads of the KV group in order;
 //! - Sᵀ and dPᵀ as f32 sums; P = 2^(s·scale·log2e − lse_log2) in f32 (lse_log2 the
 //!   preprocess's f32), zero where the mask or the sequence bounds say so, rounded to the
 //!   element type before dV and dS (the TMEM copy of Pᵀ is 16-bit);
 //! - D = rowsum(dO ∘ O) in f32 from the O the forward stored (rounded to the element type);
 //! - dS = P·(dP − D) rounded to the element type (both dK's TMEM operand and dQ's shared
-//!   one); dV, dK accumulate in f32 over the walk; each tile's dQ partial (f32 over its
-//!   128 keys) is added into the f32 `dq_accum` in key-tile order (one slice: the
-//!   deterministic mode's order; atomics reorder the adds, a difference of f32 rounding);
+//!   one); dV, dK accumulate in f32 over the walk; each tile's dQ partial (f32 over the
+//!   walk's keys: the pair sums both CTAs' 256 inside its M = 128 MMA) is added into the
+//!   f32 `dq_accum` in walk order (one slice: the deterministic mode's order; atomics
+//!   reorder the adds, a difference of f32 rounding);
 //! - dK·scale, dV, dQ = scale·dq_accum rounded to the element type.
 //!
 //! The f32 sums run in index order: the tensor cores' internal order is not documented, and
@@ -21,6 +23,9 @@ use attnc_ir::eval::{eval, Env};
 use attnc_ir::reference::{reference_forward, round_to_dtype, Grads, Inputs, SeqGrads};
 use attnc_ir::Spec;
 
+use super::backward_plan::cta_mode;
+
+/// Queries per tile.
 const TILE: usize = 128;
 
 fn r16(spec: &Spec, x: f32) -> f32 {
@@ -83,20 +88,22 @@ pub fn model_backward(spec: &Spec, inputs: &Inputs, d_out: &[Vec<f64>]) -> Grads
         let mut g =
             SeqGrads { dq: vec![0.0; sq * qh * dqk], dk: vec![0.0; sk * kvh * dqk], dv: vec![0.0; sk * kvh * dv] };
         let mut dq_accum = vec![0f32; sq * qh * dqk];
-        let (n_tiles, m_tiles) = (sk.div_ceil(TILE), sq.div_ceil(TILE));
+        // Keys of one walk: a CTA's 128, or a pair's 256.
+        let walk = cta_mode(spec).map(|m| m.walk_keys() as usize).unwrap_or(TILE);
+        let (n_tiles, m_tiles) = (sk.div_ceil(walk), sq.div_ceil(TILE));
         for hkv in 0..kvh {
             for n in 0..n_tiles {
-                let keys = n * TILE..((n + 1) * TILE).min(sk);
-                let mut dk_acc = vec![0f32; TILE * dqk];
-                let mut dv_acc = vec![0f32; TILE * dv];
+                let keys = n * walk..((n + 1) * walk).min(sk);
+                let mut dk_acc = vec![0f32; walk * dqk];
+                let mut dv_acc = vec![0f32; walk * dv];
                 for hg in 0..group {
                     let h = hkv * group + hg;
                     for w in 0..m_tiles {
                         let m = (w + n) % m_tiles;
                         let queries = m * TILE..((m + 1) * TILE).min(sq);
                         // P and dS of the tile, keys on rows (Sᵀ), in the element type.
-                        let mut p = vec![0f32; TILE * TILE];
-                        let mut ds = vec![0f32; TILE * TILE];
+                        let mut p = vec![0f32; walk * TILE];
+                        let mut ds = vec![0f32; walk * TILE];
                         for j in keys.clone() {
                             for i in queries.clone() {
                                 if !allowed(h, hkv, i, j) {
@@ -105,13 +112,13 @@ pub fn model_backward(spec: &Spec, inputs: &Inputs, d_out: &[Vec<f64>]) -> Grads
                                 let s: f32 = (0..dqk).map(|c| k(j, hkv, c) * q(i, h, c)).sum();
                                 let pv = r16(spec, (s * (scale * log2e) - lse2(h, i)).exp2());
                                 let dp: f32 = (0..dv).map(|c| v(j, hkv, c) * d_o(i, h, c)).sum();
-                                let (jj, ii) = (j - n * TILE, i - m * TILE);
+                                let (jj, ii) = (j - n * walk, i - m * TILE);
                                 p[jj * TILE + ii] = pv;
                                 ds[jj * TILE + ii] = r16(spec, pv * (dp - dsum[h * sq + i]));
                             }
                         }
                         for j in keys.clone() {
-                            let jj = j - n * TILE;
+                            let jj = j - n * walk;
                             for i in queries.clone() {
                                 let ii = i - m * TILE;
                                 let (pv, dsv) = (p[jj * TILE + ii], ds[jj * TILE + ii]);
@@ -128,14 +135,14 @@ pub fn model_backward(spec: &Spec, inputs: &Inputs, d_out: &[Vec<f64>]) -> Grads
                             let ii = i - m * TILE;
                             for c in 0..dqk {
                                 let part: f32 =
-                                    keys.clone().map(|j| ds[(j - n * TILE) * TILE + ii] * k(j, hkv, c)).sum();
+                                    keys.clone().map(|j| ds[(j - n * walk) * TILE + ii] * k(j, hkv, c)).sum();
                                 dq_accum[(i * qh + h) * dqk + c] += part;
                             }
                         }
                     }
                 }
                 for j in keys {
-                    let jj = j - n * TILE;
+                    let jj = j - n * walk;
                     for c in 0..dqk {
                         g.dk[(j * kvh + hkv) * dqk + c] = r16(spec, dk_acc[jj * dqk + c] * scale) as f64;
                     }
@@ -176,7 +183,12 @@ mod tests {
         w.dtype = attnc_ir::DType::Fp16;
         w.mask.window = Some(attnc_ir::Window { left: Some(100), right: Some(20), align: Align::TopLeft });
         specs.push(w);
+        // Head dim 128: the CTA pair's walks of 256 keys (333 keys: a full and a partial pair).
         specs.push(Spec::new("full_d128", 128, 2));
+        let mut cw = Spec::new("causal_gqa_d128", 128, 4);
+        cw.kv_heads = 2;
+        cw.mask.causal = Some(Align::TopLeft);
+        specs.push(cw);
         let mut worst = Vec::new();
         for (s, spec) in specs.iter().enumerate() {
             let seqlens = [(261, 333), (130, 97)];

@@ -1312,6 +1312,9 @@ mod tests {
                 for t in ["mbarrier.arrive.release.cluster.shared::cluster", "try_wait.parity.acquire.cluster"] {
                     assert!(m.ptx.contains(t), "{}: no {t}", s.name);
                 }
+                // Every tcgen05 instruction of a kernel takes the same CTA group.
+                assert!(!m.ptx.contains("cta_group::1"), "{}: a one-CTA tcgen05 form in a pair kernel", s.name);
+                assert!(m.ptx.contains(".reqnctapercluster 1, 2, 1"), "{}: not launched as pairs", s.name);
             }
         }
     }
