@@ -390,8 +390,22 @@ impl<'ctx> Kb<'ctx> {
         c: [IntValue<'ctx>; 4],
         mbar: IntValue<'ctx>,
     ) -> R<()> {
+        self.tma_load_4d_with("", dst, tmap, c, mbar)
+    }
+    /// `cp.async.bulk.tensor.4d` with `qualifier` after the dimension (`.cta_group::2`).
+    fn tma_load_4d_with(
+        &self,
+        qualifier: &str,
+        dst: IntValue<'ctx>,
+        tmap: IntValue<'ctx>,
+        c: [IntValue<'ctx>; 4],
+        mbar: IntValue<'ctx>,
+    ) -> R<()> {
         self.asm_v(
-            "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1, {$2, $3, $4, $5}], [$6];",
+            &format!(
+                "cp.async.bulk.tensor.4d{qualifier}.shared::cluster.global.mbarrier::complete_tx::bytes \
+                 [$0], [$1, {{$2, $3, $4, $5}}], [$6];"
+            ),
             "r,l,r,r,r,r,r,~{memory}",
             false,
             &[dst.into(), tmap.into(), c[0].into(), c[1].into(), c[2].into(), c[3].into(), mbar.into()],
@@ -514,12 +528,7 @@ impl<'ctx> Kb<'ctx> {
         c: [IntValue<'ctx>; 4],
         mbar: IntValue<'ctx>,
     ) -> R<()> {
-        self.asm_v(
-            "cp.async.bulk.tensor.4d.cta_group::2.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1, {$2, $3, $4, $5}], [$6];",
-            "r,l,r,r,r,r,r,~{memory}",
-            false,
-            &[dst.into(), tmap.into(), c[0].into(), c[1].into(), c[2].into(), c[3].into(), mbar.into()],
-        )
+        self.tma_load_4d_with(".cta_group::2", dst, tmap, c, mbar)
     }
     /// Every thread of the cluster: `barrier.cluster.arrive.release` then `wait.acquire`
     /// (the pair's barriers initialized before any remote arrival; neither CTA exits

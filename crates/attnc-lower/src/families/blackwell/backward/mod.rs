@@ -246,6 +246,15 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         kb.mbar_wait(mbar, parity)
     }
 
+    /// Every thread of the CTA, or of the pair.
+    fn sync_all(&self, kb: &Kb<'ctx>) -> R<()> {
+        if self.pair() {
+            kb.cluster_sync()
+        } else {
+            kb.cta_barrier()
+        }
+    }
+
     /// `tcgen05.commit` of the MMA thread: in pair mode multicast to both CTAs' copies.
     fn commit(&self, kb: &Kb<'ctx>, mbar: IntValue<'ctx>) -> R<()> {
         if self.pair() {
@@ -303,12 +312,8 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                 kb.tmem_relinquish_in(self.group())
             })?;
             kb.tcgen05_fence_before()?;
-            if self.pair() {
-                // Both CTAs' barriers exist before either arrives on its peer's.
-                kb.cluster_sync()?;
-            } else {
-                kb.cta_barrier()?;
-            }
+            // Pair mode: both CTAs' barriers exist before either arrives on its peer's.
+            self.sync_all(kb)?;
             kb.tcgen05_fence_after()?;
             let wg = kb.udiv(warp, kb.i32c(4), "warpgroup")?;
             let is_reduce = kb.icmp(IntPredicate::EQ, wg, kb.i32c(0), "")?;
@@ -350,13 +355,9 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         }
         kb.section("teardown: every role done, warp 12 frees TMEM")?;
         kb.tcgen05_fence_before()?;
-        if self.pair() {
-            // Neither CTA frees its TMEM or exits while the pair's MMAs or its peer's
-            // arrivals and dS stores may still reach it.
-            kb.cluster_sync()?;
-        } else {
-            kb.cta_barrier()?;
-        }
+        // Pair mode: neither CTA frees its TMEM or exits while the pair's MMAs or its
+        // peer's arrivals and dS stores may still reach it.
+        self.sync_all(kb)?;
         let cta = self.cta(kb)?;
         let is_mma_warp = kb.icmp(IntPredicate::EQ, cta.warp, kb.i32c(12), "")?;
         kb.if_then(is_mma_warp, "tmem_dealloc", |kb| {
