@@ -340,9 +340,19 @@ pub struct QueryTiles<'a, 'ctx> {
     /// add their dQ into different rows at any moment, instead of every CTA of a head
     /// contending for the same rows of `dq_accum`.
     pub rotation: Option<(IntValue<'ctx>, IntValue<'ctx>)>,
+    /// Tiles a walk over a launch's block classes probes at once (1: one at a time, a
+    /// memory latency per empty tile; more: loads in flight together, at a few registers
+    /// per probe — see [`QueryTiles::with_probes`]).
+    pub probes: u32,
 }
 
 impl<'a, 'ctx> QueryTiles<'a, 'ctx> {
+    /// The walk with `probes` class loads in flight per step where it reads a launch's
+    /// block classes (a family passes what its walking roles' registers allow).
+    pub fn with_probes(self, probes: u32) -> Self {
+        QueryTiles { probes: probes.max(1), ..self }
+    }
+
     /// The classification of the query tile starting at `m0` for query head `h`.
     pub fn classify(&self, kb: &Kb<'ctx>, m0: IntValue<'ctx>, h: IntValue<'ctx>) -> R<TileClassVals<'ctx>> {
         let bm = self.block_m as i64;
@@ -465,6 +475,9 @@ impl<'a, 'ctx> QueryTiles<'a, 'ctx> {
         if self.spec.mask.is_none() {
             return Ok(from);
         }
+        if self.classes.is_some() && self.probes > 1 {
+            return self.next_classified(kb, from, end, h, name);
+        }
         let cur = kb.slot_i32(name, from)?;
         let bm = self.block_m as i64;
         kb.while_loop(
@@ -479,6 +492,51 @@ impl<'a, 'ctx> QueryTiles<'a, 'ctx> {
             |kb| {
                 let t = kb.get_i(cur, "")?;
                 kb.set(cur, kb.add(t, kb.i32c(1), "")?)
+            },
+        )?;
+        kb.get_i(cur, name)
+    }
+
+    /// [`QueryTiles::next_nonempty`] over a launch's block classes: each probe is a load,
+    /// and a walk probed one tile at a time waits a full memory latency per empty tile —
+    /// a document mask's key tile, walked from its own index, probes ~m_tiles empty tiles
+    /// after its last live one. Here `probes` loads go out together and the first live
+    /// tile among them is taken (the probes past it cost bandwidth, not latency).
+    fn next_classified(
+        &self,
+        kb: &mut Kb<'ctx>,
+        from: IntValue<'ctx>,
+        end: IntValue<'ctx>,
+        h: IntValue<'ctx>,
+        name: &str,
+    ) -> R<IntValue<'ctx>> {
+        let probes = self.probes as i64;
+        let bm = self.block_m as i64;
+        let cur = kb.slot_i32(name, from)?;
+        let found = kb.slot_i32(&format!("{name}_found"), kb.i32c(0))?;
+        kb.while_loop(
+            name,
+            |kb| {
+                let more = kb.icmp(IntPredicate::SLT, kb.get_i(cur, "")?, end, "")?;
+                let searching = kb.icmp(IntPredicate::EQ, kb.get_i(found, "")?, kb.i32c(0), "")?;
+                kb.and(more, searching, "")
+            },
+            |kb| {
+                let t = kb.get_i(cur, "probe_from")?;
+                // The first live probe's offset, or `probes`; an out-of-range probe reads a
+                // valid (wrapped) tile and is and-ed with the range.
+                let mut first = kb.i32c(probes);
+                for i in (0..probes).rev() {
+                    let ti = kb.add(t, kb.i32c(i), "")?;
+                    let in_range = kb.icmp(IntPredicate::SLT, ti, end, "")?;
+                    let cls = self.classify(kb, kb.mul(self.tile_of(kb, ti)?, kb.i32c(bm), "")?, h)?;
+                    let live = kb.and(in_range, kb.not(cls.empty, "")?, "probe_live")?;
+                    first = kb.select_i(live, kb.i32c(i), first, "first_live")?;
+                }
+                let hit = kb.icmp(IntPredicate::SLT, first, kb.i32c(probes), "probe_hit")?;
+                kb.set(found, kb.zext32(hit, "")?)?;
+                let next = kb.smin(kb.add(t, first, "")?, end, "")?;
+                kb.set(cur, next)
             },
         )?;
         kb.get_i(cur, name)

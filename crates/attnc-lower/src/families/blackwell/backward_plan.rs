@@ -165,7 +165,16 @@ pub fn cta_mode(spec: &Spec) -> Result<CtaMode, String> {
 
 /// The plan of the kernel `backward.rs` builds for `spec`, or why it cannot hold it.
 pub fn kernel_plan(spec: &Spec) -> Result<BwdPlan, String> {
-    let mode = cta_mode(spec)?;
+    kernel_plan_in(spec, cta_mode(spec)?)
+}
+
+/// The plan in `mode`: the pair's own, or one CTA per key tile at any head dim the map
+/// holds (head dim 128 too: the full 1-CTA map, dQ over dPᵀ) — the step down when the
+/// pair's kernel spills.
+pub fn kernel_plan_in(spec: &Spec, mode: CtaMode) -> Result<BwdPlan, String> {
+    if cta_mode(spec)? == CtaMode::One && mode == CtaMode::Two {
+        return Err(format!("head dims {}/{}: the CTA pair is built at 128 only", spec.head_dim_qk, spec.head_dim_v));
+    }
     let (d_qk, d_v) = (spec.head_dim_qk, spec.head_dim_v);
     let roles = vec![
         (BwdRole::DqReduce, (0, 4), KERNEL_REGS.reduce),

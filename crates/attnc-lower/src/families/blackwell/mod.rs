@@ -94,6 +94,14 @@ impl Family for Blackwell {
                         .map(|m| (m, "one Q tile per CTA (232 softmax registers instead of 192)".to_string()))
                 })
             }
+            // The pair's compute warps hold a few more values (rank, the peer's dS
+            // address, the pair's walk); one CTA per key tile is the kernel of before.
+            (Direction::Backward, 1) => {
+                (backward_plan::cta_mode(spec).ok()? == backward_plan::CtaMode::Two).then(|| {
+                    compile_backward_in(spec, arch, backward_plan::CtaMode::One)
+                        .map(|m| (m, "one CTA per key tile instead of a CTA pair (cta_group::2)".to_string()))
+                })
+            }
             _ => None,
         }
     }
@@ -124,11 +132,17 @@ pub fn backward_unsupported_reason(spec: &Spec, arch: Arch) -> Option<String> {
 /// block-classify kernels around this family's main kernel. Built, verified by ptxas and
 /// models, never run on a B200 (the runtime's `Auto` passes it over).
 fn compile_backward(spec: &Spec, arch: Arch) -> Result<CompiledModule, LowerError> {
+    let mode = backward_plan::cta_mode(spec).map_err(LowerError::Llvm)?;
+    compile_backward_in(spec, arch, mode)
+}
+
+/// [`compile_backward`] with the main kernel in `mode`.
+fn compile_backward_in(spec: &Spec, arch: Arch, mode: backward_plan::CtaMode) -> Result<CompiledModule, LowerError> {
     let t0 = std::time::Instant::now();
     let ctx = Context::create();
     let mut kb = Kb::new(&ctx, &format!("attnc_{}_bwd", spec.name));
-    let kernels =
-        common_bwd::build_kernels(&mut kb, spec, |kb| backward::build(kb, spec, &kernel_name(spec, "blackwell_bwd")))?;
+    let name = kernel_name(spec, "blackwell_bwd");
+    let kernels = common_bwd::build_kernels(&mut kb, spec, |kb| backward::build_in(kb, spec, &name, mode))?;
     // dQ goes out through vector reds.
     finish_module_at(&kb, FamilyKind::Blackwell, Direction::Backward, arch, kernels, t0, arch.vector_red_ptx_feature())
 }

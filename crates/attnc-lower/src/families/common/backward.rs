@@ -337,6 +337,7 @@ impl<'ctx> KeyTileCta<'ctx> {
             va: &self.va,
             classes: DenseClasses::for_key_tile(spec, args.block_lists().as_ref(), self.bv.b, n),
             rotation: rotate.then_some((n, self.m_tiles)),
+            probes: 1,
         })
     }
 }

@@ -168,7 +168,9 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
     /// The query walk of key tile `n` (keys `n0 ..`).
     fn queries<'b>(&'b self, kb: &Kb<'ctx>, cta: &'b Cta<'ctx>, n: IntValue<'ctx>) -> R<QueryTiles<'b, 'ctx>> {
         // Measured: the rotated walk spreads the dQ atomics (`BwdConfig::rotate_walk`).
-        cta.view.queries(kb, self.spec, &self.args, n, self.cfg.rotate_walk)
+        // Four class loads in flight per step of a walk over a launch's block classes
+        // (eight spill in the producer).
+        Ok(cta.view.queries(kb, self.spec, &self.args, n, self.cfg.rotate_walk)?.with_probes(4))
     }
 
     fn body(&self, kb: &mut Kb<'ctx>) -> R<()> {

@@ -204,6 +204,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             va: &self.va,
             classes,
             rotation: None,
+            probes: 1,
         })
     }
 

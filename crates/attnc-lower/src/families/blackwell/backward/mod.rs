@@ -36,8 +36,8 @@
 //! the CTA that owns its 64 queries (`mapa` + `st.shared::cluster`).
 
 use super::backward_plan::{
-    dq_pair_place, kernel_plan, smem_map, BwdBar, BwdSmemMap, BwdTmem, CtaMode, BLOCK_BYTES, BWD_BLOCK_M, BWD_BLOCK_N,
-    KERNEL_REGS,
+    dq_pair_place, kernel_plan, kernel_plan_in, smem_map, BwdBar, BwdSmemMap, BwdTmem, CtaMode, BLOCK_BYTES,
+    BWD_BLOCK_M, BWD_BLOCK_N, KERNEL_REGS,
 };
 use super::desc::{DFormat, InstrDesc, SmemDesc};
 use crate::error::LowerError;
@@ -89,7 +89,14 @@ pub fn unsupported_reason(spec: &Spec) -> Option<String> {
 }
 
 pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str) -> R<KernelInfo> {
-    let plan = kernel_plan(spec).map_err(LowerError::Llvm)?;
+    let mode = super::backward_plan::cta_mode(spec).map_err(LowerError::Llvm)?;
+    build_in(kb, spec, name, mode)
+}
+
+/// [`build`] in `mode` (one CTA per key tile at head dim 128: the step down when the
+/// pair's kernel spills).
+pub fn build_in<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str, mode: CtaMode) -> R<KernelInfo> {
+    let plan = kernel_plan_in(spec, mode).map_err(LowerError::Llvm)?;
     let mode = plan.mode;
     let params = tma_main_params(spec);
     let args = Args::begin(kb, name, &params)?;
@@ -280,7 +287,8 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
     /// The query walk of key tile `n`, rotated as on hopper (key tile n starts at query
     /// tile n, so the dQ adds of a head's key tiles land on different rows at once).
     fn queries<'b>(&'b self, kb: &Kb<'ctx>, cta: &'b Cta<'ctx>, n: IntValue<'ctx>) -> R<QueryTiles<'b, 'ctx>> {
-        cta.view.queries(kb, self.spec, &self.args, n, true)
+        // Four class loads in flight per step of a walk over a launch's block classes.
+        Ok(cta.view.queries(kb, self.spec, &self.args, n, true)?.with_probes(1))
     }
 
     /// The first key of this CTA's keys in walk tile `n` (pair mode: the second CTA's
@@ -830,9 +838,10 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             let j_slot = kb.slot_i32("tile_step", kb.i32c(0))?;
             let qt = self.queries(kb, &cta, n)?;
             // Pair mode: the walk is the pair's (its 256 keys); whether a tile needs the
-            // per-element mask is decided for this CTA's own 128 (a launch's block classes
-            // are the pair's: conservative, a tile full for 256 keys is full for 128).
-            let own = if self.pair() {
+            // per-element mask is decided by intervals for this CTA's own 128, or by the
+            // launch's block classes, which are the pair's (conservative: a tile full for
+            // 256 keys is full for 128).
+            let own = if self.pair() && qt.classes.is_none() {
                 let k_hi = kb.sub(
                     kb.smin(kb.add(n0, kb.i32c(BWD_BLOCK_N as i64), "")?, cta.bv.seqlen_k, "")?,
                     kb.i32c(1),
