@@ -1299,6 +1299,36 @@ mod tests {
         assert!(failures.is_empty(), "{}", failures.join("\n"));
     }
 
+    /// The step down of a pair kernel that spills: the module rebuilt with one CTA per
+    /// key tile at head dim 128 (the full 1-CTA TMEM map) assembles within that plan.
+    #[test]
+    fn the_pair_steps_down_to_one_cta_per_key_tile() {
+        use super::super::backward_plan::{kernel_plan_in, CtaMode};
+        let mut s = Spec::new("causal_d128", 128, 8);
+        s.kv_heads = 2;
+        s.mask.causal = Some(Align::BottomRight);
+        let (m, note) = Blackwell
+            .step_down(&s, Arch::Sm100a, Direction::Backward, 1)
+            .expect("a step down at head dim 128")
+            .expect("compiles");
+        assert!(note.contains("one CTA per key tile"), "{note}");
+        let main = m.kernel(crate::module::KernelRole::BackwardMain).expect("main");
+        assert_eq!(main.grid, crate::module::Grid::KeyTiles { parts: 1, ordered_dq: true, pair: false });
+        assert_eq!(main.block_n, 128);
+        assert!(!m.ptx.contains("cta_group::2") && !m.ptx.contains(".reqnctapercluster"));
+        assert!(Blackwell.step_down(&Spec::new("d64", 64, 8), Arch::Sm100a, Direction::Backward, 1).is_none());
+        let plan = kernel_plan_in(&s, CtaMode::One).expect("plans");
+        assert!(plan.violations().is_empty(), "{:?}", plan.violations());
+        match verify::verify_kernel(&m.ptx, "_blackwell_bwd") {
+            Ok(Some(v)) => {
+                let problems = verify::backward_problems(&plan, &v);
+                assert!(problems.is_empty(), "{problems:?}");
+            }
+            Ok(None) => assert!(std::env::var_os("CI").is_none(), "CI must have ptxas and nvdisasm"),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
     /// The kernel builds the ordered deterministic mode (the dQ-reduce warps take the
     /// turns): its grid says so, the module has the turn-plan kernel at its tiling, and the
     /// turn's acquire spin and release pass are in the PTX.
