@@ -48,6 +48,11 @@ pub struct Config {
     pub keep_alive: bool,
     pub late_alpha: bool,
     pub split_mask: bool,
+    /// A partial tile's mask is evaluated into bit words while its `S = Q·Kᵀ` is in
+    /// flight, and the softmax only tests bits: a mask over aux tensors has its loads
+    /// under the GEMM and their values dead before S arrives (at 128-key tiles, applied
+    /// after S the 32 column reads per thread spilled 88 bytes).
+    pub mask_bits: bool,
     /// Diagnostics only (wrong results): skip the softmax, P = S, to time the GEMMs and
     /// the pipeline alone. Never set by `for_spec`; only `ATTNC_HOPPER_TUNE=diag_no_softmax=1`.
     pub diag_no_softmax: bool,
@@ -115,6 +120,8 @@ impl Config {
         // 3-decode-configs); the runtime picks this twin for paged launches only at small
         // batch, where the gather measured faster that way too.
         let one_tile = spec.query_rows == QueryRows::OneTile;
+        let mask_reads_aux = spec.mask.to_predicate().is_some_and(|p| p.uses_aux());
+        let score_mod_reads_aux = spec.score_mod.as_ref().is_some_and(|m| m.uses_aux());
         let cfg = Config {
             consumers: if one_tile {
                 1
@@ -124,8 +131,9 @@ impl Config {
                 2
             },
             // 64-key tiles where 128 spills (ptxas, 240 registers): d_v > 128 (O alone
-            // is d_v/2 registers per thread) and masks that read aux tensors.
-            block_n: if one_tile || spec.head_dim_v > 128 || !spec.aux.is_empty() { 64 } else { 128 },
+            // is d_v/2 registers per thread) and score modifications that read aux
+            // tensors (a read per score). Aux reads of the mask alone go to mask bits.
+            block_n: if one_tile || spec.head_dim_v > 128 || score_mod_reads_aux { 64 } else { 128 },
             stages: 2,
             overlap: true,
             pingpong: spec.head_dim_qk <= 64,
@@ -135,6 +143,7 @@ impl Config {
             // copy of the step (sweep, ptxas 13.5) at 60% of the PTX and of ptxas's time
             // (0.26 vs 0.43 s): the cold compile is what it decides.
             split_mask: false,
+            mask_bits: mask_reads_aux,
             diag_no_softmax: false,
             exp2_emulation: 0.0,
             // Measured with ptxas 13.5 (0 spills): the gather producer with causal, GQA
@@ -177,6 +186,7 @@ impl Config {
                 "keep_alive" => self.keep_alive = n != 0,
                 "late_alpha" => self.late_alpha = n != 0,
                 "split_mask" => self.split_mask = n != 0,
+                "mask_bits" => self.mask_bits = n != 0,
                 "diag_no_softmax" => self.diag_no_softmax = n != 0,
                 "emulate_pct" => self.exp2_emulation = f64::from(n.min(100)) / 100.0,
                 "producer_regs" => self.producer_regs = n,

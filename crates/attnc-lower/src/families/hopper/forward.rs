@@ -678,9 +678,10 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         let s = self.gemm_s(kb, cta, env.q_smem, slot0)?;
         kb.wgmma_commit_group()?;
         self.turn_pass(kb, env.consumer)?;
+        let bits = self.mask_bits(kb, cta, masked, t, env.ltid, env.consumer)?;
         let s = kb.wgmma_wait_group_acc(0, &s, "s")?;
         self.release(kb, cta, RingBar::EmptyK, slot0, env.ltid)?;
-        let (p, _, _) = self.softmax(kb, cta, masked, s, t, st, env.ltid, env.consumer)?;
+        let (p, _, _) = self.softmax(kb, cta, masked, bits.as_deref(), s, t, st, env.ltid, env.consumer)?;
         for (slot, v) in st.p.iter().zip(self.pack_p(kb, &p)?) {
             kb.set(*slot, v)?;
         }
@@ -720,9 +721,10 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         let o = self.gemm_pv(kb, cta, slot0, &p_in, &o_in)?;
         kb.wgmma_commit_group()?;
         self.turn_pass(kb, env.consumer)?;
+        let bits = self.mask_bits(kb, cta, masked, t, env.ltid, env.consumer)?;
         let s = kb.wgmma_wait_group_acc(1, &s, "s")?;
         self.release(kb, cta, RingBar::EmptyK, slot1, env.ltid)?;
-        let (p, alpha, rescale) = self.softmax(kb, cta, masked, s, t, st, env.ltid, env.consumer)?;
+        let (p, alpha, rescale) = self.softmax(kb, cta, masked, bits.as_deref(), s, t, st, env.ltid, env.consumer)?;
         let packed = self.pack_p(kb, &p)?;
         let o = kb.wgmma_wait_group_acc(0, &o, "o")?;
         self.keep_alive(kb, &p_in, env.q_smem)?;
@@ -853,6 +855,63 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         Ok(acc)
     }
 
+    /// The mask of a partial tile as bit words (bit `idx % 32` of word `idx / 32` set
+    /// where S fragment element `idx` is allowed), emitted while `S = Q·Kᵀ` is in flight
+    /// (`Config::mask_bits`); all ones on a tile `masked` says is full, where nothing
+    /// reads them. `None` when the configuration applies the mask after S instead.
+    fn mask_bits(
+        &self,
+        kb: &mut Kb<'ctx>,
+        cta: &Cta<'ctx>,
+        masked: Masking<'ctx>,
+        t: IntValue<'ctx>,
+        ltid: IntValue<'ctx>,
+        consumer: IntValue<'ctx>,
+    ) -> R<Option<Vec<IntValue<'ctx>>>> {
+        if !self.cfg.mask_bits || self.cfg.diag_no_softmax || matches!(masked, Masking::None) {
+            return Ok(None);
+        }
+        let words = (self.cfg.block_n / 2).div_ceil(32) as usize;
+        let spec = self.spec;
+        let cfg = self.cfg;
+        let compute = |kb: &mut Kb<'ctx>| -> R<Vec<IntValue<'ctx>>> {
+            kb.section("mask (partial tile): one bit per element, under S = Q.K^T")?;
+            let ltid = kb.opaque_i32(ltid, "ltid_mask")?;
+            let rows = self.thread_rows(kb, cta, ltid, consumer)?;
+            let n0 = kb.mul(t, kb.i32c(cfg.block_n as i64), "n0")?;
+            let quad_col = kb.and(ltid, kb.i32c(3), "")?;
+            let col_base = kb.add(n0, kb.mul(quad_col, kb.i32c(2), "")?, "")?;
+            let predicate = spec.mask.to_predicate();
+            let mut acc = vec![kb.i32c(0); words];
+            for idx in 0..(cfg.block_n / 2) as usize {
+                let (i, e) = (idx / 4, idx % 4);
+                let row = rows[e / 2];
+                let col = kb.add(col_base, kb.i32c((8 * i + e % 2) as i64), "k_pos")?;
+                let vars = cta.bv.elem_vars(cta.hkv, row.q, row.h, col);
+                let allowed = vexpr::allowed(kb, spec, predicate.as_ref(), &vars, &cta.va)?;
+                let bit = kb.shl(kb.zext32(allowed, "")?, kb.i32c((idx % 32) as i64), "")?;
+                acc[idx / 32] = kb.or(acc[idx / 32], bit, "mask_word")?;
+            }
+            Ok(acc)
+        };
+        match masked {
+            Masking::None => Ok(None),
+            Masking::Always => compute(kb).map(Some),
+            Masking::Unless(unmasked) => {
+                let slots: Vec<Slot<'ctx>> =
+                    (0..words).map(|w| kb.slot_i32(&format!("mask_word{w}"), kb.i32c(-1))).collect::<R<_>>()?;
+                let partial = kb.not(unmasked, "partial_tile")?;
+                kb.if_then(partial, "mask_bits", |kb| {
+                    for (slot, w) in slots.iter().zip(compute(kb)?) {
+                        kb.set(*slot, w)?;
+                    }
+                    Ok(())
+                })?;
+                slots.iter().map(|sl| kb.get_i(*sl, "mask_word")).collect::<R<_>>().map(Some)
+            }
+        }
+    }
+
     /// The online softmax of one S tile (key tile `t`): scores to log2 units with the
     /// score modification, the mask when `masked` (no branch: the caller picks a masked
     /// or an unmasked copy of the whole step), the running max (conditional
@@ -865,6 +924,7 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         kb: &mut Kb<'ctx>,
         cta: &Cta<'ctx>,
         masked: Masking<'ctx>,
+        bits: Option<&[IntValue<'ctx>]>,
         mut s: Vec<FloatValue<'ctx>>,
         t: IntValue<'ctx>,
         st: &State<'ctx>,
@@ -901,6 +961,15 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         }
         let apply_mask = |kb: &mut Kb<'ctx>, s: &mut Vec<FloatValue<'ctx>>| -> R<()> {
             kb.section("mask (partial tile)")?;
+            if let Some(words) = bits {
+                for (idx, v) in s.iter_mut().enumerate() {
+                    let word = words[idx / 32];
+                    let bit = kb.and(kb.lshr(word, kb.i32c((idx % 32) as i64), "")?, kb.i32c(1), "")?;
+                    let allowed = kb.icmp(IntPredicate::NE, bit, kb.i32c(0), "allowed")?;
+                    *v = kb.select_f(allowed, *v, kb.f32c(f64::NEG_INFINITY), "s_masked")?;
+                }
+                return Ok(());
+            }
             let ltid = kb.opaque_i32(ltid, "ltid_mask")?;
             let rows = self.thread_rows(kb, cta, ltid, consumer)?;
             let quad_col = kb.and(ltid, kb.i32c(3), "")?;
