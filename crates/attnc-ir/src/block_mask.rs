@@ -34,6 +34,14 @@ pub struct Tiling {
     pub pack_gqa: bool,
 }
 
+impl Tiling {
+    /// u32 words of one tile's mask bits: `block_m` rows of `block_n / 32` words (bit
+    /// `k % 32` of word `k / 32` of row `r`: row `r`, key `k` of the tile, allowed).
+    pub fn tile_words(&self) -> usize {
+        self.block_m as usize * (self.block_n as usize).div_ceil(32)
+    }
+}
+
 /// Which heads get their own classification.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum HeadSlots {
@@ -79,6 +87,11 @@ pub struct BlockDims {
     pub slots: usize,
     pub m_tiles: usize,
     pub n_tiles: usize,
+    /// Partial tiles per row list that get their mask as bits ([`BITS_SLOT_SHIFT`]); 0:
+    /// none, the kernels evaluate every partial tile's mask themselves.
+    pub bits_per_row: usize,
+    /// u32 words of one tile's bits: `block_m` rows of `block_n / 32` words.
+    pub tile_words: usize,
 }
 
 impl BlockDims {
@@ -89,7 +102,22 @@ impl BlockDims {
             slots: HeadSlots::for_spec(spec, tiling.pack_gqa).count(spec),
             m_tiles: (max_seqlen_q * group).div_ceil(tiling.block_m as usize),
             n_tiles: max_seqlen_k.div_ceil(tiling.block_n as usize),
+            bits_per_row: 0,
+            tile_words: tiling.tile_words(),
         }
+    }
+
+    /// These extents with `bits_per_row` bitmask slots per row list (at most
+    /// [`MAX_BITS_PER_ROW`], and none when tile indices do not fit [`TILE_INDEX_MASK`]).
+    pub fn with_bits(self, bits_per_row: usize) -> BlockDims {
+        let fits = self.n_tiles <= TILE_INDEX_MASK as usize + 1;
+        BlockDims { bits_per_row: if fits { bits_per_row.min(MAX_BITS_PER_ROW) } else { 0 }, ..self }
+    }
+
+    /// Words of the bitmasks of the whole launch: `[batch][slot][m_tiles][bits_per_row]`
+    /// tiles of [`Self::tile_words`].
+    pub fn bits_words(&self) -> usize {
+        self.batch * self.slots * self.m_tiles * self.bits_per_row * self.tile_words
     }
 
     /// Words per row list: the count, then one entry per key tile.
@@ -109,6 +137,16 @@ impl BlockDims {
 
 /// A list entry's flag: the tile is full (no per-element mask work).
 pub const FULL_TILE: u32 = 1 << 31;
+/// A list entry's bits 0..20: the key tile's index.
+pub const TILE_INDEX_MASK: u32 = (1 << 20) - 1;
+/// A partial tile's entry holds, from this bit, 1 + its slot among its row's bitmasks
+/// (its ordinal among the row's partial tiles, when below `bits_per_row`), or 0: the
+/// kernel evaluates that tile's mask itself.
+pub const BITS_SLOT_SHIFT: u32 = 20;
+/// The slot field's width (11 bits).
+pub const BITS_SLOT_MASK: u32 = 0x7ff;
+/// The most bitmask slots a row list can name.
+pub const MAX_BITS_PER_ROW: usize = BITS_SLOT_MASK as usize - 1;
 
 /// Classes of every (batch, head slot, row tile, key tile); tiles outside a batch entry's
 /// extents are Empty.
@@ -129,19 +167,30 @@ impl BlockClasses {
 
     /// The row lists a forward kernel walks: per (batch, slot, row tile) the number of
     /// non-empty key tiles, then their indices in ascending order, [`FULL_TILE`] set on
-    /// full ones; unused entries are 0.
-    pub fn row_lists(&self) -> Vec<u32> {
+    /// full ones and, on the first `bits_per_row` partial ones, 1 + their bitmask slot
+    /// from [`BITS_SLOT_SHIFT`]; unused entries are 0.
+    pub fn row_lists(&self, bits_per_row: usize) -> Vec<u32> {
         let d = self.dims;
         let mut out = vec![0u32; d.list_words()];
         for row in 0..d.batch * d.slots * d.m_tiles {
             let base = row * d.row_words();
-            let mut count = 0usize;
+            let (mut count, mut partial) = (0usize, 0usize);
             for n in 0..d.n_tiles {
                 let c = self.classes[row * d.n_tiles + n];
-                if c != TileClass::Empty {
-                    out[base + 1 + count] = n as u32 | if c == TileClass::Full { FULL_TILE } else { 0 };
-                    count += 1;
-                }
+                let flags = match c {
+                    TileClass::Empty => continue,
+                    TileClass::Full => FULL_TILE,
+                    TileClass::Partial => {
+                        partial += 1;
+                        if partial <= bits_per_row {
+                            (partial as u32) << BITS_SLOT_SHIFT
+                        } else {
+                            0
+                        }
+                    }
+                };
+                out[base + 1 + count] = n as u32 | flags;
+                count += 1;
             }
             out[base] = count as u32;
         }
@@ -414,6 +463,43 @@ pub fn reference_classes(spec: &Spec, tiling: Tiling, data: &LaunchData) -> Bloc
     BlockClasses { tiling, dims, group, classes }
 }
 
+/// The mask bits of one tile ([`Tiling::tile_words`] words) by brute force: a bit per
+/// element inside the batch entry's rows and keys where the mask allows it; elements
+/// outside are 0.
+pub fn reference_tile_bits(
+    spec: &Spec,
+    tiling: Tiling,
+    data: &LaunchData,
+    b: usize,
+    slot: usize,
+    m: usize,
+    n: usize,
+) -> Vec<u32> {
+    let mut out = vec![0u32; tiling.tile_words()];
+    let (sq, sk) = data.seqlens[b];
+    let rows = tile_rows(spec, tiling, slot, m, sq);
+    let bn = tiling.block_n as usize;
+    let keys = n * bn..((n + 1) * bn).min(sk);
+    if rows.is_empty() || keys.is_empty() {
+        return out;
+    }
+    let words = bn.div_ceil(32);
+    let pred = spec.mask.to_predicate();
+    let mut env = env_for(spec, data, b, sq, sk);
+    let (qo, ko, _, _) = data.frame(b, sq, sk);
+    let mut i = 0usize;
+    let per_row = keys.len();
+    for_each_element(spec, &mut env, (qo, ko), &rows, keys, |env| {
+        let (r, k) = (i / per_row, i % per_row);
+        if pred.as_ref().is_none_or(|p| eval(spec, p, env).as_bool()) {
+            out[r * words + k / 32] |= 1 << (k % 32);
+        }
+        i += 1;
+        true
+    });
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -493,21 +579,85 @@ mod tests {
             assert!(by_elements * 3 < total, "{tiling:?}: {by_elements} of {total} tiles needed elements");
         }
         let classes = reference_classes(&spec, Tiling { block_m: 16, block_n: 16, pack_gqa: false }, &data);
-        let lists = classes.row_lists();
+        let bits_per_row = 2;
+        let lists = classes.row_lists(bits_per_row);
         let d = classes.dims;
         assert_eq!(d.slots, 1, "the mask reads no head");
+        let mut slotted = 0;
         for row in 0..d.batch * d.m_tiles {
             let words = &lists[row * d.row_words()..][..d.row_words()];
             let entries = &words[1..1 + words[0] as usize];
-            assert!(entries.windows(2).all(|w| (w[0] & !FULL_TILE) < (w[1] & !FULL_TILE)), "ascending");
+            let tile = |e: u32| (e & TILE_INDEX_MASK) as usize;
+            assert!(entries.windows(2).all(|w| tile(w[0]) < tile(w[1])), "ascending");
+            // Partial tiles take bitmask slots 1, 2, ... in list order, up to bits_per_row.
+            let mut partial = 0;
             for &e in entries {
-                let c = classes.classes[row * d.n_tiles + (e & !FULL_TILE) as usize];
+                let c = classes.classes[row * d.n_tiles + tile(e)];
                 assert_eq!(c == TileClass::Full, e & FULL_TILE != 0);
                 assert_ne!(c, TileClass::Empty);
+                let slot = ((e >> BITS_SLOT_SHIFT) & BITS_SLOT_MASK) as usize;
+                if c == TileClass::Partial {
+                    partial += 1;
+                    assert_eq!(slot, if partial <= bits_per_row { partial } else { 0 });
+                    slotted += usize::from(slot > 0);
+                } else {
+                    assert_eq!(slot & (BITS_SLOT_MASK as usize >> 1), 0, "no slot on a full tile");
+                }
             }
         }
+        assert!(slotted > 0);
         let live = classes.live_fraction(&seqlens);
         assert!(live > 0.0 && live < 0.5, "live fraction {live}");
+    }
+
+    /// A tile's bits agree with its class: all ones over the tile's elements on a full
+    /// tile, none on an empty one, some on a partial one; each bit is the mask at that
+    /// element.
+    #[test]
+    fn tile_bits_match_classes_and_elements() {
+        let mut rng = Rng::new(12);
+        let spec = document_mask(4, 2);
+        let seqlens = [(203, 150), (97, 97)];
+        let aux = [documents(&mut rng, 2, 203, 40)];
+        let data = LaunchData { seqlens: &seqlens, params: &[], aux: &aux, positions: &[] };
+        for tiling in
+            [Tiling { block_m: 32, block_n: 64, pack_gqa: false }, Tiling { block_m: 32, block_n: 48, pack_gqa: true }]
+        {
+            let classes = reference_classes(&spec, tiling, &data);
+            let d = classes.dims;
+            let wpr = (tiling.block_n as usize).div_ceil(32);
+            for (b, &(sq, sk)) in seqlens.iter().enumerate() {
+                for slot in 0..d.slots {
+                    for m in 0..d.m_tiles {
+                        let rows = tile_rows(&spec, tiling, slot, m, sq);
+                        for n in 0..d.n_tiles {
+                            let bits = reference_tile_bits(&spec, tiling, &data, b, slot, m, n);
+                            assert_eq!(bits.len(), tiling.tile_words());
+                            let keys = (n * tiling.block_n as usize..((n + 1) * tiling.block_n as usize).min(sk)).len();
+                            let set: u32 = bits.iter().map(|w| w.count_ones()).sum();
+                            match classes.get(b, slot, m, n) {
+                                TileClass::Full => assert_eq!(set as usize, rows.len() * keys),
+                                TileClass::Empty => assert_eq!(set, 0),
+                                TileClass::Partial => assert!(set > 0 && (set as usize) < rows.len() * keys),
+                            }
+                            // Element (r, k): causal and the same document.
+                            for (r, &(q, _)) in rows.iter().enumerate() {
+                                for k in 0..keys {
+                                    let key = n * tiling.block_n as usize + k;
+                                    let doc = |i: usize| aux[0].get(&[b as i32, i as i32]).as_int();
+                                    let ok = key <= q && doc(q) == doc(key);
+                                    assert_eq!(
+                                        bits[r * wpr + k / 32] >> (k % 32) & 1 == 1,
+                                        ok,
+                                        "b{b} m{m} n{n} r{r} k{k}"
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// The run-time algorithm (intervals with aux values, then elements) equals brute

@@ -212,6 +212,18 @@ pub enum BlockLayout {
     /// One class per key tile, 0 empty, 1 partial, 2 full (`n_tiles` words), for walks
     /// that probe tiles in their own order.
     Dense,
+    /// Row lists whose partial tiles carry a bitmask slot (`BITS_SLOT_SHIFT`), and after
+    /// the lists the bits of those tiles (`bm_bits`): the classifier evaluates a partial
+    /// tile's mask once, for every kernel that walks the lists, instead of each of them
+    /// per element.
+    RowListsWithBits,
+}
+
+impl BlockLayout {
+    /// Whether kernels walk per-row lists in this layout (the count, then the entries).
+    pub fn has_lists(self) -> bool {
+        matches!(self, BlockLayout::RowLists | BlockLayout::RowListsWithBits)
+    }
 }
 
 /// One `.entry` of a module and how to launch it.

@@ -60,23 +60,51 @@ impl std::fmt::Debug for BlockMask {
     }
 }
 
-/// u32 words a classifier writes for `dims` in `layout`.
+/// u32 words a classifier writes for `dims` in `layout`: the lists (or classes), then,
+/// 16-byte aligned, the partial tiles' bits.
 pub(crate) fn layout_words(d: BlockDims, layout: BlockLayout) -> usize {
     match layout {
         BlockLayout::RowLists => d.list_words(),
+        BlockLayout::RowListsWithBits => bits_offset_words(d) + d.bits_words(),
         BlockLayout::Dense => d.batch * d.slots * d.m_tiles * d.n_tiles,
     }
 }
 
+/// Where the bits start, in u32 words from the lists' start (16-byte aligned, so a row of
+/// a tile's bits is one vector load).
+fn bits_offset_words(d: BlockDims) -> usize {
+    d.list_words().div_ceil(4) * 4
+}
+
+/// Words of bits a launch's mask may hold (32 MB): a row's partial tiles past what fits
+/// are evaluated by the kernels themselves. A row tile across a document boundary has
+/// every live tile partial (a 2816-token document: 22 at 128 keys), so a small fixed
+/// number of slots per row does not do (16 cost the document mask 3%).
+const BITS_BUDGET_WORDS: usize = 8 << 20;
+
+/// `d` with the bitmask slots `layout` gets: in `RowListsWithBits`, one per key tile of a
+/// row as far as [`BITS_BUDGET_WORDS`] allows.
+pub(crate) fn with_bit_slots(d: BlockDims, layout: BlockLayout) -> BlockDims {
+    if layout != BlockLayout::RowListsWithBits {
+        return d.with_bits(0);
+    }
+    let rows = (d.batch * d.slots * d.m_tiles).max(1);
+    let fit = BITS_BUDGET_WORDS / (rows * d.tile_words.max(1));
+    d.with_bits(d.n_tiles.min(fit))
+}
+
 /// The kernel arguments of a block mask at `ptr` with extents `d`
 /// (`attnc_lower::variant::tiles::BLOCK_LIST_PARAMS`, in order).
-pub(crate) fn list_args(ptr: u64, d: BlockDims) -> [(&'static str, ArgValue); 4] {
-    let [lists, slots, m_tiles, n_tiles] = BLOCK_LIST_PARAMS;
+pub(crate) fn list_args(ptr: u64, d: BlockDims) -> [(&'static str, ArgValue); 6] {
+    let [lists, slots, m_tiles, n_tiles, bits, bits_per_row] = BLOCK_LIST_PARAMS;
+    let bits_ptr = if d.bits_per_row > 0 { ptr + 4 * bits_offset_words(d) as u64 } else { 0 };
     [
         (lists, ArgValue::Ptr(ptr)),
         (slots, ArgValue::I32(d.slots as i32)),
         (m_tiles, ArgValue::I32(d.m_tiles as i32)),
         (n_tiles, ArgValue::I32(d.n_tiles as i32)),
+        (bits, ArgValue::Ptr(bits_ptr)),
+        (bits_per_row, ArgValue::I32(d.bits_per_row as i32)),
     ]
 }
 
@@ -157,7 +185,9 @@ impl BlockMask {
                 for m in 0..mt {
                     let row = (batch * d.slots + slot) * d.m_tiles + m;
                     live += match b.layout {
-                        BlockLayout::RowLists => u64::from(lists.get(row * d.row_words()).copied().unwrap_or(0)),
+                        BlockLayout::RowLists | BlockLayout::RowListsWithBits => {
+                            u64::from(lists.get(row * d.row_words()).copied().unwrap_or(0))
+                        }
                         BlockLayout::Dense => (0..nt as usize)
                             .filter(|&n| lists.get(row * d.n_tiles + n).is_some_and(|&c| c != 0))
                             .count() as u64,
@@ -184,7 +214,7 @@ impl BlockMask {
         }
     }
 
-    pub(crate) fn args(&self) -> [(&'static str, ArgValue); 4] {
+    pub(crate) fn args(&self) -> [(&'static str, ArgValue); 6] {
         list_args(self.lists.device_ptr(), self.built_for.dims)
     }
 
@@ -217,4 +247,11 @@ pub(crate) fn launch_seqlens(
 /// Whether a list entry marks a full tile (for tests and tools reading the lists).
 pub fn entry_is_full(entry: u32) -> bool {
     entry & FULL_TILE != 0
+}
+
+/// The u32 words of bitmask slot `slot` (1-based, as entries hold it) of list row `row`
+/// in a downloaded mask (`Kernel::block_mask_lists`), or `None` past its end.
+pub fn tile_bits(words: &[u32], d: BlockDims, row: usize, slot: usize) -> Option<&[u32]> {
+    let start = bits_offset_words(d) + (row * d.bits_per_row + slot.checked_sub(1)?) * d.tile_words;
+    words.get(start..start + d.tile_words)
 }

@@ -694,11 +694,14 @@ impl Kernel {
             .ok_or_else(|| RuntimeError::Abi("this module has no block classifier".into()))?;
         let spec = kernel.spec();
         let tiling = Tiling { block_m: classify.block_m, block_n: classify.block_n, pack_gqa: spec.pack_gqa };
-        let dims = BlockDims::new(spec, tiling, plan.batch, plan.max_seqlen_q, plan.max_seqlen_k);
         let layout = match classify.grid {
             attnc_lower::Grid::BlockRows { layout } => layout,
             other => return Err(RuntimeError::Abi(format!("block classifier with grid {other:?}"))),
         };
+        let dims = crate::block_mask::with_bit_slots(
+            BlockDims::new(spec, tiling, plan.batch, plan.max_seqlen_q, plan.max_seqlen_k),
+            layout,
+        );
         let mut aux: Vec<(String, u64)> = params.aux.iter().map(|(n, t)| (n.clone(), t.device_ptr())).collect();
         aux.sort();
         let mut values: Vec<(String, String)> =

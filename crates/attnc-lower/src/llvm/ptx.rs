@@ -222,6 +222,27 @@ impl<'ctx> Kb<'ctx> {
         Ok([self.extract(v, 0, name)?.into_float_value(), self.extract(v, 1, name)?.into_float_value()])
     }
 
+    /// `ld.global.nc` of `n` (1, 2 or 4) consecutive u32 (16-byte aligned for 4) that no
+    /// kernel writes, kept where it is (side effect): for reads whose address is only
+    /// valid under the guard around them (a block mask's tile bits).
+    pub fn ld_global_nc_v_b32(&self, addr: IntValue<'ctx>, n: u32, name: &str) -> R<Vec<IntValue<'ctx>>> {
+        let i = self.ctx.i32_type();
+        let (text, cons) = match n {
+            1 => ("ld.global.nc.b32 $0, [$1];", "=r,l"),
+            2 => ("ld.global.nc.v2.b32 {$0, $1}, [$2];", "=r,=r,l"),
+            4 => ("ld.global.nc.v4.b32 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,l"),
+            _ => return Err(crate::LowerError::Llvm(format!("ld.global.nc of {n} words"))),
+        };
+        if n == 1 {
+            let ty = i.fn_type(&[self.ctx.i64_type().into()], false);
+            return Ok(vec![self.asm(ty, text, cons, true, &[addr.into()], name)?.into_int_value()]);
+        }
+        let ret = self.struct_of(i.into(), n as usize);
+        let ty = ret.fn_type(&[self.ctx.i64_type().into()], false);
+        let v = self.asm(ty, text, cons, true, &[addr.into()], name)?;
+        (0..n).map(|k| Ok(self.extract(v, k, name)?.into_int_value())).collect()
+    }
+
     /// `ld.global.b32` that stays in program order (a memory clobber): for inputs read
     /// under a guard, whose address is only valid where the guard holds.
     pub fn ld_global_b32(&self, addr: IntValue<'ctx>, name: &str) -> R<IntValue<'ctx>> {

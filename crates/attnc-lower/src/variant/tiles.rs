@@ -7,7 +7,7 @@ use super::expr::VariantArgs;
 use super::interval::{classify_tile, TileClassVals, TileRanges};
 use super::layout::BatchView;
 use crate::llvm::kb::{Kb, Slot, R};
-use attnc_ir::block_mask::{needs_block_mask, HeadSlots, FULL_TILE};
+use attnc_ir::block_mask::{needs_block_mask, HeadSlots, BITS_SLOT_MASK, BITS_SLOT_SHIFT, FULL_TILE, TILE_INDEX_MASK};
 use attnc_ir::Spec;
 use inkwell::values::IntValue;
 use inkwell::IntPredicate;
@@ -19,16 +19,23 @@ use inkwell::IntPredicate;
 pub struct RowList<'ctx> {
     pub count: IntValue<'ctx>,
     pub entries: IntValue<'ctx>,
+    /// The list's row in `[batch][slot][m_tiles]` (where its tiles' bits are).
+    pub row: IntValue<'ctx>,
+    pub args: BlockListArgs<'ctx>,
 }
 
 /// The block-mask launch arguments: the row lists (`[batch][slot][m_tiles][1 + n_tiles]`
-/// u32) and their extents.
+/// u32) and their extents, and the partial tiles' bits (`[batch][slot][m_tiles]
+/// [bits_per_row]` tiles of `block_m` rows × `block_n / 32` words; `bits_per_row` 0 when
+/// the layout has none).
 #[derive(Clone, Copy, Debug)]
 pub struct BlockListArgs<'ctx> {
     pub lists: IntValue<'ctx>,
     pub slots: IntValue<'ctx>,
     pub m_tiles: IntValue<'ctx>,
     pub n_tiles: IntValue<'ctx>,
+    pub bits: IntValue<'ctx>,
+    pub bits_per_row: IntValue<'ctx>,
 }
 
 impl<'ctx> BlockListArgs<'ctx> {
@@ -39,6 +46,23 @@ impl<'ctx> BlockListArgs<'ctx> {
             HeadSlots::PerKvHead => hkv,
             HeadSlots::PerQHead => head_idx,
         }
+    }
+
+    /// The address of the first word of bitmask slot `slot` (1-based, as list entries
+    /// hold it) of list row `row`: a tile of `tile_words` u32.
+    pub fn bits_addr(
+        &self,
+        kb: &Kb<'ctx>,
+        row: IntValue<'ctx>,
+        slot: IntValue<'ctx>,
+        tile_words: u32,
+    ) -> R<IntValue<'ctx>> {
+        let index = kb.add(
+            kb.mul(kb.zext64(row, "")?, kb.zext64(self.bits_per_row, "")?, "")?,
+            kb.zext64(kb.sub(slot, kb.i32c(1), "")?, "")?,
+            "bm_bits_tile",
+        )?;
+        kb.add(self.bits, kb.mul(index, kb.i64c(4 * tile_words as i64), "")?, "bm_bits_addr")
     }
 
     /// Index of row tile `m`'s row in `[batch][slot][m_tiles]`.
@@ -76,8 +100,15 @@ pub fn classes_of<'ctx>(kb: &Kb<'ctx>, codes: &[IntValue<'ctx>]) -> R<TileClassV
     Ok(TileClassVals { empty, full })
 }
 
-/// The kernel parameters of [`BlockListArgs`], in order (all but the address are i32).
-pub const BLOCK_LIST_PARAMS: [&str; 4] = ["block_lists", "bm_slots", "bm_m_tiles", "bm_n_tiles"];
+/// The kernel parameters of [`BlockListArgs`], in order (the two addresses, 0 and 4, are
+/// pointers; the rest i32).
+pub const BLOCK_LIST_PARAMS: [&str; 6] =
+    ["block_lists", "bm_slots", "bm_m_tiles", "bm_n_tiles", "bm_bits", "bm_bits_per_row"];
+
+/// Whether parameter `i` of [`BLOCK_LIST_PARAMS`] is an address.
+pub fn block_list_param_is_ptr(i: usize) -> bool {
+    i == 0 || i == 4
+}
 
 impl<'ctx> RowList<'ctx> {
     /// The list of row tile `m_block` of batch entry `b` for a CTA of query head
@@ -100,7 +131,12 @@ impl<'ctx> RowList<'ctx> {
         let word = kb.mul(kb.zext64(row, "")?, kb.zext64(row_words, "")?, "")?;
         let base = kb.add(args.lists, kb.mul(word, kb.i64c(4), "")?, "bm_row_addr")?;
         let count = kb.ld_global_i32(base, "bm_count")?;
-        Ok(Some(RowList { count, entries: kb.add(base, kb.i64c(4), "bm_entries")? }))
+        Ok(Some(RowList { count, entries: kb.add(base, kb.i64c(4), "bm_entries")?, row, args: *args }))
+    }
+
+    /// The address of this row's bitmask slot `slot` ([`BlockListArgs::bits_addr`]).
+    pub fn bits_addr(&self, kb: &Kb<'ctx>, slot: IntValue<'ctx>, tile_words: u32) -> R<IntValue<'ctx>> {
+        self.args.bits_addr(kb, self.row, slot, tile_words)
     }
 
     fn entry(&self, kb: &Kb<'ctx>, pos: IntValue<'ctx>) -> R<IntValue<'ctx>> {
@@ -129,7 +165,23 @@ impl<'a, 'ctx> KeyTiles<'a, 'ctx> {
     pub fn tile_at(&self, kb: &Kb<'ctx>, pos: IntValue<'ctx>) -> R<IntValue<'ctx>> {
         match &self.list {
             None => Ok(pos),
-            Some(l) => kb.and(l.entry(kb, pos)?, kb.i32c(!FULL_TILE as i64), "bm_tile"),
+            Some(l) => kb.and(l.entry(kb, pos)?, kb.i32c(TILE_INDEX_MASK as i64), "bm_tile"),
+        }
+    }
+
+    /// 1 + the bitmask slot of the partial tile at walk position `pos`, or 0 (no bits:
+    /// no list, a full tile, or a partial one past the row's slots).
+    pub fn bits_slot(&self, kb: &Kb<'ctx>, pos: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+        match &self.list {
+            None => Ok(kb.i32c(0)),
+            Some(l) => {
+                let e = l.entry(kb, pos)?;
+                let slot =
+                    kb.and(kb.lshr(e, kb.i32c(BITS_SLOT_SHIFT as i64), "")?, kb.i32c(BITS_SLOT_MASK as i64), "")?;
+                // A full tile's flag is the field's top bit: not a slot.
+                let full = kb.icmp(IntPredicate::NE, kb.and(e, kb.i32c(FULL_TILE as i64), "")?, kb.i32c(0), "")?;
+                kb.select_i(full, kb.i32c(0), slot, "bm_bits_slot")
+            }
         }
     }
 
@@ -156,7 +208,7 @@ impl<'a, 'ctx> KeyTiles<'a, 'ctx> {
         if let Some(l) = &self.list {
             let e = l.entry(kb, t)?;
             let full = kb.icmp(IntPredicate::NE, kb.and(e, kb.i32c(FULL_TILE as i64), "")?, kb.i32c(0), "")?;
-            let n0 = kb.mul(kb.and(e, kb.i32c(!FULL_TILE as i64), "")?, kb.i32c(bn), "n0")?;
+            let n0 = kb.mul(kb.and(e, kb.i32c(TILE_INDEX_MASK as i64), "")?, kb.i32c(bn), "n0")?;
             let inside = kb.icmp(IntPredicate::SLE, kb.add(n0, kb.i32c(bn), "")?, self.bv.seqlen_k, "")?;
             return kb.and(full, inside, "unmasked");
         }

@@ -932,14 +932,30 @@ fn block_mask_check(
     let d = mask.dims();
     let rows = d.batch * d.slots * d.m_tiles;
     let rows_wrong = match mask.layout() {
-        attnc_lower::BlockLayout::RowLists => {
-            let want = classes.row_lists();
+        attnc_lower::BlockLayout::RowLists | attnc_lower::BlockLayout::RowListsWithBits => {
+            // The entries (tile, full flag, bitmask slot), and each slotted tile's bits
+            // against the mask evaluated on the host.
+            let want = classes.row_lists(d.bits_per_row);
             (0..rows)
-                .filter(|r| {
+                .filter(|&r| {
                     let (g, w) =
                         (&got[r * d.row_words()..][..d.row_words()], &want[r * d.row_words()..][..d.row_words()]);
                     let n = (w[0] as usize).min(d.n_tiles);
-                    g[0] != w[0] || g[1..1 + n] != w[1..1 + n]
+                    if g[0] != w[0] || g[1..1 + n] != w[1..1 + n] {
+                        return true;
+                    }
+                    let (b, slot, m) = (r / (d.slots * d.m_tiles), r / d.m_tiles % d.slots, r % d.m_tiles);
+                    w[1..1 + n].iter().any(|&e| {
+                        let bits_slot = ((e >> attnc_ir::block_mask::BITS_SLOT_SHIFT)
+                            & attnc_ir::block_mask::BITS_SLOT_MASK) as usize;
+                        if e & attnc_ir::block_mask::FULL_TILE != 0 || bits_slot == 0 {
+                            return false;
+                        }
+                        let tile = (e & attnc_ir::block_mask::TILE_INDEX_MASK) as usize;
+                        let want_bits =
+                            attnc_ir::block_mask::reference_tile_bits(s, mask.tiling(), &data, b, slot, m, tile);
+                        crate::block_mask::tile_bits(&got, d, r, bits_slot) != Some(&want_bits[..])
+                    })
                 })
                 .count()
         }

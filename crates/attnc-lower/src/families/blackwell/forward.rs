@@ -143,7 +143,14 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         let batch = get("batch")?.into_int_value();
         let classes = if needs_block_mask(spec) {
             let v = |i: usize| get(BLOCK_LIST_PARAMS[i]).map(|x| x.into_int_value());
-            Some(BlockListArgs { lists: v(0)?, slots: v(1)?, m_tiles: v(2)?, n_tiles: v(3)? })
+            Some(BlockListArgs {
+                lists: v(0)?,
+                slots: v(1)?,
+                m_tiles: v(2)?,
+                n_tiles: v(3)?,
+                bits: v(4)?,
+                bits_per_row: v(5)?,
+            })
         } else {
             None
         };

@@ -8,7 +8,7 @@
 use crate::llvm::kb::{Kb, R};
 use crate::variant::expr::{AuxArg, PositionFrame, Val, VariantArgs};
 use crate::variant::layout::{LayoutArgs, Strides};
-use crate::variant::tiles::{BlockListArgs, BLOCK_LIST_PARAMS};
+use crate::variant::tiles::{block_list_param_is_ptr, BlockListArgs, BLOCK_LIST_PARAMS};
 use attnc_ir::{KvLayout, Spec, Ty};
 use inkwell::types::BasicMetadataTypeEnum;
 use inkwell::values::{BasicValueEnum, IntValue};
@@ -81,7 +81,7 @@ pub fn forward_params(spec: &Spec) -> Vec<(String, ParamTy)> {
 pub fn block_list_params(spec: &Spec, p: &mut Vec<(String, ParamTy)>) {
     if attnc_ir::block_mask::needs_block_mask(spec) {
         for (i, n) in BLOCK_LIST_PARAMS.iter().enumerate() {
-            p.push((n.to_string(), if i == 0 { ParamTy::Ptr } else { ParamTy::I32 }));
+            p.push((n.to_string(), if block_list_param_is_ptr(i) { ParamTy::Ptr } else { ParamTy::I32 }));
         }
     }
 }
@@ -269,6 +269,8 @@ impl<'ctx> Args<'ctx> {
             slots: self.opt_int(BLOCK_LIST_PARAMS[1])?,
             m_tiles: self.opt_int(BLOCK_LIST_PARAMS[2])?,
             n_tiles: self.opt_int(BLOCK_LIST_PARAMS[3])?,
+            bits: self.opt_int(BLOCK_LIST_PARAMS[4])?,
+            bits_per_row: self.opt_int(BLOCK_LIST_PARAMS[5])?,
         })
     }
 

@@ -23,8 +23,7 @@ use crate::module::{BlockLayout, Grid, KernelInfo, KernelRole};
 use crate::variant::expr::{self as vexpr, ElemVars};
 use crate::variant::interval::{classify_tile_scanning_aux, TileRanges};
 use crate::variant::layout::{batch_view, packed_row, row_tile_ranges};
-use crate::variant::tiles::BLOCK_LIST_PARAMS;
-use attnc_ir::block_mask::{needs_block_mask, HeadSlots, Tiling, FULL_TILE};
+use attnc_ir::block_mask::{needs_block_mask, HeadSlots, Tiling, BITS_SLOT_SHIFT, FULL_TILE};
 use attnc_ir::Spec;
 use inkwell::values::IntValue;
 use inkwell::IntPredicate;
@@ -38,6 +37,8 @@ const CLASS_EMPTY: i64 = 0;
 const CLASS_PARTIAL: i64 = 1;
 const CLASS_FULL: i64 = 2;
 const CLASS_UNDECIDED: i64 = 3;
+/// Words of a partial tile's bits a warp builds per step of classifier step 4.
+const WORDS_PER_STEP: u32 = 8;
 
 /// Dynamic shared memory for `n_tiles` key tiles (the runtime sets it per launch).
 pub fn smem_bytes(n_tiles: u32) -> u32 {
@@ -49,9 +50,7 @@ pub fn smem_bytes(n_tiles: u32) -> u32 {
 pub fn params(spec: &Spec) -> Vec<(String, ParamTy)> {
     let mut p = vec![("seqlen_q".to_string(), ParamTy::I32), ("seqlen_k".to_string(), ParamTy::I32)];
     abi::variant_params(spec, &mut p);
-    for (i, n) in BLOCK_LIST_PARAMS.iter().enumerate() {
-        p.push((n.to_string(), if i == 0 { ParamTy::Ptr } else { ParamTy::I32 }));
-    }
+    abi::block_list_params(spec, &mut p);
     p
 }
 
@@ -96,7 +95,7 @@ fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, tiling: Tiling, output: BlockLayo
 
     // The row list (or row of classes) this CTA writes.
     let row_words = match output {
-        BlockLayout::RowLists => kb.add(lists.n_tiles, kb.i32c(1), "row_words")?,
+        BlockLayout::RowLists | BlockLayout::RowListsWithBits => kb.add(lists.n_tiles, kb.i32c(1), "row_words")?,
         BlockLayout::Dense => lists.n_tiles,
     };
     let row = kb.add(kb.mul(kb.add(kb.mul(b, lists.slots, "")?, slot, "")?, lists.m_tiles, "")?, m_block, "row")?;
@@ -112,7 +111,7 @@ fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, tiling: Tiling, output: BlockLayo
         "",
     )?;
     let is_t0 = kb.icmp(IntPredicate::EQ, tid, kb.i32c(0), "")?;
-    if output == BlockLayout::RowLists {
+    if output.has_lists() {
         let write_zero = kb.and(nothing, is_t0, "")?;
         kb.if_then(write_zero, "empty_row", |kb| kb.st_global_b32(row_addr, kb.i32c(0)))?;
     }
@@ -267,6 +266,7 @@ fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, tiling: Tiling, output: BlockLayo
         kb.if_then(warp0, "compact", |kb| {
             let lane = tid;
             let count = kb.slot_i32("list_count", kb.i32c(0))?;
+            let partials = kb.slot_i32("partial_count", kb.i32c(0))?;
             let chunks = kb.ceil_div(n_tiles, kb.i32c(32), "")?;
             kb.for_range(kb.i32c(0), chunks, "compact_chunks", |kb, ch| {
                 let t = kb.add(kb.mul(ch, kb.i32c(32), "")?, lane, "tile")?;
@@ -278,9 +278,28 @@ fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, tiling: Tiling, output: BlockLayo
                 let lt = kb.sreg("lanemask_lt", "")?;
                 let before = kb.popc(kb.and(ballot, lt, "")?, "")?;
                 let base = kb.get_i(count, "")?;
+                // Partial tiles in list order take bitmask slots 1..=bits_per_row.
+                let partial = kb.and(valid, kb.icmp(IntPredicate::EQ, c, kb.i32c(CLASS_PARTIAL), "")?, "partial")?;
+                let pballot = kb.ballot(partial, "partial_ballot")?;
+                let p_base = kb.get_i(partials, "")?;
+                let ordinal =
+                    kb.add(kb.add(p_base, kb.popc(kb.and(pballot, lt, "")?, "")?, "")?, kb.i32c(1), "partial_ordinal")?;
+                let has_bits = match output {
+                    BlockLayout::RowListsWithBits => {
+                        kb.and(partial, kb.icmp(IntPredicate::SLE, ordinal, lists.bits_per_row, "")?, "has_bits")?
+                    }
+                    _ => kb.boolc(false),
+                };
+                let bits_slot = kb.select_i(has_bits, ordinal, kb.i32c(0), "bits_slot")?;
+                kb.set(partials, kb.add(p_base, kb.popc(pballot, "")?, "")?)?;
+                kb.if_then(has_bits, "note_slot", |kb| {
+                    kb.st_shared_b32(class_addr(kb, t_safe)?, kb.or(c, kb.shl(bits_slot, kb.i32c(8), "")?, "")?)
+                })?;
                 kb.if_then(live, "write_entry", |kb| {
                     let full = kb.icmp(IntPredicate::EQ, c, kb.i32c(CLASS_FULL), "")?;
-                    let entry = kb.or(t, kb.select_i(full, kb.i32c(FULL_TILE as i64), kb.i32c(0), "")?, "entry")?;
+                    let flags = kb.select_i(full, kb.i32c(FULL_TILE as i64), kb.i32c(0), "")?;
+                    let flags = kb.or(flags, kb.shl(bits_slot, kb.i32c(BITS_SLOT_SHIFT as i64), "")?, "")?;
+                    let entry = kb.or(t, flags, "entry")?;
                     let at = kb.add(kb.add(base, before, "")?, kb.i32c(1), "")?;
                     kb.st_global_b32(kb.add(row_addr, kb.mul(kb.zext64(at, "")?, kb.i64c(4), "")?, "")?, entry)
                 })?;
@@ -289,6 +308,75 @@ fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, tiling: Tiling, output: BlockLayo
             let lane0 = kb.icmp(IntPredicate::EQ, lane, kb.i32c(0), "")?;
             let total = kb.get_i(count, "count")?;
             kb.if_then(lane0, "write_count", |kb| kb.st_global_b32(row_addr, total))
+        })?;
+    }
+    if output == BlockLayout::RowListsWithBits {
+        kb.bar_sync()?;
+        kb.section("block classifier 4: the bits of the partial tiles with a slot (all warps, a ballot per word)")?;
+        let words_per_row = block_n.div_ceil(32);
+        let tile_words = block_m * words_per_row;
+        kb.for_range(kb.i32c(0), n_tiles, "bits_tiles", |kb, t| {
+            let c = kb.ld_volatile_shared_b32(class_addr(kb, t)?, "class")?;
+            let slot = kb.lshr(c, kb.i32c(8), "bits_slot")?;
+            let has = kb.icmp(IntPredicate::NE, slot, kb.i32c(0), "")?;
+            kb.if_then(has, "tile_bits", |kb| {
+                let dst = lists.bits_addr(kb, row, slot, tile_words)?;
+                let k0 = kb.mul(t, kb.i32c(block_n as i64), "k0")?;
+                // Each lane evaluates one key of a row, the warp's ballot is the word (32
+                // consecutive keys: coalesced reads). Warp w takes rows w, w + 4, ...,
+                // `rows_per_step` rows a step and all their words, unrolled: independent
+                // reads in flight instead of one latency per word.
+                let rows_per_step = (WORDS_PER_STEP / words_per_row).max(1);
+                let steps = block_m.div_ceil(4 * rows_per_step);
+                kb.for_range(kb.i32c(0), kb.i32c(steps as i64), "bit_steps", |kb, step| {
+                    let mut words = Vec::new();
+                    for u in 0..rows_per_step {
+                        let r_local = kb.add(
+                            warp,
+                            kb.mul(
+                                kb.add(kb.mul(step, kb.i32c(rows_per_step as i64), "")?, kb.i32c(u as i64), "")?,
+                                kb.i32c(4),
+                                "",
+                            )?,
+                            "r_local",
+                        )?;
+                        let r = kb.add(row0, r_local, "r")?;
+                        let row_in = kb.icmp(IntPredicate::SLT, r, rows_total, "row_in")?;
+                        let (q, h) = packed_row(kb, pack, group, r, head_idx, hkv)?;
+                        let hkv_e = if pack { hkv } else { kb.udiv(h, kb.i32c(group), "")? };
+                        for wc in 0..words_per_row {
+                            let k = kb.add(k0, kb.add(kb.i32c(32 * wc as i64), lane, "")?, "k")?;
+                            let vars = ElemVars {
+                                b,
+                                h,
+                                hkv: hkv_e,
+                                q,
+                                k,
+                                seqlen_q: bv.seqlen_q,
+                                seqlen_k: bv.seqlen_k,
+                                score: None,
+                                k_split: None,
+                            };
+                            let ok = kb.and(vexpr::allowed(kb, spec, pred.as_ref(), &vars, &va)?, row_in, "")?;
+                            let w =
+                                kb.add(kb.mul(r_local, kb.i32c(words_per_row as i64), "")?, kb.i32c(wc as i64), "w")?;
+                            words.push((w, kb.ballot(ok, "bits")?, r_local));
+                        }
+                    }
+                    // Lane j stores word j of the step.
+                    let (mut w_at, mut value, mut inside) = (kb.i32c(0), kb.i32c(0), kb.boolc(false));
+                    for (j, &(w, v, r_local)) in words.iter().enumerate() {
+                        let mine = kb.icmp(IntPredicate::EQ, lane, kb.i32c(j as i64), "")?;
+                        w_at = kb.select_i(mine, w, w_at, "")?;
+                        value = kb.select_i(mine, v, value, "")?;
+                        let in_tile = kb.icmp(IntPredicate::ULT, r_local, kb.i32c(block_m as i64), "")?;
+                        inside = kb.select_i(mine, in_tile, inside, "")?;
+                    }
+                    kb.if_then(inside, "store_word", |kb| {
+                        kb.st_global_b32(kb.add(dst, kb.mul(kb.zext64(w_at, "")?, kb.i64c(4), "")?, "")?, value)
+                    })
+                })
+            })
         })?;
     }
     kb.ret()?;

@@ -571,15 +571,16 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             // list when there is one.
             let unmasked = tiles.unmasked(kb, begin)?;
             let first = tiles.tile_at(kb, begin)?;
+            let first_bits = tiles.bits_slot(kb, begin)?;
             if cfg.split_mask {
                 kb.if_else(
                     unmasked,
                     "first_tile",
-                    |kb| self.first_step(kb, &env, &st, first, Masking::None),
-                    |kb| self.first_step(kb, &env, &st, first, Masking::Always),
+                    |kb| self.first_step(kb, &env, &st, first, first_bits, Masking::None),
+                    |kb| self.first_step(kb, &env, &st, first, first_bits, Masking::Always),
                 )?;
             } else {
-                self.first_step(kb, &env, &st, first, Masking::Unless(unmasked))?;
+                self.first_step(kb, &env, &st, first, first_bits, Masking::Unless(unmasked))?;
             }
             let pos = kb.slot_i32("c_pos", kb.i32c(0))?;
             let next0 = tiles.next_nonempty(kb, kb.add(begin, kb.i32c(1), "")?, end, "c_next")?;
@@ -595,15 +596,16 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                     let p0 = kb.get_i(pos, "pos")?;
                     let unmasked = tiles.unmasked(kb, t)?;
                     let tile = tiles.tile_at(kb, t)?;
+                    let bits_slot = tiles.bits_slot(kb, t)?;
                     if cfg.split_mask {
                         kb.if_else(
                             unmasked,
                             "tile",
-                            |kb| self.step(kb, &env, &st, tile, p0, Masking::None),
-                            |kb| self.step(kb, &env, &st, tile, p0, Masking::Always),
+                            |kb| self.step(kb, &env, &st, tile, bits_slot, p0, Masking::None),
+                            |kb| self.step(kb, &env, &st, tile, bits_slot, p0, Masking::Always),
                         )?;
                     } else {
-                        self.step(kb, &env, &st, tile, p0, Masking::Unless(unmasked))?;
+                        self.step(kb, &env, &st, tile, bits_slot, p0, Masking::Unless(unmasked))?;
                     }
                     kb.set(pos, kb.add(p0, kb.i32c(1), "")?)?;
                     let n = tiles.next_nonempty(kb, kb.add(t, kb.i32c(1), "")?, end, "c_next")?;
@@ -667,6 +669,7 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         env: &StepEnv<'_, 'ctx>,
         st: &State<'ctx>,
         t: IntValue<'ctx>,
+        bits_slot: IntValue<'ctx>,
         masked: Masking<'ctx>,
     ) -> R<()> {
         let cta = env.cta;
@@ -678,7 +681,7 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         let s = self.gemm_s(kb, cta, env.q_smem, slot0)?;
         kb.wgmma_commit_group()?;
         self.turn_pass(kb, env.consumer)?;
-        let bits = self.mask_bits(kb, cta, masked, t, env.ltid, env.consumer)?;
+        let bits = self.mask_bits(kb, cta, masked, t, bits_slot, env.ltid, env.consumer)?;
         let s = kb.wgmma_wait_group_acc(0, &s, "s")?;
         self.release(kb, cta, RingBar::EmptyK, slot0, env.ltid)?;
         let (p, _, _) = self.softmax(kb, cta, masked, bits.as_deref(), s, t, st, env.ltid, env.consumer)?;
@@ -698,6 +701,7 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         env: &StepEnv<'_, 'ctx>,
         st: &State<'ctx>,
         t: IntValue<'ctx>,
+        bits_slot: IntValue<'ctx>,
         pos: IntValue<'ctx>,
         masked: Masking<'ctx>,
     ) -> R<()> {
@@ -721,7 +725,7 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         let o = self.gemm_pv(kb, cta, slot0, &p_in, &o_in)?;
         kb.wgmma_commit_group()?;
         self.turn_pass(kb, env.consumer)?;
-        let bits = self.mask_bits(kb, cta, masked, t, env.ltid, env.consumer)?;
+        let bits = self.mask_bits(kb, cta, masked, t, bits_slot, env.ltid, env.consumer)?;
         let s = kb.wgmma_wait_group_acc(1, &s, "s")?;
         self.release(kb, cta, RingBar::EmptyK, slot1, env.ltid)?;
         let (p, alpha, rescale) = self.softmax(kb, cta, masked, bits.as_deref(), s, t, st, env.ltid, env.consumer)?;
@@ -865,13 +869,16 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         cta: &Cta<'ctx>,
         masked: Masking<'ctx>,
         t: IntValue<'ctx>,
+        bits_slot: IntValue<'ctx>,
         ltid: IntValue<'ctx>,
         consumer: IntValue<'ctx>,
     ) -> R<Option<Vec<IntValue<'ctx>>>> {
         if !self.cfg.mask_bits || self.cfg.diag_no_softmax || matches!(masked, Masking::None) {
             return Ok(None);
         }
-        let words = (self.cfg.block_n / 2).div_ceil(32) as usize;
+        // Two rows (the fragment's halves) of block_n / 32 words, relative to the lane's
+        // first column: [`Kernel::mask_bit_of`].
+        let words = (2 * self.cfg.block_n.div_ceil(32)) as usize;
         let spec = self.spec;
         let cfg = self.cfg;
         let compute = |kb: &mut Kb<'ctx>| -> R<Vec<IntValue<'ctx>>> {
@@ -889,8 +896,9 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                 let col = kb.add(col_base, kb.i32c((8 * i + e % 2) as i64), "k_pos")?;
                 let vars = cta.bv.elem_vars(cta.hkv, row.q, row.h, col);
                 let allowed = vexpr::allowed(kb, spec, predicate.as_ref(), &vars, &cta.va)?;
-                let bit = kb.shl(kb.zext32(allowed, "")?, kb.i32c((idx % 32) as i64), "")?;
-                acc[idx / 32] = kb.or(acc[idx / 32], bit, "mask_word")?;
+                let (word, bit) = self.mask_bit_of(idx);
+                let bit = kb.shl(kb.zext32(allowed, "")?, kb.i32c(bit as i64), "")?;
+                acc[word] = kb.or(acc[word], bit, "mask_word")?;
             }
             Ok(acc)
         };
@@ -901,15 +909,91 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                 let slots: Vec<Slot<'ctx>> =
                     (0..words).map(|w| kb.slot_i32(&format!("mask_word{w}"), kb.i32c(-1))).collect::<R<_>>()?;
                 let partial = kb.not(unmasked, "partial_tile")?;
-                kb.if_then(partial, "mask_bits", |kb| {
+                let evaluate = |kb: &mut Kb<'ctx>| -> R<()> {
                     for (slot, w) in slots.iter().zip(compute(kb)?) {
                         kb.set(*slot, w)?;
                     }
                     Ok(())
-                })?;
+                };
+                match &cta.list {
+                    // The classifier wrote this tile's bits: two rows of block_n / 32
+                    // words per thread, gathered into the fragment's order.
+                    Some(list) if self.cfg.mask_bits => {
+                        let has_bits = kb.icmp(IntPredicate::NE, bits_slot, kb.i32c(0), "has_bits")?;
+                        kb.if_then(partial, "mask_bits", |kb| {
+                            kb.if_else(
+                                has_bits,
+                                "tile_bits",
+                                |kb| {
+                                    for (slot, w) in
+                                        slots.iter().zip(self.load_tile_bits(kb, cta, list, bits_slot, ltid, consumer)?)
+                                    {
+                                        kb.set(*slot, w)?;
+                                    }
+                                    Ok(())
+                                },
+                                |kb| evaluate(kb),
+                            )
+                        })?;
+                    }
+                    _ => kb.if_then(partial, "mask_bits", evaluate)?,
+                }
                 slots.iter().map(|sl| kb.get_i(*sl, "mask_word")).collect::<R<_>>().map(Some)
             }
         }
+    }
+
+    /// A partial tile's mask bits as the classifier wrote them (`BlockLayout::
+    /// RowListsWithBits`), in the layout [`Kernel::mask_bits`] returns: bit `idx % 32` of
+    /// word `idx / 32` for S fragment element `idx` (8-column group `idx / 4`, row half
+    /// `idx % 4 / 2`, column `8 (idx / 4) + 2 (lane % 4) + idx % 2`). The thread's two rows
+    /// come as `block_n / 32` words each (vector loads); the lane's column pair is shifted
+    /// down once per word, then each element's bit is a constant position.
+    fn load_tile_bits(
+        &self,
+        kb: &mut Kb<'ctx>,
+        cta: &Cta<'ctx>,
+        list: &RowList<'ctx>,
+        bits_slot: IntValue<'ctx>,
+        ltid: IntValue<'ctx>,
+        consumer: IntValue<'ctx>,
+    ) -> R<Vec<IntValue<'ctx>>> {
+        let _ = cta;
+        let cfg = self.cfg;
+        kb.section("mask (partial tile): the classifier's bits")?;
+        let words_per_row = cfg.block_n.div_ceil(32);
+        let tile_words = cfg.block_m() * words_per_row;
+        let base = list.bits_addr(kb, bits_slot, tile_words)?;
+        let lane = kb.and(ltid, kb.i32c(31), "")?;
+        let warp = kb.udiv(ltid, kb.i32c(32), "")?;
+        let local_row = kb.add(
+            kb.add(kb.mul(consumer, kb.i32c(ROWS_PER_CONSUMER as i64), "")?, kb.mul(warp, kb.i32c(16), "")?, "")?,
+            kb.udiv(lane, kb.i32c(4), "")?,
+            "bits_row",
+        )?;
+        let shift = kb.mul(kb.and(lane, kb.i32c(3), "")?, kb.i32c(2), "bits_shift")?;
+        let mut rows = Vec::new();
+        for half in 0..2 {
+            let r = kb.add(local_row, kb.i32c(8 * half), "")?;
+            let addr =
+                kb.add(base, kb.mul(kb.zext64(r, "")?, kb.i64c(4 * words_per_row as i64), "")?, "bits_row_addr")?;
+            let words = kb.ld_global_nc_v_b32(addr, words_per_row, "bits")?;
+            let words: Vec<IntValue<'ctx>> =
+                words.into_iter().map(|w| kb.lshr(w, shift, "bits_lane")).collect::<R<_>>()?;
+            rows.push(words);
+        }
+        Ok(rows.concat())
+    }
+
+    /// Where S fragment element `idx` (8-column group `idx / 4`, row half `idx % 4 / 2`,
+    /// column `c = 8 (idx / 4) + idx % 2` past the lane's first, `2 (lane % 4)`) has its bit
+    /// in the mask words: word `half · block_n / 32 + c / 32`, bit `c % 32` — the tile's
+    /// row words shifted down by the lane's first column, so the loaded bits need one
+    /// shift per word and the evaluated ones are built the same way.
+    fn mask_bit_of(&self, idx: usize) -> (usize, u32) {
+        let (i, e) = (idx / 4, idx % 4);
+        let col = 8 * i + e % 2;
+        ((e / 2) * self.cfg.block_n.div_ceil(32) as usize + col / 32, (col % 32) as u32)
     }
 
     /// The online softmax of one S tile (key tile `t`): scores to log2 units with the
@@ -963,8 +1047,8 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             kb.section("mask (partial tile)")?;
             if let Some(words) = bits {
                 for (idx, v) in s.iter_mut().enumerate() {
-                    let word = words[idx / 32];
-                    let bit = kb.and(kb.lshr(word, kb.i32c((idx % 32) as i64), "")?, kb.i32c(1), "")?;
+                    let (word, bit) = self.mask_bit_of(idx);
+                    let bit = kb.and(words[word], kb.i32c(1 << bit), "")?;
                     let allowed = kb.icmp(IntPredicate::NE, bit, kb.i32c(0), "allowed")?;
                     *v = kb.select_f(allowed, *v, kb.f32c(f64::NEG_INFINITY), "s_masked")?;
                 }

@@ -165,7 +165,10 @@ pub fn compile_with_config(spec: &Spec, arch: Arch, cfg: &Config) -> Result<Comp
     // Split partials are merged by the forward's last split CTA (fused combine).
     let mut kernels = vec![forward::build(&mut kb, spec, cfg, &kernel_name(spec, "hopper_fwd"))?];
     let tiling = Tiling { block_m: cfg.block_m(), block_n: cfg.block_n, pack_gqa: spec.pack_gqa };
-    block_mask::push_if_needed(&mut kb, spec, tiling, BlockLayout::RowLists, "block_classify", &mut kernels)?;
+    // With mask bits the forward loads a partial tile's bits from the classifier (where it
+    // has a slot) instead of evaluating the mask per element.
+    let layout = if cfg.mask_bits { BlockLayout::RowListsWithBits } else { BlockLayout::RowLists };
+    block_mask::push_if_needed(&mut kb, spec, tiling, layout, "block_classify", &mut kernels)?;
     finish_module(&kb, FamilyKind::Hopper, Direction::Forward, arch, kernels, t0)
 }
 
