@@ -445,7 +445,7 @@ pub fn classify_tile_scanning_aux<'ctx>(
 }
 
 /// The loop nest of [`scan_box`]: one loop per index, the flat offset built as the loops
-/// descend (no divisions), the innermost loop four loads at a time (latency-bound; the
+/// descend (no divisions), the innermost loop 16 loads at a time (latency-bound; the
 /// last group repeats the last index, which leaves a min/max unchanged).
 struct BoxScan<'b, 'ctx> {
     addr: IntValue<'ctx>,
@@ -468,7 +468,7 @@ impl<'ctx> BoxScan<'_, 'ctx> {
                 self.dims(kb, d + 1, flat)
             });
         }
-        const UNROLL: i64 = 4;
+        const UNROLL: i64 = 16;
         let n = kb.add(kb.sub(hi, lo, "")?, kb.i32c(1), "")?;
         let groups = kb.ceil_div(n, kb.i32c(UNROLL), "")?;
         kb.for_range(kb.i32c(0), groups, &format!("{}.dim{d}", self.name), |kb, g| {

@@ -38,7 +38,7 @@ const CLASS_PARTIAL: i64 = 1;
 const CLASS_FULL: i64 = 2;
 const CLASS_UNDECIDED: i64 = 3;
 /// Words of a partial tile's bits a warp builds per step of classifier step 4.
-const WORDS_PER_STEP: u32 = 8;
+const WORDS_PER_STEP: u32 = 32;
 
 /// Dynamic shared memory for `n_tiles` key tiles (the runtime sets it per launch).
 pub fn smem_bytes(n_tiles: u32) -> u32 {
