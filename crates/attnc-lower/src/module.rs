@@ -217,12 +217,20 @@ pub enum BlockLayout {
     /// tile's mask once, for every kernel that walks the lists, instead of each of them
     /// per element.
     RowListsWithBits,
+    /// Dense classes whose partial tiles carry 1 + a bitmask slot from bit 8 (the class in
+    /// bits 0–7), and after the table the bits of those tiles key-major (a row per key,
+    /// bits over the tile's queries): for walks that hold keys on M (the backward's Sᵀ).
+    DenseWithBits,
 }
 
 impl BlockLayout {
     /// Whether kernels walk per-row lists in this layout (the count, then the entries).
     pub fn has_lists(self) -> bool {
         matches!(self, BlockLayout::RowLists | BlockLayout::RowListsWithBits)
+    }
+    /// Whether the classifier writes partial tiles' bits after the lists or classes.
+    pub fn has_bits(self) -> bool {
+        matches!(self, BlockLayout::RowListsWithBits | BlockLayout::DenseWithBits)
     }
 }
 

@@ -29,7 +29,7 @@ use attnc_ir::block_mask::{BlockDims, Tiling};
 use attnc_ir::{KvLayout, Spec};
 use attnc_lower::families::common::backward::{learnable_aux, padded_seqlen, REDUCE_THREADS, ROWS_PER_CTA};
 use attnc_lower::families::common::dq_order::{turn_flags, turn_plan_words, DqAccumulation, MAX_TURN_TILES};
-use attnc_lower::{Direction, Grid, KernelRole, LowerError};
+use attnc_lower::{BlockLayout, Direction, Grid, KernelRole, LowerError};
 use std::sync::Arc;
 
 /// The largest workspace a deterministic backward sizes its dQ slices for: past it, fewer
@@ -52,14 +52,14 @@ struct BackwardSetup<'p> {
     source: CacheSource,
     descs: BackwardDescs<'p>,
     plan: BackwardPlan,
-    /// The classification of an aux mask: tiling, dims, workspace bytes of its classes
-    /// when classified per call (after the plan's regions; 0 with a mask passed in).
-    classify: Option<(Tiling, BlockDims, usize)>,
+    /// The classification of an aux mask: tiling, dims, layout, workspace bytes of its
+    /// classes when classified per call (after the plan's regions; 0 with a mask passed in).
+    classify: Option<(Tiling, BlockDims, BlockLayout, usize)>,
 }
 
 impl BackwardSetup<'_> {
     fn ws_bytes(&self) -> usize {
-        self.plan.ws_bytes + self.classify.map_or(0, |c| c.2)
+        self.plan.ws_bytes + self.classify.map_or(0, |c| c.3)
     }
 }
 
@@ -510,10 +510,17 @@ impl Kernel {
         // call into the workspace after the plan's regions, or kept in a passed-in mask.
         let classify = module.meta.kernel(KernelRole::BlockClassify).map(|c| {
             let tiling = Tiling { block_m: c.block_m, block_n: c.block_n, pack_gqa: false };
-            let d = BlockDims::new(&self.spec, tiling, plan.fwd.batch, plan.fwd.max_seqlen_q, plan.fwd.max_seqlen_k);
-            let words = crate::block_mask::layout_words(d, attnc_lower::BlockLayout::Dense);
+            let layout = match c.grid {
+                attnc_lower::Grid::BlockRows { layout } => layout,
+                _ => attnc_lower::BlockLayout::Dense,
+            };
+            let d = crate::block_mask::with_bit_slots(
+                BlockDims::new(&self.spec, tiling, plan.fwd.batch, plan.fwd.max_seqlen_q, plan.fwd.max_seqlen_k),
+                layout,
+            );
+            let words = crate::block_mask::layout_words(d, layout);
             let ws = if params.block_mask.is_some() { 0 } else { round256(words.max(1) * 4) };
-            (tiling, d, ws)
+            (tiling, d, layout, ws)
         });
         Ok(BackwardSetup { module, source, descs, plan, classify })
     }
@@ -597,17 +604,17 @@ impl Kernel {
         // is queued, so a concurrent caller never reads unqueued classes.
         let mut classify_launch = None;
         let mut _backward_part = None;
-        if let Some((tiling, d, _)) = classify {
+        if let Some((tiling, d, layout, _)) = classify {
             let (ptr, source) = match params.block_mask {
                 None => (ws + plan.ws_bytes as u64, BlockMaskSource::BuiltPerCall),
                 Some(mask) => {
-                    let (guard, built_now) = self.backward_block_mask(mask, &plan.fwd, params, tiling, d)?;
+                    let (guard, built_now) = self.backward_block_mask(mask, &plan.fwd, params, tiling, d, layout)?;
                     let ptr = guard.as_ref().map(|b| b.lists.device_ptr()).unwrap_or(0);
                     _backward_part = Some(guard);
                     (ptr, if built_now { BlockMaskSource::PassedInBackwardBuiltNow } else { BlockMaskSource::PassedIn })
                 }
             };
-            extra.extend(crate::block_mask::list_args(ptr, d));
+            extra.extend(crate::block_mask::list_args(ptr, d, layout));
             if source != BlockMaskSource::PassedIn {
                 classify_launch = Some(crate::block_mask::classifier_launch(d));
             }
@@ -721,16 +728,11 @@ impl Kernel {
         params: &Params,
         tiling: Tiling,
         dims: BlockDims,
+        layout: BlockLayout,
     ) -> Result<(BackwardPart<'m>, bool), RuntimeError> {
         let forward = self.block_mask_built_for(plan, params)?;
         mask.built_for.check_serves(&forward)?;
-        let want = BuiltFor {
-            module_key: format!("{} backward", forward.module_key),
-            tiling,
-            layout: attnc_lower::BlockLayout::Dense,
-            dims,
-            ..forward
-        };
+        let want = BuiltFor { module_key: format!("{} backward", forward.module_key), tiling, layout, dims, ..forward };
         let mut slot =
             mask.backward.lock().map_err(|_| RuntimeError::Other("a block mask's lock was poisoned".into()))?;
         if let Some(part) = slot.as_ref() {

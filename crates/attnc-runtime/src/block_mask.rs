@@ -65,15 +65,20 @@ impl std::fmt::Debug for BlockMask {
 pub(crate) fn layout_words(d: BlockDims, layout: BlockLayout) -> usize {
     match layout {
         BlockLayout::RowLists => d.list_words(),
-        BlockLayout::RowListsWithBits => bits_offset_words(d) + d.bits_words(),
-        BlockLayout::Dense => d.batch * d.slots * d.m_tiles * d.n_tiles,
+        BlockLayout::Dense => dense_words(d),
+        BlockLayout::RowListsWithBits | BlockLayout::DenseWithBits => bits_offset_words(d, layout) + d.bits_words(),
     }
 }
 
-/// Where the bits start, in u32 words from the lists' start (16-byte aligned, so a row of
-/// a tile's bits is one vector load).
-fn bits_offset_words(d: BlockDims) -> usize {
-    d.list_words().div_ceil(4) * 4
+fn dense_words(d: BlockDims) -> usize {
+    d.batch * d.slots * d.m_tiles * d.n_tiles
+}
+
+/// Where the bits start, in u32 words from the lists' (or classes') start (16-byte
+/// aligned, so a row of a tile's bits is one vector load).
+fn bits_offset_words(d: BlockDims, layout: BlockLayout) -> usize {
+    let before = if layout.has_lists() { d.list_words() } else { dense_words(d) };
+    before.div_ceil(4) * 4
 }
 
 /// Words of bits a launch's mask may hold (32 MB): a row's partial tiles past what fits
@@ -85,7 +90,7 @@ const BITS_BUDGET_WORDS: usize = 8 << 20;
 /// `d` with the bitmask slots `layout` gets: in `RowListsWithBits`, one per key tile of a
 /// row as far as [`BITS_BUDGET_WORDS`] allows.
 pub(crate) fn with_bit_slots(d: BlockDims, layout: BlockLayout) -> BlockDims {
-    if layout != BlockLayout::RowListsWithBits {
+    if !layout.has_bits() {
         return d.with_bits(0);
     }
     let rows = (d.batch * d.slots * d.m_tiles).max(1);
@@ -95,9 +100,9 @@ pub(crate) fn with_bit_slots(d: BlockDims, layout: BlockLayout) -> BlockDims {
 
 /// The kernel arguments of a block mask at `ptr` with extents `d`
 /// (`attnc_lower::variant::tiles::BLOCK_LIST_PARAMS`, in order).
-pub(crate) fn list_args(ptr: u64, d: BlockDims) -> [(&'static str, ArgValue); 6] {
+pub(crate) fn list_args(ptr: u64, d: BlockDims, layout: BlockLayout) -> [(&'static str, ArgValue); 6] {
     let [lists, slots, m_tiles, n_tiles, bits, bits_per_row] = BLOCK_LIST_PARAMS;
-    let bits_ptr = if d.bits_per_row > 0 { ptr + 4 * bits_offset_words(d) as u64 } else { 0 };
+    let bits_ptr = if d.bits_per_row > 0 { ptr + 4 * bits_offset_words(d, layout) as u64 } else { 0 };
     [
         (lists, ArgValue::Ptr(ptr)),
         (slots, ArgValue::I32(d.slots as i32)),
@@ -188,8 +193,8 @@ impl BlockMask {
                         BlockLayout::RowLists | BlockLayout::RowListsWithBits => {
                             u64::from(lists.get(row * d.row_words()).copied().unwrap_or(0))
                         }
-                        BlockLayout::Dense => (0..nt as usize)
-                            .filter(|&n| lists.get(row * d.n_tiles + n).is_some_and(|&c| c != 0))
+                        BlockLayout::Dense | BlockLayout::DenseWithBits => (0..nt as usize)
+                            .filter(|&n| lists.get(row * d.n_tiles + n).is_some_and(|&c| c & 0xff != 0))
                             .count() as u64,
                     };
                     total += nt;
@@ -215,7 +220,7 @@ impl BlockMask {
     }
 
     pub(crate) fn args(&self) -> [(&'static str, ArgValue); 6] {
-        list_args(self.lists.device_ptr(), self.built_for.dims)
+        list_args(self.lists.device_ptr(), self.built_for.dims, self.built_for.layout)
     }
 
     pub(crate) fn usage(&self, source: BlockMaskSource) -> BlockMaskUse {
@@ -251,7 +256,7 @@ pub fn entry_is_full(entry: u32) -> bool {
 
 /// The u32 words of bitmask slot `slot` (1-based, as entries hold it) of list row `row`
 /// in a downloaded mask (`Kernel::block_mask_lists`), or `None` past its end.
-pub fn tile_bits(words: &[u32], d: BlockDims, row: usize, slot: usize) -> Option<&[u32]> {
-    let start = bits_offset_words(d) + (row * d.bits_per_row + slot.checked_sub(1)?) * d.tile_words;
+pub fn tile_bits(words: &[u32], d: BlockDims, layout: BlockLayout, row: usize, slot: usize) -> Option<&[u32]> {
+    let start = bits_offset_words(d, layout) + (row * d.bits_per_row + slot.checked_sub(1)?) * d.tile_words;
     words.get(start..start + d.tile_words)
 }

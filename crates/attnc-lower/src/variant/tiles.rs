@@ -81,6 +81,21 @@ impl<'ctx> BlockListArgs<'ctx> {
         m: IntValue<'ctx>,
         n: IntValue<'ctx>,
     ) -> R<IntValue<'ctx>> {
+        let code = self.class_word(kb, b, slot, m, n)?;
+        kb.and(code, kb.i32c(0xff), "bm_class_code")
+    }
+
+    /// The word of row tile `m`, key tile `n` as written (`BlockLayout::DenseWithBits`:
+    /// the class in bits 0–7, 1 + a bitmask slot from bit 8), both clamped as in
+    /// [`Self::class_code`].
+    pub fn class_word(
+        &self,
+        kb: &Kb<'ctx>,
+        b: IntValue<'ctx>,
+        slot: IntValue<'ctx>,
+        m: IntValue<'ctx>,
+        n: IntValue<'ctx>,
+    ) -> R<IntValue<'ctx>> {
         let m = kb.smin(m, kb.sub(self.m_tiles, kb.i32c(1), "")?, "")?;
         let n = kb.smin(n, kb.sub(self.n_tiles, kb.i32c(1), "")?, "")?;
         let row = self.row(kb, b, slot, m)?;

@@ -954,13 +954,13 @@ fn block_mask_check(
                         let tile = (e & attnc_ir::block_mask::TILE_INDEX_MASK) as usize;
                         let want_bits =
                             attnc_ir::block_mask::reference_tile_bits(s, mask.tiling(), &data, b, slot, m, tile);
-                        crate::block_mask::tile_bits(&got, d, r, bits_slot) != Some(&want_bits[..])
+                        crate::block_mask::tile_bits(&got, d, mask.layout(), r, bits_slot) != Some(&want_bits[..])
                     })
                 })
                 .count()
         }
         // One class per tile; only tiles inside the sequences are written (and read).
-        attnc_lower::BlockLayout::Dense => (0..rows)
+        attnc_lower::BlockLayout::Dense | attnc_lower::BlockLayout::DenseWithBits => (0..rows)
             .filter(|&r| {
                 let b = r / (d.slots * d.m_tiles);
                 let m = r % d.m_tiles;
@@ -974,7 +974,7 @@ fn block_mask_check(
                             attnc_ir::TileClass::Partial => 1,
                             attnc_ir::TileClass::Full => 2,
                         };
-                        got[r * d.n_tiles + n] != code
+                        got[r * d.n_tiles + n] & 0xff != code
                     })
             })
             .count(),

@@ -41,10 +41,13 @@ const LOG2E: f64 = std::f64::consts::LOG2_E;
 /// The kernels of every family's backward module, in launch order around the family's
 /// main kernel (`main`): preprocess, main, dQ convert, then the sink gradient (specs with
 /// sinks), the aux-gradient reduce (learnable aux tensors) and the block classifier at the
-/// main kernel's tiling (masks over aux tensors; query tiles are per head, never packed).
+/// main kernel's tiling in layout `classes` (`Dense`, or `DenseWithBits` for a main kernel
+/// that reads partial tiles' bits; masks over aux tensors; query tiles are per head, never
+/// packed).
 pub fn build_kernels<'ctx>(
     kb: &mut Kb<'ctx>,
     spec: &Spec,
+    classes: BlockLayout,
     main: impl FnOnce(&mut Kb<'ctx>) -> R<KernelInfo>,
 ) -> R<Vec<KernelInfo>> {
     let mut kernels = vec![build_preprocess(kb, spec, &kernel_name(spec, "bwd_pre"))?];
@@ -62,7 +65,7 @@ pub fn build_kernels<'ctx>(
     if !learnable_aux(spec).is_empty() {
         kernels.push(build_aux_reduce(kb, spec, &kernel_name(spec, "bwd_daux"))?);
     }
-    super::block_mask::push_if_needed(kb, spec, tiling, BlockLayout::Dense, "bwd_block_classify", &mut kernels)?;
+    super::block_mask::push_if_needed(kb, spec, tiling, classes, "bwd_block_classify", &mut kernels)?;
     Ok(kernels)
 }
 

@@ -96,7 +96,7 @@ fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, tiling: Tiling, output: BlockLayo
     // The row list (or row of classes) this CTA writes.
     let row_words = match output {
         BlockLayout::RowLists | BlockLayout::RowListsWithBits => kb.add(lists.n_tiles, kb.i32c(1), "row_words")?,
-        BlockLayout::Dense => lists.n_tiles,
+        BlockLayout::Dense | BlockLayout::DenseWithBits => lists.n_tiles,
     };
     let row = kb.add(kb.mul(kb.add(kb.mul(b, lists.slots, "")?, slot, "")?, lists.m_tiles, "")?, m_block, "row")?;
     let row_addr =
@@ -247,7 +247,34 @@ fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, tiling: Tiling, output: BlockLayo
     )?;
     kb.bar_sync()?;
 
-    if output == BlockLayout::Dense {
+    if output == BlockLayout::DenseWithBits {
+        kb.section("block classifier 3a: bitmask slots of the partial tiles (warp 0, ballots)")?;
+        let warp0 = kb.icmp(IntPredicate::ULT, tid, kb.i32c(32), "")?;
+        kb.if_then(warp0, "dense_slots", |kb| {
+            let partials = kb.slot_i32("partial_count", kb.i32c(0))?;
+            let chunks = kb.ceil_div(n_tiles, kb.i32c(32), "")?;
+            kb.for_range(kb.i32c(0), chunks, "slot_chunks", |kb, ch| {
+                let t = kb.add(kb.mul(ch, kb.i32c(32), "")?, tid, "tile")?;
+                let valid = kb.icmp(IntPredicate::SLT, t, n_tiles, "")?;
+                let t_safe = kb.select_i(valid, t, kb.i32c(0), "")?;
+                let c = kb.ld_volatile_shared_b32(class_addr(kb, t_safe)?, "class")?;
+                let partial = kb.and(valid, kb.icmp(IntPredicate::EQ, c, kb.i32c(CLASS_PARTIAL), "")?, "partial")?;
+                let pballot = kb.ballot(partial, "partial_ballot")?;
+                let lt = kb.sreg("lanemask_lt", "")?;
+                let p_base = kb.get_i(partials, "")?;
+                let ordinal =
+                    kb.add(kb.add(p_base, kb.popc(kb.and(pballot, lt, "")?, "")?, "")?, kb.i32c(1), "partial_ordinal")?;
+                let has_bits =
+                    kb.and(partial, kb.icmp(IntPredicate::SLE, ordinal, lists.bits_per_row, "")?, "has_bits")?;
+                kb.set(partials, kb.add(p_base, kb.popc(pballot, "")?, "")?)?;
+                kb.if_then(has_bits, "note_slot", |kb| {
+                    kb.st_shared_b32(class_addr(kb, t_safe)?, kb.or(c, kb.shl(ordinal, kb.i32c(8), "")?, "")?)
+                })
+            })
+        })?;
+        kb.bar_sync()?;
+    }
+    if matches!(output, BlockLayout::Dense | BlockLayout::DenseWithBits) {
         kb.section("block classifier 3: the classes, one word per tile")?;
         let n = kb.slot_i32("dense_tile", tid)?;
         kb.while_loop(
@@ -310,11 +337,15 @@ fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, tiling: Tiling, output: BlockLayo
             kb.if_then(lane0, "write_count", |kb| kb.st_global_b32(row_addr, total))
         })?;
     }
-    if output == BlockLayout::RowListsWithBits {
+    if output.has_bits() {
+        // Bit rows are query rows (`RowListsWithBits`) or keys (`DenseWithBits`, for
+        // walks with keys on M); each lane evaluates one element of the other axis.
+        let key_rows = output == BlockLayout::DenseWithBits;
         kb.bar_sync()?;
         kb.section("block classifier 4: the bits of the partial tiles with a slot (all warps, a ballot per word)")?;
-        let words_per_row = block_n.div_ceil(32);
-        let tile_words = block_m * words_per_row;
+        let (bit_rows, bit_cols) = if key_rows { (block_n, block_m) } else { (block_m, block_n) };
+        let words_per_row = bit_cols.div_ceil(32);
+        let tile_words = bit_rows * words_per_row;
         kb.for_range(kb.i32c(0), n_tiles, "bits_tiles", |kb, t| {
             let c = kb.ld_volatile_shared_b32(class_addr(kb, t)?, "class")?;
             let slot = kb.lshr(c, kb.i32c(8), "bits_slot")?;
@@ -327,7 +358,7 @@ fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, tiling: Tiling, output: BlockLayo
                 // `rows_per_step` rows a step and all their words, unrolled: independent
                 // reads in flight instead of one latency per word.
                 let rows_per_step = (WORDS_PER_STEP / words_per_row).max(1);
-                let steps = block_m.div_ceil(4 * rows_per_step);
+                let steps = bit_rows.div_ceil(4 * rows_per_step);
                 kb.for_range(kb.i32c(0), kb.i32c(steps as i64), "bit_steps", |kb, step| {
                     let mut words = Vec::new();
                     for u in 0..rows_per_step {
@@ -340,12 +371,16 @@ fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, tiling: Tiling, output: BlockLayo
                             )?,
                             "r_local",
                         )?;
-                        let r = kb.add(row0, r_local, "r")?;
-                        let row_in = kb.icmp(IntPredicate::SLT, r, rows_total, "row_in")?;
-                        let (q, h) = packed_row(kb, pack, group, r, head_idx, hkv)?;
-                        let hkv_e = if pack { hkv } else { kb.udiv(h, kb.i32c(group), "")? };
                         for wc in 0..words_per_row {
-                            let k = kb.add(k0, kb.add(kb.i32c(32 * wc as i64), lane, "")?, "k")?;
+                            // This lane's element: (row r_local, column 32 wc + lane) of
+                            // the bit rows, a (query row, key) of the tile.
+                            let col = kb.add(kb.i32c(32 * wc as i64), lane, "")?;
+                            let (r_in_tile, key_in_tile) = if key_rows { (col, r_local) } else { (r_local, col) };
+                            let r = kb.add(row0, r_in_tile, "r")?;
+                            let row_in = kb.icmp(IntPredicate::SLT, r, rows_total, "row_in")?;
+                            let (q, h) = packed_row(kb, pack, group, r, head_idx, hkv)?;
+                            let hkv_e = if pack { hkv } else { kb.udiv(h, kb.i32c(group), "")? };
+                            let k = kb.add(k0, key_in_tile, "k")?;
                             let vars = ElemVars {
                                 b,
                                 h,
@@ -369,7 +404,7 @@ fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, tiling: Tiling, output: BlockLayo
                         let mine = kb.icmp(IntPredicate::EQ, lane, kb.i32c(j as i64), "")?;
                         w_at = kb.select_i(mine, w, w_at, "")?;
                         value = kb.select_i(mine, v, value, "")?;
-                        let in_tile = kb.icmp(IntPredicate::ULT, r_local, kb.i32c(block_m as i64), "")?;
+                        let in_tile = kb.icmp(IntPredicate::ULT, r_local, kb.i32c(bit_rows as i64), "")?;
                         inside = kb.select_i(mine, in_tile, inside, "")?;
                     }
                     kb.if_then(inside, "store_word", |kb| {

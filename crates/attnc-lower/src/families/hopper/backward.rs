@@ -41,7 +41,8 @@ use crate::module::{Grid, KernelInfo, KernelRole};
 use crate::variant::expr as vexpr;
 use crate::variant::grad::ScoreGrad;
 use crate::variant::layout::kv_row_offsets;
-use crate::variant::tiles::{walk_key_tiles, QueryPair, QueryTiles};
+use crate::variant::tiles::{walk_key_tiles, BlockListArgs, QueryPair, QueryTiles};
+use attnc_ir::block_mask::{needs_block_mask, HeadSlots};
 use attnc_ir::Spec;
 use inkwell::values::{FloatValue, IntValue};
 use inkwell::{FloatPredicate, IntPredicate};
@@ -808,7 +809,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let cta = env.cta;
         let bits = kb.slot_i32("mask_bits", kb.i32c(-1))?;
         let partial = kb.not(unmasked, "partial_tile")?;
-        kb.if_then(partial, "mask_bits", |kb| {
+        let evaluate = |kb: &mut Kb<'ctx>| -> R<()> {
             kb.section("mask (partial tile): one bit per element")?;
             let pos = self.frag_pos(kb, env, n0)?;
             let predicate = spec.mask.to_predicate();
@@ -823,7 +824,62 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                 acc = kb.or(acc, bit, "")?;
             }
             kb.set(bits, acc)
-        })?;
+        };
+        let lists = self.args.block_lists().filter(|_| self.cfg.mask_bits && needs_block_mask(spec));
+        match lists {
+            // The classifier wrote this tile's bits (`BlockLayout::DenseWithBits`) where its
+            // class word names a slot: key rows of block_m / 32 words.
+            Some(lists) => kb.if_then(partial, "mask_bits", |kb| {
+                let head_slot = BlockListArgs::head_slot(kb, HeadSlots::for_spec(spec, false), h, h);
+                let m = kb.udiv(m0, kb.i32c(self.cfg.block_m as i64), "m_tile")?;
+                let n = kb.udiv(n0, kb.i32c(self.cfg.block_n() as i64), "n_tile")?;
+                let word = lists.class_word(kb, cta.bv.b, head_slot, m, n)?;
+                let slot = kb.lshr(word, kb.i32c(8), "bits_slot")?;
+                let has = kb.icmp(IntPredicate::NE, slot, kb.i32c(0), "has_bits")?;
+                kb.if_else(
+                    has,
+                    "tile_bits",
+                    |kb| {
+                        kb.section("mask (partial tile): the classifier's bits")?;
+                        let row = lists.row(kb, cta.bv.b, head_slot, m)?;
+                        let words_per_row = self.cfg.block_m.div_ceil(32);
+                        let tile_words = self.cfg.block_n() * words_per_row;
+                        let base = lists.bits_addr(kb, row, slot, tile_words)?;
+                        let pos = self.frag_pos(kb, env, n0)?;
+                        let key_local = kb.sub(pos.key0, n0, "key_local")?;
+                        let mut rows = Vec::new();
+                        for half in 0..2 {
+                            let r = kb.add(key_local, kb.i32c(8 * half), "")?;
+                            let addr = kb.add(
+                                base,
+                                kb.mul(kb.zext64(r, "")?, kb.i64c(4 * words_per_row as i64), "")?,
+                                "bits_row_addr",
+                            )?;
+                            let words = kb.ld_global_nc_v_b32(addr, words_per_row, "bits")?;
+                            rows.push(
+                                words
+                                    .into_iter()
+                                    .map(|w| kb.lshr(w, pos.col0, "bits_lane"))
+                                    .collect::<R<Vec<IntValue<'ctx>>>>()?,
+                            );
+                        }
+                        // Element idx: key row idx % 4 / 2, query column 8 (idx / 4) + idx % 2
+                        // past the lane's first.
+                        let mut acc = kb.i32c(0);
+                        for idx in 0..(self.cfg.block_m / 2) as usize {
+                            let (i, e) = (idx / 4, idx % 4);
+                            let col = 8 * i + e % 2;
+                            let w = rows[e / 2][col / 32];
+                            let bit = kb.and(kb.lshr(w, kb.i32c((col % 32) as i64), "")?, kb.i32c(1), "")?;
+                            acc = kb.or(acc, kb.shl(bit, kb.i32c(idx as i64), "")?, "")?;
+                        }
+                        kb.set(bits, acc)
+                    },
+                    |kb| evaluate(kb),
+                )
+            })?,
+            None => kb.if_then(partial, "mask_bits", evaluate)?,
+        }
         kb.get_i(bits, "mask_bits")
     }
 

@@ -335,6 +335,10 @@ pub struct BwdConfig {
     /// Build the ordered deterministic mode (`ordered_dq`); off in the step down, for
     /// specs where its few instructions in the consumers make them spill.
     pub ordered: bool,
+    /// A partial tile's mask from the bits the classifier wrote (`BlockLayout::
+    /// DenseWithBits`, key-major) where it has a slot, instead of evaluating it (masks over
+    /// aux tensors).
+    pub mask_bits: bool,
     pub producer_regs: u32,
     pub consumer_regs: u32,
     /// Diagnostics only (wrong results; never set by `for_spec`, only through
@@ -398,6 +402,7 @@ impl BwdConfig {
             // but loses 6-14% at d64, where each warpgroup stages its own tile.
             dq_bulk: dq_split == DqSplit::Columns,
             ordered: true,
+            mask_bits: true,
             producer_regs: 24,
             consumer_regs: 240,
             diag: BwdDiag::default(),
@@ -422,6 +427,7 @@ impl BwdConfig {
                 "rotate_walk" => self.rotate_walk = n != 0,
                 "dq_bulk" => self.dq_bulk = n != 0,
                 "ordered" => self.ordered = n != 0,
+                "mask_bits" => self.mask_bits = n != 0,
                 "diag_no_dq_red" => self.diag.no_dq_red = n != 0,
                 "diag_no_dq" => self.diag.no_dq = n != 0,
                 "diag_no_softmax" => self.diag.no_softmax = n != 0,

@@ -107,7 +107,8 @@ pub fn compile_backward_with_config(spec: &Spec, arch: Arch, cfg: &BwdConfig) ->
     let t0 = std::time::Instant::now();
     let ctx = Context::create();
     let mut kb = Kb::new(&ctx, &format!("attnc_{}_bwd", spec.name));
-    let kernels = common_bwd::build_kernels(&mut kb, spec, |kb| {
+    let classes = if cfg.mask_bits { BlockLayout::DenseWithBits } else { BlockLayout::Dense };
+    let kernels = common_bwd::build_kernels(&mut kb, spec, classes, |kb| {
         backward::build(kb, spec, cfg, &kernel_name(spec, "hopper_bwd"))
     })?;
     // dQ goes out through vector atomics.
