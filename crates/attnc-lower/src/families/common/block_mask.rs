@@ -13,7 +13,13 @@
 //!    reaches every row and spread columns in the first round; it stops as soon as the
 //!    tile has shown both an allowed and a masked element (Partial, by warp votes) or has
 //!    no elements left (Full or Empty);
-//! 3. **lists**: warp 0 compacts the classes into the row list with ballots.
+//! 3. **lists**: warp 0 compacts the classes into the row list with ballots (or the dense
+//!    layouts write one class word per tile); with bits, the first `bits_per_row` partial
+//!    tiles of the row get slots 1, 2, ... in their entries (class words);
+//! 4. **bits** (`RowListsWithBits`, `DenseWithBits`): the four warps evaluate every
+//!    element of each slotted tile, a lane per element of a bit row and a ballot per word
+//!    (bit rows are query rows, or keys for the dense layout's key-major bits), so the
+//!    kernels that walk the lists test bits instead of evaluating the mask.
 //!
 //! Elements outside the entry's seqlen_q × seqlen_k do not count, as in the reference.
 

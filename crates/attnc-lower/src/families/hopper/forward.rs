@@ -859,10 +859,12 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         Ok(acc)
     }
 
-    /// The mask of a partial tile as bit words (bit `idx % 32` of word `idx / 32` set
-    /// where S fragment element `idx` is allowed), emitted while `S = Q·Kᵀ` is in flight
-    /// (`Config::mask_bits`); all ones on a tile `masked` says is full, where nothing
-    /// reads them. `None` when the configuration applies the mask after S instead.
+    /// The mask of a partial tile as bit words (the bit [`Kernel::mask_bit_of`] gives S
+    /// fragment element `idx` set where it is allowed), emitted while `S = Q·Kᵀ` is in
+    /// flight (`Config::mask_bits`): loaded from the classifier's bits where the tile has a
+    /// slot (`bits_slot` ≠ 0), evaluated otherwise; all ones on a tile `masked` says is
+    /// full, where nothing reads them. `None` when the configuration applies the mask
+    /// after S instead.
     fn mask_bits(
         &self,
         kb: &mut Kb<'ctx>,
@@ -926,7 +928,7 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                                 "tile_bits",
                                 |kb| {
                                     for (slot, w) in
-                                        slots.iter().zip(self.load_tile_bits(kb, cta, list, bits_slot, ltid, consumer)?)
+                                        slots.iter().zip(self.load_tile_bits(kb, list, bits_slot, ltid, consumer)?)
                                     {
                                         kb.set(*slot, w)?;
                                     }
@@ -944,21 +946,18 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
     }
 
     /// A partial tile's mask bits as the classifier wrote them (`BlockLayout::
-    /// RowListsWithBits`), in the layout [`Kernel::mask_bits`] returns: bit `idx % 32` of
-    /// word `idx / 32` for S fragment element `idx` (8-column group `idx / 4`, row half
-    /// `idx % 4 / 2`, column `8 (idx / 4) + 2 (lane % 4) + idx % 2`). The thread's two rows
-    /// come as `block_n / 32` words each (vector loads); the lane's column pair is shifted
-    /// down once per word, then each element's bit is a constant position.
+    /// RowListsWithBits`), in the layout [`Kernel::mask_bits`] returns
+    /// ([`Kernel::mask_bit_of`]): the thread's two rows as `block_n / 32` words each
+    /// (vector loads), shifted down by the lane's first column, so each element's bit is
+    /// a constant position.
     fn load_tile_bits(
         &self,
         kb: &mut Kb<'ctx>,
-        cta: &Cta<'ctx>,
         list: &RowList<'ctx>,
         bits_slot: IntValue<'ctx>,
         ltid: IntValue<'ctx>,
         consumer: IntValue<'ctx>,
     ) -> R<Vec<IntValue<'ctx>>> {
-        let _ = cta;
         let cfg = self.cfg;
         kb.section("mask (partial tile): the classifier's bits")?;
         let words_per_row = cfg.block_n.div_ceil(32);
