@@ -260,3 +260,54 @@ pub fn tile_bits(words: &[u32], d: BlockDims, layout: BlockLayout, row: usize, s
     let start = bits_offset_words(d, layout) + (row * d.bits_per_row + slot.checked_sub(1)?) * d.tile_words;
     words.get(start..start + d.tile_words)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dims(batch: usize, m_tiles: usize, n_tiles: usize, tile_words: usize) -> BlockDims {
+        BlockDims { batch, slots: 1, m_tiles, n_tiles, bits_per_row: 0, tile_words }
+    }
+
+    /// Slots only for layouts with bits: one per key tile of a row while the budget
+    /// holds, fewer past it, none when tile indices would not fit an entry.
+    #[test]
+    fn bit_slots_follow_the_layout_and_the_budget() {
+        let d = dims(4, 64, 64, 512);
+        assert_eq!(with_bit_slots(d, BlockLayout::RowLists).bits_per_row, 0);
+        assert_eq!(with_bit_slots(d, BlockLayout::Dense).bits_per_row, 0);
+        assert_eq!(with_bit_slots(d, BlockLayout::RowListsWithBits).bits_per_row, 64);
+        assert_eq!(with_bit_slots(d, BlockLayout::DenseWithBits).bits_per_row, 64);
+        // 32k × batch 16: 4096 rows of 512-word tiles, four slots fit 32 MB.
+        let big = with_bit_slots(dims(16, 256, 256, 512), BlockLayout::RowListsWithBits);
+        assert_eq!(big.bits_per_row, 4);
+        assert!(big.bits_words() <= BITS_BUDGET_WORDS);
+        let too_many_tiles = dims(1, 1, attnc_ir::block_mask::TILE_INDEX_MASK as usize + 2, 512);
+        assert_eq!(with_bit_slots(too_many_tiles, BlockLayout::RowListsWithBits).bits_per_row, 0);
+    }
+
+    /// The bits start 16-byte aligned after the lists (or classes), the kernels get their
+    /// address only where there are slots, and a slot's words are where the kernels
+    /// (`BlockListArgs::bits_addr`) look for them.
+    #[test]
+    fn bits_sit_after_the_lists_aligned() {
+        let d = with_bit_slots(dims(2, 3, 5, 256), BlockLayout::RowListsWithBits);
+        let lists = d.list_words();
+        assert_eq!(lists, 2 * 3 * 6);
+        let offset = bits_offset_words(d, BlockLayout::RowListsWithBits);
+        assert!(offset >= lists && offset % 4 == 0 && offset - lists < 4);
+        assert_eq!(layout_words(d, BlockLayout::RowListsWithBits), offset + 2 * 3 * 5 * 256);
+        let args = list_args(1 << 20, d, BlockLayout::RowListsWithBits);
+        assert!(matches!(args[4].1, ArgValue::Ptr(p) if p == (1 << 20) + 4 * offset as u64));
+        assert!(matches!(args[5].1, ArgValue::I32(5)));
+        let plain = list_args(1 << 20, d.with_bits(0), BlockLayout::RowLists);
+        assert!(matches!(plain[4].1, ArgValue::Ptr(0)));
+        let dense = with_bit_slots(dims(2, 3, 5, 256), BlockLayout::DenseWithBits);
+        assert_eq!(bits_offset_words(dense, BlockLayout::DenseWithBits), (2 * 3 * 5usize).div_ceil(4) * 4);
+        // Row 4, slot 2 (1-based): the 4 · 5 + 1 = 21st tile of bits.
+        let words: Vec<u32> = (0..layout_words(d, BlockLayout::RowListsWithBits) as u32).collect();
+        let tile = tile_bits(&words, d, BlockLayout::RowListsWithBits, 4, 2).expect("inside");
+        assert_eq!(tile[0] as usize, offset + 21 * 256);
+        assert!(tile_bits(&words, d, BlockLayout::RowListsWithBits, 4, 0).is_none());
+    }
+}

@@ -213,6 +213,34 @@ mod tests {
         }
     }
 
+    /// A mask over aux tensors: both directions' classifiers write partial tiles' bits
+    /// (a ballot per word), in the layout their main kernel reads — query rows for the
+    /// forward, keys for the backward — and both main kernels load them (vector loads
+    /// under the S GEMM) beside the per-element fallback; at 128-key forward tiles.
+    #[test]
+    fn aux_masks_read_the_classifiers_bits() {
+        use crate::module::{BlockLayout, Grid, KernelRole};
+        let spec = attnc_dsl::parse_named(
+            "doc.attn",
+            "attention doc {\n dtype bf16\n head_dim 128\n heads 16\n aux doc: int[batch, seqlen_k]\n mask causal && doc[b, q] == doc[b, k]\n}\n",
+        )
+        .expect("parses");
+        for (direction, layout, load) in [
+            (Direction::Forward, BlockLayout::RowListsWithBits, "ld.global.nc.v4.b32"),
+            (Direction::Backward, BlockLayout::DenseWithBits, "ld.global.nc.v2.b32"),
+        ] {
+            let m = Hopper.compile(&spec, Arch::Sm90a, direction).expect("compiles");
+            let classify = m.kernels.iter().find(|k| k.role == KernelRole::BlockClassify).expect("a classifier");
+            assert_eq!(classify.grid, Grid::BlockRows { layout }, "{direction:?}");
+            assert!(m.ptx.contains("block classifier 4: the bits"), "{direction:?}");
+            assert!(m.ptx.contains("vote.sync.ballot"), "{direction:?}");
+            assert!(m.ptx.contains("the classifier's bits") && m.ptx.contains(load), "{direction:?}");
+            assert!(m.ptx.contains("one bit per element"), "{direction:?}: the fallback evaluation");
+        }
+        let fwd = Hopper.compile(&spec, Arch::Sm90a, Direction::Forward).expect("compiles");
+        assert_eq!(fwd.kernels.iter().find(|k| k.role == KernelRole::Forward).map(|k| k.block_n), Some(128));
+    }
+
     /// The ordered deterministic mode is where the dQ tile is one bulk reduce (d128): the
     /// main kernel says so in its grid and the module has the turn-plan kernel at the main
     /// kernel's tiling; at d64/96 (the key split's per-thread adds) neither.
