@@ -253,7 +253,10 @@ fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, tiling: Tiling, output: BlockLayo
     )?;
     kb.bar_sync()?;
 
-    if output == BlockLayout::DenseWithBits {
+    if output.has_bits() {
+        // The row's first `bits_per_row` partial tiles, in key order, get slots 1, 2, ...:
+        // noted in the class word (bits 8..), which the list entry or dense word carries
+        // and step 4 reads.
         kb.section("block classifier 3a: bitmask slots of the partial tiles (warp 0, ballots)")?;
         let warp0 = kb.icmp(IntPredicate::ULT, tid, kb.i32c(32), "")?;
         kb.if_then(warp0, "dense_slots", |kb| {
@@ -299,35 +302,19 @@ fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, tiling: Tiling, output: BlockLayo
         kb.if_then(warp0, "compact", |kb| {
             let lane = tid;
             let count = kb.slot_i32("list_count", kb.i32c(0))?;
-            let partials = kb.slot_i32("partial_count", kb.i32c(0))?;
             let chunks = kb.ceil_div(n_tiles, kb.i32c(32), "")?;
             kb.for_range(kb.i32c(0), chunks, "compact_chunks", |kb, ch| {
                 let t = kb.add(kb.mul(ch, kb.i32c(32), "")?, lane, "tile")?;
                 let valid = kb.icmp(IntPredicate::SLT, t, n_tiles, "")?;
                 let t_safe = kb.select_i(valid, t, kb.i32c(0), "")?;
-                let c = kb.ld_volatile_shared_b32(class_addr(kb, t_safe)?, "class")?;
+                let word = kb.ld_volatile_shared_b32(class_addr(kb, t_safe)?, "class_word")?;
+                let c = kb.and(word, kb.i32c(0xff), "class")?;
+                let bits_slot = kb.lshr(word, kb.i32c(8), "bits_slot")?;
                 let live = kb.and(valid, kb.icmp(IntPredicate::NE, c, kb.i32c(CLASS_EMPTY), "")?, "live")?;
                 let ballot = kb.ballot(live, "ballot")?;
                 let lt = kb.sreg("lanemask_lt", "")?;
                 let before = kb.popc(kb.and(ballot, lt, "")?, "")?;
                 let base = kb.get_i(count, "")?;
-                // Partial tiles in list order take bitmask slots 1..=bits_per_row.
-                let partial = kb.and(valid, kb.icmp(IntPredicate::EQ, c, kb.i32c(CLASS_PARTIAL), "")?, "partial")?;
-                let pballot = kb.ballot(partial, "partial_ballot")?;
-                let p_base = kb.get_i(partials, "")?;
-                let ordinal =
-                    kb.add(kb.add(p_base, kb.popc(kb.and(pballot, lt, "")?, "")?, "")?, kb.i32c(1), "partial_ordinal")?;
-                let has_bits = match output {
-                    BlockLayout::RowListsWithBits => {
-                        kb.and(partial, kb.icmp(IntPredicate::SLE, ordinal, lists.bits_per_row, "")?, "has_bits")?
-                    }
-                    _ => kb.boolc(false),
-                };
-                let bits_slot = kb.select_i(has_bits, ordinal, kb.i32c(0), "bits_slot")?;
-                kb.set(partials, kb.add(p_base, kb.popc(pballot, "")?, "")?)?;
-                kb.if_then(has_bits, "note_slot", |kb| {
-                    kb.st_shared_b32(class_addr(kb, t_safe)?, kb.or(c, kb.shl(bits_slot, kb.i32c(8), "")?, "")?)
-                })?;
                 kb.if_then(live, "write_entry", |kb| {
                     let full = kb.icmp(IntPredicate::EQ, c, kb.i32c(CLASS_FULL), "")?;
                     let flags = kb.select_i(full, kb.i32c(FULL_TILE as i64), kb.i32c(0), "")?;
