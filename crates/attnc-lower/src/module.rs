@@ -95,6 +95,9 @@ pub enum KernelRole {
     /// Block mask: the forward's row lists of non-empty key tiles, classified from the
     /// mask over the launch's data (`families::common::block_mask`).
     BlockClassify,
+    /// Block mask with bits: every element of the partial tiles the classifier queued,
+    /// into their bitmask slots (launched right after it).
+    BlockBits,
     /// Backward, ordered deterministic mode: each (query tile, key tile) visit's
     /// predecessor in the dQ order (`families::common::dq_order`).
     TurnPlan,
@@ -111,6 +114,7 @@ impl KernelRole {
             KernelRole::SinkGrad => "sink gradient",
             KernelRole::AuxGradReduce => "aux-gradient reduce",
             KernelRole::BlockClassify => "block classifier",
+            KernelRole::BlockBits => "block mask bits",
             KernelRole::TurnPlan => "dQ turn plan",
         }
     }
@@ -119,7 +123,7 @@ impl KernelRole {
     /// classifier is in both (each direction classifies at its own tiling).
     pub fn belongs_to(self, d: Direction) -> bool {
         match self {
-            KernelRole::BlockClassify => true,
+            KernelRole::BlockClassify | KernelRole::BlockBits => true,
             KernelRole::Forward | KernelRole::Combine => d == Direction::Forward,
             KernelRole::BackwardPreprocess
             | KernelRole::BackwardMain
@@ -201,6 +205,10 @@ pub enum Grid {
     /// `(row tiles, head slots, batch)` of a block mask: one CTA per row of tiles,
     /// written in `layout`.
     BlockRows { layout: BlockLayout },
+    /// `[min(bit-work items, SMs × CTAs per SM), 1, 1]`: the block mask bits kernel's
+    /// warps stride over the (queued tile, step) items the classifier left
+    /// (`families::common::block_mask`).
+    QueuedBitWork,
 }
 
 /// What a block classifier writes per row tile (`[batch][slot][m_tiles][row words]` u32).

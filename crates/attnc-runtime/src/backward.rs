@@ -615,8 +615,12 @@ impl Kernel {
                 }
             };
             extra.extend(crate::block_mask::list_args(ptr, d, layout));
+            // (Every kernel of the module is marshalled, launched or not.)
+            let bit_queue = crate::block_mask::queue_arg(ptr, d, layout);
+            extra.extend(bit_queue.map(|(arg, _)| arg));
             if source != BlockMaskSource::PassedIn {
-                classify_launch = Some(crate::block_mask::classifier_launch(d));
+                let bits = crate::block_mask::bits_grid(d, tiling, layout, gpu.info.usable_sm_count);
+                classify_launch = Some((crate::block_mask::classifier_launch(d), bits, bit_queue.map(|(_, at)| at)));
             }
             receipt.block_mask = Some(crate::receipt::BlockMaskUse {
                 source,
@@ -637,7 +641,8 @@ impl Kernel {
                     KernelRole::AuxGradReduce if plan.deterministic => plan.aux_grid,
                     // Atomic accumulation writes the gradients directly.
                     KernelRole::AuxGradReduce => [0, 0, 0],
-                    KernelRole::BlockClassify => classify_launch.map_or([0, 0, 0], |l| l.0),
+                    KernelRole::BlockClassify => classify_launch.map_or([0, 0, 0], |l| l.0 .0),
+                    KernelRole::BlockBits => classify_launch.map_or([0, 0, 0], |l| l.1),
                     KernelRole::TurnPlan => plan.turn_grid,
                     other => return Err(RuntimeError::Abi(format!("a {other} kernel in a backward module"))),
                 };
@@ -646,6 +651,7 @@ impl Kernel {
             .collect::<Result<_, RuntimeError>>()?;
         let order = [
             KernelRole::BlockClassify,
+            KernelRole::BlockBits,
             KernelRole::BackwardPreprocess,
             KernelRole::TurnPlan,
             KernelRole::BackwardMain,
@@ -675,6 +681,10 @@ impl Kernel {
                 * self.spec.q_heads as usize
                 * self.spec.head_dim_qk as usize,
         )?;
+        // The classifier's bit-work queue starts empty.
+        if let Some((_, _, Some(count_at))) = classify_launch {
+            queue.memset_d32(count_at, 0, 1)?;
+        }
         if plan.turn_flags.1 > 0 {
             queue.memset_d32(ws + plan.turn_flags.0 as u64, 0, plan.turn_flags.1)?;
         }
@@ -697,7 +707,7 @@ impl Kernel {
                 }
             }
             let smem = match (role, classify_launch) {
-                (KernelRole::BlockClassify, Some((_, bytes))) => bytes,
+                (KernelRole::BlockClassify, Some(((_, bytes), ..))) => bytes,
                 _ => k.dynamic_smem_bytes,
             };
             queue.launch(f, *grid, k.threads_per_block, smem, a)?;

@@ -61,13 +61,24 @@ impl std::fmt::Debug for BlockMask {
 }
 
 /// u32 words a classifier writes for `dims` in `layout`: the lists (or classes), then,
-/// 16-byte aligned, the partial tiles' bits.
+/// 16-byte aligned, the partial tiles' bits and the bit-work queue.
 pub(crate) fn layout_words(d: BlockDims, layout: BlockLayout) -> usize {
     match layout {
         BlockLayout::RowLists => d.list_words(),
         BlockLayout::Dense => dense_words(d),
-        BlockLayout::RowListsWithBits | BlockLayout::DenseWithBits => bits_offset_words(d, layout) + d.bits_words(),
+        BlockLayout::RowListsWithBits | BlockLayout::DenseWithBits => queue_offset_words(d, layout) + queue_words(d),
     }
+}
+
+/// Where the bit-work queue starts (16-byte aligned, after the bits).
+fn queue_offset_words(d: BlockDims, layout: BlockLayout) -> usize {
+    (bits_offset_words(d, layout) + d.bits_words()).div_ceil(4) * 4
+}
+
+/// The queue's words: its count, then an item per bitmask slot.
+fn queue_words(d: BlockDims) -> usize {
+    use attnc_lower::families::common::block_mask::{QUEUE_HEADER_WORDS, QUEUE_ITEM_WORDS};
+    QUEUE_HEADER_WORDS + QUEUE_ITEM_WORDS * d.batch * d.slots * d.m_tiles * d.bits_per_row
 }
 
 fn dense_words(d: BlockDims) -> usize {
@@ -119,6 +130,33 @@ pub(crate) fn classifier_launch(d: BlockDims) -> ([u32; 3], u32) {
         [d.m_tiles as u32, d.slots as u32, d.batch as u32],
         attnc_lower::families::common::block_mask::smem_bytes(d.n_tiles as u32),
     )
+}
+
+/// With bits: the bit-work queue's argument (the classifier and the bits kernel take it)
+/// and the address of its count, which must read 0 when the classifier starts.
+pub(crate) fn queue_arg(ptr: u64, d: BlockDims, layout: BlockLayout) -> Option<((&'static str, ArgValue), u64)> {
+    if !layout.has_bits() {
+        return None;
+    }
+    let at = ptr + 4 * queue_offset_words(d, layout) as u64;
+    Some(((attnc_lower::families::common::block_mask::QUEUE_PARAM, ArgValue::Ptr(at)), at))
+}
+
+/// CTAs per SM of the bits kernel's grid (4 warps each, a few dozen registers).
+const BITS_CTAS_PER_SM: usize = 8;
+
+/// The bits kernel's grid: as many CTAs as the work can use, at most `BITS_CTAS_PER_SM`
+/// per SM (its warps stride over the queued work; `Grid::QueuedBitWork`). All zero when
+/// no tile can get a slot.
+pub(crate) fn bits_grid(d: BlockDims, tiling: Tiling, layout: BlockLayout, sm_count: u32) -> [u32; 3] {
+    use attnc_lower::families::common::block_mask::{bit_steps, BITS_WARPS};
+    let slots = d.batch * d.slots * d.m_tiles * d.bits_per_row;
+    if !layout.has_bits() || slots == 0 {
+        return [0, 0, 0];
+    }
+    let work = slots * bit_steps(tiling, layout).0 as usize;
+    let ctas = work.div_ceil(BITS_WARPS as usize).min(sm_count.max(1) as usize * BITS_CTAS_PER_SM);
+    [ctas as u32, 1, 1]
 }
 
 impl BuiltFor {
@@ -287,8 +325,9 @@ mod tests {
     }
 
     /// The bits start 16-byte aligned after the lists (or classes), the kernels get their
-    /// address only where there are slots, and a slot's words are where the kernels
-    /// (`BlockListArgs::bits_addr`) look for them.
+    /// address only where there are slots, a slot's words are where the kernels
+    /// (`BlockListArgs::bits_addr`) look for them, and the bit-work queue follows, with
+    /// an item per slot.
     #[test]
     fn bits_sit_after_the_lists_aligned() {
         let d = with_bit_slots(dims(2, 3, 5, 256), BlockLayout::RowListsWithBits);
@@ -296,7 +335,11 @@ mod tests {
         assert_eq!(lists, 2 * 3 * 6);
         let offset = bits_offset_words(d, BlockLayout::RowListsWithBits);
         assert!(offset >= lists && offset % 4 == 0 && offset - lists < 4);
-        assert_eq!(layout_words(d, BlockLayout::RowListsWithBits), offset + 2 * 3 * 5 * 256);
+        let queue = offset + 2 * 3 * 5 * 256;
+        assert_eq!(layout_words(d, BlockLayout::RowListsWithBits), queue + 4 + 2 * (2 * 3 * 5));
+        let (arg, count_at) = queue_arg(1 << 20, d, BlockLayout::RowListsWithBits).expect("a queue with bits");
+        assert!(matches!(arg.1, ArgValue::Ptr(p) if p == count_at && p == (1 << 20) + 4 * queue as u64));
+        assert!(queue_arg(1 << 20, d, BlockLayout::RowLists).is_none());
         let args = list_args(1 << 20, d, BlockLayout::RowListsWithBits);
         assert!(matches!(args[4].1, ArgValue::Ptr(p) if p == (1 << 20) + 4 * offset as u64));
         assert!(matches!(args[5].1, ArgValue::I32(5)));
@@ -309,5 +352,19 @@ mod tests {
         let tile = tile_bits(&words, d, BlockLayout::RowListsWithBits, 4, 2).expect("inside");
         assert_eq!(tile[0] as usize, offset + 21 * 256);
         assert!(tile_bits(&words, d, BlockLayout::RowListsWithBits, 4, 0).is_none());
+    }
+
+    /// The bits kernel's grid covers the work up to its cap per SM, and is empty without
+    /// slots.
+    #[test]
+    fn bits_grid_follows_the_work() {
+        let t = Tiling { block_m: 128, block_n: 128, pack_gqa: false };
+        let d = with_bit_slots(dims(4, 64, 64, 512), BlockLayout::RowListsWithBits);
+        assert_eq!(bits_grid(d, t, BlockLayout::RowListsWithBits, 132), [132 * 8, 1, 1]);
+        // One row of two slots: 2 tiles × 16 steps of 8 bit rows, 4 warps a CTA.
+        let small = dims(1, 1, 2, 512).with_bits(2);
+        assert_eq!(bits_grid(small, t, BlockLayout::RowListsWithBits, 132), [8, 1, 1]);
+        assert_eq!(bits_grid(d.with_bits(0), t, BlockLayout::RowListsWithBits, 132), [0, 0, 0]);
+        assert_eq!(bits_grid(d, t, BlockLayout::RowLists, 132), [0, 0, 0]);
     }
 }

@@ -686,6 +686,27 @@ impl Kernel {
         self.build_block_mask(&plan, params, &self.rt.gpu().queue(params.stream), None)
     }
 
+    /// Classifies again into `mask`'s own storage (the bench's GPU time of the
+    /// classification alone, without an allocation): `mask` must serve this launch.
+    pub(crate) fn reclassify(
+        &self,
+        mask: &BlockMask,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        out: &Tensor,
+        params: &Params,
+    ) -> Result<(), RuntimeError> {
+        let this = self.for_launch(params)?;
+        if !std::ptr::eq(this, self) {
+            return this.reclassify(mask, q, k, v, out, params);
+        }
+        let plan = self.plan(q, k, v, out, None, params)?;
+        self.check_block_mask(mask, &plan, params)?;
+        let queue = self.rt.gpu().queue(params.stream);
+        self.build_block_mask(&plan, params, &queue, Some(mask.lists.device_ptr())).map(|_| ())
+    }
+
     pub(crate) fn block_mask_built_for(&self, plan: &LaunchPlan, params: &Params) -> Result<BuiltFor, RuntimeError> {
         let kernel = self;
         let meta = kernel.meta();
@@ -765,8 +786,23 @@ impl Kernel {
             None => kernel.rt.alloc(crate::elem::ElemType::I32, &[words])?,
         };
         let mask = BlockMask::new(bf, lists);
-        let extra = mask.args();
+        let layout = mask.layout();
+        let mut extra = mask.args().to_vec();
+        let bit_queue = crate::block_mask::queue_arg(mask.lists.device_ptr(), d, layout);
+        extra.extend(bit_queue.map(|(arg, _)| arg));
         let args = marshal(&classify.params, plan, &extra).map_err(RuntimeError::Abi)?;
+        // With bits, the kernel that evaluates the queued partial tiles.
+        let bits = match meta.kernel(KernelRole::BlockBits) {
+            Some(k) => {
+                let f = kernel
+                    .loaded
+                    .function(KernelRole::BlockBits)
+                    .ok_or_else(|| RuntimeError::Abi("the block mask bits kernel did not load".into()))?;
+                let grid = crate::block_mask::bits_grid(d, mask.tiling(), layout, kernel.rt.gpu().info.usable_sm_count);
+                Some((f, k, grid, marshal(&k.params, plan, &extra).map_err(RuntimeError::Abi)?))
+            }
+            None => None,
+        };
         let gpu = kernel.rt.gpu();
         let (grid, smem) = crate::block_mask::classifier_launch(d);
         let timing = params.timing;
@@ -775,7 +811,15 @@ impl Kernel {
             queue.record(a)?;
         }
         if d.batch > 0 && d.m_tiles > 0 {
+            if let Some((_, count_at)) = bit_queue {
+                queue.memset_d32(count_at, 0, 1)?;
+            }
             queue.launch(f, grid, classify.threads_per_block, smem, &args)?;
+            if let Some((f, k, grid, args)) = &bits {
+                if !grid.contains(&0) {
+                    queue.launch(f, *grid, k.threads_per_block, k.dynamic_smem_bytes, args)?;
+                }
+            }
         }
         let mut mask = mask;
         if let Some((a, b)) = &events {

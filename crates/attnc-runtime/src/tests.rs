@@ -656,6 +656,7 @@ fn every_example_spec_plans_with_its_abi() {
                     || name.starts_with("param_")
                     // Block masks: filled from the `BlockMask` (`block_mask.rs`).
                     || attnc_lower::variant::tiles::BLOCK_LIST_PARAMS.contains(&name)
+                    || name == attnc_lower::families::common::block_mask::QUEUE_PARAM
                     || POSITION_PARAMS.contains(&name)
                     || name == SEQUENCE_POSITIONS_PARAM
                     // Filled by the runtime's counter pool (`Runtime::split_counters`).

@@ -9,7 +9,7 @@
 //! `doc_len` tokens, drawn per leading index), float aux tensors ~ N(0, 0.25); or any aux
 //! tensor from a file (raw little-endian i32 or f32, row-major, exactly its elements).
 
-use crate::bench::{time_gpu, Helpers, TimeStats};
+use crate::bench::{time_gpu, time_gpu_queued, Helpers, TimeStats};
 use crate::error::RuntimeError;
 use crate::params::Params;
 use crate::receipt::Receipt;
@@ -80,6 +80,9 @@ pub struct VariantBenchResult {
     pub time_per_call: Option<TimeStats>,
     /// Specs with a block mask: building one on its own (allocation and classifier).
     pub classify: Option<TimeStats>,
+    /// Specs with a block mask: the classification's GPU time alone (its kernels into a
+    /// built mask, queued behind a spin kernel, so no host time or allocation counts).
+    pub classify_gpu: Option<TimeStats>,
     pub live_fraction: Option<f64>,
     pub receipt: Receipt,
     /// Variants that train: the backward (dQ, dK, dV from the forward's O and LSE and a
@@ -222,16 +225,19 @@ pub fn bench_variant(
     let takes_mask = receipt.block_mask.is_some();
     let gpu = rt.gpu();
     let mask = if takes_mask { Some(kernel.block_mask(&q, &k, &v, &o_view, &params)?) } else { None };
-    let (time, time_per_call, classify, live_fraction) = if let Some(mask) = &mask {
+    let (time, time_per_call, classify, classify_gpu, live_fraction) = if let Some(mask) = &mask {
         let live = kernel.block_mask_live_fraction(mask)?;
         let with_mask = Params { block_mask: Some(mask), ..params.clone() };
         let t = time_gpu(gpu, opts.warmup, opts.iters, || run(&with_mask).map(|_| ()))?;
         let per_call = time_gpu(gpu, opts.warmup, opts.iters, || run(&params).map(|_| ()))?;
         let classify =
             time_gpu(gpu, opts.warmup, opts.iters, || kernel.block_mask(&q, &k, &v, &o_view, &params).map(|_| ()))?;
-        (t, Some(per_call), Some(classify), Some(live))
+        let classify_gpu = time_gpu_queued(gpu, &h, opts.warmup, opts.iters, || {
+            kernel.reclassify(mask, &q, &k, &v, &o_view, &params)
+        })?;
+        (t, Some(per_call), Some(classify), Some(classify_gpu), Some(live))
     } else {
-        (time_gpu(gpu, opts.warmup, opts.iters, || run(&params).map(|_| ()))?, None, None, None)
+        (time_gpu(gpu, opts.warmup, opts.iters, || run(&params).map(|_| ()))?, None, None, None, None)
     };
 
     // The backward, for variants that train (learnable aux gradients included).
@@ -312,6 +318,7 @@ pub fn bench_variant(
         time,
         time_per_call,
         classify,
+        classify_gpu,
         live_fraction,
         receipt,
     })
@@ -347,6 +354,13 @@ impl VariantBenchResult {
                 p.median_ms,
                 c.median_ms
             ));
+            if let Some(g) = &self.classify_gpu {
+                s.push_str(&format!(
+                    " (GPU time {:.4} ms, {:.1}% of the forward)",
+                    g.median_ms,
+                    100.0 * g.median_ms / self.time.median_ms
+                ));
+            }
         }
         s
     }

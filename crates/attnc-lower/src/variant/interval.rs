@@ -406,11 +406,18 @@ pub fn classify_tile<'ctx>(
 /// at most `attnc_ir::analysis::AUX_SCAN_LIMIT` elements, TOP otherwise. Reads nested in
 /// another read's index stay TOP. Sound like the analysis; exact answers for the
 /// undecided tiles come from evaluating their elements (the block classifier).
+///
+/// With `lanes`, an aligned group of that many lanes (a power of two ≤ 32, the same tile
+/// in each) shares each scan: lane `sub` of the group reads elements `sub, sub + L, ...`
+/// of the innermost index and the group combines its minima and maxima by shuffles, so a
+/// tile's aux range costs `1/L` of the serial reads. Every lane of the warp must reach
+/// this call (the shuffles), lanes of a group with the same tile.
 pub fn classify_tile_scanning_aux<'ctx>(
     kb: &mut Kb<'ctx>,
     spec: &Spec,
     tile: &TileRanges<'ctx>,
     args: &VariantArgs<'ctx>,
+    lanes: Option<LaneGroup<'ctx>>,
 ) -> R<TileClassVals<'ctx>> {
     let Some(pred) = spec.mask.to_predicate() else {
         return Ok(TileClassVals { empty: kb.boolc(false), full: kb.boolc(true) });
@@ -437,18 +444,28 @@ pub fn classify_tile_scanning_aux<'ctx>(
         if bx.len() != index.len() {
             continue;
         }
-        ranges.push((read as *const Expr, scan_box(kb, aux.addr, &bx, name)?));
+        ranges.push((read as *const Expr, scan_box(kb, aux.addr, &bx, name, lanes)?));
     }
     let cx = Ctx { kb, spec, tile, args, aux_ranges: &ranges };
     let t = cx.tri(&pred)?;
     Ok(TileClassVals { empty: kb.not(t.can_true, "tile.empty")?, full: kb.not(t.can_false, "tile.full")? })
 }
 
+/// An aligned group of `size` lanes (a power of two ≤ 32) sharing one scan; this lane is
+/// `sub` (`0..size`) of it. Both values are the same in every lane of a warp for `size`.
+#[derive(Clone, Copy)]
+pub struct LaneGroup<'ctx> {
+    pub sub: IntValue<'ctx>,
+    pub size: IntValue<'ctx>,
+}
+
 /// The loop nest of [`scan_box`]: one loop per index, the flat offset built as the loops
 /// descend (no divisions), the innermost loop 16 loads at a time (latency-bound; the
-/// last group repeats the last index, which leaves a min/max unchanged).
+/// last group repeats the last index, which leaves a min/max unchanged), a lane group's
+/// lanes interleaved along it.
 struct BoxScan<'b, 'ctx> {
     addr: IntValue<'ctx>,
+    lanes: Option<LaneGroup<'ctx>>,
     /// `(lo, hi, dim)` per index: i64 bounds inside `[0, dim)`.
     bx: &'b [(IntValue<'ctx>, IntValue<'ctx>, IntValue<'ctx>)],
     lo_slot: crate::llvm::kb::Slot<'ctx>,
@@ -470,12 +487,18 @@ impl<'ctx> BoxScan<'_, 'ctx> {
         }
         const UNROLL: i64 = 16;
         let n = kb.add(kb.sub(hi, lo, "")?, kb.i32c(1), "")?;
-        let groups = kb.ceil_div(n, kb.i32c(UNROLL), "")?;
+        // This lane's elements: lo + sub + L·j (j < ceil(n / L)).
+        let (sub, step) = match self.lanes {
+            Some(g) => (g.sub, g.size),
+            None => (kb.i32c(0), kb.i32c(1)),
+        };
+        let per_lane = kb.ceil_div(n, step, "")?;
+        let groups = kb.ceil_div(per_lane, kb.i32c(UNROLL), "")?;
         kb.for_range(kb.i32c(0), groups, &format!("{}.dim{d}", self.name), |kb, g| {
-            let first = kb.add(lo, kb.mul(g, kb.i32c(UNROLL), "")?, "")?;
+            let first = kb.add(lo, kb.add(sub, kb.mul(kb.mul(g, kb.i32c(UNROLL), "")?, step, "")?, "")?, "")?;
             let mut vals = Vec::with_capacity(UNROLL as usize);
             for j in 0..UNROLL {
-                let i = kb.smin(kb.add(first, kb.i32c(j), "")?, hi, "")?;
+                let i = kb.smin(kb.add(first, kb.mul(kb.i32c(j), step, "")?, "")?, hi, "")?;
                 let flat = kb.add(base, kb.zext64(i, "")?, "")?;
                 vals.push(kb.ld_global_i32(kb.add(self.addr, kb.mul(flat, kb.i64c(4), "")?, "")?, "aux_value")?);
             }
@@ -516,6 +539,7 @@ fn scan_box<'ctx>(
     addr: IntValue<'ctx>,
     bx: &[(IntValue<'ctx>, IntValue<'ctx>, IntValue<'ctx>)],
     name: &str,
+    lanes: Option<LaneGroup<'ctx>>,
 ) -> R<Range<'ctx>> {
     kb.section(&format!("block classification: min/max of {name} over the tile's index box"))?;
     let mut size = kb.i64c(1);
@@ -533,10 +557,21 @@ fn scan_box<'ctx>(
     let hi_slot = kb.slot_i32(&format!("{name}.max"), kb.i32c(i32::MIN as i64))?;
     let fits = kb.not(too_big, "")?;
     let bx = bx.to_vec();
-    let scan = BoxScan { addr, bx: &bx, lo_slot, hi_slot, name };
+    let scan = BoxScan { addr, lanes, bx: &bx, lo_slot, hi_slot, name };
     kb.if_then(fits, &format!("{name}.scan"), |kb| scan.dims(kb, 0, kb.i64c(0)))?;
-    let lo = kb.sext64(kb.get_i(lo_slot, "")?, "")?;
-    let hi = kb.sext64(kb.get_i(hi_slot, "")?, "")?;
+    let (mut lo, mut hi) = (kb.get_i(lo_slot, "")?, kb.get_i(hi_slot, "")?);
+    if let Some(g) = lanes {
+        // The group's minimum and maximum: butterfly steps below the group size (the
+        // partner lane is in the same aligned group).
+        for m in [1u32, 2, 4, 8, 16] {
+            let inside = kb.icmp(IntPredicate::ULT, kb.i32c(m as i64), g.size, "")?;
+            let (lo_p, hi_p) = (kb.shfl_xor_i32(lo, m, "")?, kb.shfl_xor_i32(hi, m, "")?);
+            lo = kb.select_i(inside, kb.smin(lo, lo_p, "")?, lo, &format!("{name}.group_min"))?;
+            hi = kb.select_i(inside, kb.smax(hi, hi_p, "")?, hi, &format!("{name}.group_max"))?;
+        }
+    }
+    let lo = kb.sext64(lo, "")?;
+    let hi = kb.sext64(hi, "")?;
     let top = Range { lo: kb.i64c(i32::MIN as i64), hi: kb.i64c(i32::MAX as i64) };
     Ok(Range { lo: kb.select_i(too_big, top.lo, lo, "")?, hi: kb.select_i(too_big, top.hi, hi, "")? })
 }

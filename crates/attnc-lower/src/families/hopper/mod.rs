@@ -232,7 +232,10 @@ mod tests {
             let m = Hopper.compile(&spec, Arch::Sm90a, direction).expect("compiles");
             let classify = m.kernels.iter().find(|k| k.role == KernelRole::BlockClassify).expect("a classifier");
             assert_eq!(classify.grid, Grid::BlockRows { layout }, "{direction:?}");
-            assert!(m.ptx.contains("block classifier 4: the bits"), "{direction:?}");
+            let bits = m.kernels.iter().find(|k| k.role == KernelRole::BlockBits).expect("a bits kernel");
+            assert_eq!(bits.grid, Grid::QueuedBitWork, "{direction:?}");
+            assert!(m.ptx.contains("attnc block mask bits"), "{direction:?}");
+            assert!(m.ptx.contains("atom.acq_rel.gpu.global.add.u32"), "{direction:?}: the classifier queues tiles");
             assert!(m.ptx.contains("vote.sync.ballot"), "{direction:?}");
             assert!(m.ptx.contains("the classifier's bits") && m.ptx.contains(load), "{direction:?}");
             assert!(m.ptx.contains("one bit per element"), "{direction:?}: the fallback evaluation");
