@@ -180,6 +180,23 @@ impl BwdConfig {
         BwdConfig { warps: 8, q_sub: 32, max_regs: 0, ..self.clone() }
     }
 
+    /// The configurations to try, in order, when this one spills (`Family::step_down`):
+    /// the 8-warp shape, then it with 16-row passes (half the score registers a thread
+    /// holds: d 256 with a score mod and packed GQA sat at 255 registers and spilled 20
+    /// bytes on sm_90a, random-spec sweep seed 0x1128). Each valid for `spec` and
+    /// different from the one before.
+    pub fn step_downs(&self, spec: &Spec) -> Vec<BwdConfig> {
+        let wide = self.wide();
+        let narrow_passes = BwdConfig { q_sub: 16, ..wide.clone() };
+        let mut out: Vec<BwdConfig> = Vec::new();
+        for c in [wide, narrow_passes] {
+            if c != *self && out.last() != Some(&c) && c.check(spec).is_ok() {
+                out.push(c);
+            }
+        }
+        out
+    }
+
     /// This configuration with `key=value,...` overrides applied (unknown keys and bad
     /// values are ignored; `check` rejects what the kernel cannot build).
     pub fn tuned(mut self, text: &str) -> BwdConfig {

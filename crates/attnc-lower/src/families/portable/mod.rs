@@ -46,9 +46,10 @@ impl Family for Portable {
         }
     }
 
-    /// The backward's step down: the 8-warp, 64-key shape without a register cap, when
-    /// the default is the 16-warp one (at 128 registers, ptxas spills a few bytes for
-    /// some variants, e.g. sinks with GQA on sm_80).
+    /// The backward's steps down (`BwdConfig::step_downs`): the 8-warp, 64-key shape
+    /// without a register cap when the default is the 16-warp one (at 128 registers, ptxas
+    /// spills a few bytes for some variants, e.g. sinks with GQA on sm_80), then 16-row
+    /// passes.
     fn step_down(
         &self,
         spec: &Spec,
@@ -68,16 +69,19 @@ impl Family for Portable {
                         .map(|m| (m, format!("the forward runs {}-row x {}-key tiles", cfg.block_m(), cfg.block_n))),
                 )
             }
-            (Direction::Backward, 1) => {
-                let cfg = BwdConfig::for_spec(spec, arch);
-                let wide = cfg.wide();
-                (wide != cfg && wide.check(spec).is_ok()).then(|| {
-                    compile_backward_with_config(spec, arch, &wide).map(|m| {
-                        (m, format!("the backward runs {} warps over {} keys per CTA", wide.warps, wide.block_n()))
-                    })
-                })
+            (Direction::Backward, step) => {
+                let next =
+                    BwdConfig::for_spec(spec, arch).step_downs(spec).into_iter().nth(step.checked_sub(1)? as usize)?;
+                Some(compile_backward_with_config(spec, arch, &next).map(|m| {
+                    let what = format!(
+                        "the backward runs {} warps over {} keys per CTA, {}-row passes",
+                        next.warps,
+                        next.block_n(),
+                        next.q_sub
+                    );
+                    (m, what)
+                }))
             }
-            _ => None,
         }
     }
 }
