@@ -100,15 +100,9 @@ impl<'ctx> Kb<'ctx> {
     /// sizes the launch register budget at 65536 / threads, the pool `setmaxnreg`
     /// redistributes.
     pub fn set_launch_bounds(&self, threads: u32) -> R<()> {
-        self.set_launch_bounds_for(threads, 1)
-    }
-
-    /// `.maxntid threads, 1, 1` and `.minnctapersm ctas`: ptxas keeps registers within
-    /// 65536 / (threads · ctas), so that many CTAs fit an SM.
-    pub fn set_launch_bounds_for(&self, threads: u32, ctas: u32) -> R<()> {
         let f = self.func()?;
         f.add_attribute(AttributeLoc::Function, self.ctx.create_string_attribute("nvvm.maxntid", &threads.to_string()));
-        f.add_attribute(AttributeLoc::Function, self.ctx.create_string_attribute("nvvm.minctasm", &ctas.to_string()));
+        f.add_attribute(AttributeLoc::Function, self.ctx.create_string_attribute("nvvm.minctasm", "1"));
         Ok(())
     }
 

@@ -9,11 +9,12 @@
 //!    that gives every tile of the row a group) runs the interval classification with
 //!    aux values (`classify_tile_scanning_aux`), the group sharing each aux scan: Empty,
 //!    Full or undecided, into shared memory;
-//! 2. **elements**: each warp takes undecided tiles (warp w: tiles w, w + 8, ...) and
-//!    evaluates the mask on 8 elements per lane per round, in a diagonal order that
-//!    reaches every row and spread columns in the first round; it stops as soon as the
-//!    tile has shown both an allowed and a masked element (Partial, by warp votes) or has
-//!    no elements left (Full or Empty);
+//! 2. **elements**: each warp takes undecided tiles (warp w: tiles w, w + 8, ...): probe
+//!    rounds (a diagonal round reaching every row, then the tile's border), then a lane per
+//!    key column classified by intervals over the tile's rows, then every row of the
+//!    columns still undecided; it stops as soon as the tile has shown both an allowed and
+//!    a masked element (Partial, by warp votes), else every element is accounted for
+//!    (Full or Empty);
 //! 3. **lists**: warp 0 compacts the classes into the row list with ballots (or the dense
 //!    layouts write one class word per tile); with bits, the first `bits_per_row` partial
 //!    tiles of the row get slots 1, 2, ... in their entries (class words), and each
@@ -142,8 +143,10 @@ pub fn push_if_needed<'ctx>(
 fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, tiling: Tiling, output: BlockLayout, name: &str) -> R<KernelInfo> {
     let params = params(spec, output);
     let args = Args::begin(kb, name, &params)?;
-    // Two CTAs of 256 threads per SM (256 rows in one wave) need ≤ 128 registers each.
-    kb.set_launch_bounds_for(THREADS, 2)?;
+    // `.maxntid` only: two CTAs per SM (256 rows in one wave) need ≤ 128 registers, which
+    // the masks measured here take (92–123), but a cap would make ptxas spill for heavier
+    // ones; those run one CTA per SM instead.
+    kb.set_launch_bounds(THREADS)?;
     let Tiling { block_m, block_n, pack_gqa: pack } = tiling;
     kb.section(&format!("attnc block classifier: {} ({block_m}x{block_n} tiles, {output:?})", spec.name))?;
     let group = spec.group_size().max(1) as i64;
@@ -251,92 +254,174 @@ fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, tiling: Tiling, output: BlockLayo
                 let keys = kb.sub(kb.smin(kb.add(k0, kb.i32c(block_n as i64), "")?, bv.seqlen_k, "")?, k0, "keys")?;
                 let elems = kb.mul(rows_in_tile, keys, "elems")?;
                 let per_round = (32 * ELEMS_PER_LANE) as i64;
-                // The order: one round of the diagonal order below (it decides almost
-                // every partial tile), then the tile's border (top and bottom rows, left
-                // and right columns, whole rounds), then the rest of the diagonal order.
-                // A region bounded by segment boundaries (documents, windows, blocks)
-                // reaches the border, so a partial tile the first round missed (a small
-                // corner allowed) shows both kinds there instead of after tens of rounds
-                // (one document-mask tile in 670 took 35).
-                let border = kb.mul(kb.add(rows_in_tile, keys, "")?, kb.i32c(2), "border")?;
-                let border_rounds = kb.mul(kb.ceil_div(border, kb.i32c(per_round), "")?, kb.i32c(per_round), "")?;
-                let sequence = kb.add(border_rounds, kb.smax(elems, kb.i32c(per_round), "")?, "sequence")?;
-                let base = kb.slot_i32("element_round", kb.i32c(0))?;
                 let seen_allowed = kb.slot_i32("seen_allowed", kb.i32c(0))?;
                 let seen_masked = kb.slot_i32("seen_masked", kb.i32c(0))?;
+                let undecided_yet = |kb: &mut Kb<'ctx>| -> R<IntValue<'ctx>> {
+                    let both = kb.and(kb.get_i(seen_allowed, "")?, kb.get_i(seen_masked, "")?, "")?;
+                    kb.icmp(IntPredicate::EQ, both, kb.i32c(0), "")
+                };
+                // Whether the tile's element (r_local, c_local) is allowed.
+                let element = |kb: &mut Kb<'ctx>, r_local: IntValue<'ctx>, c_local: IntValue<'ctx>| {
+                    let r = kb.add(row0, r_local, "r")?;
+                    let k = kb.add(k0, c_local, "k")?;
+                    let (q, h) = packed_row(kb, pack, group, r, head_idx, hkv)?;
+                    let hkv_e = if pack { hkv } else { kb.udiv(h, kb.i32c(group), "")? };
+                    let vars = ElemVars {
+                        b,
+                        h,
+                        hkv: hkv_e,
+                        q,
+                        k,
+                        seqlen_q: bv.seqlen_q,
+                        seqlen_k: bv.seqlen_k,
+                        score: None,
+                        k_split: None,
+                    };
+                    vexpr::allowed(kb, spec, pred.as_ref(), &vars, &va)
+                };
+                // What a warp saw this round (`any_ok`, `any_masked` per lane).
+                let note_seen = |kb: &mut Kb<'ctx>, any_ok: IntValue<'ctx>, any_masked: IntValue<'ctx>| -> R<()> {
+                    let a = kb.zext32(kb.vote_any(any_ok, "")?, "")?;
+                    let m = kb.zext32(kb.vote_any(any_masked, "")?, "")?;
+                    kb.set(seen_allowed, kb.or(kb.get_i(seen_allowed, "")?, a, "")?)?;
+                    kb.set(seen_masked, kb.or(kb.get_i(seen_masked, "")?, m, "")?)
+                };
+
+                // a) Probe rounds: one round of a diagonal order (row e % rows, column
+                // (e / rows + 17 · row) % keys: every row, columns spread over the tile;
+                // it decides almost every partial tile), then the tile's border (top and
+                // bottom rows, left and right columns): a region bounded by segment
+                // boundaries (documents, windows, blocks) reaches the border, so a partial
+                // tile whose allowed part is a small corner shows both kinds there.
+                let border = kb.mul(kb.add(rows_in_tile, keys, "")?, kb.i32c(2), "border")?;
+                let border_rounds = kb.mul(kb.ceil_div(border, kb.i32c(per_round), "")?, kb.i32c(per_round), "")?;
+                let probes = kb.add(border_rounds, kb.i32c(per_round), "probes")?;
+                let base = kb.slot_i32("probe_round", kb.i32c(0))?;
                 kb.while_loop(
-                    "element_rounds",
+                    "probe_rounds",
                     |kb| {
-                        let e0 = kb.get_i(base, "")?;
-                        let more = kb.icmp(IntPredicate::SLT, e0, sequence, "")?;
-                        let both = kb.and(kb.get_i(seen_allowed, "")?, kb.get_i(seen_masked, "")?, "")?;
-                        kb.and(more, kb.icmp(IntPredicate::EQ, both, kb.i32c(0), "")?, "")
+                        let more = kb.icmp(IntPredicate::SLT, kb.get_i(base, "")?, probes, "")?;
+                        let open = undecided_yet(kb)?;
+                        kb.and(more, open, "")
                     },
                     |kb| {
                         let e0 = kb.get_i(base, "e0")?;
                         let mut any_ok = kb.boolc(false);
                         let mut any_masked = kb.boolc(false);
                         for j in 0..ELEMS_PER_LANE {
-                            let s_idx = kb.add(e0, kb.add(lane, kb.i32c((32 * j) as i64), "")?, "seq")?;
+                            let s_idx = kb.add(e0, kb.add(lane, kb.i32c((32 * j) as i64), "")?, "probe")?;
                             let first_round = kb.icmp(IntPredicate::SLT, s_idx, kb.i32c(per_round), "")?;
-                            let in_border = kb.and(
-                                kb.not(first_round, "")?,
-                                kb.icmp(IntPredicate::SLT, s_idx, kb.add(border_rounds, kb.i32c(per_round), "")?, "")?,
-                                "in_border",
-                            )?;
+                            // Border element s - per_round: top row, bottom row, left
+                            // column, right column.
                             let s_idx_b = kb.sub(s_idx, kb.i32c(per_round), "")?;
-                            // Border element s: top row, bottom row, left column, right column.
+                            let b_in =
+                                kb.and(kb.not(first_round, "")?, kb.icmp(IntPredicate::SLT, s_idx_b, border, "")?, "")?;
+                            let s_b = kb.select_i(b_in, s_idx_b, kb.i32c(0), "")?;
                             let (top, bottom) = (keys, kb.mul(keys, kb.i32c(2), "")?);
                             let left = kb.add(bottom, rows_in_tile, "")?;
-                            let b_in = kb.and(in_border, kb.icmp(IntPredicate::SLT, s_idx_b, border, "")?, "")?;
-                            let s_b = kb.select_i(b_in, s_idx_b, kb.i32c(0), "")?;
                             let is_top = kb.icmp(IntPredicate::SLT, s_b, top, "")?;
                             let is_bottom = kb.icmp(IntPredicate::SLT, s_b, bottom, "")?;
                             let is_left = kb.icmp(IntPredicate::SLT, s_b, left, "")?;
                             let last_r = kb.sub(rows_in_tile, kb.i32c(1), "")?;
                             let last_c = kb.sub(keys, kb.i32c(1), "")?;
-                            let r_right = kb.sub(s_b, left, "")?;
-                            let br = kb.select_i(is_left, kb.sub(s_b, bottom, "")?, r_right, "")?;
+                            let br = kb.select_i(is_left, kb.sub(s_b, bottom, "")?, kb.sub(s_b, left, "")?, "")?;
                             let br = kb.select_i(is_bottom, last_r, br, "")?;
                             let br = kb.select_i(is_top, kb.i32c(0), br, "border_row")?;
                             let bc = kb.select_i(is_left, kb.i32c(0), last_c, "")?;
                             let bc = kb.select_i(is_bottom, kb.sub(s_b, top, "")?, bc, "")?;
                             let bc = kb.select_i(is_top, s_b, bc, "border_col")?;
-                            // Element e of the tile, diagonal order: row e % rows, column
-                            // (e / rows + 17 · row) % keys. A bijection, and a round touches
-                            // every row and columns spread over the tile.
-                            let e = kb.select_i(first_round, s_idx, kb.sub(s_idx, border_rounds, "")?, "elem")?;
-                            let e_in = kb.and(kb.not(in_border, "")?, kb.icmp(IntPredicate::SLT, e, elems, "")?, "")?;
-                            let e_safe = kb.select_i(e_in, e, kb.i32c(0), "")?;
+                            let e_in = kb.and(first_round, kb.icmp(IntPredicate::SLT, s_idx, elems, "")?, "")?;
+                            let e_safe = kb.select_i(e_in, s_idx, kb.i32c(0), "")?;
                             let dr = kb.urem(e_safe, rows_in_tile, "")?;
                             let dcol = kb.add(kb.udiv(e_safe, rows_in_tile, "")?, kb.mul(dr, kb.i32c(17), "")?, "")?;
                             let dc = kb.urem(dcol, keys, "")?;
-                            let inside = kb.select_i(in_border, b_in, e_in, "inside")?;
-                            let r_local = kb.select_i(in_border, br, dr, "")?;
-                            let r = kb.add(row0, r_local, "r")?;
-                            let k = kb.add(k0, kb.select_i(in_border, bc, dc, "")?, "k")?;
-                            let (q, h) = packed_row(kb, pack, group, r, head_idx, hkv)?;
-                            let hkv_e = if pack { hkv } else { kb.udiv(h, kb.i32c(group), "")? };
-                            let vars = ElemVars {
-                                b,
-                                h,
-                                hkv: hkv_e,
-                                q,
-                                k,
-                                seqlen_q: bv.seqlen_q,
-                                seqlen_k: bv.seqlen_k,
-                                score: None,
-                                k_split: None,
-                            };
-                            let ok = vexpr::allowed(kb, spec, pred.as_ref(), &vars, &va)?;
+                            let inside = kb.or(e_in, b_in, "inside")?;
+                            let r_local = kb.select_i(first_round, dr, br, "")?;
+                            let c_local = kb.select_i(first_round, dc, bc, "")?;
+                            let ok = element(kb, r_local, c_local)?;
                             any_ok = kb.or(any_ok, kb.and(inside, ok, "")?, "")?;
                             any_masked = kb.or(any_masked, kb.and(inside, kb.not(ok, "")?, "")?, "")?;
                         }
-                        let a = kb.zext32(kb.vote_any(any_ok, "")?, "")?;
-                        let m = kb.zext32(kb.vote_any(any_masked, "")?, "")?;
-                        kb.set(seen_allowed, kb.or(kb.get_i(seen_allowed, "")?, a, "")?)?;
-                        kb.set(seen_masked, kb.or(kb.get_i(seen_masked, "")?, m, "")?)?;
+                        note_seen(kb, any_ok, any_masked)?;
                         kb.set(base, kb.add(e0, kb.i32c(per_round), "")?)
+                    },
+                )?;
+
+                // b) Columns: a lane per key, the intervals over the tile's rows and that
+                // one key (its aux values exact). A column decided Full or Empty is known
+                // without its elements; only undecided columns are evaluated, all their
+                // rows. So every element is accounted for (Full and Empty stay exact),
+                // and a tile that intervals could not decide because two aux reads
+                // correlate (`doc[k]` and `start[k]` across a document boundary) costs its
+                // undecided columns instead of every element.
+                let chunks = kb.ceil_div(keys, kb.i32c(32), "column_chunks")?;
+                let chunk = kb.slot_i32("column_chunk", kb.i32c(0))?;
+                kb.while_loop(
+                    "column_chunks",
+                    |kb| {
+                        let more = kb.icmp(IntPredicate::SLT, kb.get_i(chunk, "")?, chunks, "")?;
+                        let open = undecided_yet(kb)?;
+                        kb.and(more, open, "")
+                    },
+                    |kb| {
+                        let ch = kb.get_i(chunk, "chunk")?;
+                        let c_local = kb.add(kb.mul(ch, kb.i32c(32), "")?, lane, "column")?;
+                        let valid = kb.icmp(IntPredicate::SLT, c_local, keys, "")?;
+                        let k = kb.add(k0, kb.smin(c_local, kb.sub(keys, kb.i32c(1), "")?, "")?, "column_key")?;
+                        let ranges = TileRanges {
+                            b: (b, b),
+                            h: tile_h,
+                            hkv: (hkv, hkv),
+                            q: tile_q,
+                            k: (k, k),
+                            seqlen_q: bv.seqlen_q,
+                            seqlen_k: bv.seqlen_k,
+                        };
+                        let cls = classify_tile_scanning_aux(kb, spec, &ranges, &va, None)?;
+                        let full = kb.and(valid, cls.full, "column_full")?;
+                        let empty = kb.and(valid, cls.empty, "column_empty")?;
+                        note_seen(kb, full, empty)?;
+                        let open = kb.and(valid, kb.not(kb.or(cls.full, cls.empty, "")?, "")?, "")?;
+                        let pending = kb.slot_i32("open_columns", kb.ballot(open, "open_columns")?)?;
+                        // Each undecided column of the chunk, 32 rows a lane-step, 4 steps a
+                        // round, until both kinds are seen.
+                        kb.while_loop(
+                            "open_columns",
+                            |kb| {
+                                let more = kb.icmp(IntPredicate::NE, kb.get_i(pending, "")?, kb.i32c(0), "")?;
+                                let open = undecided_yet(kb)?;
+                                kb.and(more, open, "")
+                            },
+                            |kb| {
+                                let bits = kb.get_i(pending, "pending")?;
+                                let lowest = kb.and(bits, kb.sub(kb.i32c(0), bits, "")?, "")?;
+                                kb.set(pending, kb.xor(bits, lowest, "")?)?;
+                                let col = kb.add(
+                                    kb.mul(ch, kb.i32c(32), "")?,
+                                    kb.popc(kb.sub(lowest, kb.i32c(1), "")?, "lowest_index")?,
+                                    "open_column",
+                                )?;
+                                let row_rounds = kb.ceil_div(rows_in_tile, kb.i32c(128), "")?;
+                                kb.for_range(kb.i32c(0), row_rounds, "column_rows", |kb, rr| {
+                                    let mut any_ok = kb.boolc(false);
+                                    let mut any_masked = kb.boolc(false);
+                                    for j in 0..4 {
+                                        let r_local = kb.add(
+                                            kb.mul(rr, kb.i32c(128), "")?,
+                                            kb.add(lane, kb.i32c(32 * j), "")?,
+                                            "column_row",
+                                        )?;
+                                        let inside = kb.icmp(IntPredicate::SLT, r_local, rows_in_tile, "")?;
+                                        let r_safe = kb.select_i(inside, r_local, kb.i32c(0), "")?;
+                                        let ok = element(kb, r_safe, col)?;
+                                        any_ok = kb.or(any_ok, kb.and(inside, ok, "")?, "")?;
+                                        any_masked = kb.or(any_masked, kb.and(inside, kb.not(ok, "")?, "")?, "")?;
+                                    }
+                                    note_seen(kb, any_ok, any_masked)
+                                })
+                            },
+                        )?;
+                        kb.set(chunk, kb.add(ch, kb.i32c(1), "")?)
                     },
                 )?;
                 let a = kb.icmp(IntPredicate::NE, kb.get_i(seen_allowed, "")?, kb.i32c(0), "")?;
@@ -637,7 +722,7 @@ mod tests {
         &ptx[start..end]
     }
 
-    /// The classifier fits two CTAs an SM and shares its aux scans across lane groups; a
+    /// The classifier declares its CTA size and shares its aux scans across lane groups; a
     /// layout with bits gets the bits kernel (queue-fed, one 128-byte store a step) and
     /// the classifier queues its slotted tiles; a layout without bits gets neither.
     #[test]
@@ -647,7 +732,7 @@ mod tests {
         let classify = hopper.kernels.iter().find(|k| k.role == KernelRole::BlockClassify).expect("a classifier");
         assert_eq!(classify.threads_per_block, THREADS);
         let c = entry(&hopper.ptx, &classify.name);
-        assert!(c.contains(&format!(".maxntid {THREADS}")) && c.contains(".minnctapersm 2"));
+        assert!(c.contains(&format!(".maxntid {THREADS}")));
         assert!(c.contains("shfl.sync.bfly"), "lane groups combine their scans");
         assert!(c.contains("atom.acq_rel.gpu.global.add.u32"), "slotted tiles are queued");
         let bits = hopper.kernels.iter().find(|k| k.role == KernelRole::BlockBits).expect("a bits kernel");
