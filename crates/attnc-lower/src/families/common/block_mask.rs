@@ -186,6 +186,7 @@ fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, tiling: Tiling, output: BlockLayo
 
     // The row tile's position and head ranges (as the forward's CTA computes them).
     let (head_idx, hkv) = slot_heads(kb, spec, pack, slot)?;
+    let row_tile = RowTile { b, seqlen_q: bv.seqlen_q, seqlen_k: bv.seqlen_k, head_idx, hkv, row0, pack, group };
     let last_row = kb.sub(kb.smin(kb.add(row0, kb.i32c(block_m as i64), "")?, rows_total, "")?, kb.i32c(1), "")?;
     let (tile_q, tile_h) = row_tile_ranges(kb, pack, group, row0, last_row, head_idx, hkv)?;
 
@@ -262,22 +263,8 @@ fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, tiling: Tiling, output: BlockLayo
                 };
                 // Whether the tile's element (r_local, c_local) is allowed.
                 let element = |kb: &mut Kb<'ctx>, r_local: IntValue<'ctx>, c_local: IntValue<'ctx>| {
-                    let r = kb.add(row0, r_local, "r")?;
                     let k = kb.add(k0, c_local, "k")?;
-                    let (q, h) = packed_row(kb, pack, group, r, head_idx, hkv)?;
-                    let hkv_e = if pack { hkv } else { kb.udiv(h, kb.i32c(group), "")? };
-                    let vars = ElemVars {
-                        b,
-                        h,
-                        hkv: hkv_e,
-                        q,
-                        k,
-                        seqlen_q: bv.seqlen_q,
-                        seqlen_k: bv.seqlen_k,
-                        score: None,
-                        k_split: None,
-                    };
-                    vexpr::allowed(kb, spec, pred.as_ref(), &vars, &va)
+                    row_tile.allowed(kb, spec, pred.as_ref(), &va, r_local, k)
                 };
                 // What a warp saw this round (`any_ok`, `any_masked` per lane).
                 let note_seen = |kb: &mut Kb<'ctx>, any_ok: IntValue<'ctx>, any_masked: IntValue<'ctx>| -> R<()> {
@@ -565,6 +552,50 @@ fn slot_heads<'ctx>(
     })
 }
 
+/// One row tile's coordinates, as both kernels derive them (`slot_heads`,
+/// `packed_row`), for evaluating the mask at its elements.
+struct RowTile<'ctx> {
+    b: IntValue<'ctx>,
+    seqlen_q: IntValue<'ctx>,
+    seqlen_k: IntValue<'ctx>,
+    head_idx: IntValue<'ctx>,
+    hkv: IntValue<'ctx>,
+    /// The tile's first (packed) row.
+    row0: IntValue<'ctx>,
+    pack: bool,
+    group: i64,
+}
+
+impl<'ctx> RowTile<'ctx> {
+    /// Whether the mask allows (packed row `row0 + r_in_tile`, key `k`): the expression
+    /// every kernel reading the mask evaluates.
+    fn allowed(
+        &self,
+        kb: &mut Kb<'ctx>,
+        spec: &Spec,
+        pred: Option<&attnc_ir::Expr>,
+        va: &vexpr::VariantArgs<'ctx>,
+        r_in_tile: IntValue<'ctx>,
+        k: IntValue<'ctx>,
+    ) -> R<IntValue<'ctx>> {
+        let r = kb.add(self.row0, r_in_tile, "r")?;
+        let (q, h) = packed_row(kb, self.pack, self.group, r, self.head_idx, self.hkv)?;
+        let hkv = if self.pack { self.hkv } else { kb.udiv(h, kb.i32c(self.group), "")? };
+        let vars = ElemVars {
+            b: self.b,
+            h,
+            hkv,
+            q,
+            k,
+            seqlen_q: self.seqlen_q,
+            seqlen_k: self.seqlen_k,
+            score: None,
+            k_split: None,
+        };
+        vexpr::allowed(kb, spec, pred, &vars, va)
+    }
+}
+
 /// The bits kernel ([`KernelRole::BlockBits`]): every element of each tile the classifier
 /// queued, into its bitmask slot. Warp `w` of the grid's `W` takes work items `w, w + W,
 /// ...` of (queued tile, step), a step being [`WORDS_PER_STEP`] words of whole bit rows:
@@ -622,6 +653,8 @@ fn build_bits<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, tiling: Tiling, output: Bloc
             let rows_total = if pack { kb.mul(bv.seqlen_q, kb.i32c(group), "rows_total")? } else { bv.seqlen_q };
             let (head_idx, hkv) = slot_heads(kb, spec, pack, slot)?;
             let row0 = kb.mul(m_block, kb.i32c(block_m as i64), "row0")?;
+            let row_tile =
+                RowTile { b, seqlen_q: bv.seqlen_q, seqlen_k: bv.seqlen_k, head_idx, hkv, row0, pack, group };
             let k0 = kb.mul(t, kb.i32c(block_n as i64), "k0")?;
             let dst = lists.bits_addr(kb, row, bits_slot, tile_words)?;
             let first_row = kb.mul(step, kb.i32c(rows_per_step as i64), "first_bit_row")?;
@@ -635,21 +668,9 @@ fn build_bits<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, tiling: Tiling, output: Bloc
                     let (r_in_tile, key_in_tile) = if key_rows { (col, r_local) } else { (r_local, col) };
                     let r = kb.add(row0, r_in_tile, "r")?;
                     let row_in = kb.icmp(IntPredicate::SLT, r, rows_total, "row_in")?;
-                    let (q, h) = packed_row(kb, pack, group, r, head_idx, hkv)?;
-                    let hkv_e = if pack { hkv } else { kb.udiv(h, kb.i32c(group), "")? };
                     let k = kb.add(k0, key_in_tile, "k")?;
-                    let vars = ElemVars {
-                        b,
-                        h,
-                        hkv: hkv_e,
-                        q,
-                        k,
-                        seqlen_q: bv.seqlen_q,
-                        seqlen_k: bv.seqlen_k,
-                        score: None,
-                        k_split: None,
-                    };
-                    let ok = kb.and(vexpr::allowed(kb, spec, pred.as_ref(), &vars, &va)?, row_in, "")?;
+                    let allowed = row_tile.allowed(kb, spec, pred.as_ref(), &va, r_in_tile, k)?;
+                    let ok = kb.and(allowed, row_in, "")?;
                     words.push((kb.ballot(ok, "bits")?, r_local));
                 }
             }
