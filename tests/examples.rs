@@ -76,6 +76,8 @@ struct Compiled {
 fn compiled() -> &'static Vec<Compiled> {
     static C: OnceLock<Vec<Compiled>> = OnceLock::new();
     C.get_or_init(|| {
+        // The module checks include the LLVM IR text, which compiles keep only when asked.
+        attnc::lower::llvm::keep_llvm_ir(true);
         let mut out = Vec::new();
         for (name, spec) in parsed() {
             let Ok(spec) = spec else { continue };

@@ -237,6 +237,9 @@ fn dump(args: &DumpArgs) -> Result<(), Reported> {
     }
     let mut failed = Vec::new();
     let base = CompileOptions::new(args.arch).family(args.family);
+    if args.emit == Emit::Llvm {
+        attnc::lower::llvm::keep_llvm_ir(true);
+    }
     let modules = attnc::compile_directions(&spec, &base, &directions);
     for (direction, compiled) in directions.into_iter().zip(modules) {
         let opts = base.clone().direction(direction);

@@ -288,7 +288,8 @@ pub struct CompiledModule {
     /// smaller one that did not (`crate::compile::compile_without_spills`).
     pub config_note: Option<String>,
     pub kernels: Vec<KernelInfo>,
-    /// The optimized LLVM IR, as text.
+    /// The optimized LLVM IR, as text, when `llvm::keep_llvm_ir` asked for it (empty
+    /// otherwise: printing it costs a cold compile time).
     pub llvm_ir: String,
     pub ptx: String,
     /// Where the compile time went.

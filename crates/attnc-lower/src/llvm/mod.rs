@@ -14,9 +14,22 @@ use inkwell::module::Module;
 use inkwell::passes::PassBuilderOptions;
 use inkwell::targets::{CodeModel, FileType, InitializationConfig, RelocMode, Target, TargetMachine, TargetTriple};
 use inkwell::OptimizationLevel;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Once;
 
 static INIT: Once = Once::new();
+
+/// Whether compiled modules keep the text of their optimized LLVM IR
+/// (`CompiledModule::llvm_ir`). Printing it is a sizeable part of a cold compile (a
+/// megabyte or more per module) and only `attnc dump --emit llvm` and tests read it, so
+/// it is off unless a tool asks.
+static KEEP_LLVM_IR: AtomicBool = AtomicBool::new(false);
+
+/// Keep (or stop keeping) the optimized LLVM IR text of modules compiled from now on in
+/// this process.
+pub fn keep_llvm_ir(on: bool) {
+    KEEP_LLVM_IR.store(on, Ordering::Relaxed);
+}
 
 /// The function passes kernels need: promote slots to registers (SROA), then clean up
 /// (CSE, instcombine, GVN, dead code, CFG). The schedules are already unrolled and
@@ -42,8 +55,8 @@ fn target_machine(arch: Arch, ptx_feature: &str) -> Result<TargetMachine, LowerE
         .ok_or_else(|| LowerError::Llvm(format!("cannot create an NVPTX target machine for {arch}")))
 }
 
-/// Verifies and optimizes `module`, then returns (optimized LLVM IR, PTX) and the time
-/// spent optimizing and in code generation (ms).
+/// Verifies and optimizes `module`, then returns (optimized LLVM IR — empty unless
+/// [`keep_llvm_ir`] —, PTX) and the time spent optimizing and in code generation (ms).
 pub fn emit_ptx(module: &Module<'_>, arch: Arch) -> Result<(String, String, f64, f64), LowerError> {
     emit_ptx_with(module, arch, arch.ptx_feature())
 }
@@ -65,7 +78,7 @@ pub fn emit_ptx_with(
     module.run_passes(PIPELINE, &tm, opts).map_err(|e| LowerError::Llvm(format!("optimization pipeline: {e}")))?;
     let optimize_ms = t0.elapsed().as_secs_f64() * 1e3;
     let t1 = std::time::Instant::now();
-    let ir = module.print_to_string().to_string();
+    let ir = if KEEP_LLVM_IR.load(Ordering::Relaxed) { module.print_to_string().to_string() } else { String::new() };
     let buf = tm
         .write_to_memory_buffer(module, FileType::Assembly)
         .map_err(|e| LowerError::Llvm(format!("PTX emission: {e}")))?;

@@ -117,6 +117,7 @@ fn ptx_has_the_pipeline_instructions() {
 #[test]
 fn split_kv_writes_partials_and_brings_the_combine_kernel() {
     let spec = variants().into_iter().find(|s| s.name == "split_decode").expect("variant");
+    crate::llvm::keep_llvm_ir(true);
     let m = compile(&spec, Arch::Sm100a).expect("compiles");
     let names: Vec<&str> = m.kernels.iter().map(|k| k.name.as_str()).collect();
     assert_eq!(names, ["attnc_split_decode_fwd", "attnc_split_decode_combine"]);
