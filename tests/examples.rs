@@ -433,6 +433,8 @@ fn sweep_regressions_compile_and_assemble_without_spills() {
 /// problem and the failing specs' text. `ATTNC_SPEC_SWEEP_JOBS` sets the threads. The
 /// summary starts a line of its own (the harness has printed `test … ` before it).
 fn sweep(specs: &[Spec], what: &str) {
+    // The module checks include the LLVM IR text, which compiles keep only when asked.
+    attnc::lower::llvm::keep_llvm_ir(true);
     let env = |k: &str, d: u64| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
     let ptxas_path = match ptxas::find_ptxas() {
         Ok(p) => Some(p),
