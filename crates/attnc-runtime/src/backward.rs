@@ -619,8 +619,8 @@ impl Kernel {
             let bit_queue = crate::block_mask::queue_arg(ptr, d, layout);
             extra.extend(bit_queue.map(|(arg, _)| arg));
             if source != BlockMaskSource::PassedIn {
-                let bits = crate::block_mask::bits_grid(d, tiling, layout, gpu.info.usable_sm_count);
-                classify_launch = Some((crate::block_mask::classifier_launch(d), bits, bit_queue.map(|(_, at)| at)));
+                let sms = gpu.info.usable_sm_count;
+                classify_launch = Some(crate::block_mask::ClassifierLaunch::new(d, tiling, layout, ptr, sms));
             }
             receipt.block_mask = Some(crate::receipt::BlockMaskUse {
                 source,
@@ -641,8 +641,8 @@ impl Kernel {
                     KernelRole::AuxGradReduce if plan.deterministic => plan.aux_grid,
                     // Atomic accumulation writes the gradients directly.
                     KernelRole::AuxGradReduce => [0, 0, 0],
-                    KernelRole::BlockClassify => classify_launch.map_or([0, 0, 0], |l| l.0 .0),
-                    KernelRole::BlockBits => classify_launch.map_or([0, 0, 0], |l| l.1),
+                    KernelRole::BlockClassify => classify_launch.map_or([0, 0, 0], |l| l.grid),
+                    KernelRole::BlockBits => classify_launch.map_or([0, 0, 0], |l| l.bits_grid),
                     KernelRole::TurnPlan => plan.turn_grid,
                     other => return Err(RuntimeError::Abi(format!("a {other} kernel in a backward module"))),
                 };
@@ -682,7 +682,7 @@ impl Kernel {
                 * self.spec.head_dim_qk as usize,
         )?;
         // The classifier's bit-work queue starts empty.
-        if let Some((_, _, Some(count_at))) = classify_launch {
+        if let Some(count_at) = classify_launch.and_then(|l| l.queue_count) {
             queue.memset_d32(count_at, 0, 1)?;
         }
         if plan.turn_flags.1 > 0 {
@@ -707,7 +707,7 @@ impl Kernel {
                 }
             }
             let smem = match (role, classify_launch) {
-                (KernelRole::BlockClassify, Some(((_, bytes), ..))) => bytes,
+                (KernelRole::BlockClassify, Some(l)) => l.smem,
                 _ => k.dynamic_smem_bytes,
             };
             queue.launch(f, *grid, k.threads_per_block, smem, a)?;

@@ -124,12 +124,28 @@ pub(crate) fn list_args(ptr: u64, d: BlockDims, layout: BlockLayout) -> [(&'stat
     ]
 }
 
-/// The classifier's grid (one CTA per row of tiles) and dynamic shared memory for `d`.
-pub(crate) fn classifier_launch(d: BlockDims) -> ([u32; 3], u32) {
-    (
-        [d.m_tiles as u32, d.slots as u32, d.batch as u32],
-        attnc_lower::families::common::block_mask::smem_bytes(d.n_tiles as u32),
-    )
+/// How a mask's classification launches, for the forward's and the backward's builds.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ClassifierLaunch {
+    /// The classifier's grid (one CTA per row of tiles) and dynamic shared memory.
+    pub(crate) grid: [u32; 3],
+    pub(crate) smem: u32,
+    /// The bits kernel's grid ([`bits_grid`]; zero without bits).
+    pub(crate) bits_grid: [u32; 3],
+    /// The bit-work queue's count, zeroed before the classifier (layouts with bits).
+    pub(crate) queue_count: Option<u64>,
+}
+
+impl ClassifierLaunch {
+    /// The launch for a mask of extents `d` in `layout` at device address `ptr`.
+    pub(crate) fn new(d: BlockDims, tiling: Tiling, layout: BlockLayout, ptr: u64, sm_count: u32) -> Self {
+        ClassifierLaunch {
+            grid: [d.m_tiles as u32, d.slots as u32, d.batch as u32],
+            smem: attnc_lower::families::common::block_mask::smem_bytes(d.n_tiles as u32),
+            bits_grid: bits_grid(d, tiling, layout, sm_count),
+            queue_count: queue_arg(ptr, d, layout).map(|(_, at)| at),
+        }
+    }
 }
 
 /// With bits: the bit-work queue's argument (the classifier and the bits kernel take it)

@@ -788,9 +788,16 @@ impl Kernel {
         let mask = BlockMask::new(bf, lists);
         let layout = mask.layout();
         let mut extra = mask.args().to_vec();
-        let bit_queue = crate::block_mask::queue_arg(mask.lists.device_ptr(), d, layout);
-        extra.extend(bit_queue.map(|(arg, _)| arg));
+        extra.extend(crate::block_mask::queue_arg(mask.lists.device_ptr(), d, layout).map(|(arg, _)| arg));
         let args = marshal(&classify.params, plan, &extra).map_err(RuntimeError::Abi)?;
+        let gpu = kernel.rt.gpu();
+        let launch = crate::block_mask::ClassifierLaunch::new(
+            d,
+            mask.tiling(),
+            layout,
+            mask.lists.device_ptr(),
+            gpu.info.usable_sm_count,
+        );
         // With bits, the kernel that evaluates the queued partial tiles.
         let bits = match meta.kernel(KernelRole::BlockBits) {
             Some(k) => {
@@ -798,26 +805,23 @@ impl Kernel {
                     .loaded
                     .function(KernelRole::BlockBits)
                     .ok_or_else(|| RuntimeError::Abi("the block mask bits kernel did not load".into()))?;
-                let grid = crate::block_mask::bits_grid(d, mask.tiling(), layout, kernel.rt.gpu().info.usable_sm_count);
-                Some((f, k, grid, marshal(&k.params, plan, &extra).map_err(RuntimeError::Abi)?))
+                Some((f, k, marshal(&k.params, plan, &extra).map_err(RuntimeError::Abi)?))
             }
             None => None,
         };
-        let gpu = kernel.rt.gpu();
-        let (grid, smem) = crate::block_mask::classifier_launch(d);
         let timing = params.timing;
         let events = if timing { Some((gpu.event()?, gpu.event()?)) } else { None };
         if let Some((a, _)) = &events {
             queue.record(a)?;
         }
         if d.batch > 0 && d.m_tiles > 0 {
-            if let Some((_, count_at)) = bit_queue {
+            if let Some(count_at) = launch.queue_count {
                 queue.memset_d32(count_at, 0, 1)?;
             }
-            queue.launch(f, grid, classify.threads_per_block, smem, &args)?;
-            if let Some((f, k, grid, args)) = &bits {
-                if !grid.contains(&0) {
-                    queue.launch(f, *grid, k.threads_per_block, k.dynamic_smem_bytes, args)?;
+            queue.launch(f, launch.grid, classify.threads_per_block, launch.smem, &args)?;
+            if let Some((f, k, args)) = &bits {
+                if !launch.bits_grid.contains(&0) {
+                    queue.launch(f, launch.bits_grid, k.threads_per_block, k.dynamic_smem_bytes, args)?;
                 }
             }
         }
