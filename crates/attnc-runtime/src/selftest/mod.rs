@@ -12,8 +12,9 @@
 //! Each case: random normal inputs (`random_inputs`), outputs poisoned with NaN, one
 //! launch, then per sequence: relative L2 error of O ≤ `tol_rel_l2`, no NaN/Inf where the
 //! reference is finite, LSE relative error (|Δ| / max(|lse|, 1)) ≤ `tol_lse` with the same
-//! finiteness. Paged KV uses a shuffled page pool whose unused rows hold values ×100 and
-//! a block table padded with −1, so a wrong page or row read shows. The reference's cost
+//! finiteness. Paged KV uses a shuffled page pool whose unused pages hold values ×100,
+//! whose last page of a sequence holds NaN past its end, and a block table padded with
+//! −1, so a wrong page or row read shows. The reference's cost
 //! (q·k pairs × heads × (d_qk + d_v)) is capped by `max_ref_cost`: longer cases shrink
 //! seqlen_q (keeping seqlen_k) and say so in the case name.
 
@@ -726,6 +727,10 @@ pub fn build_tensors(rt: &Runtime, spec: &Spec, inputs: &Inputs, seed: u64) -> R
                             let vr = kvh * dv;
                             kp[pg * ps * kr..][..n * kr].copy_from_slice(&s.k[r0 * kr..][..n * kr]);
                             vp[pg * ps * vr..][..n * vr].copy_from_slice(&s.v[r0 * vr..][..n * vr]);
+                            // The last page's rows past the sequence: NaN, which no
+                            // kernel may let into O (P is 0 there, but 0 · NaN is NaN).
+                            kp[pg * ps * kr..][n * kr..ps * kr].fill(f64::NAN);
+                            vp[pg * ps * vr..][n * vr..ps * vr].fill(f64::NAN);
                         }
                     }
                     k = rt.upload_f64(dt, &kp, &[total, ps, kvh, dqk])?;

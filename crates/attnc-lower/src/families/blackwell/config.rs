@@ -27,20 +27,11 @@ pub const BAR_EXP: [u32; 2] = [1, 2];
 /// Named barrier of the correction warpgroup's O staging (128 threads).
 pub const BAR_EPILOGUE: u32 = 3;
 
-/// The smallest page TMA loads as its own box: 8 rows of 128 bytes, one 128-byte swizzle
-/// atom (a box must land on an atom boundary for the swizzle to match the descriptors).
-pub const MIN_PAGE_ROWS: u32 = 8;
-
 /// Whether paged K/V with `page_size` keys per page loads by TMA: a page holds whole
 /// 128-key tiles (one box per tile, inside one page) or a tile holds whole pages of at
-/// least [`MIN_PAGE_ROWS`] keys (one box per page, `128 / page_size` per tile).
+/// least `MIN_PAGE_ROWS` keys (one box per page, `128 / page_size` per tile).
 pub fn tma_pageable(page_size: u32) -> bool {
-    page_size > 0
-        && if page_size >= BLOCK_N {
-            page_size % BLOCK_N == 0
-        } else {
-            BLOCK_N % page_size == 0 && page_size >= MIN_PAGE_ROWS
-        }
+    crate::families::common::paged::tma_pageable(page_size, BLOCK_N)
 }
 
 /// Whether paged K/V with `page_size` keys per page is gathered row by row (cp.async by

@@ -8,6 +8,8 @@
 //! - [`combine`]: the split-KV combine kernel every family's split partials go through;
 //! - [`epilogue`]: the final store of a row held in mma/wgmma accumulator fragments (O
 //!   normalized, LSE, or a split's partials);
+//! - [`paged`]: which page sizes TMA boxes can follow, and a key tile's boxes in a paged
+//!   cache;
 //! - [`sw128`]: the 128-byte-swizzled tile layout TMA writes and both tensor-core
 //!   descriptor formats read.
 
@@ -17,4 +19,5 @@ pub mod block_mask;
 pub mod combine;
 pub mod dq_order;
 pub mod epilogue;
+pub mod paged;
 pub mod sw128;

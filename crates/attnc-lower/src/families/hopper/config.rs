@@ -65,8 +65,9 @@ pub struct Config {
     /// consumers raise to `consumer_regs` (the pool is 64K registers per CTA).
     pub producer_regs: u32,
     pub consumer_regs: u32,
-    /// K/V arrive by a cp.async gather from a producer warp (paged KV: any page size,
-    /// rows past the sequence zero-filled) instead of TMA.
+    /// K/V arrive by a cp.async gather from producer warps (paged KV of any page size,
+    /// rows past the sequence zero-filled) instead of TMA: paged KV whose pages TMA
+    /// boxes cannot follow.
     pub gather: bool,
 }
 
@@ -83,6 +84,9 @@ pub struct SmemLayout {
     pub v_per_stage: u32,
     /// mbarriers: full_k[s], full_v[s], empty_k[s], empty_v[s] (8 bytes each).
     pub bars: u32,
+    /// Paged K/V by TMA: the mbarrier the tail tile's V lands on before the producer
+    /// zeroes its rows past seqlen_k (`None` otherwise).
+    pub tail_v: Option<u32>,
     /// Bytes used from the aligned base.
     pub used: u32,
     /// Bytes to request at launch (`used` + alignment slack).
@@ -104,9 +108,18 @@ impl Config {
         // Measured on the H100 (docs/results/2026-11-22-h100-hopper-ptxas-sweep.md):
         // ping-pong pays at d = 64 (460 vs 439 TFLOP/s at 8k) and costs at d = 128 (595
         // vs 661), where one warpgroup's softmax is already shorter than the other's GEMMs.
-        // Paged KV: a producer warp gathers rows through the block table with cp.async
-        // (its address arithmetic needs more than 24 registers).
-        let gather = matches!(spec.kv_layout, KvLayout::Paged { .. });
+        let one_tile = spec.query_rows == QueryRows::OneTile;
+        let mask_reads_aux = spec.mask.to_predicate().is_some_and(|p| p.uses_aux());
+        let score_mod_reads_aux = spec.score_mod.as_ref().is_some_and(|m| m.uses_aux());
+        // 64-key tiles where 128 spills (ptxas, 240 registers): d_v > 128 (O alone
+        // is d_v/2 registers per thread) and score modifications that read aux
+        // tensors (a read per score). Aux reads of the mask alone go to mask bits.
+        let block_n = if one_tile || spec.head_dim_v > 128 || score_mod_reads_aux { 64 } else { 128 };
+        // Paged KV: TMA boxes where they can follow the pages (`common::paged`); other
+        // page sizes (1, or pages that neither hold whole tiles nor split a tile into
+        // swizzle atoms) by producer warps that gather rows through the block table with
+        // cp.async (its address arithmetic needs more than 24 registers).
+        let gather = Self::gathers(spec, block_n);
         // d = 64: three consumer warpgroups (192 rows, 160 registers each). With a causal
         // mask they measured 473 vs 410 TFLOP/s at 8k (2026-11-22); without one, +8–16% at
         // 2k–16k with ptxas 13.5 (506.7 vs 437.6 at 8k, both defaults of the same run
@@ -119,9 +132,6 @@ impl Config {
         // batch 1 of the paged ones (docs/results/2026-11-24-h100-decode-round2/
         // 3-decode-configs); the runtime picks this twin for paged launches only at small
         // batch, where the gather measured faster that way too.
-        let one_tile = spec.query_rows == QueryRows::OneTile;
-        let mask_reads_aux = spec.mask.to_predicate().is_some_and(|p| p.uses_aux());
-        let score_mod_reads_aux = spec.score_mod.as_ref().is_some_and(|m| m.uses_aux());
         let cfg = Config {
             consumers: if one_tile {
                 1
@@ -130,10 +140,7 @@ impl Config {
             } else {
                 2
             },
-            // 64-key tiles where 128 spills (ptxas, 240 registers): d_v > 128 (O alone
-            // is d_v/2 registers per thread) and score modifications that read aux
-            // tensors (a read per score). Aux reads of the mask alone go to mask bits.
-            block_n: if one_tile || spec.head_dim_v > 128 || score_mod_reads_aux { 64 } else { 128 },
+            block_n,
             stages: 2,
             overlap: true,
             pingpong: spec.head_dim_qk <= 64,
@@ -197,6 +204,23 @@ impl Config {
         self
     }
 
+    /// Whether paged K/V of `spec` in `block_n`-key tiles needs the cp.async gather
+    /// producer (TMA boxes cannot follow its pages).
+    pub fn gathers(spec: &Spec, block_n: u32) -> bool {
+        matches!(spec.kv_layout, KvLayout::Paged { page_size }
+            if !crate::families::common::paged::tma_pageable(page_size, block_n))
+    }
+
+    /// How TMA loads a key tile of paged K/V, or `None` (contiguous, varlen, gathered).
+    pub fn paged_boxes(&self, spec: &Spec) -> Option<crate::families::common::paged::PagedBoxes> {
+        match spec.kv_layout {
+            KvLayout::Paged { page_size } if !self.gather => {
+                crate::families::common::paged::PagedBoxes::of(page_size, self.block_n)
+            }
+            _ => None,
+        }
+    }
+
     pub fn block_m(&self) -> u32 {
         ROWS_PER_CONSUMER * self.consumers
     }
@@ -219,8 +243,10 @@ impl Config {
         let v = align(k + k_per_stage * self.stages);
         let v_per_stage = Self::col_blocks(spec.head_dim_v) * self.block_n * ROW_BYTES;
         let bars = v + v_per_stage * self.stages;
-        let used = bars + 8 * 4 * self.stages;
-        SmemLayout { q, q_per_consumer, k, k_per_stage, v, v_per_stage, bars, used, request: used + 1024 }
+        let ring_end = bars + 8 * 4 * self.stages;
+        let tail_v = self.paged_boxes(spec).map(|_| ring_end);
+        let used = ring_end + if tail_v.is_some() { 8 } else { 0 };
+        SmemLayout { q, q_per_consumer, k, k_per_stage, v, v_per_stage, bars, tail_v, used, request: used + 1024 }
     }
 
     /// Offset of ring barrier `which` of slot 0; slot `s` adds `8 · s`.
@@ -272,8 +298,15 @@ impl Config {
                 self.block_n, self.stages, self.consumers
             ));
         }
-        if matches!(spec.kv_layout, KvLayout::Paged { .. }) != self.gather {
-            return Err("paged KV needs the gather producer (and only paged KV uses it)".into());
+        let paged = matches!(spec.kv_layout, KvLayout::Paged { .. });
+        if self.gather && !paged {
+            return Err("the gather producer reads paged KV only".into());
+        }
+        if !self.gather && Self::gathers(spec, self.block_n) {
+            return Err(format!(
+                "paged KV of {:?} in {}-key tiles: TMA boxes cannot follow those pages (the gather producer can)",
+                spec.kv_layout, self.block_n
+            ));
         }
         let smem = self.smem(spec).request;
         if smem > max_smem {
@@ -571,14 +604,49 @@ mod tests {
         }
     }
 
+    /// Pages TMA boxes can follow load by TMA (with the tail tile's V barrier after the
+    /// ring's); the others gather. Either way the configuration checks.
+    #[test]
+    fn paged_kv_loads_by_tma_where_boxes_follow_the_pages() {
+        use crate::families::common::paged::PagedBoxes;
+        for (page, rows, boxes) in [
+            (16, QueryRows::Any, Some(PagedBoxes::PerPage { boxes: 8 })),
+            (16, QueryRows::OneTile, Some(PagedBoxes::PerPage { boxes: 4 })),
+            (128, QueryRows::Any, Some(PagedBoxes::InsidePage)),
+            (256, QueryRows::OneTile, Some(PagedBoxes::InsidePage)),
+            (1, QueryRows::Any, None),
+            (48, QueryRows::Any, None),
+        ] {
+            let mut s = Spec::new("x", 128, 4);
+            s.kv_layout = KvLayout::Paged { page_size: page };
+            s.query_rows = rows;
+            let c = Config::for_spec(&s);
+            assert_eq!(c.paged_boxes(&s), boxes, "page {page}, {rows:?}");
+            assert_eq!(c.gather, boxes.is_none(), "page {page}");
+            let l = c.smem(&s);
+            assert_eq!(l.tail_v, boxes.map(|_| l.bars + 32 * c.stages), "page {page}");
+            assert!(c.check(&s, 227 * 1024).is_ok(), "page {page}");
+        }
+        // d64 paged by TMA keeps three consumers (the gather's producer registers do not).
+        let mut s = Spec::new("x", 64, 4);
+        s.kv_layout = KvLayout::Paged { page_size: 128 };
+        assert_eq!(Config::for_spec(&s).consumers, 3);
+        s.kv_layout = KvLayout::Paged { page_size: 1 };
+        assert_eq!(Config::for_spec(&s).consumers, 2);
+    }
+
     #[test]
     fn refuses_what_it_cannot_run() {
         let mut s = Spec::new("x", 128, 4);
-        s.kv_layout = KvLayout::Paged { page_size: 16 };
+        s.kv_layout = KvLayout::Paged { page_size: 1 };
         let mut c = Config::for_spec(&s);
         assert!(c.gather && c.check(&s, 227 * 1024).is_ok());
         c.gather = false;
-        assert!(c.check(&s, 227 * 1024).unwrap_err().contains("paged"));
+        assert!(c.check(&s, 227 * 1024).unwrap_err().contains("TMA boxes cannot follow"));
+        s = Spec::new("x", 128, 4);
+        let mut c = Config::for_spec(&s);
+        c.gather = true;
+        assert!(c.check(&s, 227 * 1024).unwrap_err().contains("paged KV only"));
         s = Spec::new("x", 128, 4);
         let mut c = Config::for_spec(&s);
         c.consumer_regs = 256;

@@ -244,6 +244,58 @@ mod tests {
         assert_eq!(fwd.kernels.iter().find(|k| k.role == KernelRole::Forward).map(|k| k.block_n), Some(128));
     }
 
+    /// Paged K/V whose pages TMA boxes follow loads by TMA (one box per page, or one
+    /// inside the page), the block table read by a lane window and shuffled, the tail
+    /// tile's V zeroed past seqlen_k behind its own barrier; page 1 still gathers. The
+    /// decode twin (64-key tiles) too. Every module assembles without spills or wgmma
+    /// serialization.
+    #[test]
+    fn paged_kv_by_tma_where_boxes_follow_the_pages() {
+        use crate::module::KernelRole;
+        let ptxas = crate::ptxas::find_ptxas();
+        for (page, rows, d, tma_per_tile) in [
+            (16, attnc_ir::QueryRows::Any, 128, 8 * 2),
+            (16, attnc_ir::QueryRows::OneTile, 128, 4 * 2),
+            (128, attnc_ir::QueryRows::Any, 128, 2),
+            (128, attnc_ir::QueryRows::OneTile, 64, 1),
+            (256, attnc_ir::QueryRows::Any, 96, 2),
+            (1, attnc_ir::QueryRows::Any, 128, 0),
+        ] {
+            let mut s = Spec::new(&format!("paged{page}_d{d}"), d, 8);
+            s.kv_heads = 2;
+            s.pack_gqa = true;
+            s.kv_layout = attnc_ir::KvLayout::Paged { page_size: page };
+            s.mask.causal = Some(Align::BottomRight);
+            s.query_rows = rows;
+            let label = format!("page {page}, {rows:?}, d {d}");
+            let m = Hopper.compile(&s, Arch::Sm90a, Direction::Forward).unwrap_or_else(|e| panic!("{label}: {e}"));
+            let fwd = m.kernels.iter().find(|k| k.role == KernelRole::Forward).expect("forward");
+            let tma = m.ptx.matches("cp.async.bulk.tensor.4d").count();
+            if tma_per_tile == 0 {
+                assert!(fwd.tensor_maps.is_empty() && tma == 0, "{label}: gathers");
+                assert!(m.ptx.contains("gather K tile"), "{label}");
+                continue;
+            }
+            let expect_rows = if page >= fwd.block_n { fwd.block_n } else { page };
+            assert!(fwd.tensor_maps.iter().all(|b| b.box_rows == expect_rows), "{label}: {:?}", fwd.tensor_maps);
+            // K, V, and V of the tail tile (to its own barrier).
+            assert_eq!(tma, 3 * tma_per_tile, "{label}");
+            assert!(!m.ptx.contains("gather K tile"), "{label}");
+            for section in ["block-table window", "rows past seqlen_k zeroed", "shfl.sync.idx", "fence.proxy.async"] {
+                assert!(m.ptx.contains(section), "{label}: no {section}");
+            }
+            let Ok(path) = &ptxas else {
+                assert!(std::env::var_os("CI").is_none(), "CI must have ptxas");
+                continue;
+            };
+            let r = crate::ptxas::assemble_with(path, &m.ptx, Arch::Sm90a).expect("assembles");
+            assert!(!r.has_spills(), "{label} spills:\n{}", r.log);
+            for code in ["C7504", "C7513", "C7515", "C7517", "C7519"] {
+                assert!(!r.log.contains(code), "{label}: ptxas {code}:\n{}", r.log);
+            }
+        }
+    }
+
     /// The ordered deterministic mode is where the dQ tile is one bulk reduce (d128): the
     /// main kernel says so in its grid and the module has the turn-plan kernel at the main
     /// kernel's tiling; at d64/96 (the key split's per-thread adds) neither.

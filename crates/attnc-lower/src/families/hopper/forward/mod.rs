@@ -22,6 +22,7 @@ use super::desc::SmemDesc;
 use crate::families::common::abi::{self as cabi, Args, ParamTy};
 use crate::families::common::combine::{fused_tail, FusedCombine};
 use crate::families::common::epilogue::{finish_row, FragRow, RowStore};
+use crate::families::common::paged::PagedBoxes;
 use crate::families::common::sw128::{emit_chunk_addr, k_major_step_offset, mn_major_step_offset};
 use crate::llvm::kb::{Kb, Slot, R};
 use crate::llvm::operand::Major;
@@ -63,18 +64,20 @@ pub fn forward_params(spec: &Spec, cfg: &Config) -> Vec<(String, ParamTy)> {
 }
 
 /// How the runtime encodes the two tensor maps: 64-element (128-byte) by `block_n`-row
-/// boxes with 128-byte swizzle, the layout the wgmma descriptors expect.
-pub fn tma_boxes(cfg: &Config) -> Vec<TmaBox> {
+/// boxes with 128-byte swizzle, the layout the wgmma descriptors expect; over a paged
+/// cache, boxes of a page's rows when a tile holds several pages.
+pub fn tma_boxes(spec: &Spec, cfg: &Config) -> Vec<TmaBox> {
     if cfg.gather {
         return Vec::new();
     }
+    let box_rows = cfg.paged_boxes(spec).map_or(cfg.block_n, |b| b.box_rows(cfg.block_n));
     ["k", "v"]
         .into_iter()
         .map(|t| TmaBox {
             param: format!("tmap_{t}"),
             tensor: t.into(),
             box_cols: BOX_COLS,
-            box_rows: cfg.block_n,
+            box_rows,
             swizzle_bytes: 128,
             pack_group: 1,
         })
@@ -106,7 +109,7 @@ pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, cfg: &Config, name: &str) -> 
         block_m: cfg.block_m(),
         block_n: cfg.block_n,
         params: cabi::describe(&params),
-        tensor_maps: tma_boxes(cfg),
+        tensor_maps: tma_boxes(spec, cfg),
         grid: Grid::QueryTiles,
     })
 }
@@ -116,6 +119,15 @@ struct Kernel<'a, 'ctx> {
     cfg: &'a Config,
     args: Args<'ctx>,
     name: String,
+}
+
+/// Paged K/V loaded by TMA: the page size, the boxes of a tile, and the shared-memory
+/// offset of the tail tile's V barrier.
+#[derive(Clone, Copy)]
+struct PagedTma {
+    page_size: u32,
+    boxes: PagedBoxes,
+    tail_v: u32,
 }
 
 /// What a role needs about its CTA, derived after its `setmaxnreg`.
@@ -243,6 +255,9 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                         kb.mbar_init(addr, cfg.bar_count(which))?;
                     }
                 }
+                if let Some(tail) = cfg.smem(spec).tail_v {
+                    kb.mbar_init(kb.add(smem, kb.i32c(tail as i64), "")?, 1)?;
+                }
                 kb.fence_mbarrier_init()
             })?;
             kb.cta_barrier()?;
@@ -264,6 +279,13 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                         kb.if_then(mine, &format!("producer_w{w}"), |kb| self.producer_gather(kb, tensor, half))?;
                     }
                     Ok(())
+                } else if let (KvLayout::Paged { page_size }, Some(boxes), Some(tail_v)) =
+                    (spec.kv_layout, cfg.paged_boxes(spec), cfg.smem(spec).tail_v)
+                {
+                    kb.section("producer warpgroup: warp 0 reads the block table, lane 0 issues the K/V TMA boxes")?;
+                    let w0 = kb.icmp(IntPredicate::ULT, tid, kb.i32c(32), "")?;
+                    let paged = PagedTma { page_size, boxes, tail_v };
+                    kb.if_then(w0, "producer_paged", |kb| self.producer_paged(kb, paged))
                 } else {
                     kb.section("producer warpgroup: one thread issues the K/V TMA loads")?;
                     let t0 = kb.icmp(IntPredicate::EQ, tid, kb.i32c(0), "")?;
@@ -311,6 +333,146 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                 }
             }
             Ok(())
+        })
+    }
+
+    /// The producer of paged K/V that TMA boxes can follow (`common::paged`), warp 0:
+    /// lane 0 issues one box per page of the tile (or one inside the tile's page); the
+    /// 32 lanes hold a window of block-table entries (lane i: page `win + i`, clamped to
+    /// the sequence's last page), read together and handed to lane 0 by shuffles; the
+    /// next window is read ahead, so a walk through the table waits for a table read
+    /// only at its first tile (and after a skip). On the tile that ends past seqlen_k, V lands on the `tail_v` barrier
+    /// first and the warp zeroes its rows past the end before lane 0 completes `full_v`:
+    /// a page's unused rows (and the clamped pages) may hold anything, P is 0 there, and
+    /// 0 · NaN is NaN. K's rows there need nothing: their scores are masked by a select.
+    fn producer_paged(&self, kb: &mut Kb<'ctx>, paged: PagedTma) -> R<()> {
+        let spec = self.spec;
+        let cfg = self.cfg;
+        let PagedTma { page_size, boxes, tail_v } = paged;
+        let cta = self.cta(kb)?;
+        let tiles = self.tiles(&cta);
+        let tmap_k = kb.param_generic_addr(&format!("{}_param_0", self.name), "tmap_k")?;
+        let tmap_v = kb.param_generic_addr(&format!("{}_param_1", self.name), "tmap_v")?;
+        let lane = kb.and(kb.opaque_i32(kb.sreg("tid.x", "")?, "")?, kb.i32c(31), "lane")?;
+        let lane0 = kb.icmp(IntPredicate::EQ, lane, kb.i32c(0), "lane0")?;
+        kb.if_then(lane0, "prefetch_maps", |kb| {
+            kb.tensormap_prefetch(tmap_k)?;
+            kb.tensormap_prefetch(tmap_v)
+        })?;
+        let (begin, end) = tiles.split_range(kb, cta.num_splits, cta.split)?;
+        let layout = cfg.smem(spec);
+        let tail_bar = kb.add(cta.smem, kb.i32c(tail_v as i64), "tail_v_bar")?;
+        let bn = cfg.block_n;
+        let ps = kb.i32c(page_size as i64);
+        let bt = self.args.int("block_table")?;
+        let bt_row = kb.mul(kb.sext64(cta.bv.b, "")?, self.args.int("block_table_stride")?, "bt_row")?;
+        let last_page = kb.udiv(kb.sub(cta.bv.seqlen_k, kb.i32c(1), "")?, ps, "last_page")?;
+        // The window starts far below every page, so the first tile reads it.
+        let win = kb.slot_i32("bt_win", kb.i32c(i32::MIN as i64 / 2))?;
+        let entry = kb.slot_i32("bt_entry", kb.i32c(0))?;
+        let entry_next = kb.slot_i32("bt_entry_next", kb.i32c(0))?;
+        let count = boxes.count();
+        let box_rows = boxes.box_rows(bn);
+        self.produce_tiles(kb, &tiles, begin, end, "produce_paged", |kb, t, slot, free_parity| {
+            let key0 = kb.mul(t, kb.i32c(bn as i64), "key0")?;
+            let first = kb.udiv(key0, ps, "first_page")?;
+            kb.section("paged KV: block-table window (a lane per page), read when the tile leaves it")?;
+            let w = kb.get_i(win, "")?;
+            let below = kb.icmp(IntPredicate::SLT, first, w, "")?;
+            let past =
+                kb.icmp(IntPredicate::SGT, kb.add(first, kb.i32c(count as i64), "")?, kb.add(w, kb.i32c(32), "")?, "")?;
+            let outside = kb.or(below, past, "window_outside")?;
+            kb.if_then(outside, "bt_window", |kb| {
+                let read = |kb: &Kb<'ctx>, from: IntValue<'ctx>| -> R<IntValue<'ctx>> {
+                    let idx = kb.smin(kb.add(from, lane, "")?, last_page, "page_idx")?;
+                    let e = kb.add(bt_row, kb.sext64(idx, "")?, "")?;
+                    kb.ld_global_i32(kb.add(bt, kb.mul(e, kb.i64c(4), "")?, "bt_entry_addr")?, "page")
+                };
+                // A walk that moves on to the next window finds it read ahead; any other
+                // jump (the first tile, a skip) reads it now.
+                let onward = kb.icmp(IntPredicate::EQ, first, kb.add(w, kb.i32c(32), "")?, "window_onward")?;
+                let ahead = kb.get_i(entry_next, "")?;
+                kb.if_else(
+                    onward,
+                    "bt_window_ahead",
+                    |kb| kb.set(entry, ahead),
+                    |kb| {
+                        let page = read(kb, first)?;
+                        kb.set(entry, page)
+                    },
+                )?;
+                kb.set(win, first)?;
+                let next = read(kb, kb.add(first, kb.i32c(32), "")?)?;
+                kb.set(entry_next, next)
+            })?;
+            let w = kb.get_i(win, "win")?;
+            let e = kb.get_i(entry, "entry")?;
+            let off = kb.sub(first, w, "window_offset")?;
+            let row_in_page = match boxes {
+                PagedBoxes::InsidePage => kb.urem(key0, ps, "row_in_page")?,
+                PagedBoxes::PerPage { .. } => kb.i32c(0),
+            };
+            let pages = (0..count)
+                .map(|p| kb.shfl_idx_i32(e, kb.add(off, kb.i32c(p as i64), "")?, "tile_page"))
+                .collect::<R<Vec<_>>>()?;
+            let issue = |kb: &mut Kb<'ctx>, tmap, d: u32, base: u32, per: u32, bar| -> R<()> {
+                kb.mbar_arrive_expect_tx(bar, per)?;
+                let dst0 =
+                    kb.add(cta.smem, kb.add(kb.i32c(base as i64), kb.mul(slot, kb.i32c(per as i64), "")?, "")?, "")?;
+                for cb in 0..Config::col_blocks(d) {
+                    for (i, &page) in pages.iter().enumerate() {
+                        let at = cb * bn * ROW_BYTES + i as u32 * box_rows * ROW_BYTES;
+                        let dst = kb.add(dst0, kb.i32c(at as i64), "tma_dst")?;
+                        kb.tma_load_4d(dst, tmap, [kb.i32c((cb * BOX_COLS) as i64), row_in_page, cta.hkv, page], bar)?;
+                    }
+                }
+                Ok(())
+            };
+            kb.section("TMA K tile (page boxes) -> ring slot")?;
+            kb.mbar_wait(self.ring_bar(kb, cta.smem, RingBar::EmptyK, slot)?, free_parity)?;
+            let full_k = self.ring_bar(kb, cta.smem, RingBar::FullK, slot)?;
+            kb.if_then(lane0, "tma_k", |kb| issue(kb, tmap_k, spec.head_dim_qk, layout.k, layout.k_per_stage, full_k))?;
+            kb.section("TMA V tile (page boxes) -> ring slot")?;
+            kb.mbar_wait(self.ring_bar(kb, cta.smem, RingBar::EmptyV, slot)?, free_parity)?;
+            let full_v = self.ring_bar(kb, cta.smem, RingBar::FullV, slot)?;
+            let valid = kb.sub(cta.bv.seqlen_k, key0, "valid_rows")?;
+            let tail = kb.icmp(IntPredicate::SLT, valid, kb.i32c(bn as i64), "tail_tile")?;
+            let (v_base, v_per) = (layout.v, layout.v_per_stage);
+            kb.if_else(
+                tail,
+                "v_tail",
+                |kb| {
+                    kb.section("tail tile: V lands on tail_v, rows past seqlen_k zeroed, then full_v")?;
+                    kb.if_then(lane0, "tma_v_tail", |kb| issue(kb, tmap_v, spec.head_dim_v, v_base, v_per, tail_bar))?;
+                    // A CTA walks the sequence's last tile at most once: phase 0.
+                    kb.mbar_wait(tail_bar, kb.i32c(0))?;
+                    let dst0 = kb.add(
+                        cta.smem,
+                        kb.add(kb.i32c(v_base as i64), kb.mul(slot, kb.i32c(v_per as i64), "")?, "")?,
+                        "v_slot",
+                    )?;
+                    let z = kb.i32c(0);
+                    for j in 0..bn.div_ceil(32) {
+                        let r = kb.add(kb.add(valid, lane, "")?, kb.i32c(32 * j as i64), "dead_row")?;
+                        let dead = kb.icmp(IntPredicate::SLT, r, kb.i32c(bn as i64), "")?;
+                        kb.if_then(dead, "zero_v_row", |kb| {
+                            let row_addr = kb.add(dst0, kb.mul(r, kb.i32c(ROW_BYTES as i64), "")?, "v_row")?;
+                            for cb in 0..Config::col_blocks(spec.head_dim_v) {
+                                for c in 0..ROW_BYTES / 16 {
+                                    let a = kb.add(row_addr, kb.i32c((cb * bn * ROW_BYTES + 16 * c) as i64), "")?;
+                                    kb.st_shared_v4_b32(a, [z, z, z, z])?;
+                                }
+                            }
+                            Ok(())
+                        })?;
+                    }
+                    // The zeros (generic proxy) before the consumers' wgmma reads (async).
+                    kb.fence_proxy_async_shared()?;
+                    kb.warp_sync()?;
+                    kb.if_then(lane0, "full_v_arrive", |kb| kb.mbar_arrive(full_v))
+                },
+                |kb| kb.if_then(lane0, "tma_v", |kb| issue(kb, tmap_v, spec.head_dim_v, v_base, v_per, full_v)),
+            )
         })
     }
 
