@@ -418,6 +418,7 @@ pub fn classify_tile_scanning_aux<'ctx>(
     tile: &TileRanges<'ctx>,
     args: &VariantArgs<'ctx>,
     lanes: Option<LaneGroup<'ctx>>,
+    known: Option<&KnownAuxRanges<'ctx>>,
 ) -> R<TileClassVals<'ctx>> {
     let Some(pred) = spec.mask.to_predicate() else {
         return Ok(TileClassVals { empty: kb.boolc(false), full: kb.boolc(true) });
@@ -425,26 +426,14 @@ pub fn classify_tile_scanning_aux<'ctx>(
     let mut reads = Vec::new();
     collect_int_aux_reads(spec, &pred, &mut reads);
     let mut ranges = Vec::new();
-    for read in reads {
-        let ExprKind::Aux { name, index } = &read.kind else { continue };
-        let (Some(i), true) = (spec.aux_index(name), !index.iter().any(|e| e.uses_aux())) else { continue };
-        let Some(aux) = args.aux.get(i) else { continue };
-        // The index box, from the tile's ranges (read-only pass), clamped into the dims.
-        let mut bx = Vec::new();
-        {
-            let cx = Ctx { kb, spec, tile, args, aux_ranges: &[] };
-            for (ie, dim) in index.iter().zip(&aux.dims) {
-                let AVal::Int(r) = cx.eval(ie)? else { break };
-                let top = kb.sub(kb.sext64(*dim, "")?, cx.c(1), "")?;
-                let lo = cx.min(cx.max(r.lo, cx.c(0))?, top)?;
-                let hi = cx.min(cx.max(r.hi, cx.c(0))?, top)?;
-                bx.push((lo, hi, *dim));
-            }
+    for (j, read) in reads.into_iter().enumerate() {
+        let range = match known.and_then(|k| k.0.get(j).copied().flatten()) {
+            Some(r) => Some(r),
+            None => scan_read(kb, spec, tile, args, read, lanes)?,
+        };
+        if let Some(r) = range {
+            ranges.push((read as *const Expr, r));
         }
-        if bx.len() != index.len() {
-            continue;
-        }
-        ranges.push((read as *const Expr, scan_box(kb, aux.addr, &bx, name, lanes)?));
     }
     let cx = Ctx { kb, spec, tile, args, aux_ranges: &ranges };
     let t = cx.tri(&pred)?;
@@ -457,6 +446,68 @@ pub fn classify_tile_scanning_aux<'ctx>(
 pub struct LaneGroup<'ctx> {
     pub sub: IntValue<'ctx>,
     pub size: IntValue<'ctx>,
+}
+
+/// The `[min, max]` of one int aux read over the tile's index box (clamped into the dims),
+/// or `None` for a read the rule does not cover (an index that reads aux, an index
+/// without an int range).
+fn scan_read<'ctx>(
+    kb: &mut Kb<'ctx>,
+    spec: &Spec,
+    tile: &TileRanges<'ctx>,
+    args: &VariantArgs<'ctx>,
+    read: &Expr,
+    lanes: Option<LaneGroup<'ctx>>,
+) -> R<Option<Range<'ctx>>> {
+    let ExprKind::Aux { name, index } = &read.kind else { return Ok(None) };
+    let (Some(i), true) = (spec.aux_index(name), !index.iter().any(|e| e.uses_aux())) else { return Ok(None) };
+    let Some(aux) = args.aux.get(i) else { return Ok(None) };
+    // The index box, from the tile's ranges (read-only pass), clamped into the dims.
+    let mut bx = Vec::new();
+    {
+        let cx = Ctx { kb, spec, tile, args, aux_ranges: &[] };
+        for (ie, dim) in index.iter().zip(&aux.dims) {
+            let AVal::Int(r) = cx.eval(ie)? else { break };
+            let top = kb.sub(kb.sext64(*dim, "")?, cx.c(1), "")?;
+            let lo = cx.min(cx.max(r.lo, cx.c(0))?, top)?;
+            let hi = cx.min(cx.max(r.hi, cx.c(0))?, top)?;
+            bx.push((lo, hi, *dim));
+        }
+    }
+    if bx.len() != index.len() {
+        return Ok(None);
+    }
+    Ok(Some(scan_box(kb, aux.addr, &bx, name, lanes)?))
+}
+
+/// Int aux reads' ranges known before a tile is classified, by each read's place in the
+/// mask (the order [`classify_tile_scanning_aux`] visits them): a read whose index does
+/// not involve the key has the same box for every key tile and key column of a row tile,
+/// so a classifier scans it once per row tile ([`key_invariant_aux_ranges`]).
+pub struct KnownAuxRanges<'ctx>(Vec<Option<Range<'ctx>>>);
+
+/// The ranges of the mask's key-invariant int aux reads over `tile`'s rows (its key
+/// range is not read), `lanes` sharing each scan as in [`classify_tile_scanning_aux`].
+pub fn key_invariant_aux_ranges<'ctx>(
+    kb: &mut Kb<'ctx>,
+    spec: &Spec,
+    tile: &TileRanges<'ctx>,
+    args: &VariantArgs<'ctx>,
+    lanes: Option<LaneGroup<'ctx>>,
+) -> R<KnownAuxRanges<'ctx>> {
+    let Some(pred) = spec.mask.to_predicate() else { return Ok(KnownAuxRanges(Vec::new())) };
+    let mut reads = Vec::new();
+    collect_int_aux_reads(spec, &pred, &mut reads);
+    let mut known = Vec::with_capacity(reads.len());
+    for read in reads {
+        let ExprKind::Aux { index, .. } = &read.kind else {
+            known.push(None);
+            continue;
+        };
+        let key_invariant = !index.iter().any(|e| e.uses_var(Var::K));
+        known.push(if key_invariant { scan_read(kb, spec, tile, args, read, lanes)? } else { None });
+    }
+    Ok(KnownAuxRanges(known))
 }
 
 /// The loop nest of [`scan_box`]: one loop per index, the flat offset built as the loops

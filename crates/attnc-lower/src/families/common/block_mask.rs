@@ -36,7 +36,7 @@ use super::abi::{self, Args, ParamTy};
 use crate::llvm::kb::{Kb, R};
 use crate::module::{BlockLayout, Grid, KernelInfo, KernelRole};
 use crate::variant::expr::{self as vexpr, ElemVars};
-use crate::variant::interval::{classify_tile_scanning_aux, LaneGroup, TileRanges};
+use crate::variant::interval::{classify_tile_scanning_aux, key_invariant_aux_ranges, LaneGroup, TileRanges};
 use crate::variant::layout::{batch_view, packed_row, row_tile_ranges};
 use attnc_ir::block_mask::{needs_block_mask, HeadSlots, Tiling, BITS_SLOT_SHIFT, FULL_TILE};
 use attnc_ir::Spec;
@@ -195,6 +195,23 @@ fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, tiling: Tiling, output: BlockLayo
         kb.add(smem, kb.add(kb.i32c(FLAGS_BYTES as i64), kb.mul(n, kb.i32c(4), "")?, "")?, "class_addr")
     };
 
+    // Aux reads whose index does not involve the key: one box for the whole row tile,
+    // scanned once here (each warp's 32 lanes sharing it) instead of per key tile and per
+    // key column.
+    kb.section("block classifier 0: the row tile's key-invariant aux ranges")?;
+    let lane = kb.and(tid, kb.i32c(31), "lane")?;
+    let row_ranges = TileRanges {
+        b: (b, b),
+        h: tile_h,
+        hkv: (hkv, hkv),
+        q: tile_q,
+        k: (kb.i32c(0), kb.i32c(0)),
+        seqlen_q: bv.seqlen_q,
+        seqlen_k: bv.seqlen_k,
+    };
+    let warp_lanes = LaneGroup { sub: lane, size: kb.i32c(32) };
+    let row_known = key_invariant_aux_ranges(kb, spec, &row_ranges, &va, Some(warp_lanes))?;
+
     kb.section("block classifier 1: intervals with aux values, a lane group per key tile")?;
     // L = the largest power of two ≤ 32 with n_tiles · L ≤ THREADS lanes per tile (at
     // least 1): the CTA's lanes all scan, whatever the row's length. Rounds are uniform
@@ -226,7 +243,7 @@ fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, tiling: Tiling, output: BlockLayo
             seqlen_q: bv.seqlen_q,
             seqlen_k: bv.seqlen_k,
         };
-        let cls = classify_tile_scanning_aux(kb, spec, &ranges, &va, Some(lanes))?;
+        let cls = classify_tile_scanning_aux(kb, spec, &ranges, &va, Some(lanes), Some(&row_known))?;
         let c = kb.select_i(cls.full, kb.i32c(CLASS_FULL), kb.i32c(CLASS_UNDECIDED), "")?;
         let c = kb.select_i(cls.empty, kb.i32c(CLASS_EMPTY), c, "class")?;
         let writer = kb.and(valid, kb.icmp(IntPredicate::EQ, lanes.sub, kb.i32c(0), "")?, "")?;
@@ -237,7 +254,6 @@ fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, tiling: Tiling, output: BlockLayo
     kb.section("block classifier 2: elements of the undecided tiles (a warp each), until both kinds are seen")?;
     let rows_in_tile = kb.sub(kb.add(last_row, kb.i32c(1), "")?, row0, "rows_in_tile")?;
     let pred = spec.mask.to_predicate();
-    let lane = kb.and(tid, kb.i32c(31), "lane")?;
     let warp = kb.udiv(tid, kb.i32c(32), "warp")?;
     let t_slot = kb.slot_i32("element_tile", warp)?;
     kb.while_loop(
@@ -364,7 +380,7 @@ fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, tiling: Tiling, output: BlockLayo
                             seqlen_q: bv.seqlen_q,
                             seqlen_k: bv.seqlen_k,
                         };
-                        let cls = classify_tile_scanning_aux(kb, spec, &ranges, &va, None)?;
+                        let cls = classify_tile_scanning_aux(kb, spec, &ranges, &va, None, Some(&row_known))?;
                         let full = kb.and(valid, cls.full, "column_full")?;
                         let empty = kb.and(valid, cls.empty, "column_empty")?;
                         note_seen(kb, full, empty)?;
