@@ -143,7 +143,9 @@ fn compile_backward_in(spec: &Spec, arch: Arch, mode: backward_plan::CtaMode) ->
     let mut kb = Kb::new(&ctx, &format!("attnc_{}_bwd", spec.name));
     let name = kernel_name(spec, "blackwell_bwd");
     let kernels =
-        common_bwd::build_kernels(&mut kb, spec, BlockLayout::Dense, |kb| backward::build_in(kb, spec, &name, mode))?;
+        common_bwd::build_kernels(&mut kb, spec, BlockLayout::Dense, common_bwd::DqAccumLayout::RowMajor, |kb| {
+            backward::build_in(kb, spec, &name, mode)
+        })?;
     // dQ goes out through vector reds.
     finish_module_at(&kb, FamilyKind::Blackwell, Direction::Backward, arch, kernels, t0, arch.vector_red_ptx_feature())
 }

@@ -48,6 +48,7 @@ pub fn build_kernels<'ctx>(
     kb: &mut Kb<'ctx>,
     spec: &Spec,
     classes: BlockLayout,
+    dq_layout: DqAccumLayout,
     main: impl FnOnce(&mut Kb<'ctx>) -> R<KernelInfo>,
 ) -> R<Vec<KernelInfo>> {
     let mut kernels = vec![build_preprocess(kb, spec, &kernel_name(spec, "bwd_pre"))?];
@@ -58,7 +59,7 @@ pub fn build_kernels<'ctx>(
         kernels.push(build_turn_plan(kb, spec, &name, main.block_m, main.block_n)?);
     }
     kernels.push(main);
-    kernels.push(build_dq_convert(kb, spec, &kernel_name(spec, "bwd_dq"))?);
+    kernels.push(build_dq_convert(kb, spec, &kernel_name(spec, "bwd_dq"), dq_layout)?);
     if spec.sinks {
         kernels.push(build_sink_grad(kb, spec, &kernel_name(spec, "bwd_dsinks"))?);
     }
@@ -67,6 +68,70 @@ pub fn build_kernels<'ctx>(
     }
     super::block_mask::push_if_needed(kb, spec, tiling, classes, "bwd_block_classify", &mut kernels)?;
     Ok(kernels)
+}
+
+/// How a main kernel lays out the dQ it adds into `dq_accum` (the convert kernel reads
+/// it back the same way).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DqAccumLayout {
+    /// Row-major `[rows, d]` per (batch, head): per-element atomics and reductions.
+    RowMajor,
+    /// Tiles of [`FRAG_TILE_ROWS`] rows × `d` in the order two consumer warpgroups
+    /// store their wgmma dQ fragments to a shared staging tile before one bulk
+    /// reduce-add of it: store `k`, then thread, then the fragment's column pair
+    /// ([`fragment_offset`]). Row-major staging put the 8 rows of a store on the same
+    /// banks (8-way conflicts, a quarter of the hopper backward's time at d 128); in
+    /// this order each store is 256 contiguous bytes.
+    ConsumerFragments,
+}
+
+/// Rows of a [`DqAccumLayout::ConsumerFragments`] tile (the wgmma M of a query tile).
+pub const FRAG_TILE_ROWS: u32 = 64;
+/// Threads that store a [`DqAccumLayout::ConsumerFragments`] tile: two consumer
+/// warpgroups, each with `d / 2` of the columns.
+pub const FRAG_THREADS: u32 = 256;
+
+/// Float offset, inside its tile, of the column pair a consumer thread stores at store
+/// `k` (`k = 2 · i + half` for fragment chunk `i` and row half `half`): stores are the
+/// slowest index, then the thread (`consumer · 128 + thread in warpgroup`), then the pair.
+pub fn fragment_store_offset(k: u32, thread: u32) -> u32 {
+    (k * FRAG_THREADS + thread) * 2
+}
+
+/// Float offset inside its tile of element (`r`, `c`) (`c` even or odd, `d` = 128): the
+/// inverse of the wgmma m64 accumulator layout — warp `r / 16` of the warpgroup that
+/// owns column block `c / (d / 2)`, lane `4 · (r % 8) + (c % 8) / 2`, chunk `(c % 64) / 8`,
+/// row half `(r % 16) / 8`.
+pub fn fragment_offset(r: u32, c: u32, d: u32) -> u32 {
+    let half_cols = d / 2;
+    let (consumer, cc) = (c / half_cols, c % half_cols);
+    let lane = 4 * (r % 8) + (cc % 8) / 2;
+    let thread = consumer * 128 + 32 * (r / 16) + lane;
+    let k = 2 * (cc / 8) + (r % 16) / 8;
+    fragment_store_offset(k, thread) + c % 2
+}
+
+/// [`fragment_offset`] of an even column `c` in LLVM (the pair `c`, `c + 1` follows it).
+fn emit_fragment_offset<'ctx>(kb: &Kb<'ctx>, r: IntValue<'ctx>, c: IntValue<'ctx>, d: u32) -> R<IntValue<'ctx>> {
+    let half_cols = kb.i32c((d / 2) as i64);
+    let consumer = kb.udiv(c, half_cols, "frag_consumer")?;
+    let cc = kb.urem(c, half_cols, "")?;
+    let lane = kb.add(
+        kb.mul(kb.urem(r, kb.i32c(8), "")?, kb.i32c(4), "")?,
+        kb.udiv(kb.urem(cc, kb.i32c(8), "")?, kb.i32c(2), "")?,
+        "frag_lane",
+    )?;
+    let thread = kb.add(
+        kb.add(kb.mul(consumer, kb.i32c(128), "")?, kb.mul(kb.udiv(r, kb.i32c(16), "")?, kb.i32c(32), "")?, "")?,
+        lane,
+        "frag_thread",
+    )?;
+    let k = kb.add(
+        kb.mul(kb.udiv(cc, kb.i32c(8), "")?, kb.i32c(2), "")?,
+        kb.udiv(kb.urem(r, kb.i32c(16), "")?, kb.i32c(8), "")?,
+        "frag_store",
+    )?;
+    kb.mul(kb.add(kb.mul(k, kb.i32c(FRAG_THREADS as i64), "")?, thread, "")?, kb.i32c(2), "frag_offset")
 }
 
 /// Per-(batch, head) rows of the workspace are padded to a multiple of this many queries:
@@ -615,7 +680,7 @@ pub fn build_preprocess<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str) -> R<K
 
 /// The dQ convert kernel: `dQ = scale · Σ_s dq_accum[s]` (slices summed in order), in
 /// the element type, for the real rows of each sequence.
-pub fn build_dq_convert<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str) -> R<KernelInfo> {
+pub fn build_dq_convert<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str, layout: DqAccumLayout) -> R<KernelInfo> {
     let params = dq_convert_params(spec);
     let args = Args::begin(kb, name, &params)?;
     kb.section(&format!("attnc backward dQ convert: {} (scale * sum of dq_accum slices)", spec.name))?;
@@ -635,7 +700,17 @@ pub fn build_dq_convert<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str) -> R<K
         kb.mul(kb.sext64(pad, "")?, kb.i64c(d), "")?,
         "slice_elems",
     )?;
-    let row0 = kb.mul(ws_row(kb, spec.q_heads, pad, b, h, q)?, kb.i64c(d), "acc_row")?;
+    // Row-major: the row's first element. Fragment tiles: its tile's first element (the
+    // column's offset inside the tile follows per pair).
+    let row0 = match layout {
+        DqAccumLayout::RowMajor => kb.mul(ws_row(kb, spec.q_heads, pad, b, h, q)?, kb.i64c(d), "acc_row")?,
+        DqAccumLayout::ConsumerFragments => {
+            let t = FRAG_TILE_ROWS as i64;
+            let q0 = kb.mul(kb.udiv(q, kb.i32c(t), "")?, kb.i32c(t), "tile_q0")?;
+            kb.mul(ws_row(kb, spec.q_heads, pad, b, h, q0)?, kb.i64c(d), "acc_tile")?
+        }
+    };
+    let tile_row = kb.urem(q, kb.i32c(FRAG_TILE_ROWS as i64), "tile_row")?;
     let acc_base = args.int("dq_accum")?;
     let dq_row =
         kb.add(args.int("dq")?, kb.mul(q_row_offset(kb, &bv, &args.strides("dq")?, q, h)?, kb.i64c(2), "")?, "")?;
@@ -646,9 +721,16 @@ pub fn build_dq_convert<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str) -> R<K
         kb.if_then(in_row, "col_guard", |kb| {
             let acc0 = kb.slot_f32("dq0", kb.f32c(0.0))?;
             let acc1 = kb.slot_f32("dq1", kb.f32c(0.0))?;
+            let in_tile = match layout {
+                DqAccumLayout::RowMajor => col,
+                DqAccumLayout::ConsumerFragments => emit_fragment_offset(kb, tile_row, col, spec.head_dim_qk)?,
+            };
             kb.for_range(kb.i32c(0), slices, "slice_loop", |kb, s| {
-                let e =
-                    kb.add(kb.add(row0, kb.mul(kb.sext64(s, "")?, slice_elems, "")?, "")?, kb.zext64(col, "")?, "")?;
+                let e = kb.add(
+                    kb.add(row0, kb.mul(kb.sext64(s, "")?, slice_elems, "")?, "")?,
+                    kb.zext64(in_tile, "")?,
+                    "",
+                )?;
                 let [x0, x1] = kb.ld_global_v2_f32(kb.add(acc_base, kb.mul(e, kb.i64c(4), "")?, "")?, "dq_part")?;
                 kb.set(acc0, kb.fadd(kb.get_f(acc0, "")?, x0, "")?)?;
                 kb.set(acc1, kb.fadd(kb.get_f(acc1, "")?, x1, "")?)
@@ -945,4 +1027,39 @@ pub fn reversed_key_tiles<'ctx>(kb: &Kb<'ctx>, args: &Args<'ctx>, kernel_has_it:
 pub fn dq_mode_is<'ctx>(kb: &Kb<'ctx>, args: &Args<'ctx>, mode: DqAccumulation) -> R<IntValue<'ctx>> {
     let arg = kb.opaque_i32(args.int("deterministic")?, "dq_accumulation")?;
     kb.icmp(IntPredicate::EQ, arg, kb.i32c(mode.arg() as i64), "dq_mode")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `fragment_offset` places every element of a 64 × 128 tile once, and exactly where
+    /// the consumer thread that holds it in its wgmma fragment stores it: thread `t` of
+    /// consumer `c`, chunk `i`, row half `h` holds rows `16 (t / 32) + (t % 32) / 4 + 8 h`
+    /// and columns `64 c + 8 i + 2 (t % 4)` (+1).
+    #[test]
+    fn fragment_tiles_hold_each_element_once_where_its_thread_stores_it() {
+        let d = 128;
+        let mut seen = vec![false; (FRAG_TILE_ROWS * d) as usize];
+        for consumer in 0..2u32 {
+            for t in 0..128u32 {
+                for i in 0..8u32 {
+                    for half in 0..2u32 {
+                        let r = 16 * (t / 32) + (t % 32) / 4 + 8 * half;
+                        let c = 64 * consumer + 8 * i + 2 * (t % 4);
+                        let at = fragment_store_offset(2 * i + half, 128 * consumer + t);
+                        assert_eq!(fragment_offset(r, c, d), at, "r {r} c {c}");
+                        assert_eq!(fragment_offset(r, c + 1, d), at + 1, "r {r} c {}", c + 1);
+                        for x in [at, at + 1] {
+                            assert!(!seen[x as usize], "offset {x} twice");
+                            seen[x as usize] = true;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(seen.iter().all(|&s| s));
+        // A warp's store k is 32 threads' consecutive pairs: 256 contiguous bytes.
+        assert_eq!(fragment_store_offset(3, 33) - fragment_store_offset(3, 32), 2);
+    }
 }

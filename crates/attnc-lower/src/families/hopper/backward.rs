@@ -28,8 +28,9 @@ use super::config::{BwdConfig, BwdSmem, Config, DqSplit, BOX_COLS, ROWS_PER_CONS
 use super::desc::SmemDesc;
 use crate::families::common::abi::{self as cabi, Args};
 use crate::families::common::backward::{
-    aux_sink, dq_mode_is, dynamic_smem_base, emit_seqlen_pad, red_dq_fragment, reversed_key_tiles, tma_boxes,
-    tma_main_params, turn_flag, turn_plan_index, ws_row, DqSlice, FragLane, KeyTileCta,
+    aux_sink, dq_mode_is, dynamic_smem_base, emit_seqlen_pad, fragment_store_offset, red_dq_fragment,
+    reversed_key_tiles, tma_boxes, tma_main_params, turn_flag, turn_plan_index, ws_row, DqAccumLayout, DqSlice,
+    FragLane, KeyTileCta,
 };
 use crate::families::common::dq_order::{DqAccumulation, DqTurn};
 use crate::families::common::sw128::{k_major_step_offset, mn_major_step_offset};
@@ -731,11 +732,29 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let warp = kb.udiv(env.ltid, kb.i32c(32), "warp_in_wg")?;
         let row0 = kb.add(kb.mul(warp, kb.i32c(16), "")?, kb.udiv(lane, kb.i32c(4), "")?, "dq_row0")?;
         let c0 = kb.add(col0, kb.mul(kb.and(lane, kb.i32c(3), "")?, kb.i32c(2), "")?, "dq_c0")?;
-        let base = kb.add(stage, kb.mul(kb.add(kb.mul(row0, kb.i32c(d as i64), "")?, c0, "")?, kb.i32c(4), "")?, "")?;
+        // Column split: the tile in the consumers' fragment order (`dq_accum` holds it so,
+        // `DqAccumLayout::ConsumerFragments`): store k of every thread is 256 contiguous
+        // bytes. Key split: row-major.
+        let layout = cfg.dq_accum_layout();
+        let base = match layout {
+            DqAccumLayout::ConsumerFragments => {
+                let thread = kb.add(kb.mul(env.consumer, kb.i32c(128), "")?, env.ltid, "frag_thread")?;
+                kb.add(stage, kb.mul(thread, kb.i32c(8), "")?, "")?
+            }
+            DqAccumLayout::RowMajor => {
+                kb.add(stage, kb.mul(kb.add(kb.mul(row0, kb.i32c(d as i64), "")?, c0, "")?, kb.i32c(4), "")?, "")?
+            }
+        };
         for (i, f) in frag.iter().enumerate() {
             for half in 0..2usize {
-                let off = ((8 * half as u32 * d + 8 * i as u32) * 4) as i64;
-                kb.st_shared_v2_f32(kb.add(base, kb.i32c(off), "")?, f[2 * half], f[2 * half + 1])?;
+                if cfg.diag.dq_no_stage {
+                    continue;
+                }
+                let off = match layout {
+                    DqAccumLayout::ConsumerFragments => fragment_store_offset((2 * i + half) as u32, 0) * 4,
+                    DqAccumLayout::RowMajor => (8 * half as u32 * d + 8 * i as u32) * 4,
+                };
+                kb.st_shared_v2_f32(kb.add(base, kb.i32c(off as i64), "")?, f[2 * half], f[2 * half + 1])?;
             }
         }
         kb.fence_proxy_async_shared()?;
@@ -761,7 +780,13 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                     DqHandoff::at(self, cta, kb)?.write(kb, HandoffVals { row, n, mine, h, m })?;
                     kb.mbar_arrive(self.bar(kb, cta, Bar::DqStaged, kb.i32c(0))?)
                 })?;
-                kb.if_then(kb.and(one, kb.not(ordered, "")?, "")?, "dq_bulk", issue)
+                let mut go = kb.and(one, kb.not(ordered, "")?, "")?;
+                if cfg.diag.dq_half {
+                    let n = kb.udiv(n0, kb.i32c(cfg.block_n() as i64), "")?;
+                    let odd = kb.and(kb.add(n, m, "")?, kb.i32c(1), "")?;
+                    go = kb.and(go, kb.icmp(IntPredicate::EQ, odd, kb.i32c(0), "")?, "")?;
+                }
+                kb.if_then(go, "dq_bulk", issue)
             }
             DqSplit::Keys => {
                 kb.named_bar_sync_r(kb.add(env.consumer, kb.i32c(DS_BAR as i64), "")?, 128)?;

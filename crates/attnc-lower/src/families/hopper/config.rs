@@ -388,6 +388,11 @@ pub struct BwdDiag {
     pub no_dq: bool,
     /// No softmax recompute or dS math: P = S, dS = dP (the GEMMs and the pipeline alone).
     pub no_softmax: bool,
+    /// Bulk dQ (column split): only every other (key tile, query tile) pair adds its dQ
+    /// tile — half the reduce volume, to see whether the time follows it.
+    pub dq_half: bool,
+    /// Bulk dQ: no staging stores (the reduce adds whatever the staging tile holds).
+    pub dq_no_stage: bool,
 }
 
 /// Byte offsets of the backward's shared memory (from a 1024-byte aligned base).
@@ -446,7 +451,7 @@ impl BwdConfig {
     /// This configuration with `key=value,...` overrides (dev sweeps; unknown keys and bad
     /// values are ignored): `stages`, `producer_regs`, `consumer_regs`, `dq_split`
     /// (0 columns, 1 keys), `dp_with_s`, `rotate_walk`, `dq_bulk`, `ordered`, and the diagnostics `diag_no_dq_red`,
-    /// `diag_no_dq`, `diag_no_softmax`.
+    /// `diag_no_dq`, `diag_no_softmax`, `diag_dq_half`, `diag_dq_no_stage`.
     pub fn tuned(mut self, text: &str) -> BwdConfig {
         for kv in text.split(',') {
             let Some((k, v)) = kv.split_once('=') else { continue };
@@ -464,6 +469,8 @@ impl BwdConfig {
                 "diag_no_dq_red" => self.diag.no_dq_red = n != 0,
                 "diag_no_dq" => self.diag.no_dq = n != 0,
                 "diag_no_softmax" => self.diag.no_softmax = n != 0,
+                "diag_dq_half" => self.diag.dq_half = n != 0,
+                "diag_dq_no_stage" => self.diag.dq_no_stage = n != 0,
                 _ => {}
             }
         }
@@ -483,6 +490,18 @@ impl BwdConfig {
     }
 
     /// Keys per CTA: 64 per consumer warpgroup.
+    /// How this configuration's main kernel lays out its dQ in `dq_accum`: the column
+    /// split's bulk staging tile in the consumers' fragment order (bank-conflict-free
+    /// stores; `common::backward::DqAccumLayout`), row-major otherwise.
+    pub fn dq_accum_layout(&self) -> crate::families::common::backward::DqAccumLayout {
+        use crate::families::common::backward::DqAccumLayout;
+        if self.dq_bulk && self.dq_split == DqSplit::Columns {
+            DqAccumLayout::ConsumerFragments
+        } else {
+            DqAccumLayout::RowMajor
+        }
+    }
+
     pub fn block_n(&self) -> u32 {
         ROWS_PER_CONSUMER * self.consumers
     }

@@ -108,7 +108,7 @@ pub fn compile_backward_with_config(spec: &Spec, arch: Arch, cfg: &BwdConfig) ->
     let ctx = Context::create();
     let mut kb = Kb::new(&ctx, &format!("attnc_{}_bwd", spec.name));
     let classes = if cfg.mask_bits { BlockLayout::DenseWithBits } else { BlockLayout::Dense };
-    let kernels = common_bwd::build_kernels(&mut kb, spec, classes, |kb| {
+    let kernels = common_bwd::build_kernels(&mut kb, spec, classes, cfg.dq_accum_layout(), |kb| {
         backward::build(kb, spec, cfg, &kernel_name(spec, "hopper_bwd"))
     })?;
     // dQ goes out through vector atomics.

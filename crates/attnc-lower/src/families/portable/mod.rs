@@ -133,9 +133,10 @@ pub fn compile_backward_with_config(spec: &Spec, arch: Arch, cfg: &BwdConfig) ->
     let t0 = std::time::Instant::now();
     let ctx = Context::create();
     let mut kb = Kb::new(&ctx, &format!("attnc_{}_bwd", spec.name));
-    let kernels = common_bwd::build_kernels(&mut kb, spec, BlockLayout::Dense, |kb| {
-        backward::build(kb, spec, cfg, &kernel_name(spec, "bwd"))
-    })?;
+    let kernels =
+        common_bwd::build_kernels(&mut kb, spec, BlockLayout::Dense, common_bwd::DqAccumLayout::RowMajor, |kb| {
+            backward::build(kb, spec, cfg, &kernel_name(spec, "bwd"))
+        })?;
     // Vector atomics for dQ need the PTX ISA that has them.
     let ptx = if cfg.dq_vec > 1 { arch.vector_red_ptx_feature() } else { arch.ptx_feature() };
     finish_module_at(&kb, FamilyKind::Portable, Direction::Backward, arch, kernels, t0, ptx)
