@@ -545,35 +545,88 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             }
         };
 
-        // ---- dSᵀ, then dK += dSᵀ·Q (B the stage's Q, MN-major)
+        // ---- dSᵀ, dK += dSᵀ·Q (B the stage's Q, MN-major) and dSᵀ → shared memory (dQ's
+        // A operand, MN-major: key rows of 64 queries), dQ = dS·K. `dq_under_dk`: dQ
+        // first, and dQ goes out (staging stores and reduce, or reds) under the dK GEMM;
+        // otherwise dK first and every GEMM waited on before dQ goes out.
         let ds_ops = self.grad_scores(kb, env, rowvals, n0, m0, h, &pt, &dp)?;
-        kb.section("wgmma dK += dS^T*Q (rs, A from registers)")?;
-        kb.wgmma_fence()?;
-        let dk_in: Vec<FloatValue<'ctx>> = acc.dk.iter().map(|x| kb.get_f(*x, "dk")).collect::<R<_>>()?;
-        let dk = rs_gemm(kb, &dk_in, &ds_ops, q_smem, spec.head_dim_qk, "dk")?;
-        kb.wgmma_commit_group()?;
-
-        // ---- dSᵀ → shared memory (dQ's A operand, MN-major: key rows of 64 queries),
-        // then dQ = dS·K
         let dq_n = match cfg.dq_split {
             DqSplit::Columns => spec.head_dim_qk / 2,
             DqSplit::Keys => spec.head_dim_qk,
         };
-        let dq =
-            if cfg.diag.no_dq { Vec::new() } else { self.gemm_dq(kb, env, ring_pos, wg_rows, k_wg, dq_n, &ds_ops)? };
-        let (ndv, ndk) = (dv.len(), dk.len());
-        let all = kb.wgmma_wait_group_acc(0, &[dv, dk, dq].concat(), "dkv_dq")?;
-        for (slot, v) in acc.dv.iter().zip(&all[..ndv]) {
+        let dk_in: Vec<FloatValue<'ctx>> = acc.dk.iter().map(|x| kb.get_f(*x, "dk")).collect::<R<_>>()?;
+        let issue_dk = |kb: &mut Kb<'ctx>| -> R<Vec<FloatValue<'ctx>>> {
+            kb.section(if cfg.dq_under_dk {
+                "wgmma dK += dS^T*Q (rs, A from registers), in flight while dQ goes out"
+            } else {
+                "wgmma dK += dS^T*Q (rs, A from registers)"
+            })?;
+            kb.wgmma_fence()?;
+            let dk = rs_gemm(kb, &dk_in, &ds_ops, q_smem, spec.head_dim_qk, "dk")?;
+            kb.wgmma_commit_group()?;
+            Ok(dk)
+        };
+        let issue_dq = |kb: &mut Kb<'ctx>| -> R<Vec<FloatValue<'ctx>>> {
+            if cfg.diag.no_dq {
+                return Ok(Vec::new());
+            }
+            self.gemm_dq(kb, env, ring_pos, wg_rows, k_wg, dq_n, &ds_ops)
+        };
+        let ndv = dv.len();
+        let dk = if cfg.dq_under_dk {
+            let dq = issue_dq(kb)?;
+            let dk = issue_dk(kb)?;
+            // dV and dQ done (their groups precede dK's).
+            let done = kb.wgmma_wait_group_acc(1, &[dv, dq].concat(), "dv_dq")?;
+            for (slot, v) in acc.dv.iter().zip(&done[..ndv]) {
+                kb.set(*slot, *v)?;
+            }
+            self.add_dq(kb, env, n0, p, h, m, m0, dq_n, &done[ndv..])?;
+            kb.wgmma_wait_group_acc(0, &dk, "dk")?
+        } else {
+            let dk = issue_dk(kb)?;
+            let dq = issue_dq(kb)?;
+            let ndk = dk.len();
+            let all = kb.wgmma_wait_group_acc(0, &[dv, dk, dq].concat(), "dkv_dq")?;
+            for (slot, v) in acc.dv.iter().zip(&all[..ndv]) {
+                kb.set(*slot, *v)?;
+            }
+            // Q, dO and their rows are no longer read.
+            let lane = kb.and(env.ltid, kb.i32c(31), "lane")?;
+            kb.mbar_arrive_lane0(self.bar(kb, cta, Bar::Empty, slot)?, lane)?;
+            self.add_dq(kb, env, n0, p, h, m, m0, dq_n, &all[ndv + ndk..])?;
+            all[ndv..ndv + ndk].to_vec()
+        };
+        for (slot, v) in acc.dk.iter().zip(&dk) {
             kb.set(*slot, *v)?;
         }
-        for (slot, v) in acc.dk.iter().zip(&all[ndv..ndv + ndk]) {
-            kb.set(*slot, *v)?;
+        if cfg.dq_under_dk {
+            // Q, dO and their rows are no longer read.
+            let lane = kb.and(env.ltid, kb.i32c(31), "lane")?;
+            kb.mbar_arrive_lane0(self.bar(kb, cta, Bar::Empty, slot)?, lane)?;
         }
-        let dq = &all[ndv + ndk..];
-        // Q, dO and their rows are no longer read.
-        let lane = kb.and(env.ltid, kb.i32c(31), "lane")?;
-        kb.mbar_arrive_lane0(self.bar(kb, cta, Bar::Empty, slot)?, lane)?;
+        Ok(())
+    }
 
+    /// This tile's dQ (`dq_n` columns from the warpgroup's first) into `dq_accum`: the
+    /// bulk staging tile, or per-thread reds.
+    #[allow(clippy::too_many_arguments)]
+    fn add_dq(
+        &self,
+        kb: &mut Kb<'ctx>,
+        env: &Env<'_, 'ctx>,
+        n0: IntValue<'ctx>,
+        p: QueryPair<'ctx>,
+        h: IntValue<'ctx>,
+        m: IntValue<'ctx>,
+        m0: IntValue<'ctx>,
+        dq_n: u32,
+        dq: &[FloatValue<'ctx>],
+    ) -> R<()> {
+        let spec = self.spec;
+        let cfg = self.cfg;
+        let cta = env.cta;
+        let lane = kb.and(env.ltid, kb.i32c(31), "lane")?;
         kb.section("dQ -> dq_accum (red.global.add.v4.f32)")?;
         let col0 = match cfg.dq_split {
             DqSplit::Columns => kb.mul(env.consumer, kb.i32c(dq_n as i64), "dq_col0")?,

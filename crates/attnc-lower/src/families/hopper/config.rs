@@ -359,6 +359,9 @@ pub struct BwdConfig {
     /// Issue dPᵀ = V·dOᵀ together with Sᵀ (both waited on before P), or after P with
     /// dV (its accumulators then are not live during the mask and score-mod work).
     pub dp_with_s: bool,
+    /// Issue dQ = dS·K before dK += dSᵀ·Q and add dQ into `dq_accum` while the dK GEMM
+    /// is in flight (`wgmma.wait_group 1`), instead of waiting for every GEMM first.
+    pub dq_under_dk: bool,
     /// Key tile `n` walks the query tiles from tile `n` (wrapping), so CTAs add their dQ
     /// into different rows at once (`QueryTiles::rotation`).
     pub rotate_walk: bool,
@@ -434,6 +437,10 @@ impl BwdConfig {
             // ptxas 13.5, d128: dPᵀ issued with Sᵀ spills 8-192 bytes (causal, masks over
             // aux tensors, score mods); after P, none of those.
             dp_with_s: false,
+            // H100, 2026-11-27 (docs/results/2026-11-27-h100-bwd-dq-fragments/6-dq-under-dk/):
+            // +4-7% at d64 (the key split's per-thread reds under the dK GEMM), within
+            // noise at d128 (-2.5..+1.5%), where dK then issues after the dS barrier.
+            dq_under_dk: dq_split == DqSplit::Keys,
             rotate_walk: true,
             // H100, 2026-11-23 (docs/results/2026-11-23-h100-hopper-backward-bulk-dq/): the
             // bulk reduce-add gains 1-3% at d128 (one shared tile) and 5-10% deterministic,
@@ -450,7 +457,7 @@ impl BwdConfig {
 
     /// This configuration with `key=value,...` overrides (dev sweeps; unknown keys and bad
     /// values are ignored): `stages`, `producer_regs`, `consumer_regs`, `dq_split`
-    /// (0 columns, 1 keys), `dp_with_s`, `rotate_walk`, `dq_bulk`, `ordered`, and the diagnostics `diag_no_dq_red`,
+    /// (0 columns, 1 keys), `dp_with_s`, `dq_under_dk`, `rotate_walk`, `dq_bulk`, `ordered`, and the diagnostics `diag_no_dq_red`,
     /// `diag_no_dq`, `diag_no_softmax`, `diag_dq_half`, `diag_dq_no_stage`.
     pub fn tuned(mut self, text: &str) -> BwdConfig {
         for kv in text.split(',') {
@@ -462,6 +469,7 @@ impl BwdConfig {
                 "consumer_regs" => self.consumer_regs = n,
                 "dq_split" => self.dq_split = if n == 0 { DqSplit::Columns } else { DqSplit::Keys },
                 "dp_with_s" => self.dp_with_s = n != 0,
+                "dq_under_dk" => self.dq_under_dk = n != 0,
                 "rotate_walk" => self.rotate_walk = n != 0,
                 "dq_bulk" => self.dq_bulk = n != 0,
                 "ordered" => self.ordered = n != 0,
