@@ -572,6 +572,11 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             }
             self.gemm_dq(kb, env, ring_pos, wg_rows, k_wg, dq_n, &ds_ops)
         };
+        // Q, dO and their rows are no longer read once every GEMM of the tile is done.
+        let release_slot = |kb: &mut Kb<'ctx>| -> R<()> {
+            let lane = kb.and(env.ltid, kb.i32c(31), "lane")?;
+            kb.mbar_arrive_lane0(self.bar(kb, cta, Bar::Empty, slot)?, lane)
+        };
         let ndv = dv.len();
         let dk = if cfg.dq_under_dk {
             let dq = issue_dq(kb)?;
@@ -582,7 +587,9 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                 kb.set(*slot, *v)?;
             }
             self.add_dq(kb, env, n0, p, h, m, m0, dq_n, &done[ndv..])?;
-            kb.wgmma_wait_group_acc(0, &dk, "dk")?
+            let dk = kb.wgmma_wait_group_acc(0, &dk, "dk")?;
+            release_slot(kb)?;
+            dk
         } else {
             let dk = issue_dk(kb)?;
             let dq = issue_dq(kb)?;
@@ -591,19 +598,12 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             for (slot, v) in acc.dv.iter().zip(&all[..ndv]) {
                 kb.set(*slot, *v)?;
             }
-            // Q, dO and their rows are no longer read.
-            let lane = kb.and(env.ltid, kb.i32c(31), "lane")?;
-            kb.mbar_arrive_lane0(self.bar(kb, cta, Bar::Empty, slot)?, lane)?;
+            release_slot(kb)?;
             self.add_dq(kb, env, n0, p, h, m, m0, dq_n, &all[ndv + ndk..])?;
             all[ndv..ndv + ndk].to_vec()
         };
         for (slot, v) in acc.dk.iter().zip(&dk) {
             kb.set(*slot, *v)?;
-        }
-        if cfg.dq_under_dk {
-            // Q, dO and their rows are no longer read.
-            let lane = kb.and(env.ltid, kb.i32c(31), "lane")?;
-            kb.mbar_arrive_lane0(self.bar(kb, cta, Bar::Empty, slot)?, lane)?;
         }
         Ok(())
     }
