@@ -931,6 +931,56 @@ fn the_blackwell_paged_split_forward_marshals_with_page_boxes() {
 }
 
 #[test]
+fn the_hopper_paged_forward_marshals_with_page_boxes() {
+    // Paged KV on hopper (sm_90a, auto): 16-key pages load by TMA with a 16-row box per
+    // page over the cache `{d, page_size, kv_heads, num_pages}`, 128-key pages with one
+    // 128-row box inside the page; page 1 gathers (no K/V maps, the cache pointers
+    // instead). Every parameter marshals (block table, seqused_k, the fused combine's
+    // counters, the split workspace).
+    use crate::tma::plan_tensor_maps;
+    let opts = attnc_lower::CompileOptions::new(attnc_lower::Arch::Sm90a);
+    for (page, box_rows) in [(16usize, Some(16u32)), (128, Some(128)), (1, None)] {
+        let mut s = spec(KvLayout::Paged { page_size: page as u32 });
+        s.split_kv = SplitKv::Fixed(2);
+        let m = attnc_lower::compile(&s, &opts).expect("compiles");
+        assert_eq!(m.family, attnc_lower::FamilyKind::Hopper, "page {page}");
+        let fwd = m.kernel(attnc_lower::KernelRole::Forward).expect("fwd");
+        let mut a = Alloc::new();
+        let pages = 48usize.div_ceil(page) + 2;
+        let per = 48usize.div_ceil(page);
+        let bt: Vec<i32> = (0..2 * per).map(|i| ((i * 7 + 3) % pages) as i32).collect();
+        let su = [48, 33];
+        let d = paged_descs(&mut a, &bt, &su, 2, pages, page);
+        let ks = KernelShape {
+            block_m: fwd.block_m,
+            block_n: fwd.block_n,
+            combine: CombineKind::Fused,
+            ctas_per_sm: 1,
+            persistent: false,
+        };
+        let mut p = plan(&s, &ks, 132, 0, &d).expect("valid");
+        p.tensor_maps = plan_tensor_maps(&fwd.tensor_maps, &d).expect("encodable");
+        match box_rows {
+            Some(rows) => {
+                for t in ["k", "v"] {
+                    let e = p.tensor_maps.iter().find(|e| e.tensor == t).expect("map");
+                    let (dims, _, boxes) = e.dims();
+                    assert_eq!(dims, [128, page as u64, 2, pages as u64], "page {page} {t}");
+                    assert_eq!(boxes, [64, rows, 1, 1], "page {page} {t}");
+                }
+            }
+            None => assert!(p.tensor_maps.iter().all(|e| e.tensor != "k" && e.tensor != "v"), "page 1 gathers"),
+        }
+        let extra = vec![
+            ("o_partial", ArgValue::Ptr(0x1000)),
+            ("lse_partial", ArgValue::Ptr(0x2000)),
+            (attnc_lower::families::common::abi::SPLIT_COUNTERS_PARAM, ArgValue::Ptr(0x3000)),
+        ];
+        marshal_with_placeholder_maps(fwd, &p, extra);
+    }
+}
+
+#[test]
 fn the_blackwell_row_gather_marshals_pointers_and_one_map() {
     // 3-key pages: no TMA box can follow them, so blackwell gathers rows; the forward
     // kernel takes Q's map and K/V as pointers with strides, all of which marshal.
