@@ -339,12 +339,13 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
     /// The producer of paged K/V that TMA boxes can follow (`common::paged`), warp 0:
     /// lane 0 issues one box per page of the tile (or one inside the tile's page); the
     /// 32 lanes hold a window of block-table entries (lane i: page `win + i`, clamped to
-    /// the sequence's last page), read together and handed to lane 0 by shuffles; the
-    /// next window is read ahead, so a walk through the table waits for a table read
-    /// only at its first tile (and after a skip). On the tile that ends past seqlen_k, V lands on the `tail_v` barrier
-    /// first and the warp zeroes its rows past the end before lane 0 completes `full_v`:
-    /// a page's unused rows (and the clamped pages) may hold anything, P is 0 there, and
-    /// 0 · NaN is NaN. K's rows there need nothing: their scores are masked by a select.
+    /// the sequence's last page), read together when the walk leaves the window and
+    /// handed to lane 0 by shuffles. (Reading the next window ahead measured the same:
+    /// `docs/results/2026-11-27-h100-paged-tma/`.) On the tile that ends past seqlen_k,
+    /// V lands on the `tail_v` barrier first and the warp zeroes its rows past the end
+    /// before lane 0 completes `full_v`: a page's unused rows (and the clamped pages) may
+    /// hold anything, P is 0 there, and 0 · NaN is NaN. K's rows there need nothing:
+    /// their scores are masked by a select.
     fn producer_paged(&self, kb: &mut Kb<'ctx>, paged: PagedTma) -> R<()> {
         let spec = self.spec;
         let cfg = self.cfg;
@@ -370,7 +371,6 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         // The window starts far below every page, so the first tile reads it.
         let win = kb.slot_i32("bt_win", kb.i32c(i32::MIN as i64 / 2))?;
         let entry = kb.slot_i32("bt_entry", kb.i32c(0))?;
-        let entry_next = kb.slot_i32("bt_entry_next", kb.i32c(0))?;
         let count = boxes.count();
         let box_rows = boxes.box_rows(bn);
         self.produce_tiles(kb, &tiles, begin, end, "produce_paged", |kb, t, slot, free_parity| {
@@ -383,27 +383,11 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                 kb.icmp(IntPredicate::SGT, kb.add(first, kb.i32c(count as i64), "")?, kb.add(w, kb.i32c(32), "")?, "")?;
             let outside = kb.or(below, past, "window_outside")?;
             kb.if_then(outside, "bt_window", |kb| {
-                let read = |kb: &Kb<'ctx>, from: IntValue<'ctx>| -> R<IntValue<'ctx>> {
-                    let idx = kb.smin(kb.add(from, lane, "")?, last_page, "page_idx")?;
-                    let e = kb.add(bt_row, kb.sext64(idx, "")?, "")?;
-                    kb.ld_global_i32(kb.add(bt, kb.mul(e, kb.i64c(4), "")?, "bt_entry_addr")?, "page")
-                };
-                // A walk that moves on to the next window finds it read ahead; any other
-                // jump (the first tile, a skip) reads it now.
-                let onward = kb.icmp(IntPredicate::EQ, first, kb.add(w, kb.i32c(32), "")?, "window_onward")?;
-                let ahead = kb.get_i(entry_next, "")?;
-                kb.if_else(
-                    onward,
-                    "bt_window_ahead",
-                    |kb| kb.set(entry, ahead),
-                    |kb| {
-                        let page = read(kb, first)?;
-                        kb.set(entry, page)
-                    },
-                )?;
+                let idx = kb.smin(kb.add(first, lane, "")?, last_page, "page_idx")?;
+                let e = kb.add(bt_row, kb.sext64(idx, "")?, "")?;
+                let page = kb.ld_global_i32(kb.add(bt, kb.mul(e, kb.i64c(4), "")?, "bt_entry_addr")?, "page")?;
                 kb.set(win, first)?;
-                let next = read(kb, kb.add(first, kb.i32c(32), "")?)?;
-                kb.set(entry_next, next)
+                kb.set(entry, page)
             })?;
             let w = kb.get_i(win, "win")?;
             let e = kb.get_i(entry, "entry")?;
