@@ -35,9 +35,9 @@
 use super::abi::{self, Args, ParamTy};
 use crate::llvm::kb::{Kb, R};
 use crate::module::{BlockLayout, Grid, KernelInfo, KernelRole};
-use crate::variant::expr::{self as vexpr, ElemVars};
+use crate::variant::expr as vexpr;
 use crate::variant::interval::{classify_tile_scanning_aux, key_invariant_aux_ranges, LaneGroup, TileRanges};
-use crate::variant::layout::{batch_view, packed_row, row_tile_ranges};
+use crate::variant::layout::{batch_view, packed_row, row_tile_ranges, BatchView};
 use attnc_ir::block_mask::{needs_block_mask, HeadSlots, Tiling, BITS_SLOT_SHIFT, FULL_TILE};
 use attnc_ir::Spec;
 use inkwell::values::IntValue;
@@ -186,7 +186,7 @@ fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, tiling: Tiling, output: BlockLayo
 
     // The row tile's position and head ranges (as the forward's CTA computes them).
     let (head_idx, hkv) = slot_heads(kb, spec, pack, slot)?;
-    let row_tile = RowTile { b, seqlen_q: bv.seqlen_q, seqlen_k: bv.seqlen_k, head_idx, hkv, row0, pack, group };
+    let row_tile = RowTile { bv, head_idx, hkv, row0, pack, group };
     let last_row = kb.sub(kb.smin(kb.add(row0, kb.i32c(block_m as i64), "")?, rows_total, "")?, kb.i32c(1), "")?;
     let (tile_q, tile_h) = row_tile_ranges(kb, pack, group, row0, last_row, head_idx, hkv)?;
 
@@ -571,9 +571,8 @@ fn slot_heads<'ctx>(
 /// One row tile's coordinates, as both kernels derive them (`slot_heads`,
 /// `packed_row`), for evaluating the mask at its elements.
 struct RowTile<'ctx> {
-    b: IntValue<'ctx>,
-    seqlen_q: IntValue<'ctx>,
-    seqlen_k: IntValue<'ctx>,
+    /// The batch entry's lengths.
+    bv: BatchView<'ctx>,
     head_idx: IntValue<'ctx>,
     hkv: IntValue<'ctx>,
     /// The tile's first (packed) row.
@@ -597,18 +596,7 @@ impl<'ctx> RowTile<'ctx> {
         let r = kb.add(self.row0, r_in_tile, "r")?;
         let (q, h) = packed_row(kb, self.pack, self.group, r, self.head_idx, self.hkv)?;
         let hkv = if self.pack { self.hkv } else { kb.udiv(h, kb.i32c(self.group), "")? };
-        let vars = ElemVars {
-            b: self.b,
-            h,
-            hkv,
-            q,
-            k,
-            seqlen_q: self.seqlen_q,
-            seqlen_k: self.seqlen_k,
-            score: None,
-            k_split: None,
-        };
-        vexpr::allowed(kb, spec, pred, &vars, va)
+        vexpr::allowed(kb, spec, pred, &self.bv.elem_vars(hkv, q, h, k), va)
     }
 }
 
@@ -669,8 +657,7 @@ fn build_bits<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, tiling: Tiling, output: Bloc
             let rows_total = if pack { kb.mul(bv.seqlen_q, kb.i32c(group), "rows_total")? } else { bv.seqlen_q };
             let (head_idx, hkv) = slot_heads(kb, spec, pack, slot)?;
             let row0 = kb.mul(m_block, kb.i32c(block_m as i64), "row0")?;
-            let row_tile =
-                RowTile { b, seqlen_q: bv.seqlen_q, seqlen_k: bv.seqlen_k, head_idx, hkv, row0, pack, group };
+            let row_tile = RowTile { bv, head_idx, hkv, row0, pack, group };
             let k0 = kb.mul(t, kb.i32c(block_n as i64), "k0")?;
             let dst = lists.bits_addr(kb, row, bits_slot, tile_words)?;
             let first_row = kb.mul(step, kb.i32c(rows_per_step as i64), "first_bit_row")?;

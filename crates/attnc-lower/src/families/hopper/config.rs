@@ -497,7 +497,6 @@ impl BwdConfig {
             && self.diag == BwdDiag::default()
     }
 
-    /// Keys per CTA: 64 per consumer warpgroup.
     /// How this configuration's main kernel lays out its dQ in `dq_accum`: the column
     /// split's bulk staging tile in the consumers' fragment order (bank-conflict-free
     /// stores; `common::backward::DqAccumLayout`), row-major otherwise.
@@ -510,6 +509,7 @@ impl BwdConfig {
         }
     }
 
+    /// Keys per CTA: 64 per consumer warpgroup.
     pub fn block_n(&self) -> u32 {
         ROWS_PER_CONSUMER * self.consumers
     }
