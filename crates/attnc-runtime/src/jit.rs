@@ -193,6 +193,9 @@ pub struct LoadedKernel {
     /// The forward kernel walks tile lists (`block_lists:*` parameters: a mask over aux
     /// tensors): read once here, not per launch.
     pub forward_takes_lists: bool,
+    /// Its forward loads K and V by TMA (contiguous, varlen, or pages TMA boxes follow),
+    /// not by a cp.async row gather.
+    pub forward_loads_kv_by_tma: bool,
 }
 
 impl LoadedKernel {
@@ -241,6 +244,7 @@ fn instantiate(
         main.max_active_blocks_per_sm(main_meta.threads_per_block, main_meta.dynamic_smem_bytes).unwrap_or(1).max(1);
     let times = BuildTimes { load_ms: t.elapsed().as_secs_f64() * 1e3, ..times };
     let forward_takes_lists = meta.forward().is_some_and(|f| f.params.iter().any(|p| p.starts_with("block_lists:")));
+    let forward_loads_kv_by_tma = meta.forward().is_some_and(|f| f.tensor_maps.iter().any(|b| b.tensor == "k"));
     Ok(LoadedKernel {
         meta,
         ptx,
@@ -251,6 +255,7 @@ fn instantiate(
         main_regs,
         main_ctas_per_sm,
         forward_takes_lists,
+        forward_loads_kv_by_tma,
     })
 }
 

@@ -600,13 +600,12 @@ impl Kernel {
         // SMs or fewer before splitting, where the split-KV walks are short): the gather
         // producer measured faster with the twin at batch 1 and slower at batch 8 and 64
         // (docs/hopper.md, "Decode").
-        let by_tma = self.loaded.meta.forward().is_some_and(|f| f.tensor_maps.iter().any(|b| b.tensor == "k"));
         let heads = if self.spec.pack_gqa { self.spec.kv_heads } else { self.spec.q_heads } as usize;
         let ctas = q.shape().first().map_or(usize::MAX, |&b| b.saturating_mul(heads));
         let small = ctas.saturating_mul(4) <= self.rt.inner.gpu.info.usable_sm_count as usize;
         let group = if self.spec.pack_gqa { self.spec.group_size() as usize } else { 1 };
         let rows = q.shape().get(1).map_or(usize::MAX, |&s| s.saturating_mul(group));
-        let fits = rows <= ONE_TILE_ROWS && (by_tma || small);
+        let fits = rows <= ONE_TILE_ROWS && (self.loaded.forward_loads_kv_by_tma || small);
         match fits.then(|| self.one_tile_twin()).flatten() {
             Some(twin) => twin,
             None => self,
