@@ -2,6 +2,7 @@
 //! FMA-pipe emulation), P back to TMEM, statistics for the correction warpgroup.
 
 use super::*;
+use crate::families::common::sw128::zero_row;
 
 /// Columns per streamed chunk when the mask or score mod reads aux tensors.
 pub(super) const AUX_CHUNK: u32 = 8;
@@ -141,15 +142,8 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
             kb.mbar_wait(self.bar_slot(kb, Bar::KvFull, slot)?, par)?;
             let dead = kb.icmp(IntPredicate::SGE, kb.add(n0, row.row, "")?, wt.seqlen_k, "")?;
             kb.if_then(dead, "zero_v_row", |kb| {
-                let z = kb.i32c(0);
                 let row_addr = kb.add(self.kv_addr(kb, slot)?, kb.mul(row.row, kb.i32c(128), "")?, "v_row")?;
-                for cb in 0..Config::boxes(self.spec.head_dim_v) {
-                    for k in 0..8 {
-                        let a = kb.add(row_addr, kb.i32c((cb * TMA_BOX_BYTES + 16 * k) as i64), "")?;
-                        kb.st_shared_v4_b32(a, [z, z, z, z])?;
-                    }
-                }
-                Ok(())
+                zero_row(kb, row_addr, self.spec.head_dim_v, TMA_BOX_BYTES)
             })?;
             kb.fence_proxy_async_shared()
         })

@@ -23,7 +23,7 @@ use crate::families::common::abi::{self as cabi, Args, ParamTy};
 use crate::families::common::combine::{fused_tail, FusedCombine};
 use crate::families::common::epilogue::{finish_row, FragRow, RowStore};
 use crate::families::common::paged::PagedBoxes;
-use crate::families::common::sw128::{emit_chunk_addr, k_major_step_offset, mn_major_step_offset};
+use crate::families::common::sw128::{emit_chunk_addr, k_major_step_offset, mn_major_step_offset, zero_row};
 use crate::llvm::kb::{Kb, Slot, R};
 use crate::llvm::operand::Major;
 use crate::llvm::tcgen05::Acc;
@@ -435,19 +435,12 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                         kb.add(kb.i32c(v_base as i64), kb.mul(slot, kb.i32c(v_per as i64), "")?, "")?,
                         "v_slot",
                     )?;
-                    let z = kb.i32c(0);
                     for j in 0..bn.div_ceil(32) {
                         let r = kb.add(kb.add(valid, lane, "")?, kb.i32c(32 * j as i64), "dead_row")?;
                         let dead = kb.icmp(IntPredicate::SLT, r, kb.i32c(bn as i64), "")?;
                         kb.if_then(dead, "zero_v_row", |kb| {
                             let row_addr = kb.add(dst0, kb.mul(r, kb.i32c(ROW_BYTES as i64), "")?, "v_row")?;
-                            for cb in 0..Config::col_blocks(spec.head_dim_v) {
-                                for c in 0..ROW_BYTES / 16 {
-                                    let a = kb.add(row_addr, kb.i32c((cb * bn * ROW_BYTES + 16 * c) as i64), "")?;
-                                    kb.st_shared_v4_b32(a, [z, z, z, z])?;
-                                }
-                            }
-                            Ok(())
+                            zero_row(kb, row_addr, spec.head_dim_v, bn * ROW_BYTES)
                         })?;
                     }
                     // The zeros (generic proxy) before the consumers' wgmma reads (async).
