@@ -35,6 +35,21 @@ pub fn emit_chunk_addr<'ctx>(
     kb.add(base, kb.add(kb.mul(row, kb.i32c(ROW_BYTES as i64), "")?, kb.mul(sw, kb.i32c(16), "")?, "")?, "")
 }
 
+/// Zeroes row `row_addr` (a row's address in the first column block) of a tile of
+/// `d`-element rows stored as column blocks of `block_bytes` each: every 16-byte chunk
+/// of the row in each block, so the swizzle does not matter. For K/V rows that must read
+/// as zeros after a load brought other data there (a page's rows past the sequence).
+pub fn zero_row<'ctx>(kb: &Kb<'ctx>, row_addr: IntValue<'ctx>, d: u32, block_bytes: u32) -> R<()> {
+    let z = kb.i32c(0);
+    for cb in 0..d.div_ceil(64) {
+        for c in 0..ROW_BYTES / 16 {
+            let a = kb.add(row_addr, kb.i32c((cb * block_bytes + 16 * c) as i64), "")?;
+            kb.st_shared_v4_b32(a, [z, z, z, z])?;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -53,19 +68,4 @@ mod tests {
         assert_eq!(k_major_step_offset(128, 7), 16384 + 96);
         assert_eq!(mn_major_step_offset(1), 2048);
     }
-}
-
-/// Zeroes row `row_addr` (a row's address in the first column block) of a tile of
-/// `d`-element rows stored as column blocks of `block_bytes` each: every 16-byte chunk
-/// of the row in each block, so the swizzle does not matter. For K/V rows that must read
-/// as zeros after a load brought other data there (a page's rows past the sequence).
-pub fn zero_row<'ctx>(kb: &Kb<'ctx>, row_addr: IntValue<'ctx>, d: u32, block_bytes: u32) -> R<()> {
-    let z = kb.i32c(0);
-    for cb in 0..d.div_ceil(64) {
-        for c in 0..ROW_BYTES / 16 {
-            let a = kb.add(row_addr, kb.i32c((cb * block_bytes + 16 * c) as i64), "")?;
-            kb.st_shared_v4_b32(a, [z, z, z, z])?;
-        }
-    }
-    Ok(())
 }
