@@ -22,8 +22,7 @@ use super::desc::SmemDesc;
 use crate::families::common::abi::{self as cabi, Args, ParamTy};
 use crate::families::common::combine::{fused_tail, FusedCombine};
 use crate::families::common::epilogue::{finish_row, FragRow, RowStore};
-use crate::families::common::paged::PagedBoxes;
-use crate::families::common::sw128::{emit_chunk_addr, k_major_step_offset, mn_major_step_offset, zero_row};
+use crate::families::common::sw128::{k_major_step_offset, mn_major_step_offset};
 use crate::llvm::kb::{Kb, Slot, R};
 use crate::llvm::operand::Major;
 use crate::llvm::tcgen05::Acc;
@@ -38,6 +37,9 @@ use inkwell::values::{FloatValue, IntValue};
 use inkwell::{AddressSpace, IntPredicate};
 
 mod mask;
+mod producer;
+
+use producer::{KvTensor, PagedTma};
 
 const LOG2E: f64 = std::f64::consts::LOG2_E;
 /// Named barriers: 1 + c guards consumer c's Q load; `PINGPONG_BAR + c` is consumer c's
@@ -119,15 +121,6 @@ struct Kernel<'a, 'ctx> {
     cfg: &'a Config,
     args: Args<'ctx>,
     name: String,
-}
-
-/// Paged K/V loaded by TMA: the page size, the boxes of a tile, and the shared-memory
-/// offset of the tail tile's V barrier.
-#[derive(Clone, Copy)]
-struct PagedTma {
-    page_size: u32,
-    boxes: PagedBoxes,
-    tail_v: u32,
 }
 
 /// What a role needs about its CTA, derived after its `setmaxnreg`.
@@ -294,273 +287,6 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             },
             |kb| self.consumer(kb),
         )
-    }
-
-    // ------------------------------------------------------------------ producer
-
-    fn producer(&self, kb: &mut Kb<'ctx>) -> R<()> {
-        let spec = self.spec;
-        let cfg = self.cfg;
-        let cta = self.cta(kb)?;
-        let tiles = self.tiles(&cta);
-        let tmap_k = kb.param_generic_addr(&format!("{}_param_0", self.name), "tmap_k")?;
-        let tmap_v = kb.param_generic_addr(&format!("{}_param_1", self.name), "tmap_v")?;
-        kb.tensormap_prefetch(tmap_k)?;
-        kb.tensormap_prefetch(tmap_v)?;
-        let (begin, end) = tiles.split_range(kb, cta.num_splits, cta.split)?;
-        let layout = cfg.smem(spec);
-        // Row coordinate base and batch coordinate in the tensor maps.
-        let (row_base, batch_coord) = match spec.kv_layout {
-            KvLayout::Varlen => (cta.bv.k_start.unwrap_or_else(|| kb.i32c(0)), kb.i32c(0)),
-            _ => (kb.i32c(0), cta.bv.b),
-        };
-        self.produce_tiles(kb, &tiles, begin, end, "produce", |kb, t, slot, free_parity| {
-            let row = kb.add(row_base, kb.mul(t, kb.i32c(cfg.block_n as i64), "")?, "key_row")?;
-            for (which, tmap, full, empty, d, base, per) in [
-                ("K", tmap_k, RingBar::FullK, RingBar::EmptyK, spec.head_dim_qk, layout.k, layout.k_per_stage),
-                ("V", tmap_v, RingBar::FullV, RingBar::EmptyV, spec.head_dim_v, layout.v, layout.v_per_stage),
-            ] {
-                kb.section(&format!("TMA {which} tile -> ring slot"))?;
-                let e = self.ring_bar(kb, cta.smem, empty, slot)?;
-                kb.mbar_wait(e, free_parity)?;
-                let f = self.ring_bar(kb, cta.smem, full, slot)?;
-                kb.mbar_arrive_expect_tx(f, per)?;
-                let dst0 =
-                    kb.add(cta.smem, kb.add(kb.i32c(base as i64), kb.mul(slot, kb.i32c(per as i64), "")?, "")?, "")?;
-                for cb in 0..Config::col_blocks(d) {
-                    let dst = kb.add(dst0, kb.i32c((cb * cfg.block_n * ROW_BYTES) as i64), "tma_dst")?;
-                    kb.tma_load_4d(dst, tmap, [kb.i32c((cb * BOX_COLS) as i64), row, cta.hkv, batch_coord], f)?;
-                }
-            }
-            Ok(())
-        })
-    }
-
-    /// The producer of paged K/V that TMA boxes can follow (`common::paged`), warp 0:
-    /// lane 0 issues one box per page of the tile (or one inside the tile's page); the
-    /// 32 lanes hold a window of block-table entries (lane i: page `win + i`, clamped to
-    /// the sequence's last page), read together when the walk leaves the window and
-    /// handed to lane 0 by shuffles. (Reading the next window ahead measured the same:
-    /// `docs/results/2026-11-27-h100-paged-tma/`.) On the tile that ends past seqlen_k,
-    /// V lands on the `tail_v` barrier first and the warp zeroes its rows past the end
-    /// before lane 0 completes `full_v`: a page's unused rows (and the clamped pages) may
-    /// hold anything, P is 0 there, and 0 · NaN is NaN. K's rows there need nothing:
-    /// their scores are masked by a select.
-    fn producer_paged(&self, kb: &mut Kb<'ctx>, paged: PagedTma) -> R<()> {
-        let spec = self.spec;
-        let cfg = self.cfg;
-        let PagedTma { page_size, boxes, tail_v } = paged;
-        let cta = self.cta(kb)?;
-        let tiles = self.tiles(&cta);
-        let tmap_k = kb.param_generic_addr(&format!("{}_param_0", self.name), "tmap_k")?;
-        let tmap_v = kb.param_generic_addr(&format!("{}_param_1", self.name), "tmap_v")?;
-        let lane = kb.and(kb.opaque_i32(kb.sreg("tid.x", "")?, "")?, kb.i32c(31), "lane")?;
-        let lane0 = kb.icmp(IntPredicate::EQ, lane, kb.i32c(0), "lane0")?;
-        kb.if_then(lane0, "prefetch_maps", |kb| {
-            kb.tensormap_prefetch(tmap_k)?;
-            kb.tensormap_prefetch(tmap_v)
-        })?;
-        let (begin, end) = tiles.split_range(kb, cta.num_splits, cta.split)?;
-        let layout = cfg.smem(spec);
-        let tail_bar = kb.add(cta.smem, kb.i32c(tail_v as i64), "tail_v_bar")?;
-        let bn = cfg.block_n;
-        let ps = kb.i32c(page_size as i64);
-        let bt = self.args.int("block_table")?;
-        let bt_row = kb.mul(kb.sext64(cta.bv.b, "")?, self.args.int("block_table_stride")?, "bt_row")?;
-        let last_page = kb.udiv(kb.sub(cta.bv.seqlen_k, kb.i32c(1), "")?, ps, "last_page")?;
-        // The window starts far below every page, so the first tile reads it.
-        let win = kb.slot_i32("bt_win", kb.i32c(i32::MIN as i64 / 2))?;
-        let entry = kb.slot_i32("bt_entry", kb.i32c(0))?;
-        let count = boxes.count();
-        let box_rows = boxes.box_rows(bn);
-        self.produce_tiles(kb, &tiles, begin, end, "produce_paged", |kb, t, slot, free_parity| {
-            let key0 = kb.mul(t, kb.i32c(bn as i64), "key0")?;
-            let first = kb.udiv(key0, ps, "first_page")?;
-            kb.section("paged KV: block-table window (a lane per page), read when the tile leaves it")?;
-            let w = kb.get_i(win, "")?;
-            let below = kb.icmp(IntPredicate::SLT, first, w, "")?;
-            let past =
-                kb.icmp(IntPredicate::SGT, kb.add(first, kb.i32c(count as i64), "")?, kb.add(w, kb.i32c(32), "")?, "")?;
-            let outside = kb.or(below, past, "window_outside")?;
-            kb.if_then(outside, "bt_window", |kb| {
-                let idx = kb.smin(kb.add(first, lane, "")?, last_page, "page_idx")?;
-                let e = kb.add(bt_row, kb.sext64(idx, "")?, "")?;
-                let page = kb.ld_global_i32(kb.add(bt, kb.mul(e, kb.i64c(4), "")?, "bt_entry_addr")?, "page")?;
-                kb.set(win, first)?;
-                kb.set(entry, page)
-            })?;
-            let w = kb.get_i(win, "win")?;
-            let e = kb.get_i(entry, "entry")?;
-            let off = kb.sub(first, w, "window_offset")?;
-            let row_in_page = match boxes {
-                PagedBoxes::InsidePage => kb.urem(key0, ps, "row_in_page")?,
-                PagedBoxes::PerPage { .. } => kb.i32c(0),
-            };
-            let pages = (0..count)
-                .map(|p| kb.shfl_idx_i32(e, kb.add(off, kb.i32c(p as i64), "")?, "tile_page"))
-                .collect::<R<Vec<_>>>()?;
-            let issue = |kb: &mut Kb<'ctx>, tmap, d: u32, base: u32, per: u32, bar| -> R<()> {
-                kb.mbar_arrive_expect_tx(bar, per)?;
-                let dst0 =
-                    kb.add(cta.smem, kb.add(kb.i32c(base as i64), kb.mul(slot, kb.i32c(per as i64), "")?, "")?, "")?;
-                for cb in 0..Config::col_blocks(d) {
-                    for (i, &page) in pages.iter().enumerate() {
-                        let at = cb * bn * ROW_BYTES + i as u32 * box_rows * ROW_BYTES;
-                        let dst = kb.add(dst0, kb.i32c(at as i64), "tma_dst")?;
-                        kb.tma_load_4d(dst, tmap, [kb.i32c((cb * BOX_COLS) as i64), row_in_page, cta.hkv, page], bar)?;
-                    }
-                }
-                Ok(())
-            };
-            kb.section("TMA K tile (page boxes) -> ring slot")?;
-            kb.mbar_wait(self.ring_bar(kb, cta.smem, RingBar::EmptyK, slot)?, free_parity)?;
-            let full_k = self.ring_bar(kb, cta.smem, RingBar::FullK, slot)?;
-            kb.if_then(lane0, "tma_k", |kb| issue(kb, tmap_k, spec.head_dim_qk, layout.k, layout.k_per_stage, full_k))?;
-            kb.section("TMA V tile (page boxes) -> ring slot")?;
-            kb.mbar_wait(self.ring_bar(kb, cta.smem, RingBar::EmptyV, slot)?, free_parity)?;
-            let full_v = self.ring_bar(kb, cta.smem, RingBar::FullV, slot)?;
-            let valid = kb.sub(cta.bv.seqlen_k, key0, "valid_rows")?;
-            let tail = kb.icmp(IntPredicate::SLT, valid, kb.i32c(bn as i64), "tail_tile")?;
-            let (v_base, v_per) = (layout.v, layout.v_per_stage);
-            kb.if_else(
-                tail,
-                "v_tail",
-                |kb| {
-                    kb.section("tail tile: V lands on tail_v, rows past seqlen_k zeroed, then full_v")?;
-                    kb.if_then(lane0, "tma_v_tail", |kb| issue(kb, tmap_v, spec.head_dim_v, v_base, v_per, tail_bar))?;
-                    // A CTA walks the sequence's last tile at most once: phase 0.
-                    kb.mbar_wait(tail_bar, kb.i32c(0))?;
-                    let dst0 = kb.add(
-                        cta.smem,
-                        kb.add(kb.i32c(v_base as i64), kb.mul(slot, kb.i32c(v_per as i64), "")?, "")?,
-                        "v_slot",
-                    )?;
-                    for j in 0..bn.div_ceil(32) {
-                        let r = kb.add(kb.add(valid, lane, "")?, kb.i32c(32 * j as i64), "dead_row")?;
-                        let dead = kb.icmp(IntPredicate::SLT, r, kb.i32c(bn as i64), "")?;
-                        kb.if_then(dead, "zero_v_row", |kb| {
-                            let row_addr = kb.add(dst0, kb.mul(r, kb.i32c(ROW_BYTES as i64), "")?, "v_row")?;
-                            zero_row(kb, row_addr, spec.head_dim_v, bn * ROW_BYTES)
-                        })?;
-                    }
-                    // The zeros (generic proxy) before the consumers' wgmma reads (async).
-                    kb.fence_proxy_async_shared()?;
-                    kb.warp_sync()?;
-                    kb.if_then(lane0, "full_v_arrive", |kb| kb.mbar_arrive(full_v))
-                },
-                |kb| kb.if_then(lane0, "tma_v", |kb| issue(kb, tmap_v, spec.head_dim_v, v_base, v_per, full_v)),
-            )
-        })
-    }
-
-    /// The producer's walk: for each non-empty key tile in `[begin, end)` (the
-    /// consumers' sequence), `body(tile, ring slot, parity that means the slot is free)`.
-    fn produce_tiles(
-        &self,
-        kb: &mut Kb<'ctx>,
-        tiles: &KeyTiles<'_, 'ctx>,
-        begin: IntValue<'ctx>,
-        end: IntValue<'ctx>,
-        name: &str,
-        body: impl FnOnce(&mut Kb<'ctx>, IntValue<'ctx>, IntValue<'ctx>, IntValue<'ctx>) -> R<()>,
-    ) -> R<()> {
-        let tile = kb.slot_i32("p_tile", begin)?;
-        let pos = kb.slot_i32("p_pos", kb.i32c(0))?;
-        kb.while_loop(
-            name,
-            |kb| {
-                let t = kb.get_i(tile, "")?;
-                kb.icmp(IntPredicate::SLT, t, end, "")
-            },
-            |kb| {
-                let t = kb.get_i(tile, "t")?;
-                let p = kb.get_i(pos, "pos")?;
-                let (slot, parity) = self.ring(kb, p)?;
-                let free_parity = kb.xor(parity, kb.i32c(1), "free_parity")?;
-                body(kb, tiles.tile_at(kb, t)?, slot, free_parity)?;
-                let next = tiles.next_nonempty(kb, kb.add(t, kb.i32c(1), "")?, end, "p_next")?;
-                kb.set(tile, next)?;
-                kb.set(pos, kb.add(p, kb.i32c(1), "")?)
-            },
-        )
-    }
-
-    /// The gather producer (paged KV), four warps: K (warps 0, 2) and V (1, 3), each
-    /// warp half of the tile's rows, so each has a quarter of the block-table reads and
-    /// copies on its path (the gather is latency- and issue-bound): per tile, each lane
-    /// reads the row offsets of rows `lane + 32 i` (one block-table read each, issued
-    /// together before the slot wait), then the warp copies 4 rows × 128 bytes per
-    /// cp.async round, the offsets exchanged by shuffles; rows past seqlen_k are zero-filled (src-size 0), so no stale page
-    /// content reaches P·V. Each lane's `cp.async.mbarrier.arrive.noinc` completes the
-    /// full barrier (count 64: the two warps of its tensor) when its copies land.
-    fn producer_gather(&self, kb: &mut Kb<'ctx>, tensor: KvTensor, half: u32) -> R<()> {
-        let spec = self.spec;
-        let cfg = self.cfg;
-        let cta = self.cta(kb)?;
-        let tiles = self.tiles(&cta);
-        let (begin, end) = tiles.split_range(kb, cta.num_splits, cta.split)?;
-        let layout = cfg.smem(spec);
-        let k_st = self.args.strides("k")?;
-        let v_st = self.args.strides("v")?;
-        let k_base = self.args.int("k")?;
-        let v_base = self.args.int("v")?;
-        let bn = cfg.block_n as i64;
-        self.produce_tiles(kb, &tiles, begin, end, "gather", |kb, t, slot, free_parity| {
-            let n0 = kb.mul(t, kb.i32c(bn), "n0")?;
-            let lane = kb.and(kb.opaque_i32(kb.sreg("tid.x", "")?, "")?, kb.i32c(31), "lane")?;
-            let sub_row = kb.udiv(lane, kb.i32c(8), "sub_row")?;
-            let chunk = kb.and(lane, kb.i32c(7), "chunk")?;
-            let (which, full, empty, d, base, per, tbase) = match tensor {
-                KvTensor::K => {
-                    ("K", RingBar::FullK, RingBar::EmptyK, spec.head_dim_qk, layout.k, layout.k_per_stage, k_base)
-                }
-                KvTensor::V => {
-                    ("V", RingBar::FullV, RingBar::EmptyV, spec.head_dim_v, layout.v, layout.v_per_stage, v_base)
-                }
-            };
-            {
-                kb.section(&format!("gather {which} tile -> ring slot (cp.async)"))?;
-                // This lane's rows 32i + lane: their offsets, one block-table read each,
-                // all issued before the slot wait so their latency overlaps it.
-                let mut own = Vec::new();
-                let groups = cfg.block_n / 32;
-                for i in (half * groups / 2)..((half + 1) * groups / 2) {
-                    let key = kb.add(n0, kb.add(lane, kb.i32c(32 * i as i64), "")?, "")?;
-                    let valid = kb.icmp(IntPredicate::SLT, key, cta.bv.seqlen_k, "")?;
-                    let key = kb.select_i(valid, key, kb.i32c(0), "key_clamped")?;
-                    let (ko, vo) =
-                        crate::variant::layout::kv_row_offsets(kb, spec, &cta.la, &cta.bv, &k_st, &v_st, key, cta.hkv)?;
-                    own.push((i, if which == "K" { ko } else { vo }));
-                }
-                kb.mbar_wait(self.ring_bar(kb, cta.smem, empty, slot)?, free_parity)?;
-                let dst0 =
-                    kb.add(cta.smem, kb.add(kb.i32c(base as i64), kb.mul(slot, kb.i32c(per as i64), "")?, "")?, "")?;
-                for &(i, own_off) in &own {
-                    // Rows 32i + 4j .. +3, j a run-time loop (an unrolled one keeps every
-                    // address live and spills the producer): this lane copies chunk
-                    // lane%8 of row 32i + 4j + lane/8, whose offset lane 4j + lane/8 holds.
-                    kb.for_range(kb.i32c(0), kb.i32c(8), "gather_rows", |kb, j| {
-                        let src = kb.add(kb.mul(j, kb.i32c(4), "")?, sub_row, "src_lane")?;
-                        let r = kb.add(kb.i32c(32 * i as i64), src, "row")?;
-                        let off = kb.shfl_idx_i64(own_off, src, "row_off")?;
-                        let key = kb.add(n0, r, "")?;
-                        let valid = kb.icmp(IntPredicate::SLT, key, cta.bv.seqlen_k, "")?;
-                        let bytes = kb.select_i(valid, kb.i32c(16), kb.i32c(0), "")?;
-                        let row_gaddr = kb.add(tbase, kb.mul(off, kb.i64c(2), "")?, "")?;
-                        let s_row = emit_chunk_addr(kb, dst0, r, chunk)?;
-                        // A head dim that is not a multiple of 64 leaves the last block's
-                        // tail chunks past d: zeroed too.
-                        let stride = cfg.block_n * ROW_BYTES;
-                        crate::variant::layout::cp_async_row_chunks(
-                            kb, s_row, stride, row_gaddr, tbase, chunk, d, bytes,
-                        )?;
-                        Ok(())
-                    })?;
-                }
-                kb.cp_async_mbar_arrive_noinc(self.ring_bar(kb, cta.smem, full, slot)?)?;
-            }
-            Ok(())
-        })
     }
 
     /// Waits for a full barrier; after a cp.async gather, orders those (generic-proxy)
@@ -1273,13 +999,6 @@ fn pairwise<'ctx>(
         vals = next;
     }
     vals.pop().ok_or_else(|| crate::error::LowerError::Llvm("empty reduction".into()))
-}
-
-/// Which of K and V a gather producer warp copies.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum KvTensor {
-    K,
-    V,
 }
 
 /// How a step masks its scores.
