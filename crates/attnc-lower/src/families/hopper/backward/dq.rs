@@ -1,0 +1,396 @@
+//! The backward's dQ path: dSᵀ into shared memory, dQ = dS·K, and dQ into `dq_accum`
+//! (per-thread reds, or the bulk staging tile in the consumers' fragment order), with
+//! the ordered deterministic mode's hand-over to the dQ writer warp.
+
+use super::*;
+
+/// What the dQ issuer hands the dQ writer with each staged tile (ordered mode), in
+/// shared memory (`BwdSmem::dq_handoff`): the tile's workspace row (`ws_row`), key tile,
+/// order key, query head and query tile; a negative head ends the walk.
+pub(super) struct DqHandoff<'ctx> {
+    base: IntValue<'ctx>,
+}
+
+#[derive(Clone, Copy)]
+pub(super) struct HandoffVals<'ctx> {
+    pub(super) row: IntValue<'ctx>,
+    pub(super) n: IntValue<'ctx>,
+    pub(super) mine: IntValue<'ctx>,
+    pub(super) h: IntValue<'ctx>,
+    pub(super) m: IntValue<'ctx>,
+}
+
+impl<'ctx> DqHandoff<'ctx> {
+    pub(super) fn at(bwd: &Bwd<'_, 'ctx>, cta: &Cta<'ctx>, kb: &Kb<'ctx>) -> R<Self> {
+        Ok(DqHandoff { base: kb.add(cta.smem, kb.i32c(bwd.layout.dq_handoff as i64), "dq_handoff")? })
+    }
+
+    fn word(&self, kb: &Kb<'ctx>, i: i64) -> R<IntValue<'ctx>> {
+        kb.add(self.base, kb.i32c(4 * i), "")
+    }
+
+    pub(super) fn write(&self, kb: &Kb<'ctx>, v: HandoffVals<'ctx>) -> R<()> {
+        let lo = kb.trunc32(v.row, "")?;
+        let hi = kb.trunc32(kb.b.build_right_shift(v.row, kb.i64c(32), false, "")?, "")?;
+        for (i, x) in [lo, hi, v.n, v.mine, v.h, v.m].into_iter().enumerate() {
+            kb.st_shared_b32(self.word(kb, i as i64)?, x)?;
+        }
+        Ok(())
+    }
+
+    fn read(&self, kb: &Kb<'ctx>) -> R<HandoffVals<'ctx>> {
+        let w = |i: i64, name: &str| kb.ld_shared_b32(self.word(kb, i)?, name);
+        let lo = kb.zext64(w(0, "row_lo")?, "")?;
+        let hi = kb.zext64(w(1, "row_hi")?, "")?;
+        let row = kb.or(lo, kb.b.build_left_shift(hi, kb.i64c(32), "")?, "row")?;
+        Ok(HandoffVals { row, n: w(2, "n")?, mine: w(3, "mine")?, h: w(4, "h")?, m: w(5, "m")? })
+    }
+}
+
+impl<'ctx> Bwd<'_, 'ctx> {
+    /// Ordered mode, warp 1's first thread (the producer warpgroup's otherwise idle warps):
+    /// per staged dQ tile, reads what the issuer handed over (`DqHandoff`), waits for its
+    /// turn (`common::dq_order`: the predecessor's key from the turn plan), adds the tile
+    /// with one bulk reduce, frees the staging once it is read and passes the turn once
+    /// the adds are complete. The consumers never wait for a turn or a reduce's
+    /// completion, only for the staging. It does not walk the pairs itself (the walk's
+    /// classification does not fit this warpgroup's 24 registers next to the rest): the
+    /// issuer's last hand-over says the walk ended.
+    pub(super) fn dq_writer(&self, kb: &mut Kb<'ctx>) -> R<()> {
+        let spec = self.spec;
+        let cfg = self.cfg;
+        let d = spec.head_dim_qk;
+        kb.section("dQ writer (ordered mode): each staged dQ tile added in its turn")?;
+        // Opaque copies: values the TMA thread computes too would otherwise be computed
+        // once before both branches and held across the TMA thread's walk.
+        let raw = kb.opaque_i32(dynamic_smem_base(kb)?, "smem_raw")?;
+        let smem = kb.and(kb.add(raw, kb.i32c(1023), "")?, kb.i32c(!1023), "smem")?;
+        let bar = |kb: &Kb<'ctx>, which: Bar| self.bar_at(kb, smem, which, kb.i32c(0));
+        let hand = DqHandoff { base: kb.add(smem, kb.i32c(self.layout.dq_handoff as i64), "dq_handoff")? };
+        let count = kb.slot_i32("w_count", kb.i32c(0))?;
+        let more = kb.slot_i32("w_more", kb.i32c(1))?;
+        kb.while_loop(
+            "dq_writer",
+            |kb| kb.icmp(IntPredicate::NE, kb.get_i(more, "")?, kb.i32c(0), ""),
+            |kb| {
+                let c = kb.get_i(count, "w_count")?;
+                kb.mbar_wait(bar(kb, Bar::DqStaged)?, kb.and(c, kb.i32c(1), "")?)?;
+                let v = hand.read(kb)?;
+                let end = kb.icmp(IntPredicate::SLT, v.h, kb.i32c(0), "walk_ended")?;
+                kb.set(more, kb.zext32(kb.not(end, "")?, "")?)?;
+                kb.if_then(kb.not(end, "")?, "dq_tile", |kb| {
+                    // From the launch arguments and the hand-over alone (a batch view
+                    // does not fit this warpgroup's 24 registers for every mask).
+                    let flag = turn_flag(kb, &self.args, v.row)?;
+                    let la = self.args.layout()?;
+                    let b = kb.opaque_i32(kb.sreg("ctaid.z", "")?, "b")?;
+                    let pad = emit_seqlen_pad(kb, la.seqlen_q)?;
+                    let tiles = (cfg.block_m, cfg.block_n());
+                    let idx = turn_plan_index(kb, spec, &la, pad, b, tiles, (v.h, v.m, v.n))?;
+                    let plan = self.args.int("turn_plan")?;
+                    let wait_for =
+                        kb.ld_global_b32(kb.add(plan, kb.mul(idx, kb.i64c(4), "")?, "")?, "turn_wait_for")?;
+                    DqTurn { flag, wait_for, mine: v.mine }.wait(kb)?;
+                    kb.fence_proxy_async_global()?;
+                    let dst =
+                        kb.add(self.args.int("dq_accum")?, kb.mul(v.row, kb.i64c(d as i64 * 4), "")?, "dq_tile_addr")?;
+                    let stage = kb.add(smem, kb.i32c(self.layout.dq_stage as i64), "dq_stage")?;
+                    kb.bulk_reduce_add_f32(dst, stage, cfg.block_m * d * 4)?;
+                    kb.bulk_commit_group()?;
+                    kb.bulk_wait_group_read(0)?;
+                    kb.mbar_arrive(bar(kb, Bar::DqFree)?)?;
+                    kb.bulk_wait_group(0)?;
+                    kb.fence_proxy_async_global()?;
+                    DqTurn::pass(kb, flag, v.mine)
+                })?;
+                kb.set(count, kb.add(c, kb.i32c(1), "")?)
+            },
+        )
+    }
+
+    /// This tile's dQ (`dq_n` columns from the warpgroup's first) into `dq_accum`: the
+    /// bulk staging tile, or per-thread reds.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn add_dq(
+        &self,
+        kb: &mut Kb<'ctx>,
+        env: &Env<'_, 'ctx>,
+        n0: IntValue<'ctx>,
+        p: QueryPair<'ctx>,
+        h: IntValue<'ctx>,
+        m: IntValue<'ctx>,
+        m0: IntValue<'ctx>,
+        dq_n: u32,
+        dq: &[FloatValue<'ctx>],
+    ) -> R<()> {
+        let spec = self.spec;
+        let cfg = self.cfg;
+        let cta = env.cta;
+        let lane = kb.and(env.ltid, kb.i32c(31), "lane")?;
+        kb.section("dQ -> dq_accum (red.global.add.v4.f32)")?;
+        let col0 = match cfg.dq_split {
+            DqSplit::Columns => kb.mul(env.consumer, kb.i32c(dq_n as i64), "dq_col0")?,
+            DqSplit::Keys => kb.i32c(0),
+        };
+        let slices = dq_mode_is(kb, &self.args, DqAccumulation::Slices)?;
+        let slice = kb.select_i(slices, kb.sreg("ctaid.x", "")?, kb.i32c(0), "dq_slice")?;
+        let frag: Vec<[FloatValue<'ctx>; 4]> = dq.chunks(4).map(|c| [c[0], c[1], c[2], c[3]]).collect();
+        let warp = kb.udiv(env.ltid, kb.i32c(32), "warp_in_wg")?;
+        let q0 = kb.add(m0, kb.mul(warp, kb.i32c(16), "")?, "dq_q0")?;
+        let fl = FragLane { quad_row: kb.udiv(lane, kb.i32c(4), "")?, quad_col: kb.and(lane, kb.i32c(3), "")? };
+        let add = |kb: &mut Kb<'ctx>| -> R<()> {
+            let dqs = DqSlice::new(kb, spec, &self.args, cta.seqlen_pad, cta.bv.b, slice)?;
+            red_dq_fragment(kb, &dqs, h, q0, col0, fl, &frag, true)
+        };
+        if dq.is_empty() || cfg.diag.no_dq_red {
+            return Ok(());
+        }
+        if cfg.dq_bulk {
+            return self.bulk_dq(kb, env, n0, p, h, m, col0, slice, &frag);
+        }
+        match cfg.dq_split {
+            DqSplit::Columns => add(kb),
+            DqSplit::Keys => {
+                // Both warpgroups add to the same elements: in deterministic mode,
+                // consumer 0 first, then consumer 1, each tile.
+                let first = kb.icmp(IntPredicate::EQ, env.consumer, kb.i32c(0), "")?;
+                kb.if_then(first, "dq_first", |kb| add(kb))?;
+                kb.if_then(env.deterministic, "dq_order", |kb| kb.named_bar_sync(ORDER_BAR, 128 * cfg.consumers))?;
+                let second = kb.not(first, "")?;
+                kb.if_then(second, "dq_second", |kb| add(kb))?;
+                kb.if_then(env.deterministic, "dq_order_end", |kb| {
+                    kb.named_bar_sync(ORDER_BAR + 1, 128 * cfg.consumers)
+                })
+            }
+        }
+    }
+
+    /// dSᵀ into shared memory (dQ's A operand, MN-major: key rows of 64 queries), the
+    /// barrier that makes it visible, and the issue of dQ = dS·K (`dq_n` columns);
+    /// committed, not waited on.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn gemm_dq(
+        &self,
+        kb: &mut Kb<'ctx>,
+        env: &Env<'_, 'ctx>,
+        ring_pos: IntValue<'ctx>,
+        wg_rows: IntValue<'ctx>,
+        k_wg: IntValue<'ctx>,
+        dq_n: u32,
+        ds_ops: &[IntValue<'ctx>],
+    ) -> R<Vec<FloatValue<'ctx>>> {
+        let spec = self.spec;
+        let cfg = self.cfg;
+        let l = self.layout;
+        let cta = env.cta;
+        let ty = WgmmaType::from(spec.dtype);
+        let bn = cfg.block_n();
+        let undef = kb.ctx.f32_type().get_undef();
+        kb.section("dS^T -> shared memory (128B-swizzled key rows)")?;
+        let ds_buf = match cfg.dq_split {
+            DqSplit::Columns => {
+                let buf = kb.and(ring_pos, kb.i32c(1), "ds_buffer")?;
+                kb.add(kb.i32c(l.ds as i64), kb.mul(buf, kb.i32c(l.ds_per_buffer as i64), "")?, "")?
+            }
+            DqSplit::Keys => kb.i32c(l.ds as i64),
+        };
+        let ds_smem = kb.add(cta.smem, ds_buf, "ds_smem")?;
+        self.store_ds(kb, env, ds_smem, ds_ops)?;
+        kb.fence_proxy_async_shared()?;
+        if cfg.dq_bulk {
+            // The last tile's bulk reduce has read its staging (deterministic: is done)
+            // before anyone passes this barrier and refills the staging at this tile's end.
+            // Only its issuing thread has a bulk group; the others pass at once.
+            kb.if_else(env.deterministic, "dq_bulk_wait", |kb| kb.bulk_wait_group(0), |kb| kb.bulk_wait_group_read(0))?;
+            // Ordered mode: the dQ writer's reduce of the last tile has read the staging.
+            kb.if_then(self.ordered_issuer(kb)?, "dq_staging_free", |kb| {
+                let parity = kb.xor(kb.and(ring_pos, kb.i32c(1), "")?, kb.i32c(1), "")?;
+                kb.mbar_wait(self.bar(kb, cta, Bar::DqFree, kb.i32c(0))?, parity)
+            })?;
+        }
+        match cfg.dq_split {
+            DqSplit::Columns => kb.named_bar_sync(DS_BAR, 128 * cfg.consumers)?,
+            DqSplit::Keys => kb.named_bar_sync_r(kb.add(env.consumer, kb.i32c(DS_BAR as i64), "")?, 128)?,
+        }
+
+        // ---- dQ = dS·K
+        kb.section("wgmma dQ = dS*K (ss, dS^T MN-major from shared memory)")?;
+        let (k_steps, a_start, b_start) = match cfg.dq_split {
+            // Half the columns (a 64-column block of K), all the CTA's keys.
+            DqSplit::Columns => {
+                let b = kb.add(
+                    kb.add(cta.smem, kb.i32c(l.k as i64), "")?,
+                    kb.mul(env.consumer, kb.i32c((bn * ROW_BYTES) as i64), "")?,
+                    "k_col_block",
+                )?;
+                (bn / 16, ds_smem, b)
+            }
+            // All the columns, this warpgroup's keys.
+            DqSplit::Keys => (ROWS_PER_CONSUMER / 16, kb.add(ds_smem, wg_rows, "")?, k_wg),
+        };
+        let mn = |lbo: u32| SmemDesc::mn_major_sw128(0, lbo).encode_without_start();
+        let a0 = kb.wgmma_desc(a_start, mn(bn * ROW_BYTES), "ds_desc")?;
+        let b0 = kb.wgmma_desc(b_start, mn(bn * ROW_BYTES), "k_mn_desc")?;
+        let mut dq = vec![undef; (dq_n / 2) as usize];
+        for j in 0..k_steps {
+            let off = kb.i64c((mn_major_step_offset(j) >> 4) as i64);
+            let scale = if j == 0 { Acc::Overwrite } else { Acc::Accumulate };
+            dq = kb.wgmma_ss(
+                ty,
+                dq_n,
+                &dq,
+                kb.add(a0, off, "")?,
+                kb.add(b0, off, "")?,
+                scale,
+                Major::Mn,
+                Major::Mn,
+                "dq",
+            )?;
+        }
+        kb.wgmma_commit_group()?;
+        Ok(dq)
+    }
+
+    /// dQ of the tile through shared memory: each thread writes its fragment (query
+    /// rows, columns from `col0`) into the f32 staging tile, then one thread adds the
+    /// whole `64 × d_qk` tile (column split: both warpgroups' halves; key split: its own
+    /// warpgroup's) into `dq_accum` with one bulk reduce. Deterministic mode with the key
+    /// split orders the two warpgroups' reduces (each issuer waits for its reduce to land).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn bulk_dq(
+        &self,
+        kb: &mut Kb<'ctx>,
+        env: &Env<'_, 'ctx>,
+        n0: IntValue<'ctx>,
+        p: QueryPair<'ctx>,
+        h: IntValue<'ctx>,
+        m: IntValue<'ctx>,
+        col0: IntValue<'ctx>,
+        slice: IntValue<'ctx>,
+        frag: &[[FloatValue<'ctx>; 4]],
+    ) -> R<()> {
+        let m0 = kb.mul(m, kb.i32c(self.cfg.block_m as i64), "m0")?;
+        let spec = self.spec;
+        let cfg = self.cfg;
+        let l = self.layout;
+        let cta = env.cta;
+        let d = spec.head_dim_qk;
+        kb.section("dQ -> shared staging tile (f32), then one bulk reduce-add into dq_accum")?;
+        let stage = kb.add(
+            kb.add(cta.smem, kb.i32c(l.dq_stage as i64), "")?,
+            kb.mul(env.consumer, kb.i32c(l.dq_stage_per_wg as i64), "")?,
+            "dq_stage",
+        )?;
+        let lane = kb.and(env.ltid, kb.i32c(31), "lane")?;
+        let warp = kb.udiv(env.ltid, kb.i32c(32), "warp_in_wg")?;
+        let row0 = kb.add(kb.mul(warp, kb.i32c(16), "")?, kb.udiv(lane, kb.i32c(4), "")?, "dq_row0")?;
+        let c0 = kb.add(col0, kb.mul(kb.and(lane, kb.i32c(3), "")?, kb.i32c(2), "")?, "dq_c0")?;
+        // Column split: the tile in the consumers' fragment order (`dq_accum` holds it so,
+        // `DqAccumLayout::ConsumerFragments`): store k of every thread is 256 contiguous
+        // bytes. Key split: row-major.
+        let layout = cfg.dq_accum_layout();
+        let base = match layout {
+            DqAccumLayout::ConsumerFragments => {
+                let thread = kb.add(kb.mul(env.consumer, kb.i32c(128), "")?, env.ltid, "frag_thread")?;
+                kb.add(stage, kb.mul(thread, kb.i32c(8), "")?, "")?
+            }
+            DqAccumLayout::RowMajor => {
+                kb.add(stage, kb.mul(kb.add(kb.mul(row0, kb.i32c(d as i64), "")?, c0, "")?, kb.i32c(4), "")?, "")?
+            }
+        };
+        for (i, f) in frag.iter().enumerate() {
+            for half in 0..2usize {
+                if cfg.diag.dq_no_stage {
+                    continue;
+                }
+                let off = match layout {
+                    DqAccumLayout::ConsumerFragments => fragment_store_offset((2 * i + half) as u32, 0) * 4,
+                    DqAccumLayout::RowMajor => (8 * half as u32 * d + 8 * i as u32) * 4,
+                };
+                kb.st_shared_v2_f32(kb.add(base, kb.i32c(off as i64), "")?, f[2 * half], f[2 * half + 1])?;
+            }
+        }
+        kb.fence_proxy_async_shared()?;
+        let issuer = kb.icmp(IntPredicate::EQ, env.ltid, kb.i32c(0), "")?;
+        let dqs = DqSlice::new(kb, spec, &self.args, cta.seqlen_pad, cta.bv.b, slice)?;
+        let row = ws_row(kb, spec.q_heads, cta.seqlen_pad, cta.bv.b, h, m0)?;
+        let dst = kb.add(dqs.base, kb.mul(row, kb.i64c(d as i64 * 4), "")?, "dq_tile_addr")?;
+        let bytes = cfg.block_m * d * 4;
+        let issue = |kb: &mut Kb<'ctx>| -> R<()> {
+            kb.bulk_reduce_add_f32(dst, stage, bytes)?;
+            kb.bulk_commit_group()
+        };
+        match cfg.dq_split {
+            DqSplit::Columns => {
+                kb.named_bar_sync(DS_BAR, 128 * cfg.consumers)?;
+                let first = kb.icmp(IntPredicate::EQ, env.consumer, kb.i32c(0), "")?;
+                let one = kb.and(first, issuer, "dq_issuer")?;
+                // Ordered mode: the dQ writer adds the tile in its turn.
+                let ordered = self.ordered_issuer(kb)?;
+                kb.if_then(ordered, "dq_staged", |kb| {
+                    let n = kb.udiv(n0, kb.i32c(cfg.block_n() as i64), "key_tile")?;
+                    let mine = cta.turn_key(kb, n, p.m)?;
+                    DqHandoff::at(self, cta, kb)?.write(kb, HandoffVals { row, n, mine, h, m })?;
+                    kb.mbar_arrive(self.bar(kb, cta, Bar::DqStaged, kb.i32c(0))?)
+                })?;
+                let mut go = kb.and(one, kb.not(ordered, "")?, "")?;
+                if cfg.diag.dq_half {
+                    let n = kb.udiv(n0, kb.i32c(cfg.block_n() as i64), "")?;
+                    let odd = kb.and(kb.add(n, m, "")?, kb.i32c(1), "")?;
+                    go = kb.and(go, kb.icmp(IntPredicate::EQ, odd, kb.i32c(0), "")?, "")?;
+                }
+                kb.if_then(go, "dq_bulk", issue)
+            }
+            DqSplit::Keys => {
+                kb.named_bar_sync_r(kb.add(env.consumer, kb.i32c(DS_BAR as i64), "")?, 128)?;
+                let first = kb.icmp(IntPredicate::EQ, env.consumer, kb.i32c(0), "")?;
+                let issue_ordered = |kb: &mut Kb<'ctx>| -> R<()> {
+                    issue(kb)?;
+                    kb.if_then(env.deterministic, "dq_landed", |kb| kb.bulk_wait_group(0))
+                };
+                kb.if_then(kb.and(first, issuer, "")?, "dq_bulk_first", issue_ordered)?;
+                kb.if_then(env.deterministic, "dq_order", |kb| kb.named_bar_sync(ORDER_BAR, 128 * cfg.consumers))?;
+                kb.if_then(kb.and(kb.not(first, "")?, issuer, "")?, "dq_bulk_second", issue_ordered)?;
+                kb.if_then(env.deterministic, "dq_order_end", |kb| {
+                    kb.named_bar_sync(ORDER_BAR + 1, 128 * cfg.consumers)
+                })
+            }
+        }
+    }
+
+    /// Writes this thread's packed dSᵀ (rows: its keys; pairs of adjacent queries) into
+    /// the 128B-swizzled key rows at `ds_smem`: row `r`'s 16-byte chunk `c` (queries
+    /// 8c..8c+7) sits at chunk `c ^ (r % 8)`. A warp's stores of one 8-column tile and
+    /// row half hit 8 rows × 4 words on 32 different banks.
+    pub(super) fn store_ds(
+        &self,
+        kb: &Kb<'ctx>,
+        env: &Env<'_, 'ctx>,
+        ds_smem: IntValue<'ctx>,
+        ops: &[IntValue<'ctx>],
+    ) -> R<()> {
+        let lane = kb.and(env.ltid, kb.i32c(31), "lane")?;
+        let warp = kb.udiv(env.ltid, kb.i32c(32), "warp_in_wg")?;
+        let quad_row = kb.udiv(lane, kb.i32c(4), "quad_row")?;
+        let quad_col = kb.and(lane, kb.i32c(3), "quad_col")?;
+        let row0 = kb.add(
+            kb.mul(env.consumer, kb.i32c(ROWS_PER_CONSUMER as i64), "")?,
+            kb.add(kb.mul(warp, kb.i32c(16), "")?, quad_row, "")?,
+            "ds_row0",
+        )?;
+        let row_addr = kb.add(ds_smem, kb.mul(row0, kb.i32c(ROW_BYTES as i64), "")?, "ds_row_addr")?;
+        let in_chunk = kb.mul(quad_col, kb.i32c(4), "")?;
+        for (k, op) in ops.iter().enumerate() {
+            // Packed register k: 8-column tile k / 2, row half k % 2.
+            let (tile, half) = ((k / 2) as i64, (k % 2) as i64);
+            let chunk = kb.xor(kb.i32c(tile), quad_row, "")?;
+            let addr = kb.add(
+                kb.add(row_addr, kb.i32c(half * 8 * ROW_BYTES as i64), "")?,
+                kb.add(kb.mul(chunk, kb.i32c(16), "")?, in_chunk, "")?,
+                "ds_addr",
+            )?;
+            kb.st_shared_b32(addr, *op)?;
+        }
+        Ok(())
+    }
+}
