@@ -49,8 +49,9 @@ impl From<attnc_ir::DType> for WgmmaType {
     }
 }
 
-/// The N values the hopper family uses (PTX allows multiples of 8 in 8..=256).
-pub const WGMMA_NS: [u32; 6] = [64, 96, 128, 176, 192, 256];
+/// The N values the hopper family uses (PTX allows multiples of 8 in 8..=256); 32 is the
+/// d64 backward's dQ (each consumer warpgroup half of the 64 columns).
+pub const WGMMA_NS: [u32; 7] = [32, 64, 96, 128, 176, 192, 256];
 
 /// `{$first, ..., $first+n-1}`.
 fn reg_list(first: usize, n: usize) -> String {

@@ -98,9 +98,9 @@ pub fn fragment_store_offset(k: u32, thread: u32) -> u32 {
     (k * FRAG_THREADS + thread) * 2
 }
 
-/// Float offset inside its tile of element (`r`, `c`) (`c` even or odd, `d` = 128): the
+/// Float offset inside its tile of element (`r`, `c`) (`c` even or odd; `d` 64 or 128): the
 /// inverse of the wgmma m64 accumulator layout — warp `r / 16` of the warpgroup that
-/// owns column block `c / (d / 2)`, lane `4 · (r % 8) + (c % 8) / 2`, chunk `(c % 64) / 8`,
+/// owns column block `c / (d / 2)`, lane `4 · (r % 8) + (c % 8) / 2`, chunk `(c % (d / 2)) / 8`,
 /// row half `(r % 16) / 8`.
 pub fn fragment_offset(r: u32, c: u32, d: u32) -> u32 {
     let half_cols = d / 2;
@@ -1039,26 +1039,28 @@ mod tests {
     /// and columns `64 c + 8 i + 2 (t % 4)` (+1).
     #[test]
     fn fragment_tiles_hold_each_element_once_where_its_thread_stores_it() {
-        let d = 128;
-        let mut seen = vec![false; (FRAG_TILE_ROWS * d) as usize];
-        for consumer in 0..2u32 {
-            for t in 0..128u32 {
-                for i in 0..8u32 {
-                    for half in 0..2u32 {
-                        let r = 16 * (t / 32) + (t % 32) / 4 + 8 * half;
-                        let c = 64 * consumer + 8 * i + 2 * (t % 4);
-                        let at = fragment_store_offset(2 * i + half, 128 * consumer + t);
-                        assert_eq!(fragment_offset(r, c, d), at, "r {r} c {c}");
-                        assert_eq!(fragment_offset(r, c + 1, d), at + 1, "r {r} c {}", c + 1);
-                        for x in [at, at + 1] {
-                            assert!(!seen[x as usize], "offset {x} twice");
-                            seen[x as usize] = true;
+        // d 128: each consumer 64 columns (8 fragment chunks); d 64: 32 columns (4).
+        for d in [128u32, 64] {
+            let mut seen = vec![false; (FRAG_TILE_ROWS * d) as usize];
+            for consumer in 0..2u32 {
+                for t in 0..128u32 {
+                    for i in 0..d / 16 {
+                        for half in 0..2u32 {
+                            let r = 16 * (t / 32) + (t % 32) / 4 + 8 * half;
+                            let c = d / 2 * consumer + 8 * i + 2 * (t % 4);
+                            let at = fragment_store_offset(2 * i + half, 128 * consumer + t);
+                            assert_eq!(fragment_offset(r, c, d), at, "d {d} r {r} c {c}");
+                            assert_eq!(fragment_offset(r, c + 1, d), at + 1, "d {d} r {r} c {}", c + 1);
+                            for x in [at, at + 1] {
+                                assert!(!seen[x as usize], "d {d}: offset {x} twice");
+                                seen[x as usize] = true;
+                            }
                         }
                     }
                 }
             }
+            assert!(seen.iter().all(|&s| s), "d {d}");
         }
-        assert!(seen.iter().all(|&s| s));
         // A warp's store k is 32 threads' consecutive pairs: 256 contiguous bytes.
         assert_eq!(fragment_store_offset(3, 33) - fragment_store_offset(3, 32), 2);
     }

@@ -428,7 +428,10 @@ pub struct BwdSmem {
 
 impl BwdConfig {
     pub fn for_spec(spec: &Spec) -> BwdConfig {
-        let dq_split = if spec.head_dim_qk == 128 { DqSplit::Columns } else { DqSplit::Keys };
+        // The column split gives each element of a query tile one add per key tile (the
+        // key split two) and one staging tile for both warpgroups; d96's half (48
+        // columns) would start mid-way into a 16-byte swizzle chunk of K.
+        let dq_split = if [64, 128].contains(&spec.head_dim_qk) { DqSplit::Columns } else { DqSplit::Keys };
         BwdConfig {
             consumers: 2,
             block_m: 64,
@@ -437,10 +440,11 @@ impl BwdConfig {
             // ptxas 13.5, d128: dPᵀ issued with Sᵀ spills 8-192 bytes (causal, masks over
             // aux tensors, score mods); after P, none of those.
             dp_with_s: false,
-            // H100, 2026-11-27 (docs/results/2026-11-27-h100-bwd-dq-fragments/6-dq-under-dk/):
-            // +4-7% at d64 (the key split's per-thread reds under the dK GEMM), within
+            // H100, 2026-11-27 (docs/results/2026-11-27-h100-bwd-dq-fragments/6-dq-under-dk/,
+            // docs/results/2026-11-27-h100-bwd-d64-columns/): +4-7% with the key split's
+            // per-thread reds, +1-5% at d64 with the column split's bulk reduce, within
             // noise at d128 (-2.5..+1.5%), where dK then issues after the dS barrier.
-            dq_under_dk: dq_split == DqSplit::Keys,
+            dq_under_dk: spec.head_dim_qk != 128,
             rotate_walk: true,
             // H100, 2026-11-23 (docs/results/2026-11-23-h100-hopper-backward-bulk-dq/): the
             // bulk reduce-add gains 1-3% at d128 (one shared tile) and 5-10% deterministic,
@@ -589,8 +593,8 @@ impl BwdConfig {
                 self.block_m, self.consumers, self.stages
             ));
         }
-        if self.dq_split == DqSplit::Columns && spec.head_dim_qk != 128 {
-            return Err("the column split of dQ needs d_qk = 128".into());
+        if self.dq_split == DqSplit::Columns && ![64, 128].contains(&spec.head_dim_qk) {
+            return Err("the column split of dQ needs d_qk = 64 or 128".into());
         }
         let smem = self.smem(spec).request;
         if smem > max_smem {

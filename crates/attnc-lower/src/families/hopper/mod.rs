@@ -359,8 +359,9 @@ mod tests {
                 }
                 if let Ok(sass) = a.disassemble() {
                     let ops = crate::ptxas::sass_opcode_counts(&sass);
-                    // dQ: one bulk reduce-add per tile at d128, per-thread reds otherwise.
-                    let dq_add = if dqk == 128 { "UBLKRED" } else { "RED" };
+                    // dQ: one bulk reduce-add per tile (column split: d64, d128), per-thread
+                    // reds otherwise.
+                    let dq_add = if dqk != 96 { "UBLKRED" } else { "RED" };
                     for want in ["HGMMA", "UTMALDG", "UBLKCP", dq_add] {
                         assert!(ops.keys().any(|k| k.starts_with(want)), "d={dqk}: no {want}");
                     }

@@ -216,11 +216,16 @@ impl<'ctx> Bwd<'_, 'ctx> {
         // ---- dQ = dS·K
         kb.section("wgmma dQ = dS*K (ss, dS^T MN-major from shared memory)")?;
         let (k_steps, a_start, b_start) = match cfg.dq_split {
-            // Half the columns (a 64-column block of K), all the CTA's keys.
+            // Half the columns, all the CTA's keys: d128, a 64-column block of K; d64, 32
+            // columns into K's one block (an MN-major start inside the 128-byte swizzle
+            // row, which the swizzle of the absolute address keeps right, as the K-major
+            // k-steps' 32-byte starts do).
             DqSplit::Columns => {
+                let (block, within) = (dq_n / BOX_COLS, (dq_n % BOX_COLS) * 2);
+                let col_block_bytes = block * bn * ROW_BYTES + within;
                 let b = kb.add(
                     kb.add(cta.smem, kb.i32c(l.k as i64), "")?,
-                    kb.mul(env.consumer, kb.i32c((bn * ROW_BYTES) as i64), "")?,
+                    kb.mul(env.consumer, kb.i32c(col_block_bytes as i64), "")?,
                     "k_col_block",
                 )?;
                 (bn / 16, ds_smem, b)
