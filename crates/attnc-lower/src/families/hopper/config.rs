@@ -434,7 +434,11 @@ impl BwdConfig {
         let dq_split = if [64, 128].contains(&spec.head_dim_qk) { DqSplit::Columns } else { DqSplit::Keys };
         BwdConfig {
             consumers: 2,
-            block_m: 64,
+            // d64: 128 queries per tile (FA3's and FA4's d64 tile), half the per-tile waits,
+            // barriers and bulk reduces per FLOP, N = 128 for Sᵀ and dPᵀ: +3-6% non-causal,
+            // +9-16% causal on the H100 (docs/results/2026-11-27-h100-bwd-d64-block-m-128/).
+            // d96/d128 keep 64: dK and dV of 64 keys take d/2 + d/2 registers there.
+            block_m: if spec.head_dim_qk == 64 { 128 } else { 64 },
             stages: 2,
             dq_split,
             // ptxas 13.5, d128: dPᵀ issued with Sᵀ spills 8-192 bytes (causal, masks over
@@ -460,7 +464,7 @@ impl BwdConfig {
     }
 
     /// This configuration with `key=value,...` overrides (dev sweeps; unknown keys and bad
-    /// values are ignored): `stages`, `producer_regs`, `consumer_regs`, `dq_split`
+    /// values are ignored): `stages`, `block_m` (64, or 128 with the column split), `producer_regs`, `consumer_regs`, `dq_split`
     /// (0 columns, 1 keys), `dp_with_s`, `dq_under_dk`, `rotate_walk`, `dq_bulk`, `ordered`, and the diagnostics `diag_no_dq_red`,
     /// `diag_no_dq`, `diag_no_softmax`, `diag_dq_half`, `diag_dq_no_stage`.
     pub fn tuned(mut self, text: &str) -> BwdConfig {
@@ -469,6 +473,7 @@ impl BwdConfig {
             let Ok(n) = v.trim().parse::<u32>() else { continue };
             match k.trim() {
                 "stages" => self.stages = n,
+                "block_m" => self.block_m = n,
                 "producer_regs" => self.producer_regs = n,
                 "consumer_regs" => self.consumer_regs = n,
                 "dq_split" => self.dq_split = if n == 0 { DqSplit::Columns } else { DqSplit::Keys },
@@ -533,8 +538,9 @@ impl BwdConfig {
         let d_o = align(q + q_per_stage * self.stages);
         let do_per_stage = blocks(spec.head_dim_v) * self.block_m * ROW_BYTES;
         let ds = align(d_o + do_per_stage * self.stages);
-        // dSᵀ rows are keys, each 64 queries = one 128-byte swizzle row.
-        let ds_per_buffer = bn * ROW_BYTES;
+        // dSᵀ rows are keys, each 64 queries = one 128-byte swizzle row (a 128-query tile:
+        // two blocks of key rows).
+        let ds_per_buffer = bn * ROW_BYTES * self.block_m.div_ceil(64);
         let ds_buffers = match self.dq_split {
             DqSplit::Columns => 2,
             DqSplit::Keys => 1,
@@ -587,7 +593,11 @@ impl BwdConfig {
                 a.name
             ));
         }
-        if self.block_m != 64 || self.consumers != 2 || self.stages == 0 {
+        // 128 queries per tile: the column split's staging (two 64-row fragment tiles)
+        // only; the per-thread reds address 64 rows.
+        let block_m_built =
+            self.block_m == 64 || (self.block_m == 128 && self.dq_bulk && self.dq_split == DqSplit::Columns);
+        if !block_m_built || self.consumers != 2 || self.stages == 0 {
             return Err(format!(
                 "block_m {} / consumers {} / stages {}: not a built shape",
                 self.block_m, self.consumers, self.stages

@@ -60,7 +60,7 @@ impl Family for Hopper {
     ) -> Option<Result<(CompiledModule, String), LowerError>> {
         match (direction, step) {
             (Direction::Forward, 1) => forward_step_down(spec, arch),
-            (Direction::Backward, 1) => backward_step_down(spec, arch),
+            (Direction::Backward, step) => backward_step_down(spec, arch, step),
             _ => None,
         }
     }
@@ -75,16 +75,28 @@ fn forward_step_down(spec: &Spec, arch: Arch) -> Option<Result<(CompiledModule, 
         .then(|| compile_with_config(spec, arch, &small).map(|m| (m, "64-key tiles instead of 128".to_string())))
 }
 
-/// The backward's step down when the default spills: no ordered deterministic mode (its
-/// turn handling in the dQ issuer costs the consumers a few registers; deterministic
-/// launches then take dQ slices, and the receipt says so).
-fn backward_step_down(spec: &Spec, arch: Arch) -> Option<Result<(CompiledModule, String), LowerError>> {
+/// The backward's steps down while the default spills: first no ordered deterministic
+/// mode (its turn handling in the dQ issuer costs the consumers a few registers;
+/// deterministic launches then take dQ slices, and the receipt says so), then, where the
+/// default has 128-query tiles (d64), 64-query tiles with and without it.
+fn backward_step_down(spec: &Spec, arch: Arch, step: u32) -> Option<Result<(CompiledModule, String), LowerError>> {
     let cfg = BwdConfig::for_spec(spec);
-    cfg.ordered_dq().then(|| {
-        let plain = BwdConfig { ordered: false, ..cfg };
-        compile_backward_with_config(spec, arch, &plain)
-            .map(|m| (m, "no ordered deterministic mode (deterministic launches take dQ slices)".to_string()))
-    })
+    let no_order = "no ordered deterministic mode (deterministic launches take dQ slices)";
+    let small = "64-query tiles instead of 128";
+    let mut steps = Vec::new();
+    if cfg.ordered_dq() {
+        steps.push((BwdConfig { ordered: false, ..cfg }, no_order.to_string()));
+    }
+    if cfg.block_m == 128 {
+        let small_cfg = BwdConfig { block_m: 64, ..cfg };
+        if small_cfg.ordered_dq() {
+            steps.push((small_cfg.clone(), small.to_string()));
+        }
+        steps.push((BwdConfig { ordered: false, ..small_cfg }, format!("{small}, {no_order}")));
+    }
+    let (next, why) =
+        steps.into_iter().filter(|(c, _)| c.check(spec, arch.max_smem_per_block()).is_ok()).nth(step as usize - 1)?;
+    Some(compile_backward_with_config(spec, arch, &next).map(|m| (m, why)))
 }
 
 /// Why the backward cannot compile `spec` for `arch`, or `None`.
@@ -296,12 +308,36 @@ mod tests {
         }
     }
 
-    /// The ordered deterministic mode is where the dQ tile is one bulk reduce (d128): the
-    /// main kernel says so in its grid and the module has the turn-plan kernel at the main
-    /// kernel's tiling; at d64/96 (the key split's per-thread adds) neither.
+    /// The backward's ladder when a configuration spills: d128 drops the ordered mode and
+    /// stops; d64 (128-query tiles) then tries 64-query tiles with and without it.
+    #[test]
+    fn the_backward_steps_down_through_its_ladder() {
+        let steps = |d: u32| -> Vec<(u32, String)> {
+            let s = Spec::new(&format!("ladder_d{d}"), d, 8);
+            (1..)
+                .map_while(|step| Hopper.step_down(&s, Arch::Sm90a, Direction::Backward, step))
+                .map(|r| {
+                    let (m, why) = r.expect("compiles");
+                    let main = m.kernel(crate::module::KernelRole::BackwardMain).expect("main");
+                    (main.block_m, why)
+                })
+                .collect()
+        };
+        let d128 = steps(128);
+        assert_eq!(d128.len(), 1, "{d128:?}");
+        assert!(d128[0].1.starts_with("no ordered"), "{d128:?}");
+        let d64 = steps(64);
+        let got: Vec<(u32, bool)> = d64.iter().map(|(m, why)| (*m, why.contains("no ordered"))).collect();
+        assert_eq!(got, [(128, true), (64, false), (64, true)], "{d64:?}");
+    }
+
+    /// The ordered deterministic mode is where the dQ tile is one bulk reduce (the column
+    /// split: d64, d128): the main kernel says so in its grid and the module has the
+    /// turn-plan kernel at the main kernel's tiling; at d96 (the key split's per-thread
+    /// adds) neither.
     #[test]
     fn the_ordered_deterministic_mode_is_declared_where_it_is_built() {
-        for (d, ordered) in [(64, false), (96, false), (128, true)] {
+        for (d, ordered) in [(64, true), (96, false), (128, true)] {
             let mut s = Spec::new(&format!("det_d{d}"), d, 8);
             s.kv_heads = 2;
             s.mask.causal = Some(Align::BottomRight);

@@ -234,26 +234,37 @@ impl<'ctx> Bwd<'_, 'ctx> {
             DqSplit::Keys => (ROWS_PER_CONSUMER / 16, kb.add(ds_smem, wg_rows, "")?, k_wg),
         };
         let mn = |lbo: u32| SmemDesc::mn_major_sw128(0, lbo).encode_without_start();
-        let a0 = kb.wgmma_desc(a_start, mn(bn * ROW_BYTES), "ds_desc")?;
+        // One m64 GEMM per 64 queries of the tile (dSᵀ holds each 64 in its own block of
+        // key rows); their results follow each other.
+        let a_descs = (0..cfg.block_m / 64)
+            .map(|rows| {
+                let a_rows = kb.add(a_start, kb.i32c((rows * bn * ROW_BYTES) as i64), "ds_rows")?;
+                kb.wgmma_desc(a_rows, mn(bn * ROW_BYTES), "ds_desc")
+            })
+            .collect::<R<Vec<_>>>()?;
         let b0 = kb.wgmma_desc(b_start, mn(bn * ROW_BYTES), "k_mn_desc")?;
-        let mut dq = vec![undef; (dq_n / 2) as usize];
-        for j in 0..k_steps {
-            let off = kb.i64c((mn_major_step_offset(j) >> 4) as i64);
-            let scale = if j == 0 { Acc::Overwrite } else { Acc::Accumulate };
-            dq = kb.wgmma_ss(
-                ty,
-                dq_n,
-                &dq,
-                kb.add(a0, off, "")?,
-                kb.add(b0, off, "")?,
-                scale,
-                Major::Mn,
-                Major::Mn,
-                "dq",
-            )?;
+        let mut out = Vec::new();
+        for a0 in a_descs {
+            let mut dq = vec![undef; (dq_n / 2) as usize];
+            for j in 0..k_steps {
+                let off = kb.i64c((mn_major_step_offset(j) >> 4) as i64);
+                let scale = if j == 0 { Acc::Overwrite } else { Acc::Accumulate };
+                dq = kb.wgmma_ss(
+                    ty,
+                    dq_n,
+                    &dq,
+                    kb.add(a0, off, "")?,
+                    kb.add(b0, off, "")?,
+                    scale,
+                    Major::Mn,
+                    Major::Mn,
+                    "dq",
+                )?;
+            }
+            out.extend(dq);
         }
         kb.wgmma_commit_group()?;
-        Ok(dq)
+        Ok(out)
     }
 
     /// dQ of the tile through shared memory: each thread writes its fragment (query
@@ -303,15 +314,19 @@ impl<'ctx> Bwd<'_, 'ctx> {
                 kb.add(stage, kb.mul(kb.add(kb.mul(row0, kb.i32c(d as i64), "")?, c0, "")?, kb.i32c(4), "")?, "")?
             }
         };
-        for (i, f) in frag.iter().enumerate() {
+        // A 128-query tile: two 64-row tiles, one after the other (as in `dq_accum`).
+        let chunks_per_rows = frag.len() / (cfg.block_m / 64) as usize;
+        for (c, f) in frag.iter().enumerate() {
+            let (rows, i) = ((c / chunks_per_rows) as u32, c % chunks_per_rows);
             for half in 0..2usize {
                 if cfg.diag.dq_no_stage {
                     continue;
                 }
-                let off = match layout {
-                    DqAccumLayout::ConsumerFragments => fragment_store_offset((2 * i + half) as u32, 0) * 4,
-                    DqAccumLayout::RowMajor => (8 * half as u32 * d + 8 * i as u32) * 4,
-                };
+                let off = rows * 64 * d * 4
+                    + match layout {
+                        DqAccumLayout::ConsumerFragments => fragment_store_offset((2 * i + half) as u32, 0) * 4,
+                        DqAccumLayout::RowMajor => (8 * half as u32 * d + 8 * i as u32) * 4,
+                    };
                 kb.st_shared_v2_f32(kb.add(base, kb.i32c(off as i64), "")?, f[2 * half], f[2 * half + 1])?;
             }
         }
@@ -364,9 +379,10 @@ impl<'ctx> Bwd<'_, 'ctx> {
     }
 
     /// Writes this thread's packed dSᵀ (rows: its keys; pairs of adjacent queries) into
-    /// the 128B-swizzled key rows at `ds_smem`: row `r`'s 16-byte chunk `c` (queries
-    /// 8c..8c+7) sits at chunk `c ^ (r % 8)`. A warp's stores of one 8-column tile and
-    /// row half hit 8 rows × 4 words on 32 different banks.
+    /// the 128B-swizzled key rows at `ds_smem` (64 queries per row; a 128-query tile's
+    /// second 64 in a second block of key rows after the first): row `r`'s 16-byte chunk
+    /// `c` (queries 8c..8c+7) sits at chunk `c ^ (r % 8)`. A warp's stores of one
+    /// 8-column tile and row half hit 8 rows × 4 words on 32 different banks.
     pub(super) fn store_ds(
         &self,
         kb: &Kb<'ctx>,
@@ -385,12 +401,14 @@ impl<'ctx> Bwd<'_, 'ctx> {
         )?;
         let row_addr = kb.add(ds_smem, kb.mul(row0, kb.i32c(ROW_BYTES as i64), "")?, "ds_row_addr")?;
         let in_chunk = kb.mul(quad_col, kb.i32c(4), "")?;
+        let block_bytes = (self.cfg.block_n() * ROW_BYTES) as i64;
         for (k, op) in ops.iter().enumerate() {
-            // Packed register k: 8-column tile k / 2, row half k % 2.
+            // Packed register k: 8-column tile k / 2, row half k % 2; 8 tiles per block.
             let (tile, half) = ((k / 2) as i64, (k % 2) as i64);
+            let (block, tile) = (tile / 8, tile % 8);
             let chunk = kb.xor(kb.i32c(tile), quad_row, "")?;
             let addr = kb.add(
-                kb.add(row_addr, kb.i32c(half * 8 * ROW_BYTES as i64), "")?,
+                kb.add(row_addr, kb.i32c(block * block_bytes + half * 8 * ROW_BYTES as i64), "")?,
                 kb.add(kb.mul(chunk, kb.i32c(16), "")?, in_chunk, "")?,
                 "ds_addr",
             )?;

@@ -2,21 +2,23 @@
 //! (FlashAttention-3's backward shape; the kernels around it are `common::backward`'s).
 //!
 //! A CTA owns `block_n` = 128 keys of one KV head (64 per consumer warpgroup, the M of
-//! every GEMM that has keys on its rows) and walks the non-empty query tiles (64 rows) of
-//! each query head of its group, recomputing P from the forward's LSE:
+//! every GEMM that has keys on its rows) and walks the non-empty query tiles (`block_m`
+//! rows: 128 at d64, 64 otherwise) of each query head of its group, recomputing P from
+//! the forward's LSE:
 //!
 //! ```text
 //! warpgroup 0 (producer, one thread)        warpgroups 1, 2 (consumers, 64 keys each)
 //!   per key tile: wait kv_empty;              wait kv_full; dK = dV = 0
 //!     TMA K, V -> kv_full                     for each pair (head, query tile) at ring slot s:
 //!   per pair (same walk as the consumers):      wait full[s]
-//!     wait empty[s]; TMA Q, dO -> full[s]         Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ         (wgmma ss, N = 64)
+//!     wait empty[s]; TMA Q, dO -> full[s]         Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ         (wgmma ss, N = block_m)
 //!     bulk copy lse_log2, D rows -> full[s]       Pᵀ = 2^(s·log2e − lse), mask on partial tiles
 //!                                                 dSᵀ = Pᵀ ∘ (dPᵀ − D) ∘ m′       (+ learnable aux gradients)
 //!                                                 dV += Pᵀ·dO, dK += dSᵀ·Q       (wgmma rs: Pᵀ, dSᵀ from registers)
 //!                                                 dSᵀ -> shared memory; barrier
 //!                                                 dQ = dS·K                        (wgmma ss, dS MN-major)
-//!                                                 wait; release empty[s]; red.global.add dQ
+//!                                                 wait; release empty[s]; dQ -> dq_accum
+//!                                                   (staging tile + bulk reduce, or reds)
 //!                                               release kv_empty; store dK·scale, dV
 //! ```
 //! Putting keys on M (Sᵀ rather than S) leaves Pᵀ and dSᵀ in registers in exactly the A
@@ -432,10 +434,10 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             }
             Ok::<_, crate::error::LowerError>(accum)
         };
-        kb.section(if cfg.dp_with_s {
-            "wgmma S^T = K*Q^T and dP^T = V*dO^T (ss, N = 64 queries)"
+        kb.section(&if cfg.dp_with_s {
+            format!("wgmma S^T = K*Q^T and dP^T = V*dO^T (ss, N = {bm} queries)")
         } else {
-            "wgmma S^T = K*Q^T (ss, N = 64 queries)"
+            format!("wgmma S^T = K*Q^T (ss, N = {bm} queries)")
         })?;
         kb.wgmma_fence()?;
         let s = gemm_sdp(kb, k_wg, q_smem, spec.head_dim_qk, "s")?;
@@ -456,7 +458,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
 
         // ---- Pᵀ (fragment element e of 8-column tile i: key row r + 8·(e/2), query
         // column 8i + 2·(lane % 4) + e % 2)
-        let pt = self.recompute_p(kb, env, rowvals, unmasked, mask_bits, n0, m0, h, &s)?;
+        let pt = self.recompute_p(kb, env, rowvals, unmasked, &mask_bits, n0, m0, h, &s)?;
 
         // ---- dV += Pᵀ·dO (A from registers; B the stage's dO read MN-major: queries
         // are the K dimension), and dPᵀ when it was left for now
@@ -478,7 +480,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let (dp, dv) = match early_dp {
             Some(dp) => (dp, rs_gemm(kb, &dv_in, &pt.ops, do_smem, spec.head_dim_v, "dv")?),
             None => {
-                kb.section("wgmma dP^T = V*dO^T (ss, N = 64 queries)")?;
+                kb.section(&format!("wgmma dP^T = V*dO^T (ss, N = {bm} queries)"))?;
                 let dp = gemm_sdp(kb, v_wg, do_smem, spec.head_dim_v, "dp")?;
                 kb.wgmma_commit_group()?;
                 let dv = rs_gemm(kb, &dv_in, &pt.ops, do_smem, spec.head_dim_v, "dv")?;
@@ -564,9 +566,10 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         Ok(FragPos { key0, col0 })
     }
 
-    /// The mask of the tile for this thread's 32 fragment elements, bit `idx` set where
-    /// element `idx` is allowed (the key inside seqlen_k, the query inside seqlen_q, the
-    /// mask true); all ones on a full tile, where nothing reads it.
+    /// The mask of the tile for this thread's `block_m / 2` fragment elements, one 32-bit
+    /// word per 32 (bit `idx % 32` of word `idx / 32` set where element `idx` is allowed:
+    /// the key inside seqlen_k, the query inside seqlen_q, the mask true); all ones on a
+    /// full tile, where nothing reads it.
     fn mask_bits(
         &self,
         kb: &mut Kb<'ctx>,
@@ -575,26 +578,31 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         n0: IntValue<'ctx>,
         m0: IntValue<'ctx>,
         h: IntValue<'ctx>,
-    ) -> R<IntValue<'ctx>> {
+    ) -> R<Vec<IntValue<'ctx>>> {
         let spec = self.spec;
         let cta = env.cta;
-        let bits = kb.slot_i32("mask_bits", kb.i32c(-1))?;
+        let elems = (self.cfg.block_m / 2) as usize;
+        let bits: Vec<Slot<'ctx>> =
+            (0..elems.div_ceil(32)).map(|_| kb.slot_i32("mask_bits", kb.i32c(-1))).collect::<R<_>>()?;
         let partial = kb.not(unmasked, "partial_tile")?;
         let evaluate = |kb: &mut Kb<'ctx>| -> R<()> {
             kb.section("mask (partial tile): one bit per element")?;
             let pos = self.frag_pos(kb, env, n0)?;
             let predicate = spec.mask.to_predicate();
-            let mut acc = kb.i32c(0);
-            for idx in 0..(self.cfg.block_m / 2) as usize {
+            let mut acc = vec![kb.i32c(0); bits.len()];
+            for idx in 0..elems {
                 let q = pos.q(kb, m0, idx)?;
                 let key = pos.key(kb, idx)?;
                 let vars = cta.bv.elem_vars(cta.hkv, q, h, key);
                 let q_in = kb.icmp(IntPredicate::SLT, q, cta.bv.seqlen_q, "q_in_bounds")?;
                 let allowed = kb.and(vexpr::allowed(kb, spec, predicate.as_ref(), &vars, &cta.va)?, q_in, "")?;
-                let bit = kb.shl(kb.zext32(allowed, "")?, kb.i32c(idx as i64), "")?;
-                acc = kb.or(acc, bit, "")?;
+                let bit = kb.shl(kb.zext32(allowed, "")?, kb.i32c((idx % 32) as i64), "")?;
+                acc[idx / 32] = kb.or(acc[idx / 32], bit, "")?;
             }
-            kb.set(bits, acc)
+            for (slot, a) in bits.iter().zip(acc) {
+                kb.set(*slot, a)?;
+            }
+            Ok(())
         };
         let lists = self.args.block_lists().filter(|_| self.cfg.mask_bits && needs_block_mask(spec));
         match lists {
@@ -636,22 +644,25 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                         }
                         // Element idx: key row idx % 4 / 2, query column 8 (idx / 4) + idx % 2
                         // past the lane's first.
-                        let mut acc = kb.i32c(0);
-                        for idx in 0..(self.cfg.block_m / 2) as usize {
+                        let mut acc = vec![kb.i32c(0); bits.len()];
+                        for idx in 0..elems {
                             let (i, e) = (idx / 4, idx % 4);
                             let col = 8 * i + e % 2;
                             let w = rows[e / 2][col / 32];
                             let bit = kb.and(kb.lshr(w, kb.i32c((col % 32) as i64), "")?, kb.i32c(1), "")?;
-                            acc = kb.or(acc, kb.shl(bit, kb.i32c(idx as i64), "")?, "")?;
+                            acc[idx / 32] = kb.or(acc[idx / 32], kb.shl(bit, kb.i32c((idx % 32) as i64), "")?, "")?;
                         }
-                        kb.set(bits, acc)
+                        for (slot, a) in bits.iter().zip(acc) {
+                            kb.set(*slot, a)?;
+                        }
+                        Ok(())
                     },
                     |kb| evaluate(kb),
                 )
             })?,
             None => kb.if_then(partial, "mask_bits", evaluate)?,
         }
-        kb.get_i(bits, "mask_bits")
+        bits.iter().map(|b| kb.get_i(*b, "mask_bits")).collect()
     }
 
     /// Pᵀ of the tile from the f32 Sᵀ fragment: the score mod (and what its derivative
@@ -664,7 +675,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         env: &Env<'_, 'ctx>,
         rowvals: IntValue<'ctx>,
         unmasked: IntValue<'ctx>,
-        mask_bits: IntValue<'ctx>,
+        mask_bits: &[IntValue<'ctx>],
         n0: IntValue<'ctx>,
         m0: IntValue<'ctx>,
         h: IntValue<'ctx>,
@@ -702,7 +713,8 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         kb.if_then(partial, "mask_tile", |kb| {
             kb.section("mask (partial tile): P = 0 where the bit is clear")?;
             for (idx, slot) in slots.iter().enumerate() {
-                let bit = kb.and(kb.lshr(mask_bits, kb.i32c(idx as i64), "")?, kb.i32c(1), "")?;
+                let word = mask_bits[idx / 32];
+                let bit = kb.and(kb.lshr(word, kb.i32c((idx % 32) as i64), "")?, kb.i32c(1), "")?;
                 let allowed = kb.icmp(IntPredicate::NE, bit, kb.i32c(0), "allowed")?;
                 let v = kb.get_f(*slot, "")?;
                 kb.set(*slot, kb.select_f(allowed, v, kb.f32c(0.0), "p_masked")?)?;
