@@ -684,7 +684,7 @@ impl Kernel {
         if !std::ptr::eq(this, self) {
             return this.block_mask(q, k, v, out, params);
         }
-        let plan = self.plan(q, k, v, out, None, params)?;
+        let plan = self.plan_to_classify(q, k, v, out, params)?;
         self.build_block_mask(&plan, params, &self.rt.gpu().queue(params.stream), None)
     }
 
@@ -703,7 +703,7 @@ impl Kernel {
         if !std::ptr::eq(this, self) {
             return this.reclassify(mask, q, k, v, out, params);
         }
-        let plan = self.plan(q, k, v, out, None, params)?;
+        let plan = self.plan_to_classify(q, k, v, out, params)?;
         self.check_block_mask(mask, &plan, params)?;
         let queue = self.rt.gpu().queue(params.stream);
         self.build_block_mask(&plan, params, &queue, Some(mask.lists.device_ptr())).map(|_| ())
@@ -904,6 +904,38 @@ impl Kernel {
         lse: Option<&Tensor>,
         params: &Params,
     ) -> Result<LaunchPlan, RuntimeError> {
+        self.plan_for(&self.spec, q, k, v, out, lse, params)
+    }
+
+    /// The plan of a classification alone ([`Kernel::block_mask`]): every tensor checked
+    /// as for the forward except the LSE, which the classifier does not read (a spec that
+    /// writes the LSE would otherwise refuse a block mask built without one).
+    fn plan_to_classify(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        out: &Tensor,
+        params: &Params,
+    ) -> Result<LaunchPlan, RuntimeError> {
+        if !self.spec.lse {
+            return self.plan(q, k, v, out, None, params);
+        }
+        let without_lse = Spec { lse: false, ..self.spec.clone() };
+        self.plan_for(&without_lse, q, k, v, out, None, params)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn plan_for(
+        &self,
+        spec: &Spec,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        out: &Tensor,
+        lse: Option<&Tensor>,
+        params: &Params,
+    ) -> Result<LaunchPlan, RuntimeError> {
         let descs = LaunchDescs {
             q: q.desc(),
             k: k.desc(),
@@ -922,7 +954,7 @@ impl Kernel {
             sequence_positions: params.sequence_positions.map(|(t, _)| t.host_index()),
         };
         let info = &self.rt.inner.gpu.info;
-        let mut p = plan(&self.spec, &self.shape, info.usable_sm_count, info.ordinal, &descs)?;
+        let mut p = plan(spec, &self.shape, info.usable_sm_count, info.ordinal, &descs)?;
         self.shard_sinks(&mut p.args, params)?;
         // The forward kernel's tensor maps: every precondition of cuTensorMapEncodeTiled
         // is checked here, so a plan that passes encodes (the driver runs at launch).
