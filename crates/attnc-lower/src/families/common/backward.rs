@@ -83,6 +83,10 @@ pub enum DqAccumLayout {
     /// banks (8-way conflicts, a quarter of the hopper backward's time at d 128); in
     /// this order each store is 256 contiguous bytes.
     ConsumerFragments,
+    /// Tiles of [`FRAG_TILE_ROWS`] rows × `d` each stored by one consumer warpgroup (all
+    /// the columns: the hopper row split at d64), in its fragment order: store `k`, then
+    /// thread (0..128), then the pair ([`wg_fragment_offset`]).
+    WarpgroupFragments,
 }
 
 /// Rows of a [`DqAccumLayout::ConsumerFragments`] tile (the wgmma M of a query tile).
@@ -109,6 +113,36 @@ pub fn fragment_offset(r: u32, c: u32, d: u32) -> u32 {
     let thread = consumer * 128 + 32 * (r / 16) + lane;
     let k = 2 * (cc / 8) + (r % 16) / 8;
     fragment_store_offset(k, thread) + c % 2
+}
+
+/// Float offset, inside its tile, of the column pair a warpgroup thread stores at store
+/// `k` of a [`DqAccumLayout::WarpgroupFragments`] tile.
+pub fn wg_fragment_store_offset(k: u32, thread: u32) -> u32 {
+    (k * 128 + thread) * 2
+}
+
+/// Float offset inside a [`DqAccumLayout::WarpgroupFragments`] tile of element (`r`, `c`):
+/// warp `r / 16`, lane `4 · (r % 8) + (c % 8) / 2`, chunk `c / 8`, row half `(r % 16) / 8`.
+pub fn wg_fragment_offset(r: u32, c: u32) -> u32 {
+    let thread = 32 * (r / 16) + 4 * (r % 8) + (c % 8) / 2;
+    let k = 2 * (c / 8) + (r % 16) / 8;
+    wg_fragment_store_offset(k, thread) + c % 2
+}
+
+/// [`wg_fragment_offset`] of an even column `c` in LLVM.
+fn emit_wg_fragment_offset<'ctx>(kb: &Kb<'ctx>, r: IntValue<'ctx>, c: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+    let lane = kb.add(
+        kb.mul(kb.urem(r, kb.i32c(8), "")?, kb.i32c(4), "")?,
+        kb.udiv(kb.urem(c, kb.i32c(8), "")?, kb.i32c(2), "")?,
+        "frag_lane",
+    )?;
+    let thread = kb.add(kb.mul(kb.udiv(r, kb.i32c(16), "")?, kb.i32c(32), "")?, lane, "frag_thread")?;
+    let k = kb.add(
+        kb.mul(kb.udiv(c, kb.i32c(8), "")?, kb.i32c(2), "")?,
+        kb.udiv(kb.urem(r, kb.i32c(16), "")?, kb.i32c(8), "")?,
+        "frag_store",
+    )?;
+    kb.mul(kb.add(kb.mul(k, kb.i32c(128), "")?, thread, "")?, kb.i32c(2), "frag_offset")
 }
 
 /// [`fragment_offset`] of an even column `c` in LLVM (the pair `c`, `c + 1` follows it).
@@ -704,7 +738,7 @@ pub fn build_dq_convert<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str, layout
     // column's offset inside the tile follows per pair).
     let row0 = match layout {
         DqAccumLayout::RowMajor => kb.mul(ws_row(kb, spec.q_heads, pad, b, h, q)?, kb.i64c(d), "acc_row")?,
-        DqAccumLayout::ConsumerFragments => {
+        DqAccumLayout::ConsumerFragments | DqAccumLayout::WarpgroupFragments => {
             let t = FRAG_TILE_ROWS as i64;
             let q0 = kb.mul(kb.udiv(q, kb.i32c(t), "")?, kb.i32c(t), "tile_q0")?;
             kb.mul(ws_row(kb, spec.q_heads, pad, b, h, q0)?, kb.i64c(d), "acc_tile")?
@@ -724,6 +758,7 @@ pub fn build_dq_convert<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str, layout
             let in_tile = match layout {
                 DqAccumLayout::RowMajor => col,
                 DqAccumLayout::ConsumerFragments => emit_fragment_offset(kb, tile_row, col, spec.head_dim_qk)?,
+                DqAccumLayout::WarpgroupFragments => emit_wg_fragment_offset(kb, tile_row, col)?,
             };
             kb.for_range(kb.i32c(0), slices, "slice_loop", |kb, s| {
                 let e = kb.add(
@@ -1055,6 +1090,26 @@ mod tests {
                                 assert!(!seen[x as usize], "d {d}: offset {x} twice");
                                 seen[x as usize] = true;
                             }
+                        }
+                    }
+                }
+            }
+            assert!(seen.iter().all(|&s| s), "d {d}");
+        }
+        // One warpgroup per 64-row tile, all d columns (d / 8 fragment chunks).
+        for d in [64u32, 128] {
+            let mut seen = vec![false; (FRAG_TILE_ROWS * d) as usize];
+            for t in 0..128u32 {
+                for i in 0..d / 8 {
+                    for half in 0..2u32 {
+                        let r = 16 * (t / 32) + (t % 32) / 4 + 8 * half;
+                        let c = 8 * i + 2 * (t % 4);
+                        let at = wg_fragment_store_offset(2 * i + half, t);
+                        assert_eq!(wg_fragment_offset(r, c), at, "d {d} r {r} c {c}");
+                        assert_eq!(wg_fragment_offset(r, c + 1), at + 1);
+                        for x in [at, at + 1] {
+                            assert!(!seen[x as usize], "d {d}: offset {x} twice");
+                            seen[x as usize] = true;
                         }
                     }
                 }

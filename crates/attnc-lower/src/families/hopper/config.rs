@@ -337,12 +337,24 @@ impl Config {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DqSplit {
     /// Each computes half of dQ's columns over all the CTA's keys: both write their dSᵀ
-    /// to shared memory and meet at a barrier per tile. Needs `d_qk / 2` to be a whole
-    /// 64-column swizzle block (d_qk = 128).
+    /// to shared memory and meet at a barrier per tile. d_qk 128 (a 64-column swizzle
+    /// block each) or 64 (32 columns, N = 32).
     Columns,
+    /// A 128-query tile: each computes all of dQ's columns for its 64 of the queries over
+    /// all the CTA's keys (FA4's d64 split: N = d, one m64 GEMM per warpgroup, half the
+    /// shared-memory reads of `Columns` at d64); the same barrier per tile.
+    Rows,
     /// Each computes all of dQ's columns over its own 64 keys and both add into
     /// `dq_accum` (twice the atomics of `Columns`, no barrier between the warpgroups).
     Keys,
+}
+
+impl DqSplit {
+    /// Both warpgroups' dQ of a tile is one shared staging tile (one bulk reduce per
+    /// tile, the ordered deterministic mode possible); the key split adds per warpgroup.
+    pub fn one_tile(self) -> bool {
+        self != DqSplit::Keys
+    }
 }
 
 /// The hopper backward main kernel's configuration: one producer warpgroup (TMA of K, V
@@ -431,7 +443,11 @@ impl BwdConfig {
         // The column split gives each element of a query tile one add per key tile (the
         // key split two) and one staging tile for both warpgroups; d96's half (48
         // columns) would start mid-way into a 16-byte swizzle chunk of K.
-        let dq_split = if [64, 128].contains(&spec.head_dim_qk) { DqSplit::Columns } else { DqSplit::Keys };
+        let dq_split = match spec.head_dim_qk {
+            64 => DqSplit::Columns,
+            128 => DqSplit::Columns,
+            _ => DqSplit::Keys,
+        };
         BwdConfig {
             consumers: 2,
             // d64: 128 queries per tile (FA3's and FA4's d64 tile), half the per-tile waits,
@@ -453,7 +469,7 @@ impl BwdConfig {
             // H100, 2026-11-23 (docs/results/2026-11-23-h100-hopper-backward-bulk-dq/): the
             // bulk reduce-add gains 1-3% at d128 (one shared tile) and 5-10% deterministic,
             // but loses 6-14% at d64, where each warpgroup stages its own tile.
-            dq_bulk: dq_split == DqSplit::Columns,
+            dq_bulk: dq_split.one_tile(),
             ordered: true,
             mask_bits: true,
             producer_regs: 24,
@@ -465,7 +481,7 @@ impl BwdConfig {
 
     /// This configuration with `key=value,...` overrides (dev sweeps; unknown keys and bad
     /// values are ignored): `stages`, `block_m` (64, or 128 with the column split), `producer_regs`, `consumer_regs`, `dq_split`
-    /// (0 columns, 1 keys), `dp_with_s`, `dq_under_dk`, `rotate_walk`, `dq_bulk`, `ordered`, and the diagnostics `diag_no_dq_red`,
+    /// (0 columns, 1 keys, 2 rows), `dp_with_s`, `dq_under_dk`, `rotate_walk`, `dq_bulk`, `ordered`, and the diagnostics `diag_no_dq_red`,
     /// `diag_no_dq`, `diag_no_softmax`, `diag_dq_half`, `diag_dq_no_stage`.
     pub fn tuned(mut self, text: &str) -> BwdConfig {
         for kv in text.split(',') {
@@ -476,7 +492,13 @@ impl BwdConfig {
                 "block_m" => self.block_m = n,
                 "producer_regs" => self.producer_regs = n,
                 "consumer_regs" => self.consumer_regs = n,
-                "dq_split" => self.dq_split = if n == 0 { DqSplit::Columns } else { DqSplit::Keys },
+                "dq_split" => {
+                    self.dq_split = match n {
+                        0 => DqSplit::Columns,
+                        1 => DqSplit::Keys,
+                        _ => DqSplit::Rows,
+                    }
+                }
                 "dp_with_s" => self.dp_with_s = n != 0,
                 "dq_under_dk" => self.dq_under_dk = n != 0,
                 "rotate_walk" => self.rotate_walk = n != 0,
@@ -499,11 +521,7 @@ impl BwdConfig {
     /// which a dQ-writer thread of the producer warpgroup issues in turn. The key split's
     /// per-thread atomics from two warpgroups use the slice mode.
     pub fn ordered_dq(&self) -> bool {
-        self.ordered
-            && self.dq_bulk
-            && self.dq_split == DqSplit::Columns
-            && self.rotate_walk
-            && self.diag == BwdDiag::default()
+        self.ordered && self.dq_bulk && self.dq_split.one_tile() && self.rotate_walk && self.diag == BwdDiag::default()
     }
 
     /// How this configuration's main kernel lays out its dQ in `dq_accum`: the column
@@ -511,10 +529,10 @@ impl BwdConfig {
     /// stores; `common::backward::DqAccumLayout`), row-major otherwise.
     pub fn dq_accum_layout(&self) -> crate::families::common::backward::DqAccumLayout {
         use crate::families::common::backward::DqAccumLayout;
-        if self.dq_bulk && self.dq_split == DqSplit::Columns {
-            DqAccumLayout::ConsumerFragments
-        } else {
-            DqAccumLayout::RowMajor
+        match (self.dq_bulk, self.dq_split) {
+            (true, DqSplit::Columns) => DqAccumLayout::ConsumerFragments,
+            (true, DqSplit::Rows) => DqAccumLayout::WarpgroupFragments,
+            _ => DqAccumLayout::RowMajor,
         }
     }
 
@@ -542,14 +560,14 @@ impl BwdConfig {
         // two blocks of key rows).
         let ds_per_buffer = bn * ROW_BYTES * self.block_m.div_ceil(64);
         let ds_buffers = match self.dq_split {
-            DqSplit::Columns => 2,
+            DqSplit::Columns | DqSplit::Rows => 2,
             DqSplit::Keys => 1,
         };
         let dq_stage = ds + ds_per_buffer * ds_buffers;
         let dq_tile = self.block_m * spec.head_dim_qk * 4;
         let (dq_stage_per_wg, dq_stage_bytes) = match (self.dq_bulk, self.dq_split) {
             (false, _) => (0, 0),
-            (true, DqSplit::Columns) => (0, dq_tile),
+            (true, DqSplit::Columns | DqSplit::Rows) => (0, dq_tile),
             (true, DqSplit::Keys) => (dq_tile, dq_tile * self.consumers),
         };
         let rowvals = dq_stage + dq_stage_bytes;
@@ -595,13 +613,15 @@ impl BwdConfig {
         }
         // 128 queries per tile: the column split's staging (two 64-row fragment tiles)
         // only; the per-thread reds address 64 rows.
-        let block_m_built =
-            self.block_m == 64 || (self.block_m == 128 && self.dq_bulk && self.dq_split == DqSplit::Columns);
+        let block_m_built = self.block_m == 64 || (self.block_m == 128 && self.dq_bulk && self.dq_split.one_tile());
         if !block_m_built || self.consumers != 2 || self.stages == 0 {
             return Err(format!(
                 "block_m {} / consumers {} / stages {}: not a built shape",
                 self.block_m, self.consumers, self.stages
             ));
+        }
+        if self.dq_split == DqSplit::Rows && (self.block_m != 128 || !self.dq_bulk) {
+            return Err("the row split of dQ needs 128-query tiles and the bulk reduce".into());
         }
         if self.dq_split == DqSplit::Columns && ![64, 128].contains(&spec.head_dim_qk) {
             return Err("the column split of dQ needs d_qk = 64 or 128".into());

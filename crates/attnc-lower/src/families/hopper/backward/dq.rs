@@ -130,7 +130,7 @@ impl<'ctx> Bwd<'_, 'ctx> {
         kb.section("dQ -> dq_accum (red.global.add.v4.f32)")?;
         let col0 = match cfg.dq_split {
             DqSplit::Columns => kb.mul(env.consumer, kb.i32c(dq_n as i64), "dq_col0")?,
-            DqSplit::Keys => kb.i32c(0),
+            DqSplit::Keys | DqSplit::Rows => kb.i32c(0),
         };
         let slices = dq_mode_is(kb, &self.args, DqAccumulation::Slices)?;
         let slice = kb.select_i(slices, kb.sreg("ctaid.x", "")?, kb.i32c(0), "dq_slice")?;
@@ -149,7 +149,8 @@ impl<'ctx> Bwd<'_, 'ctx> {
             return self.bulk_dq(kb, env, n0, p, h, m, col0, slice, &frag);
         }
         match cfg.dq_split {
-            DqSplit::Columns => add(kb),
+            // (Rows has no per-thread path: it needs the bulk reduce, `BwdConfig::check`.)
+            DqSplit::Columns | DqSplit::Rows => add(kb),
             DqSplit::Keys => {
                 // Both warpgroups add to the same elements: in deterministic mode,
                 // consumer 0 first, then consumer 1, each tile.
@@ -188,7 +189,7 @@ impl<'ctx> Bwd<'_, 'ctx> {
         let undef = kb.ctx.f32_type().get_undef();
         kb.section("dS^T -> shared memory (128B-swizzled key rows)")?;
         let ds_buf = match cfg.dq_split {
-            DqSplit::Columns => {
+            DqSplit::Columns | DqSplit::Rows => {
                 let buf = kb.and(ring_pos, kb.i32c(1), "ds_buffer")?;
                 kb.add(kb.i32c(l.ds as i64), kb.mul(buf, kb.i32c(l.ds_per_buffer as i64), "")?, "")?
             }
@@ -209,7 +210,7 @@ impl<'ctx> Bwd<'_, 'ctx> {
             })?;
         }
         match cfg.dq_split {
-            DqSplit::Columns => kb.named_bar_sync(DS_BAR, 128 * cfg.consumers)?,
+            DqSplit::Columns | DqSplit::Rows => kb.named_bar_sync(DS_BAR, 128 * cfg.consumers)?,
             DqSplit::Keys => kb.named_bar_sync_r(kb.add(env.consumer, kb.i32c(DS_BAR as i64), "")?, 128)?,
         }
 
@@ -230,13 +231,22 @@ impl<'ctx> Bwd<'_, 'ctx> {
                 )?;
                 (bn / 16, ds_smem, b)
             }
+            // All the columns, this warpgroup's 64 queries (its block of dSᵀ's key rows),
+            // all the CTA's keys.
+            DqSplit::Rows => {
+                let rows = kb.mul(env.consumer, kb.i32c((bn * ROW_BYTES) as i64), "")?;
+                (bn / 16, kb.add(ds_smem, rows, "ds_wg_rows")?, kb.add(cta.smem, kb.i32c(l.k as i64), "k_all")?)
+            }
             // All the columns, this warpgroup's keys.
             DqSplit::Keys => (ROWS_PER_CONSUMER / 16, kb.add(ds_smem, wg_rows, "")?, k_wg),
         };
+        // Query blocks of 64 this warpgroup's dQ covers: all of the tile's, but one for
+        // the row split.
+        let q_blocks = if cfg.dq_split == DqSplit::Rows { 1 } else { cfg.block_m / 64 };
         let mn = |lbo: u32| SmemDesc::mn_major_sw128(0, lbo).encode_without_start();
         // One m64 GEMM per 64 queries of the tile (dSᵀ holds each 64 in its own block of
         // key rows); their results follow each other.
-        let a_descs = (0..cfg.block_m / 64)
+        let a_descs = (0..q_blocks)
             .map(|rows| {
                 let a_rows = kb.add(a_start, kb.i32c((rows * bn * ROW_BYTES) as i64), "ds_rows")?;
                 kb.wgmma_desc(a_rows, mn(bn * ROW_BYTES), "ds_desc")
@@ -310,12 +320,19 @@ impl<'ctx> Bwd<'_, 'ctx> {
                 let thread = kb.add(kb.mul(env.consumer, kb.i32c(128), "")?, env.ltid, "frag_thread")?;
                 kb.add(stage, kb.mul(thread, kb.i32c(8), "")?, "")?
             }
+            // Row split: each warpgroup's own 64-row tile, in its fragment order.
+            DqAccumLayout::WarpgroupFragments => {
+                let tile = kb.mul(env.consumer, kb.i32c((64 * d * 4) as i64), "wg_tile")?;
+                kb.add(kb.add(stage, tile, "")?, kb.mul(env.ltid, kb.i32c(8), "")?, "")?
+            }
             DqAccumLayout::RowMajor => {
                 kb.add(stage, kb.mul(kb.add(kb.mul(row0, kb.i32c(d as i64), "")?, c0, "")?, kb.i32c(4), "")?, "")?
             }
         };
-        // A 128-query tile: two 64-row tiles, one after the other (as in `dq_accum`).
-        let chunks_per_rows = frag.len() / (cfg.block_m / 64) as usize;
+        // A 128-query tile: two 64-row tiles, one after the other (as in `dq_accum`); a
+        // warpgroup's fragment covers both (column split) or its own (row split).
+        let q_blocks = if cfg.dq_split == DqSplit::Rows { 1 } else { cfg.block_m / 64 };
+        let chunks_per_rows = frag.len() / q_blocks as usize;
         for (c, f) in frag.iter().enumerate() {
             let (rows, i) = ((c / chunks_per_rows) as u32, c % chunks_per_rows);
             for half in 0..2usize {
@@ -325,6 +342,7 @@ impl<'ctx> Bwd<'_, 'ctx> {
                 let off = rows * 64 * d * 4
                     + match layout {
                         DqAccumLayout::ConsumerFragments => fragment_store_offset((2 * i + half) as u32, 0) * 4,
+                        DqAccumLayout::WarpgroupFragments => wg_fragment_store_offset((2 * i + half) as u32, 0) * 4,
                         DqAccumLayout::RowMajor => (8 * half as u32 * d + 8 * i as u32) * 4,
                     };
                 kb.st_shared_v2_f32(kb.add(base, kb.i32c(off as i64), "")?, f[2 * half], f[2 * half + 1])?;
@@ -341,7 +359,7 @@ impl<'ctx> Bwd<'_, 'ctx> {
             kb.bulk_commit_group()
         };
         match cfg.dq_split {
-            DqSplit::Columns => {
+            DqSplit::Columns | DqSplit::Rows => {
                 kb.named_bar_sync(DS_BAR, 128 * cfg.consumers)?;
                 let first = kb.icmp(IntPredicate::EQ, env.consumer, kb.i32c(0), "")?;
                 let one = kb.and(first, issuer, "dq_issuer")?;

@@ -33,8 +33,8 @@ use super::desc::SmemDesc;
 use crate::families::common::abi::{self as cabi, Args};
 use crate::families::common::backward::{
     aux_sink, dq_mode_is, dynamic_smem_base, emit_seqlen_pad, fragment_store_offset, red_dq_fragment,
-    reversed_key_tiles, tma_boxes, tma_main_params, turn_flag, turn_plan_index, ws_row, DqAccumLayout, DqSlice,
-    FragLane, KeyTileCta,
+    reversed_key_tiles, tma_boxes, tma_main_params, turn_flag, turn_plan_index, wg_fragment_store_offset, ws_row,
+    DqAccumLayout, DqSlice, FragLane, KeyTileCta,
 };
 use crate::families::common::dq_order::{DqAccumulation, DqTurn};
 use crate::families::common::sw128::{k_major_step_offset, mn_major_step_offset};
@@ -497,7 +497,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let ds_ops = self.grad_scores(kb, env, rowvals, n0, m0, h, &pt, &dp)?;
         let dq_n = match cfg.dq_split {
             DqSplit::Columns => spec.head_dim_qk / 2,
-            DqSplit::Keys => spec.head_dim_qk,
+            DqSplit::Keys | DqSplit::Rows => spec.head_dim_qk,
         };
         let dk_in: Vec<FloatValue<'ctx>> = acc.dk.iter().map(|x| kb.get_f(*x, "dk")).collect::<R<_>>()?;
         let issue_dk = |kb: &mut Kb<'ctx>| -> R<Vec<FloatValue<'ctx>>> {
