@@ -443,8 +443,12 @@ impl BwdConfig {
         // The column split gives each element of a query tile one add per key tile (the
         // key split two) and one staging tile for both warpgroups; d96's half (48
         // columns) would start mid-way into a 16-byte swizzle chunk of K.
+        // H100, 2026-11-27: d64's column split (each half of the columns; 0.61-0.79x ->
+        // +11-17% over the key split, docs/results/2026-11-27-h100-bwd-d64-columns/), then
+        // the row split at its 128-query tiles (each its 64 queries, N = 64: +2-4%,
+        // docs/results/2026-11-27-h100-bwd-d64-rows/).
         let dq_split = match spec.head_dim_qk {
-            64 => DqSplit::Columns,
+            64 => DqSplit::Rows,
             128 => DqSplit::Columns,
             _ => DqSplit::Keys,
         };

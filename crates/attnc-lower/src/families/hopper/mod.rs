@@ -23,7 +23,7 @@ use crate::llvm::kb::Kb;
 use crate::module::{BlockLayout, CompiledModule, Direction, FamilyKind};
 use attnc_ir::block_mask::Tiling;
 use attnc_ir::Spec;
-use config::{BwdConfig, Config};
+use config::{BwdConfig, Config, DqSplit};
 use inkwell::context::Context;
 use inkwell::values::IntValue;
 use inkwell::IntPredicate;
@@ -88,7 +88,8 @@ fn backward_step_down(spec: &Spec, arch: Arch, step: u32) -> Option<Result<(Comp
         steps.push((BwdConfig { ordered: false, ..cfg }, no_order.to_string()));
     }
     if cfg.block_m == 128 {
-        let small_cfg = BwdConfig { block_m: 64, ..cfg };
+        // The row split needs 128-query tiles: 64-query ones split dQ by columns.
+        let small_cfg = BwdConfig { block_m: 64, dq_split: DqSplit::Columns, ..cfg };
         if small_cfg.ordered_dq() {
             steps.push((small_cfg.clone(), small.to_string()));
         }
