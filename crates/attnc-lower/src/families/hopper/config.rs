@@ -615,8 +615,8 @@ impl BwdConfig {
                 a.name
             ));
         }
-        // 128 queries per tile: the column split's staging (two 64-row fragment tiles)
-        // only; the per-thread reds address 64 rows.
+        // 128 queries per tile: the column or row split's staging (two 64-row fragment
+        // tiles) only; the per-thread reds address 64 rows.
         let block_m_built = self.block_m == 64 || (self.block_m == 128 && self.dq_bulk && self.dq_split.one_tile());
         if !block_m_built || self.consumers != 2 || self.stages == 0 {
             return Err(format!(

@@ -279,9 +279,10 @@ impl<'ctx> Bwd<'_, 'ctx> {
 
     /// dQ of the tile through shared memory: each thread writes its fragment (query
     /// rows, columns from `col0`) into the f32 staging tile, then one thread adds the
-    /// whole `64 × d_qk` tile (column split: both warpgroups' halves; key split: its own
-    /// warpgroup's) into `dq_accum` with one bulk reduce. Deterministic mode with the key
-    /// split orders the two warpgroups' reduces (each issuer waits for its reduce to land).
+    /// whole `block_m × d_qk` tile (column and row split: both warpgroups' parts; key
+    /// split: its own warpgroup's) into `dq_accum` with one bulk reduce. Deterministic
+    /// mode with the key split orders the two warpgroups' reduces (each issuer waits for
+    /// its reduce to land).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn bulk_dq(
         &self,
