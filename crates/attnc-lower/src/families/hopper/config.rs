@@ -440,13 +440,13 @@ pub struct BwdSmem {
 
 impl BwdConfig {
     pub fn for_spec(spec: &Spec) -> BwdConfig {
-        // The column split gives each element of a query tile one add per key tile (the
-        // key split two) and one staging tile for both warpgroups; d96's half (48
-        // columns) would start mid-way into a 16-byte swizzle chunk of K.
-        // H100, 2026-11-27: d64's column split (each half of the columns; 0.61-0.79x ->
-        // +11-17% over the key split, docs/results/2026-11-27-h100-bwd-d64-columns/), then
-        // the row split at its 128-query tiles (each its 64 queries, N = 64: +2-4%,
-        // docs/results/2026-11-27-h100-bwd-d64-rows/).
+        // The column and row splits give each element of a query tile one add per key
+        // tile (the key split two) and one staging tile for both warpgroups; d96's half
+        // (48 columns) would start mid-way into a 16-byte swizzle chunk of K. H100,
+        // 2026-11-27, d64: the column split +11-17% over the key split
+        // (docs/results/2026-11-27-h100-bwd-d64-columns/), then at 128-query tiles the row
+        // split (each warpgroup its 64 queries, N = 64) +2-4% over the column split
+        // (docs/results/2026-11-27-h100-bwd-d64-rows/).
         let dq_split = match spec.head_dim_qk {
             64 => DqSplit::Rows,
             128 => DqSplit::Columns,
@@ -484,9 +484,11 @@ impl BwdConfig {
     }
 
     /// This configuration with `key=value,...` overrides (dev sweeps; unknown keys and bad
-    /// values are ignored): `stages`, `block_m` (64, or 128 with the column split), `producer_regs`, `consumer_regs`, `dq_split`
-    /// (0 columns, 1 keys, 2 rows), `dp_with_s`, `dq_under_dk`, `rotate_walk`, `dq_bulk`, `ordered`, and the diagnostics `diag_no_dq_red`,
-    /// `diag_no_dq`, `diag_no_softmax`, `diag_dq_half`, `diag_dq_no_stage`.
+    /// values are ignored): `stages`, `block_m` (64, or 128 with a one-tile split),
+    /// `producer_regs`, `consumer_regs`, `dq_split` (0 columns, 1 keys, 2 rows),
+    /// `dp_with_s`, `dq_under_dk`, `rotate_walk`, `dq_bulk`, `ordered`, and the
+    /// diagnostics `diag_no_dq_red`, `diag_no_dq`, `diag_no_softmax`, `diag_dq_half`,
+    /// `diag_dq_no_stage`.
     pub fn tuned(mut self, text: &str) -> BwdConfig {
         for kv in text.split(',') {
             let Some((k, v)) = kv.split_once('=') else { continue };
@@ -521,16 +523,17 @@ impl BwdConfig {
     }
 
     /// Whether the kernel implements the ordered deterministic mode
-    /// (`common::dq_order`): each tile's dQ is added by one bulk reduce (the column split),
+    /// (`common::dq_order`): each tile's dQ is added by one bulk reduce (column or row split),
     /// which a dQ-writer thread of the producer warpgroup issues in turn. The key split's
     /// per-thread atomics from two warpgroups use the slice mode.
     pub fn ordered_dq(&self) -> bool {
         self.ordered && self.dq_bulk && self.dq_split.one_tile() && self.rotate_walk && self.diag == BwdDiag::default()
     }
 
-    /// How this configuration's main kernel lays out its dQ in `dq_accum`: the column
-    /// split's bulk staging tile in the consumers' fragment order (bank-conflict-free
-    /// stores; `common::backward::DqAccumLayout`), row-major otherwise.
+    /// How this configuration's main kernel lays out its dQ in `dq_accum`: the bulk
+    /// staging tile in the storing threads' fragment order (bank-conflict-free stores;
+    /// `common::backward::DqAccumLayout`: both warpgroups per 64 rows for the column
+    /// split, one for the row split), row-major otherwise.
     pub fn dq_accum_layout(&self) -> crate::families::common::backward::DqAccumLayout {
         use crate::families::common::backward::DqAccumLayout;
         match (self.dq_bulk, self.dq_split) {

@@ -149,8 +149,11 @@ impl<'ctx> Bwd<'_, 'ctx> {
             return self.bulk_dq(kb, env, n0, p, h, m, col0, slice, &frag);
         }
         match cfg.dq_split {
-            // (Rows has no per-thread path: it needs the bulk reduce, `BwdConfig::check`.)
-            DqSplit::Columns | DqSplit::Rows => add(kb),
+            DqSplit::Columns => add(kb),
+            // `BwdConfig::check` refuses it (the reds address 64 rows from the tile's first).
+            DqSplit::Rows => Err(crate::error::LowerError::InvalidSpec(
+                "the row split of dQ has no per-thread adds (it needs the bulk reduce)".into(),
+            )),
             DqSplit::Keys => {
                 // Both warpgroups add to the same elements: in deterministic mode,
                 // consumer 0 first, then consumer 1, each tile.
