@@ -387,6 +387,11 @@ pub struct BwdConfig {
     /// DenseWithBits`, key-major) where it has a slot, instead of evaluating it (masks over
     /// aux tensors).
     pub mask_bits: bool,
+    /// Build learnable aux gradients (the f32 P stays live next to dK and dV). Off: at
+    /// d128 every configuration spills; at d64 the 64-query tiles assemble without spills
+    /// (ptxas 13.5) but have not run on a GPU yet, so only `ATTNC_HOPPER_BWD_TUNE`
+    /// (`aux_grads=1`) turns it on until the selftest has checked them.
+    pub aux_grads: bool,
     pub producer_regs: u32,
     pub consumer_regs: u32,
     /// Diagnostics only (wrong results; never set by `for_spec`, only through
@@ -476,6 +481,7 @@ impl BwdConfig {
             dq_bulk: dq_split.one_tile(),
             ordered: true,
             mask_bits: true,
+            aux_grads: false,
             producer_regs: 24,
             consumer_regs: 240,
             diag: BwdDiag::default(),
@@ -486,7 +492,8 @@ impl BwdConfig {
     /// This configuration with `key=value,...` overrides (dev sweeps; unknown keys and bad
     /// values are ignored): `stages`, `block_m` (64, or 128 with a one-tile split),
     /// `producer_regs`, `consumer_regs`, `dq_split` (0 columns, 1 keys, 2 rows),
-    /// `dp_with_s`, `dq_under_dk`, `rotate_walk`, `dq_bulk`, `ordered`, and the
+    /// `dp_with_s`, `dq_under_dk`, `rotate_walk`, `dq_bulk`, `ordered`, `mask_bits`,
+    /// `aux_grads`, and the
     /// diagnostics `diag_no_dq_red`, `diag_no_dq`, `diag_no_softmax`, `diag_dq_half`,
     /// `diag_dq_no_stage`.
     pub fn tuned(mut self, text: &str) -> BwdConfig {
@@ -511,6 +518,7 @@ impl BwdConfig {
                 "dq_bulk" => self.dq_bulk = n != 0,
                 "ordered" => self.ordered = n != 0,
                 "mask_bits" => self.mask_bits = n != 0,
+                "aux_grads" => self.aux_grads = n != 0,
                 "diag_no_dq_red" => self.diag.no_dq_red = n != 0,
                 "diag_no_dq" => self.diag.no_dq = n != 0,
                 "diag_no_softmax" => self.diag.no_softmax = n != 0,
@@ -611,7 +619,7 @@ impl BwdConfig {
                 spec.head_dim_qk, spec.head_dim_v
             ));
         }
-        if let Some(a) = crate::variant::grad::learnable_aux(spec).first() {
+        if let Some(a) = crate::variant::grad::learnable_aux(spec).first().filter(|_| !self.aux_grads) {
             return Err(format!(
                 "learnable aux tensor `{}`: its gradient keeps the f32 P live next to dK and dV, which \
                  spills in this family's registers",

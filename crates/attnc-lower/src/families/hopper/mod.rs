@@ -102,10 +102,11 @@ fn backward_step_down(spec: &Spec, arch: Arch, step: u32) -> Option<Result<(Comp
 
 /// Why the backward cannot compile `spec` for `arch`, or `None`.
 pub fn backward_unsupported_reason(spec: &Spec, arch: Arch) -> Option<String> {
-    if arch != Arch::Sm90a {
-        return Some("needs sm_90a (wgmma, TMA)".into());
-    }
-    BwdConfig::for_spec(spec).check(spec, arch.max_smem_per_block()).err()
+    backward_arch_reason(arch).or_else(|| BwdConfig::for_spec(spec).check(spec, arch.max_smem_per_block()).err())
+}
+
+fn backward_arch_reason(arch: Arch) -> Option<String> {
+    (arch != Arch::Sm90a).then(|| "needs sm_90a (wgmma, TMA)".to_string())
 }
 
 /// Compiles the backward with an explicit configuration: the shared preprocess, dQ
@@ -113,7 +114,8 @@ pub fn backward_unsupported_reason(spec: &Spec, arch: Arch) -> Option<String> {
 pub fn compile_backward_with_config(spec: &Spec, arch: Arch, cfg: &BwdConfig) -> Result<CompiledModule, LowerError> {
     let unsupported =
         |reason| LowerError::Unsupported { family: FamilyKind::Hopper, direction: Direction::Backward, arch, reason };
-    if let Some(reason) = backward_unsupported_reason(spec, arch) {
+    // The arch, then this configuration (not the default's: a tune may allow more).
+    if let Some(reason) = backward_arch_reason(arch) {
         return Err(unsupported(reason));
     }
     cfg.check(spec, arch.max_smem_per_block()).map_err(unsupported)?;
@@ -410,6 +412,26 @@ mod tests {
         let e = Hopper.compile(&s, Arch::Sm90a, Direction::Backward).expect_err("refused").to_string();
         assert!(e.contains("learnable aux tensor `bias`"), "{e}");
         assert!(Hopper.unsupported_reason(&Spec::new("x", 128, 4), Arch::Sm80, Direction::Backward).is_some());
+    }
+
+    /// Learnable aux gradients stay off by default (not yet run on a GPU in this family);
+    /// turned on, d64's 64-query tiles (the step down's) assemble without spills.
+    #[test]
+    fn learnable_aux_gradients_fit_at_d64_when_turned_on() {
+        let mut s = Spec::new("learned_bias_d64", 64, 8);
+        s.mask.causal = Some(Align::BottomRight);
+        s.aux.push(AuxDecl::float("bias", vec![AuxDim::QHeads], true));
+        let default = BwdConfig::for_spec(&s);
+        assert!(default.check(&s, Arch::Sm90a.max_smem_per_block()).is_err());
+        let on = BwdConfig { aux_grads: true, block_m: 64, dq_split: DqSplit::Columns, ..default };
+        on.check(&s, Arch::Sm90a.max_smem_per_block()).expect("accepted");
+        let m = compile_backward_with_config(&s, Arch::Sm90a, &on).expect("compiles");
+        let Ok(path) = crate::ptxas::find_ptxas() else {
+            assert!(std::env::var_os("CI").is_none(), "CI must have ptxas");
+            return;
+        };
+        let a = crate::ptxas::assemble_with(&path, &m.ptx, Arch::Sm90a).expect("assembles");
+        assert!(!a.has_spills(), "spills:\n{}", a.log);
     }
 
     /// Every supported head dim, masked and not, compiles; with ptxas present it must
