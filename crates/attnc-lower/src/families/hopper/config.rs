@@ -551,6 +551,16 @@ impl BwdConfig {
         }
     }
 
+    /// The 64-query blocks a consumer warpgroup's dQ fragment covers (one m64 GEMM each):
+    /// the whole tile's, but its own one for the row split.
+    pub fn dq_query_blocks(&self) -> u32 {
+        if self.dq_split == DqSplit::Rows {
+            1
+        } else {
+            self.block_m / 64
+        }
+    }
+
     /// Keys per CTA: 64 per consumer warpgroup.
     pub fn block_n(&self) -> u32 {
         ROWS_PER_CONSUMER * self.consumers

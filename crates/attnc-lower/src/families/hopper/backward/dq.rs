@@ -243,9 +243,7 @@ impl<'ctx> Bwd<'_, 'ctx> {
             // All the columns, this warpgroup's keys.
             DqSplit::Keys => (ROWS_PER_CONSUMER / 16, kb.add(ds_smem, wg_rows, "")?, k_wg),
         };
-        // Query blocks of 64 this warpgroup's dQ covers: all of the tile's, but one for
-        // the row split.
-        let q_blocks = if cfg.dq_split == DqSplit::Rows { 1 } else { cfg.block_m / 64 };
+        let q_blocks = cfg.dq_query_blocks();
         let mn = |lbo: u32| SmemDesc::mn_major_sw128(0, lbo).encode_without_start();
         // One m64 GEMM per 64 queries of the tile (dSᵀ holds each 64 in its own block of
         // key rows); their results follow each other.
@@ -335,8 +333,7 @@ impl<'ctx> Bwd<'_, 'ctx> {
         };
         // A 128-query tile: two 64-row tiles, one after the other (as in `dq_accum`); a
         // warpgroup's fragment covers both (column split) or its own (row split).
-        let q_blocks = if cfg.dq_split == DqSplit::Rows { 1 } else { cfg.block_m / 64 };
-        let chunks_per_rows = frag.len() / q_blocks as usize;
+        let chunks_per_rows = frag.len() / cfg.dq_query_blocks() as usize;
         for (c, f) in frag.iter().enumerate() {
             let (rows, i) = ((c / chunks_per_rows) as u32, c % chunks_per_rows);
             for half in 0..2usize {

@@ -585,24 +585,27 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let bits: Vec<Slot<'ctx>> =
             (0..elems.div_ceil(32)).map(|_| kb.slot_i32("mask_bits", kb.i32c(-1))).collect::<R<_>>()?;
         let partial = kb.not(unmasked, "partial_tile")?;
+        // Element idx's 0/1 bit into bit idx % 32 of word idx / 32, the words into `bits`.
+        let store_words = |kb: &mut Kb<'ctx>, bit_of: &mut dyn FnMut(&mut Kb<'ctx>, usize) -> R<IntValue<'ctx>>| {
+            let mut acc = vec![kb.i32c(0); bits.len()];
+            for idx in 0..elems {
+                let bit = bit_of(kb, idx)?;
+                acc[idx / 32] = kb.or(acc[idx / 32], kb.shl(bit, kb.i32c((idx % 32) as i64), "")?, "")?;
+            }
+            bits.iter().zip(acc).try_for_each(|(slot, a)| kb.set(*slot, a))
+        };
         let evaluate = |kb: &mut Kb<'ctx>| -> R<()> {
             kb.section("mask (partial tile): one bit per element")?;
             let pos = self.frag_pos(kb, env, n0)?;
             let predicate = spec.mask.to_predicate();
-            let mut acc = vec![kb.i32c(0); bits.len()];
-            for idx in 0..elems {
+            store_words(kb, &mut |kb, idx| {
                 let q = pos.q(kb, m0, idx)?;
                 let key = pos.key(kb, idx)?;
                 let vars = cta.bv.elem_vars(cta.hkv, q, h, key);
                 let q_in = kb.icmp(IntPredicate::SLT, q, cta.bv.seqlen_q, "q_in_bounds")?;
                 let allowed = kb.and(vexpr::allowed(kb, spec, predicate.as_ref(), &vars, &cta.va)?, q_in, "")?;
-                let bit = kb.shl(kb.zext32(allowed, "")?, kb.i32c((idx % 32) as i64), "")?;
-                acc[idx / 32] = kb.or(acc[idx / 32], bit, "")?;
-            }
-            for (slot, a) in bits.iter().zip(acc) {
-                kb.set(*slot, a)?;
-            }
-            Ok(())
+                kb.zext32(allowed, "")
+            })
         };
         let lists = self.args.block_lists().filter(|_| self.cfg.mask_bits && needs_block_mask(spec));
         match lists {
@@ -644,18 +647,12 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                         }
                         // Element idx: key row idx % 4 / 2, query column 8 (idx / 4) + idx % 2
                         // past the lane's first.
-                        let mut acc = vec![kb.i32c(0); bits.len()];
-                        for idx in 0..elems {
+                        store_words(kb, &mut |kb, idx| {
                             let (i, e) = (idx / 4, idx % 4);
                             let col = 8 * i + e % 2;
                             let w = rows[e / 2][col / 32];
-                            let bit = kb.and(kb.lshr(w, kb.i32c((col % 32) as i64), "")?, kb.i32c(1), "")?;
-                            acc[idx / 32] = kb.or(acc[idx / 32], kb.shl(bit, kb.i32c((idx % 32) as i64), "")?, "")?;
-                        }
-                        for (slot, a) in bits.iter().zip(acc) {
-                            kb.set(*slot, a)?;
-                        }
-                        Ok(())
+                            kb.and(kb.lshr(w, kb.i32c((col % 32) as i64), "")?, kb.i32c(1), "")
+                        })
                     },
                     |kb| evaluate(kb),
                 )
