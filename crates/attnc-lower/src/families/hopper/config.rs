@@ -387,10 +387,11 @@ pub struct BwdConfig {
     /// DenseWithBits`, key-major) where it has a slot, instead of evaluating it (masks over
     /// aux tensors).
     pub mask_bits: bool,
-    /// Build learnable aux gradients (the f32 P stays live next to dK and dV). Off: at
-    /// d128 every configuration spills; at d64 the 64-query tiles assemble without spills
-    /// (ptxas 13.5) but have not run on a GPU yet, so only `ATTNC_HOPPER_BWD_TUNE`
-    /// (`aux_grads=1`) turns it on until the selftest has checked them.
+    /// Build learnable aux gradients (the f32 P stays live next to dK and dV). On at d64,
+    /// where 64-query tiles with the column split assemble without spills (ptxas 13.5;
+    /// 128-query tiles spill 1564 bytes) and the selftest's gradients pass on the H100
+    /// (docs/results/2026-11-27-h100-aux-grads-d64/); off at d96/d128, where every
+    /// configuration spills 104-220 bytes, so those variants train on portable.
     pub aux_grads: bool,
     pub producer_regs: u32,
     pub consumer_regs: u32,
@@ -413,6 +414,14 @@ pub struct BwdDiag {
     pub dq_half: bool,
     /// Bulk dQ: no staging stores (the reduce adds whatever the staging tile holds).
     pub dq_no_stage: bool,
+    /// Bulk dQ: the next tile's staging does not wait for the last reduce to have read
+    /// it (a race: timing only), to separate that wait from the reduce traffic.
+    pub dq_no_wait: bool,
+    /// Bulk dQ: no `fence.proxy.async` between the staging stores and the reduce (a
+    /// race: timing only).
+    pub dq_no_fence: bool,
+    /// No dSᵀ stores to shared memory (dQ reads whatever is there; timing only).
+    pub ds_no_store: bool,
 }
 
 /// Byte offsets of the backward's shared memory (from a 1024-byte aligned base).
@@ -452,9 +461,14 @@ impl BwdConfig {
         // (docs/results/2026-11-27-h100-bwd-d64-columns/), then at 128-query tiles the row
         // split (each warpgroup its 64 queries, N = 64) +2-4% over the column split
         // (docs/results/2026-11-27-h100-bwd-d64-rows/).
+        // Learnable aux gradients keep the f32 P live: at d64 only 64-query tiles (the
+        // column split) have the registers for it.
+        let aux_grads = spec.head_dim_qk == 64;
+        let learnable = !crate::variant::grad::learnable_aux(spec).is_empty();
+        let tall = spec.head_dim_qk == 64 && !(learnable && aux_grads);
         let dq_split = match spec.head_dim_qk {
-            64 => DqSplit::Rows,
-            128 => DqSplit::Columns,
+            64 if tall => DqSplit::Rows,
+            64 | 128 => DqSplit::Columns,
             _ => DqSplit::Keys,
         };
         BwdConfig {
@@ -463,7 +477,7 @@ impl BwdConfig {
             // barriers and bulk reduces per FLOP, N = 128 for Sᵀ and dPᵀ: +3-6% non-causal,
             // +9-16% causal on the H100 (docs/results/2026-11-27-h100-bwd-d64-block-m-128/).
             // d96/d128 keep 64: dK and dV of 64 keys take d/2 + d/2 registers there.
-            block_m: if spec.head_dim_qk == 64 { 128 } else { 64 },
+            block_m: if tall { 128 } else { 64 },
             stages: 2,
             dq_split,
             // ptxas 13.5, d128: dPᵀ issued with Sᵀ spills 8-192 bytes (causal, masks over
@@ -481,7 +495,7 @@ impl BwdConfig {
             dq_bulk: dq_split.one_tile(),
             ordered: true,
             mask_bits: true,
-            aux_grads: false,
+            aux_grads,
             producer_regs: 24,
             consumer_regs: 240,
             diag: BwdDiag::default(),
@@ -495,7 +509,7 @@ impl BwdConfig {
     /// `dp_with_s`, `dq_under_dk`, `rotate_walk`, `dq_bulk`, `ordered`, `mask_bits`,
     /// `aux_grads`, and the
     /// diagnostics `diag_no_dq_red`, `diag_no_dq`, `diag_no_softmax`, `diag_dq_half`,
-    /// `diag_dq_no_stage`.
+    /// `diag_dq_no_stage`, `diag_dq_no_wait`, `diag_dq_no_fence`, `diag_ds_no_store`.
     pub fn tuned(mut self, text: &str) -> BwdConfig {
         for kv in text.split(',') {
             let Some((k, v)) = kv.split_once('=') else { continue };
@@ -524,6 +538,9 @@ impl BwdConfig {
                 "diag_no_softmax" => self.diag.no_softmax = n != 0,
                 "diag_dq_half" => self.diag.dq_half = n != 0,
                 "diag_dq_no_stage" => self.diag.dq_no_stage = n != 0,
+                "diag_dq_no_wait" => self.diag.dq_no_wait = n != 0,
+                "diag_dq_no_fence" => self.diag.dq_no_fence = n != 0,
+                "diag_ds_no_store" => self.diag.ds_no_store = n != 0,
                 _ => {}
             }
         }
@@ -631,9 +648,9 @@ impl BwdConfig {
         }
         if let Some(a) = crate::variant::grad::learnable_aux(spec).first().filter(|_| !self.aux_grads) {
             return Err(format!(
-                "learnable aux tensor `{}`: its gradient keeps the f32 P live next to dK and dV, which \
-                 spills in this family's registers",
-                a.name
+                "learnable aux tensor `{}` at head dim {}: its gradient keeps the f32 P live next to dK \
+                 and dV, which spills in this family's registers (it fits at head dim 64)",
+                a.name, spec.head_dim_qk
             ));
         }
         // 128 queries per tile: the column or row split's staging (two 64-row fragment

@@ -414,18 +414,24 @@ mod tests {
         assert!(Hopper.unsupported_reason(&Spec::new("x", 128, 4), Arch::Sm80, Direction::Backward).is_some());
     }
 
-    /// Learnable aux gradients stay off by default (not yet run on a GPU in this family);
-    /// turned on, d64's 64-query tiles (the step down's) assemble without spills.
+    /// Learnable aux gradients train on hopper at d64 (64-query tiles, the column split,
+    /// assembled without spills); at d128 they are refused with the reason.
     #[test]
-    fn learnable_aux_gradients_fit_at_d64_when_turned_on() {
+    fn learnable_aux_gradients_train_at_d64() {
         let mut s = Spec::new("learned_bias_d64", 64, 8);
         s.mask.causal = Some(Align::BottomRight);
         s.aux.push(AuxDecl::float("bias", vec![AuxDim::QHeads], true));
-        let default = BwdConfig::for_spec(&s);
-        assert!(default.check(&s, Arch::Sm90a.max_smem_per_block()).is_err());
-        let on = BwdConfig { aux_grads: true, block_m: 64, dq_split: DqSplit::Columns, ..default };
-        on.check(&s, Arch::Sm90a.max_smem_per_block()).expect("accepted");
-        let m = compile_backward_with_config(&s, Arch::Sm90a, &on).expect("compiles");
+        let cfg = BwdConfig::for_spec(&s);
+        assert!(cfg.aux_grads && cfg.block_m == 64 && cfg.dq_split == DqSplit::Columns, "{cfg:?}");
+        cfg.check(&s, Arch::Sm90a.max_smem_per_block()).expect("accepted");
+        // Without learnable aux tensors d64 keeps its 128-query tiles.
+        let plain = BwdConfig::for_spec(&Spec::new("plain_d64", 64, 8));
+        assert!(plain.block_m == 128 && plain.dq_split == DqSplit::Rows, "{plain:?}");
+        let m = Hopper.compile(&s, Arch::Sm90a, Direction::Backward).expect("compiles");
+        let mut d128 = Spec::new("learned_bias_d128", 128, 8);
+        d128.aux.push(AuxDecl::float("bias", vec![AuxDim::QHeads], true));
+        let e = Hopper.compile(&d128, Arch::Sm90a, Direction::Backward).expect_err("refused").to_string();
+        assert!(e.contains("learnable aux tensor `bias` at head dim 128"), "{e}");
         let Ok(path) = crate::ptxas::find_ptxas() else {
             assert!(std::env::var_os("CI").is_none(), "CI must have ptxas");
             return;

@@ -199,13 +199,22 @@ impl<'ctx> Bwd<'_, 'ctx> {
             DqSplit::Keys => kb.i32c(l.ds as i64),
         };
         let ds_smem = kb.add(cta.smem, ds_buf, "ds_smem")?;
-        self.store_ds(kb, env, ds_smem, ds_ops)?;
+        if !cfg.diag.ds_no_store {
+            self.store_ds(kb, env, ds_smem, ds_ops)?;
+        }
         kb.fence_proxy_async_shared()?;
         if cfg.dq_bulk {
             // The last tile's bulk reduce has read its staging (deterministic: is done)
             // before anyone passes this barrier and refills the staging at this tile's end.
             // Only its issuing thread has a bulk group; the others pass at once.
-            kb.if_else(env.deterministic, "dq_bulk_wait", |kb| kb.bulk_wait_group(0), |kb| kb.bulk_wait_group_read(0))?;
+            if !cfg.diag.dq_no_wait {
+                kb.if_else(
+                    env.deterministic,
+                    "dq_bulk_wait",
+                    |kb| kb.bulk_wait_group(0),
+                    |kb| kb.bulk_wait_group_read(0),
+                )?;
+            }
             // Ordered mode: the dQ writer's reduce of the last tile has read the staging.
             kb.if_then(self.ordered_issuer(kb)?, "dq_staging_free", |kb| {
                 let parity = kb.xor(kb.and(ring_pos, kb.i32c(1), "")?, kb.i32c(1), "")?;
@@ -349,7 +358,9 @@ impl<'ctx> Bwd<'_, 'ctx> {
                 kb.st_shared_v2_f32(kb.add(base, kb.i32c(off as i64), "")?, f[2 * half], f[2 * half + 1])?;
             }
         }
-        kb.fence_proxy_async_shared()?;
+        if !cfg.diag.dq_no_fence {
+            kb.fence_proxy_async_shared()?;
+        }
         let issuer = kb.icmp(IntPredicate::EQ, env.ltid, kb.i32c(0), "")?;
         let dqs = DqSlice::new(kb, spec, &self.args, cta.seqlen_pad, cta.bv.b, slice)?;
         let row = ws_row(kb, spec.q_heads, cta.seqlen_pad, cta.bv.b, h, m0)?;
