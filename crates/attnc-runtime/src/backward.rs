@@ -1032,9 +1032,15 @@ mod tests {
     #[test]
     fn the_tma_backwards_plan_their_tensor_maps_and_marshal() {
         use attnc_lower::{Arch, FamilyChoice, FamilyKind};
-        let mut s = spec();
-        s.aux.clear();
-        for (arch, family) in [(Arch::Sm90a, FamilyKind::Hopper), (Arch::Sm100a, FamilyKind::Blackwell)] {
+        // Hopper trains learnable aux tensors at d64 (this spec's head dim); blackwell
+        // refuses them.
+        for (arch, family, aux) in
+            [(Arch::Sm90a, FamilyKind::Hopper, true), (Arch::Sm100a, FamilyKind::Blackwell, false)]
+        {
+            let mut s = spec();
+            if !aux {
+                s.aux.clear();
+            }
             let opts = attnc_lower::CompileOptions::new(arch)
                 .direction(Direction::Backward)
                 .family(FamilyChoice::Exactly(family));
@@ -1045,8 +1051,10 @@ mod tests {
             assert_eq!(tensors, ["q", "k", "v", "do"]);
             let shape = BackwardShape::of(&KernelMeta::from(main), 1).expect("a key-tile grid");
             let mut d = descs(&mut Alloc(1 << 32));
-            d.fwd.aux.clear();
-            d.aux_grads.clear();
+            if !aux {
+                d.fwd.aux.clear();
+                d.aux_grads.clear();
+            }
             let p = plan_backward(&s, &shape, SMS, 0, &d).expect("valid");
             let maps = crate::tma::plan_tensor_maps_over(&main.tensor_maps, |t| match t {
                 "q" => Some(&d.fwd.q),
@@ -1081,8 +1089,11 @@ mod tests {
     #[test]
     fn every_backward_kernel_marshals() {
         let s = spec();
-        let opts = attnc_lower::CompileOptions::new(attnc_lower::Arch::Sm90a).direction(Direction::Backward);
+        let opts = attnc_lower::CompileOptions::new(attnc_lower::Arch::Sm90a)
+            .direction(Direction::Backward)
+            .family(attnc_lower::FamilyChoice::Exactly(attnc_lower::FamilyKind::Portable));
         let m = attnc_lower::compile(&s, &opts).expect("compiles");
+        assert_eq!(m.family, attnc_lower::FamilyKind::Portable);
         let roles: Vec<KernelRole> = m.kernels.iter().map(|k| k.role).collect();
         for r in [
             KernelRole::BackwardPreprocess,
