@@ -368,8 +368,9 @@ pub struct BwdConfig {
     /// Q/dO ring slots.
     pub stages: u32,
     pub dq_split: DqSplit,
-    /// Issue dPᵀ = V·dOᵀ together with Sᵀ (both waited on before P), or after P with
-    /// dV (its accumulators then are not live during the mask and score-mod work).
+    /// Issue dPᵀ = V·dOᵀ right after Sᵀ, in a wgmma group of its own that runs while P is
+    /// computed (waited on before dS), or after P with dV (its accumulators then are not
+    /// live during the mask and score-mod work).
     pub dp_with_s: bool,
     /// Issue dQ = dS·K before dK += dSᵀ·Q and add dQ into `dq_accum` while the dK GEMM
     /// is in flight (`wgmma.wait_group 1`), instead of waiting for every GEMM first.
@@ -480,9 +481,14 @@ impl BwdConfig {
             block_m: if tall { 128 } else { 64 },
             stages: 2,
             dq_split,
-            // ptxas 13.5, d128: dPᵀ issued with Sᵀ spills 8-192 bytes (causal, masks over
-            // aux tensors, score mods); after P, none of those.
-            dp_with_s: false,
+            // dPᵀ issued right after Sᵀ runs while P is computed. H100, 2026-11-27
+            // (docs/results/2026-11-27-h100-bwd-dp-with-s/): d64 +2-4% in every cell, d128
+            // non-causal +1-2%, d128 causal -1..-4%. With a score mod or a mask over aux
+            // tensors its accumulators spilled at d128 (8-192 bytes, ptxas 13.5); the step
+            // down turns it off wherever it spills.
+            dp_with_s: spec.score_mod.is_none()
+                && !attnc_ir::block_mask::needs_block_mask(spec)
+                && (spec.head_dim_qk == 64 || (spec.head_dim_qk == 128 && spec.mask.is_none())),
             // H100, 2026-11-27 (docs/results/2026-11-27-h100-bwd-dq-fragments/6-dq-under-dk/,
             // docs/results/2026-11-27-h100-bwd-d64-columns/): +4-7% with the key split's
             // per-thread reds, +1-5% at d64 with the column split's bulk reduce, within

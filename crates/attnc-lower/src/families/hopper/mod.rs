@@ -80,20 +80,30 @@ fn forward_step_down(spec: &Spec, arch: Arch) -> Option<Result<(CompiledModule, 
 /// deterministic launches then take dQ slices, and the receipt says so), then, where the
 /// default has 128-query tiles (d64), 64-query tiles with and without it.
 fn backward_step_down(spec: &Spec, arch: Arch, step: u32) -> Option<Result<(CompiledModule, String), LowerError>> {
-    let cfg = BwdConfig::for_spec(spec);
+    let default = BwdConfig::for_spec(spec);
     let no_order = "no ordered deterministic mode (deterministic launches take dQ slices)";
     let small = "64-query tiles instead of 128";
     let mut steps = Vec::new();
+    // First dPᵀ after P (fewer live accumulators during the softmax), then the rest
+    // without it.
+    let late_dp = "dP^T issued after P";
+    let (cfg, also) = if default.dp_with_s {
+        let cfg = BwdConfig { dp_with_s: false, ..default };
+        steps.push((cfg.clone(), late_dp.to_string()));
+        (cfg, format!(", {late_dp}"))
+    } else {
+        (default, String::new())
+    };
     if cfg.ordered_dq() {
-        steps.push((BwdConfig { ordered: false, ..cfg }, no_order.to_string()));
+        steps.push((BwdConfig { ordered: false, ..cfg.clone() }, format!("{no_order}{also}")));
     }
     if cfg.block_m == 128 {
         // The row split needs 128-query tiles: 64-query ones split dQ by columns.
         let small_cfg = BwdConfig { block_m: 64, dq_split: DqSplit::Columns, ..cfg };
         if small_cfg.ordered_dq() {
-            steps.push((small_cfg.clone(), small.to_string()));
+            steps.push((small_cfg.clone(), format!("{small}{also}")));
         }
-        steps.push((BwdConfig { ordered: false, ..small_cfg }, format!("{small}, {no_order}")));
+        steps.push((BwdConfig { ordered: false, ..small_cfg }, format!("{small}, {no_order}{also}")));
     }
     let (next, why) =
         steps.into_iter().filter(|(c, _)| c.check(spec, arch.max_smem_per_block()).is_ok()).nth(step as usize - 1)?;
@@ -311,12 +321,15 @@ mod tests {
         }
     }
 
-    /// The backward's ladder when a configuration spills: d128 drops the ordered mode and
-    /// stops; d64 (128-query tiles) then tries 64-query tiles with and without it.
+    /// The backward's ladder when a configuration spills: dPᵀ after P first where it was
+    /// issued with Sᵀ, then d128 drops the ordered mode and stops; d64 (128-query tiles)
+    /// then tries 64-query tiles with and without it.
     #[test]
     fn the_backward_steps_down_through_its_ladder() {
         let steps = |d: u32| -> Vec<(u32, String)> {
-            let s = Spec::new(&format!("ladder_d{d}"), d, 8);
+            // Causal: d128 keeps dPᵀ after P there (no dPᵀ step), d64 issues it with Sᵀ.
+            let mut s = Spec::new(&format!("ladder_d{d}"), d, 8);
+            s.mask.causal = Some(Align::BottomRight);
             (1..)
                 .map_while(|step| Hopper.step_down(&s, Arch::Sm90a, Direction::Backward, step))
                 .map(|r| {
@@ -331,7 +344,8 @@ mod tests {
         assert!(d128[0].1.starts_with("no ordered"), "{d128:?}");
         let d64 = steps(64);
         let got: Vec<(u32, bool)> = d64.iter().map(|(m, why)| (*m, why.contains("no ordered"))).collect();
-        assert_eq!(got, [(128, true), (64, false), (64, true)], "{d64:?}");
+        assert_eq!(got, [(128, false), (128, true), (64, false), (64, true)], "{d64:?}");
+        assert!(d64.iter().all(|(_, why)| why.contains("dP^T issued after P")), "{d64:?}");
     }
 
     /// The ordered deterministic mode is where the dQ tile is one bulk reduce (the column

@@ -441,20 +441,20 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         })?;
         kb.wgmma_fence()?;
         let s = gemm_sdp(kb, k_wg, q_smem, spec.head_dim_qk, "s")?;
-        let early_dp = if cfg.dp_with_s { Some(gemm_sdp(kb, v_wg, do_smem, spec.head_dim_v, "dp")?) } else { None };
         kb.wgmma_commit_group()?;
+        // dPᵀ in a group of its own: it runs while P is computed (waited on before dS).
+        let early_dp = if cfg.dp_with_s {
+            let dp = gemm_sdp(kb, v_wg, do_smem, spec.head_dim_v, "dp")?;
+            kb.wgmma_commit_group()?;
+            Some(dp)
+        } else {
+            None
+        };
         // The mask of a partial tile, one bit per fragment element, while Sᵀ is in flight:
         // only dK, dV and Sᵀ are live then, so the mask's positions and aux reads have
         // the registers they need (computed next to P, they spilled).
         let mask_bits = self.mask_bits(kb, env, unmasked, n0, m0, h)?;
-        let (s, early_dp) = match early_dp {
-            Some(dp) => {
-                let both = kb.wgmma_wait_group_acc(0, &[s, dp].concat(), "s_dp")?;
-                let (s, dp) = both.split_at(half_m);
-                (s.to_vec(), Some(dp.to_vec()))
-            }
-            None => (kb.wgmma_wait_group_acc(0, &s, "s")?, None),
-        };
+        let s = kb.wgmma_wait_group_acc(u32::from(early_dp.is_some()), &s, "s")?;
 
         // ---- Pᵀ (fragment element e of 8-column tile i: key row r + 8·(e/2), query
         // column 8i + 2·(lane % 4) + e % 2)
@@ -478,7 +478,12 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         };
         let dv_in: Vec<FloatValue<'ctx>> = acc.dv.iter().map(|x| kb.get_f(*x, "dv")).collect::<R<_>>()?;
         let (dp, dv) = match early_dp {
-            Some(dp) => (dp, rs_gemm(kb, &dv_in, &pt.ops, do_smem, spec.head_dim_v, "dv")?),
+            Some(dp) => {
+                let dv = rs_gemm(kb, &dv_in, &pt.ops, do_smem, spec.head_dim_v, "dv")?;
+                kb.wgmma_commit_group()?;
+                // dPᵀ done; dV may still be in flight.
+                (kb.wgmma_wait_group_acc(1, &dp, "dp")?, dv)
+            }
             None => {
                 kb.section(&format!("wgmma dP^T = V*dO^T (ss, N = {bm} queries)"))?;
                 let dp = gemm_sdp(kb, v_wg, do_smem, spec.head_dim_v, "dp")?;
