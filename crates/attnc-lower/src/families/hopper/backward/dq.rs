@@ -183,22 +183,36 @@ impl<'ctx> Bwd<'_, 'ctx> {
         dq_n: u32,
         ds_ops: &[IntValue<'ctx>],
     ) -> R<Vec<FloatValue<'ctx>>> {
-        let spec = self.spec;
-        let cfg = self.cfg;
+        self.stage_ds(kb, env, ring_pos, ds_ops)?;
+        self.issue_dq(kb, env, ring_pos, wg_rows, k_wg, dq_n)
+    }
+
+    /// The shared-memory buffer of dSᵀ for the tile at ring position `ring_pos`.
+    fn ds_smem(&self, kb: &Kb<'ctx>, env: &Env<'_, 'ctx>, ring_pos: IntValue<'ctx>) -> R<IntValue<'ctx>> {
         let l = self.layout;
-        let cta = env.cta;
-        let ty = WgmmaType::from(spec.dtype);
-        let bn = cfg.block_n();
-        let undef = kb.ctx.f32_type().get_undef();
-        kb.section("dS^T -> shared memory (128B-swizzled key rows)")?;
-        let ds_buf = match cfg.dq_split {
+        let ds_buf = match self.cfg.dq_split {
             DqSplit::Columns | DqSplit::Rows => {
                 let buf = kb.and(ring_pos, kb.i32c(1), "ds_buffer")?;
                 kb.add(kb.i32c(l.ds as i64), kb.mul(buf, kb.i32c(l.ds_per_buffer as i64), "")?, "")?
             }
             DqSplit::Keys => kb.i32c(l.ds as i64),
         };
-        let ds_smem = kb.add(cta.smem, ds_buf, "ds_smem")?;
+        kb.add(env.cta.smem, ds_buf, "ds_smem")
+    }
+
+    /// dSᵀ into shared memory and the barrier that makes it visible to dQ's GEMM (after
+    /// the last staged dQ tile's reduce has read the staging, with the bulk reduce).
+    pub(super) fn stage_ds(
+        &self,
+        kb: &mut Kb<'ctx>,
+        env: &Env<'_, 'ctx>,
+        ring_pos: IntValue<'ctx>,
+        ds_ops: &[IntValue<'ctx>],
+    ) -> R<()> {
+        let cfg = self.cfg;
+        let cta = env.cta;
+        kb.section("dS^T -> shared memory (128B-swizzled key rows)")?;
+        let ds_smem = self.ds_smem(kb, env, ring_pos)?;
         if !cfg.diag.ds_no_store {
             self.store_ds(kb, env, ds_smem, ds_ops)?;
         }
@@ -222,9 +236,30 @@ impl<'ctx> Bwd<'_, 'ctx> {
             })?;
         }
         match cfg.dq_split {
-            DqSplit::Columns | DqSplit::Rows => kb.named_bar_sync(DS_BAR, 128 * cfg.consumers)?,
-            DqSplit::Keys => kb.named_bar_sync_r(kb.add(env.consumer, kb.i32c(DS_BAR as i64), "")?, 128)?,
+            DqSplit::Columns | DqSplit::Rows => kb.named_bar_sync(DS_BAR, 128 * cfg.consumers),
+            DqSplit::Keys => kb.named_bar_sync_r(kb.add(env.consumer, kb.i32c(DS_BAR as i64), "")?, 128),
         }
+    }
+
+    /// Issues dQ = dS·K from the dSᵀ of the tile at ring position `ring_pos` (`dq_n`
+    /// columns); committed, not waited on.
+    pub(super) fn issue_dq(
+        &self,
+        kb: &mut Kb<'ctx>,
+        env: &Env<'_, 'ctx>,
+        ring_pos: IntValue<'ctx>,
+        wg_rows: IntValue<'ctx>,
+        k_wg: IntValue<'ctx>,
+        dq_n: u32,
+    ) -> R<Vec<FloatValue<'ctx>>> {
+        let spec = self.spec;
+        let cfg = self.cfg;
+        let l = self.layout;
+        let cta = env.cta;
+        let ty = WgmmaType::from(spec.dtype);
+        let bn = cfg.block_n();
+        let undef = kb.ctx.f32_type().get_undef();
+        let ds_smem = self.ds_smem(kb, env, ring_pos)?;
 
         // ---- dQ = dS·K
         kb.section("wgmma dQ = dS*K (ss, dS^T MN-major from shared memory)")?;
