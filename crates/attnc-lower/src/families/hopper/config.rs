@@ -375,6 +375,10 @@ pub struct BwdConfig {
     /// Issue dQ = dS·K before dK += dSᵀ·Q and add dQ into `dq_accum` while the dK GEMM
     /// is in flight (`wgmma.wait_group 1`), instead of waiting for every GEMM first.
     pub dq_under_dk: bool,
+    /// Every `exp2_emulate_every`-th exponential of P on the FMA pipe
+    /// (`variant::softmax::exp2_emulated`) instead of `ex2.approx` (0: none): the softmax
+    /// of a d64 tile is bound by the MUFU pipe.
+    pub exp2_emulate_every: u32,
     /// Key tile `n` walks the query tiles from tile `n` (wrapping), so CTAs add their dQ
     /// into different rows at once (`QueryTiles::rotation`).
     pub rotate_walk: bool,
@@ -495,6 +499,7 @@ impl BwdConfig {
             // noise at d128 (-2.5..+1.5%), where dK then issues after the dS barrier.
             dq_under_dk: spec.head_dim_qk != 128,
             rotate_walk: true,
+            exp2_emulate_every: 0,
             // H100, 2026-11-23 (docs/results/2026-11-23-h100-hopper-backward-bulk-dq/): the
             // bulk reduce-add gains 1-3% at d128 (one shared tile) and 5-10% deterministic,
             // but loses 6-14% at d64, where each warpgroup stages its own tile.
@@ -512,7 +517,7 @@ impl BwdConfig {
     /// This configuration with `key=value,...` overrides (dev sweeps; unknown keys and bad
     /// values are ignored): `stages`, `block_m` (64, or 128 with a one-tile split),
     /// `producer_regs`, `consumer_regs`, `dq_split` (0 columns, 1 keys, 2 rows),
-    /// `dp_with_s`, `dq_under_dk`, `rotate_walk`, `dq_bulk`, `ordered`, `mask_bits`,
+    /// `dp_with_s`, `dq_under_dk`, `rotate_walk`, `exp2_emulate_every`, `dq_bulk`, `ordered`, `mask_bits`,
     /// `aux_grads`, and the
     /// diagnostics `diag_no_dq_red`, `diag_no_dq`, `diag_no_softmax`, `diag_dq_half`,
     /// `diag_dq_no_stage`, `diag_dq_no_wait`, `diag_dq_no_fence`, `diag_ds_no_store`.
@@ -535,6 +540,7 @@ impl BwdConfig {
                 "dp_with_s" => self.dp_with_s = n != 0,
                 "dq_under_dk" => self.dq_under_dk = n != 0,
                 "rotate_walk" => self.rotate_walk = n != 0,
+                "exp2_emulate_every" => self.exp2_emulate_every = n,
                 "dq_bulk" => self.dq_bulk = n != 0,
                 "ordered" => self.ordered = n != 0,
                 "mask_bits" => self.mask_bits = n != 0,

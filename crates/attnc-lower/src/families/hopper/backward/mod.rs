@@ -706,7 +706,13 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             } else {
                 kb.fmul(s[idx], kb.f32c(spec.scale_value() * LOG2E), "s_log2")?
             };
-            p[idx] = kb.ex2(kb.fsub(s2, lse2, "")?, "p")?;
+            let x = kb.fsub(s2, lse2, "")?;
+            let every = self.cfg.exp2_emulate_every as usize;
+            p[idx] = if every > 0 && idx % every == every - 1 {
+                crate::variant::softmax::exp2_emulated(kb, x)?
+            } else {
+                kb.ex2(x, "p")?
+            };
         }
         // Partial tiles: the mask's zeros (keys past seqlen_k, queries past seqlen_q, the
         // mask) into P.
