@@ -392,12 +392,20 @@ pub struct BwdConfig {
     /// DenseWithBits`, key-major) where it has a slot, instead of evaluating it (masks over
     /// aux tensors).
     pub mask_bits: bool,
-    /// Build learnable aux gradients (the f32 P stays live next to dK and dV). On at d64,
-    /// where 64-query tiles with the column split assemble without spills (ptxas 13.5;
-    /// 128-query tiles spill 1564 bytes) and the selftest's gradients pass on the H100
-    /// (docs/results/2026-11-27-h100-aux-grads-d64/); off at d96/d128, where every
-    /// configuration spills 104-220 bytes, so those variants train on portable.
+    /// Build learnable aux gradients (they need the f32 P next to dS). On at d64, where
+    /// 64-query tiles with the column split keep P in registers without spills (ptxas
+    /// 13.5; 128-query tiles spill 1564 bytes; docs/results/2026-11-27-h100-aux-grads-d64/).
+    /// Off at d96/d128, whose variants train on portable: at d128 P parked in shared
+    /// memory (`p_in_smem`) assembles without spills (in registers every configuration
+    /// spilled 104-220 bytes) and passes the selftest, but its slope gradient for
+    /// `alibi_learned` is 100-1000x further from the reference than portable's
+    /// (docs/results/2026-11-27-h100-aux-grads-d128/); `ATTNC_HOPPER_BWD_TUNE=aux_grads=1`
+    /// builds it.
     pub aux_grads: bool,
+    /// With learnable aux gradients: each thread parks its tile's f32 P in shared memory
+    /// between P and dS instead of keeping it in registers next to dK and dV (d128, where
+    /// those registers spilled).
+    pub p_in_smem: bool,
     pub producer_regs: u32,
     pub consumer_regs: u32,
     /// Diagnostics only (wrong results; never set by `for_spec`, only through
@@ -453,6 +461,10 @@ pub struct BwdSmem {
     pub bars: u32,
     /// The ordered mode's hand-over from the dQ issuer to the dQ writer (24 bytes).
     pub dq_handoff: u32,
+    /// `p_in_smem`: each consumer thread's f32 P of the tile, element `i` of thread `t`
+    /// (both warpgroups, `t` < 256) at word `i · 256 + t` (a warp's store is 32
+    /// consecutive words); 0 bytes otherwise.
+    pub p_f32: u32,
     pub used: u32,
     pub request: u32,
 }
@@ -507,6 +519,7 @@ impl BwdConfig {
             ordered: true,
             mask_bits: true,
             aux_grads,
+            p_in_smem: learnable && spec.head_dim_qk == 128,
             producer_regs: 24,
             consumer_regs: 240,
             diag: BwdDiag::default(),
@@ -518,7 +531,7 @@ impl BwdConfig {
     /// values are ignored): `stages`, `block_m` (64, or 128 with a one-tile split),
     /// `producer_regs`, `consumer_regs`, `dq_split` (0 columns, 1 keys, 2 rows),
     /// `dp_with_s`, `dq_under_dk`, `rotate_walk`, `exp2_emulate_every`, `dq_bulk`, `ordered`, `mask_bits`,
-    /// `aux_grads`, and the
+    /// `aux_grads`, `p_in_smem`, and the
     /// diagnostics `diag_no_dq_red`, `diag_no_dq`, `diag_no_softmax`, `diag_dq_half`,
     /// `diag_dq_no_stage`, `diag_dq_no_wait`, `diag_dq_no_fence`, `diag_ds_no_store`.
     pub fn tuned(mut self, text: &str) -> BwdConfig {
@@ -545,6 +558,7 @@ impl BwdConfig {
                 "ordered" => self.ordered = n != 0,
                 "mask_bits" => self.mask_bits = n != 0,
                 "aux_grads" => self.aux_grads = n != 0,
+                "p_in_smem" => self.p_in_smem = n != 0,
                 "diag_no_dq_red" => self.diag.no_dq_red = n != 0,
                 "diag_no_dq" => self.diag.no_dq = n != 0,
                 "diag_no_softmax" => self.diag.no_softmax = n != 0,
@@ -628,7 +642,12 @@ impl BwdConfig {
         let rowvals_per_stage = 2 * self.block_m * 4;
         let bars = rowvals + rowvals_per_stage * self.stages;
         let dq_handoff = bars + 8 * (4 + 2 * self.stages);
-        let used = dq_handoff + 24;
+        let p_f32 = (dq_handoff + 24).div_ceil(16) * 16;
+        let used = if self.p_in_smem_used(spec) {
+            p_f32 + 128 * self.consumers * (self.block_m / 2) * 4
+        } else {
+            dq_handoff + 24
+        };
         BwdSmem {
             k,
             v,
@@ -644,9 +663,16 @@ impl BwdConfig {
             dq_stage_per_wg,
             bars,
             dq_handoff,
+            p_f32,
             used,
             request: used + 1024,
         }
+    }
+
+    /// Whether the kernel parks P in shared memory: `p_in_smem` for a spec with learnable
+    /// aux tensors whose gradients this configuration builds.
+    pub fn p_in_smem_used(&self, spec: &Spec) -> bool {
+        self.p_in_smem && self.aux_grads && !crate::variant::grad::learnable_aux(spec).is_empty()
     }
 
     /// Why this configuration cannot run the backward of `spec`, or `None`.

@@ -428,8 +428,9 @@ mod tests {
         assert!(Hopper.unsupported_reason(&Spec::new("x", 128, 4), Arch::Sm80, Direction::Backward).is_some());
     }
 
-    /// Learnable aux gradients train on hopper at d64 (64-query tiles, the column split,
-    /// assembled without spills); at d128 they are refused with the reason.
+    /// Learnable aux gradients train on hopper at d64 (64-query tiles, the column split),
+    /// assembled without spills; d128 builds them only when asked (P parked in shared
+    /// memory, without spills too); elsewhere they are refused with the reason.
     #[test]
     fn learnable_aux_gradients_train_at_d64() {
         let mut s = Spec::new("learned_bias_d64", 64, 8);
@@ -442,16 +443,38 @@ mod tests {
         let plain = BwdConfig::for_spec(&Spec::new("plain_d64", 64, 8));
         assert!(plain.block_m == 128 && plain.dq_split == DqSplit::Rows, "{plain:?}");
         let m = Hopper.compile(&s, Arch::Sm90a, Direction::Backward).expect("compiles");
+        // d128 refuses by default; turned on (the tune key) it parks P in shared memory.
+        // d96 refuses.
         let mut d128 = Spec::new("learned_bias_d128", 128, 8);
+        d128.mask.causal = Some(Align::BottomRight);
         d128.aux.push(AuxDecl::float("bias", vec![AuxDim::QHeads], true));
+        d128.score_mod = Some(attnc_ir::Expr::binary(
+            attnc_ir::BinOp::Add,
+            attnc_ir::Expr::var(attnc_ir::Var::Score),
+            attnc_ir::Expr::aux("bias", vec![attnc_ir::Expr::var(attnc_ir::Var::H)]),
+        ));
         let e = Hopper.compile(&d128, Arch::Sm90a, Direction::Backward).expect_err("refused").to_string();
         assert!(e.contains("learnable aux tensor `bias` at head dim 128"), "{e}");
+        let cfg128 = BwdConfig { aux_grads: true, ..BwdConfig::for_spec(&d128) };
+        assert!(cfg128.p_in_smem_used(&d128), "{cfg128:?}");
+        cfg128.check(&d128, Arch::Sm90a.max_smem_per_block()).expect("fits");
+        let m128 = compile_backward_with_config(&d128, Arch::Sm90a, &cfg128).expect("compiles");
+        assert!(m128.ptx.contains("f32 P -> shared memory"));
+        let mut d96 = Spec::new("learned_bias_d96", 96, 8);
+        d96.aux.push(AuxDecl::float("bias", vec![AuxDim::QHeads], true));
+        let e = Hopper.compile(&d96, Arch::Sm90a, Direction::Backward).expect_err("refused").to_string();
+        assert!(e.contains("learnable aux tensor `bias` at head dim 96"), "{e}");
         let Ok(path) = crate::ptxas::find_ptxas() else {
             assert!(std::env::var_os("CI").is_none(), "CI must have ptxas");
             return;
         };
-        let a = crate::ptxas::assemble_with(&path, &m.ptx, Arch::Sm90a).expect("assembles");
-        assert!(!a.has_spills(), "spills:\n{}", a.log);
+        for (label, m) in [("d64", &m), ("d128", &m128)] {
+            let a = crate::ptxas::assemble_with(&path, &m.ptx, Arch::Sm90a).expect("assembles");
+            assert!(!a.has_spills(), "{label} spills:\n{}", a.log);
+            for code in ["C7512", "C7513", "C7514", "C7515", "C7517"] {
+                assert!(!a.log.contains(code), "{label}: ptxas {code}:\n{}", a.log);
+            }
+        }
     }
 
     /// Every supported head dim, masked and not, compiles; with ptxas present it must

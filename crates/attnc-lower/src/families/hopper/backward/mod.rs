@@ -688,7 +688,13 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         kb.section("softmax recompute: P^T = 2^(s - lse_log2) (exp2 domain)")?;
         if self.cfg.diag.no_softmax {
             let ops = kb.pack_pairs(spec.dtype, s, "packed")?;
-            return Ok(PTile { ops, p_f32: Vec::new(), slope: vec![None; s.len()], pre_d: vec![Vec::new(); s.len()] });
+            return Ok(PTile {
+                ops,
+                p_f32: Vec::new(),
+                p_smem: None,
+                slope: vec![None; s.len()],
+                pre_d: vec![Vec::new(); s.len()],
+            });
         }
         let pos = self.frag_pos(kb, env, n0)?;
         let n = s.len();
@@ -736,8 +742,24 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         // dS uses P rounded to the element type (it is rounded for its GEMMs anyway), so
         // only the packed copy stays live; learnable aux gradients keep the f32 P (their
         // sums over keys can cancel, see docs/backward.md).
-        let p_f32 = if self.grad.has_aux_terms() { p } else { Vec::new() };
-        Ok(PTile { ops, p_f32, slope, pre_d })
+        let (p_f32, p_smem) = match (self.grad.has_aux_terms(), self.cfg.p_in_smem_used(spec)) {
+            (false, _) => (Vec::new(), None),
+            (true, false) => (p, None),
+            (true, true) => {
+                kb.section("f32 P -> shared memory (learnable aux gradients read it with dS)")?;
+                let thread = kb.add(kb.mul(env.consumer, kb.i32c(128), "")?, env.ltid, "p_thread")?;
+                let base = kb.add(
+                    kb.add(cta.smem, kb.i32c(self.layout.p_f32 as i64), "")?,
+                    kb.mul(thread, kb.i32c(4), "")?,
+                    "p_smem",
+                )?;
+                for (idx, v) in p.iter().enumerate() {
+                    kb.st_shared_f32(kb.add(base, kb.i32c((idx * 256 * 4) as i64), "")?, *v)?;
+                }
+                (Vec::new(), Some(base))
+            }
+        };
+        Ok(PTile { ops, p_f32, p_smem, slope, pre_d })
     }
 
     /// dSᵀ = Pᵀ ∘ (dPᵀ − D) ∘ m′ (and the learnable aux gradients), packed: the A
@@ -763,8 +785,18 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         }
         let pos = self.frag_pos(kb, env, n0)?;
         let n = dp.len();
+        // P parked in shared memory (`BwdConfig::p_in_smem`), read back once.
+        let p_parked: Vec<FloatValue<'ctx>> = match pt.p_smem {
+            Some(base) => (0..dp.len())
+                .map(|idx| kb.ld_shared_f32(kb.add(base, kb.i32c((idx * 256 * 4) as i64), "")?, "p"))
+                .collect::<R<_>>()?,
+            None => Vec::new(),
+        };
         let p_at = |kb: &Kb<'ctx>, idx: usize| -> R<FloatValue<'ctx>> {
             if let Some(v) = pt.p_f32.get(idx) {
+                return Ok(*v);
+            }
+            if let Some(v) = p_parked.get(idx) {
                 return Ok(*v);
             }
             let (lo, hi) = kb.unpack_half2(spec.dtype, pt.ops[idx / 2], "p")?;
@@ -780,7 +812,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             let mut elems = Vec::new();
             for idx in 0..n {
                 let vars = cta.bv.elem_vars(cta.hkv, pos.q(kb, m0, idx)?, h, pos.key(kb, idx)?);
-                elems.push((vars, pt.p_f32[idx], ds[idx], pt.pre_d[idx].clone()));
+                elems.push((vars, p_at(kb, idx)?, ds[idx], pt.pre_d[idx].clone()));
             }
             self.grad.accumulate_aux(kb, spec, &cta.va, &elems, &sink)?;
         }
@@ -847,8 +879,10 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
 struct PTile<'ctx> {
     /// Packed in the element type: the A fragment of dV += Pᵀ·dO (k step j: `ops[4j..4j+4]`).
     ops: Vec<IntValue<'ctx>>,
-    /// The f32 P, kept only for learnable aux gradients.
+    /// The f32 P, kept only for learnable aux gradients: in registers, or this thread's
+    /// first word of it in shared memory (`BwdConfig::p_in_smem`).
     p_f32: Vec<FloatValue<'ctx>>,
+    p_smem: Option<IntValue<'ctx>>,
     /// Per element: the score mod's `∂m/∂score` (None: 1) and its aux derivatives.
     slope: Vec<Option<FloatValue<'ctx>>>,
     pre_d: Vec<Vec<Option<FloatValue<'ctx>>>>,
