@@ -498,7 +498,7 @@ impl BwdConfig {
             stages: 2,
             dq_split,
             // dPᵀ issued right after Sᵀ runs while P is computed. H100, 2026-11-27
-            // (docs/results/2026-11-27-h100-bwd-dp-with-s/): d64 +2-4% in every cell, d128
+            // (docs/results/2026-11-27-h100-bwd-dp-with-s/): d64 +1-4% (non-causal +3-4%), d128
             // non-causal +1-2%, d128 causal -1..-4%. With a score mod or a mask over aux
             // tensors its accumulators spilled at d128 (8-192 bytes, ptxas 13.5); the step
             // down turns it off wherever it spills.
