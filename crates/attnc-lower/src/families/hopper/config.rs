@@ -478,11 +478,10 @@ impl BwdConfig {
         // (docs/results/2026-11-27-h100-bwd-d64-columns/), then at 128-query tiles the row
         // split (each warpgroup its 64 queries, N = 64) +2-4% over the column split
         // (docs/results/2026-11-27-h100-bwd-d64-rows/).
-        // Learnable aux gradients keep the f32 P live: at d64 only 64-query tiles (the
-        // column split) have the registers for it.
-        let aux_grads = spec.head_dim_qk == 64;
+        // Learnable aux gradients (built at d64 only, see `aux_grads`) keep the f32 P live:
+        // only 64-query tiles (the column split) have the registers for it.
         let learnable = !crate::variant::grad::learnable_aux(spec).is_empty();
-        let tall = spec.head_dim_qk == 64 && !(learnable && aux_grads);
+        let tall = spec.head_dim_qk == 64 && !learnable;
         let dq_split = match spec.head_dim_qk {
             64 if tall => DqSplit::Rows,
             64 | 128 => DqSplit::Columns,
@@ -518,8 +517,8 @@ impl BwdConfig {
             dq_bulk: dq_split.one_tile(),
             ordered: true,
             mask_bits: true,
-            aux_grads,
-            p_in_smem: learnable && spec.head_dim_qk == 128,
+            aux_grads: spec.head_dim_qk == 64,
+            p_in_smem: spec.head_dim_qk == 128,
             producer_regs: 24,
             consumer_regs: 240,
             diag: BwdDiag::default(),
@@ -530,10 +529,10 @@ impl BwdConfig {
     /// This configuration with `key=value,...` overrides (dev sweeps; unknown keys and bad
     /// values are ignored): `stages`, `block_m` (64, or 128 with a one-tile split),
     /// `producer_regs`, `consumer_regs`, `dq_split` (0 columns, 1 keys, 2 rows),
-    /// `dp_with_s`, `dq_under_dk`, `rotate_walk`, `exp2_emulate_every`, `dq_bulk`, `ordered`, `mask_bits`,
-    /// `aux_grads`, `p_in_smem`, and the
-    /// diagnostics `diag_no_dq_red`, `diag_no_dq`, `diag_no_softmax`, `diag_dq_half`,
-    /// `diag_dq_no_stage`, `diag_dq_no_wait`, `diag_dq_no_fence`, `diag_ds_no_store`.
+    /// `dp_with_s`, `dq_under_dk`, `rotate_walk`, `exp2_emulate_every`, `dq_bulk`,
+    /// `ordered`, `mask_bits`, `aux_grads`, `p_in_smem`, and the diagnostics
+    /// `diag_no_dq_red`, `diag_no_dq`, `diag_no_softmax`, `diag_dq_half`, `diag_dq_no_stage`,
+    /// `diag_dq_no_wait`, `diag_dq_no_fence`, `diag_ds_no_store`.
     pub fn tuned(mut self, text: &str) -> BwdConfig {
         for kv in text.split(',') {
             let Some((k, v)) = kv.split_once('=') else { continue };

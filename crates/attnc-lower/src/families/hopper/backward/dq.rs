@@ -183,8 +183,10 @@ impl<'ctx> Bwd<'_, 'ctx> {
         dq_n: u32,
         ds_ops: &[IntValue<'ctx>],
     ) -> R<Vec<FloatValue<'ctx>>> {
-        self.stage_ds(kb, env, ring_pos, ds_ops)?;
-        self.issue_dq(kb, env, ring_pos, wg_rows, k_wg, dq_n)
+        kb.section("dS^T -> shared memory (128B-swizzled key rows)")?;
+        let ds_smem = self.ds_smem(kb, env, ring_pos)?;
+        self.stage_ds(kb, env, ring_pos, ds_smem, ds_ops)?;
+        self.issue_dq(kb, env, ds_smem, wg_rows, k_wg, dq_n)
     }
 
     /// The shared-memory buffer of dSᵀ for the tile at ring position `ring_pos`.
@@ -200,19 +202,18 @@ impl<'ctx> Bwd<'_, 'ctx> {
         kb.add(env.cta.smem, ds_buf, "ds_smem")
     }
 
-    /// dSᵀ into shared memory and the barrier that makes it visible to dQ's GEMM (after
-    /// the last staged dQ tile's reduce has read the staging, with the bulk reduce).
-    pub(super) fn stage_ds(
+    /// dSᵀ into its buffer `ds_smem` and the barrier that makes it visible to dQ's GEMM
+    /// (after the last staged dQ tile's reduce has read the staging, with the bulk reduce).
+    fn stage_ds(
         &self,
         kb: &mut Kb<'ctx>,
         env: &Env<'_, 'ctx>,
         ring_pos: IntValue<'ctx>,
+        ds_smem: IntValue<'ctx>,
         ds_ops: &[IntValue<'ctx>],
     ) -> R<()> {
         let cfg = self.cfg;
         let cta = env.cta;
-        kb.section("dS^T -> shared memory (128B-swizzled key rows)")?;
-        let ds_smem = self.ds_smem(kb, env, ring_pos)?;
         if !cfg.diag.ds_no_store {
             self.store_ds(kb, env, ds_smem, ds_ops)?;
         }
@@ -241,13 +242,13 @@ impl<'ctx> Bwd<'_, 'ctx> {
         }
     }
 
-    /// Issues dQ = dS·K from the dSᵀ of the tile at ring position `ring_pos` (`dq_n`
-    /// columns); committed, not waited on.
-    pub(super) fn issue_dq(
+    /// Issues dQ = dS·K from the dSᵀ at `ds_smem` (`dq_n` columns); committed, not
+    /// waited on.
+    fn issue_dq(
         &self,
         kb: &mut Kb<'ctx>,
         env: &Env<'_, 'ctx>,
-        ring_pos: IntValue<'ctx>,
+        ds_smem: IntValue<'ctx>,
         wg_rows: IntValue<'ctx>,
         k_wg: IntValue<'ctx>,
         dq_n: u32,
@@ -259,7 +260,6 @@ impl<'ctx> Bwd<'_, 'ctx> {
         let ty = WgmmaType::from(spec.dtype);
         let bn = cfg.block_n();
         let undef = kb.ctx.f32_type().get_undef();
-        let ds_smem = self.ds_smem(kb, env, ring_pos)?;
 
         // ---- dQ = dS·K
         kb.section("wgmma dQ = dS*K (ss, dS^T MN-major from shared memory)")?;

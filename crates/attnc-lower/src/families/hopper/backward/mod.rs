@@ -785,18 +785,16 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         }
         let pos = self.frag_pos(kb, env, n0)?;
         let n = dp.len();
-        // P parked in shared memory (`BwdConfig::p_in_smem`), read back once.
-        let p_parked: Vec<FloatValue<'ctx>> = match pt.p_smem {
+        // The f32 P where it was kept: in registers, or parked in shared memory
+        // (`BwdConfig::p_in_smem`) and read back once; else the packed P is unpacked.
+        let p_f32: Vec<FloatValue<'ctx>> = match pt.p_smem {
             Some(base) => (0..dp.len())
                 .map(|idx| kb.ld_shared_f32(kb.add(base, kb.i32c((idx * 256 * 4) as i64), "")?, "p"))
                 .collect::<R<_>>()?,
-            None => Vec::new(),
+            None => pt.p_f32.clone(),
         };
         let p_at = |kb: &Kb<'ctx>, idx: usize| -> R<FloatValue<'ctx>> {
-            if let Some(v) = pt.p_f32.get(idx) {
-                return Ok(*v);
-            }
-            if let Some(v) = p_parked.get(idx) {
+            if let Some(v) = p_f32.get(idx) {
                 return Ok(*v);
             }
             let (lo, hi) = kb.unpack_half2(spec.dtype, pt.ops[idx / 2], "p")?;
