@@ -406,6 +406,9 @@ pub struct BwdConfig {
     /// between P and dS instead of keeping it in registers next to dK and dV (d128, where
     /// those registers spilled).
     pub p_in_smem: bool,
+    /// dS from the f32 P kept in registers (as FA4 does) instead of the P packed for dV
+    /// and unpacked again (two instructions per pair of elements).
+    pub p_f32_for_ds: bool,
     pub producer_regs: u32,
     pub consumer_regs: u32,
     /// Diagnostics only (wrong results; never set by `for_spec`, only through
@@ -519,6 +522,7 @@ impl BwdConfig {
             mask_bits: true,
             aux_grads: spec.head_dim_qk == 64,
             p_in_smem: spec.head_dim_qk == 128,
+            p_f32_for_ds: false,
             producer_regs: 24,
             consumer_regs: 240,
             diag: BwdDiag::default(),
@@ -530,7 +534,7 @@ impl BwdConfig {
     /// values are ignored): `stages`, `block_m` (64, or 128 with a one-tile split),
     /// `producer_regs`, `consumer_regs`, `dq_split` (0 columns, 1 keys, 2 rows),
     /// `dp_with_s`, `dq_under_dk`, `rotate_walk`, `exp2_emulate_every`, `dq_bulk`,
-    /// `ordered`, `mask_bits`, `aux_grads`, `p_in_smem`, and the diagnostics
+    /// `ordered`, `mask_bits`, `aux_grads`, `p_in_smem`, `p_f32_for_ds`, and the diagnostics
     /// `diag_no_dq_red`, `diag_no_dq`, `diag_no_softmax`, `diag_dq_half`, `diag_dq_no_stage`,
     /// `diag_dq_no_wait`, `diag_dq_no_fence`, `diag_ds_no_store`.
     pub fn tuned(mut self, text: &str) -> BwdConfig {
@@ -558,6 +562,7 @@ impl BwdConfig {
                 "mask_bits" => self.mask_bits = n != 0,
                 "aux_grads" => self.aux_grads = n != 0,
                 "p_in_smem" => self.p_in_smem = n != 0,
+                "p_f32_for_ds" => self.p_f32_for_ds = n != 0,
                 "diag_no_dq_red" => self.diag.no_dq_red = n != 0,
                 "diag_no_dq" => self.diag.no_dq = n != 0,
                 "diag_no_softmax" => self.diag.no_softmax = n != 0,

@@ -457,6 +457,38 @@ impl<'ctx> Bwd<'_, 'ctx> {
     ) -> R<()> {
         let lane = kb.and(env.ltid, kb.i32c(31), "lane")?;
         let warp = kb.udiv(env.ltid, kb.i32c(32), "warp_in_wg")?;
+        let block_bytes = (self.cfg.block_n() * ROW_BYTES) as i64;
+        if ops.len() % 4 == 0 {
+            // `stmatrix` x4: packed registers 4g..4g+3 are the 8-column tiles 2g and 2g+1,
+            // each in two row halves (matrix j: tile 2g + j / 2, half j % 2). Lane l gives
+            // row r = l % 8 of matrix j = l / 8: key row 16·warp + 8·(j % 2) + r, chunk
+            // (tile % 8) ^ r = (2g % 8) ^ (j / 2) ^ r of block g / 4.
+            let r = kb.and(lane, kb.i32c(7), "stm_row")?;
+            let j = kb.udiv(lane, kb.i32c(8), "stm_matrix")?;
+            let half = kb.and(j, kb.i32c(1), "")?;
+            let jhi = kb.udiv(j, kb.i32c(2), "")?;
+            let row = kb.add(
+                kb.add(
+                    kb.mul(env.consumer, kb.i32c(ROWS_PER_CONSUMER as i64), "")?,
+                    kb.mul(warp, kb.i32c(16), "")?,
+                    "",
+                )?,
+                kb.add(kb.mul(half, kb.i32c(8), "")?, r, "")?,
+                "stm_key_row",
+            )?;
+            let row_addr = kb.add(ds_smem, kb.mul(row, kb.i32c(ROW_BYTES as i64), "")?, "stm_row_addr")?;
+            let lane_chunk = kb.xor(jhi, r, "stm_chunk")?;
+            for (g, regs) in ops.chunks(4).enumerate() {
+                let chunk = kb.xor(lane_chunk, kb.i32c(((2 * g) % 8) as i64), "")?;
+                let addr = kb.add(
+                    kb.add(row_addr, kb.i32c((g / 4) as i64 * block_bytes), "")?,
+                    kb.mul(chunk, kb.i32c(16), "")?,
+                    "stm_addr",
+                )?;
+                kb.stmatrix_x4(addr, [regs[0], regs[1], regs[2], regs[3]])?;
+            }
+            return Ok(());
+        }
         let quad_row = kb.udiv(lane, kb.i32c(4), "quad_row")?;
         let quad_col = kb.and(lane, kb.i32c(3), "quad_col")?;
         let row0 = kb.add(
@@ -466,7 +498,6 @@ impl<'ctx> Bwd<'_, 'ctx> {
         )?;
         let row_addr = kb.add(ds_smem, kb.mul(row0, kb.i32c(ROW_BYTES as i64), "")?, "ds_row_addr")?;
         let in_chunk = kb.mul(quad_col, kb.i32c(4), "")?;
-        let block_bytes = (self.cfg.block_n() * ROW_BYTES) as i64;
         for (k, op) in ops.iter().enumerate() {
             // Packed register k: 8-column tile k / 2, row half k % 2; 8 tiles per block.
             let (tile, half) = ((k / 2) as i64, (k % 2) as i64);

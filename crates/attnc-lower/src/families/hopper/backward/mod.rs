@@ -330,7 +330,10 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let spec = self.spec;
         let cta = self.cta(kb)?;
         let tid = kb.opaque_i32(kb.sreg("tid.x", "")?, "tid")?;
-        let consumer = kb.sub(kb.udiv(tid, kb.i32c(128), "")?, kb.i32c(1), "consumer")?;
+        // Warp-uniform by a shuffle from lane 0: ptxas then keeps what derives from it (the
+        // wgmma descriptors) in uniform registers instead of moving it there per GEMM.
+        let consumer = kb.sub(kb.udiv(tid, kb.i32c(128), "")?, kb.i32c(1), "")?;
+        let consumer = kb.shfl_idx_i32(consumer, kb.i32c(0), "consumer")?;
         let ltid = kb.and(tid, kb.i32c(127), "ltid")?;
         let det = self.args.int("deterministic")?;
         let deterministic =
@@ -703,16 +706,16 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let mut pre_d: Vec<Vec<Option<FloatValue<'ctx>>>> = vec![Vec::new(); n];
         for idx in 0..n {
             let lse2 = row_val(kb, rowvals, &pos, idx, 0, "lse_log2")?;
-            let s2 = if self.grad.has_score_mod() {
+            let x = if self.grad.has_score_mod() {
                 let vars = cta.bv.elem_vars(cta.hkv, pos.q(kb, m0, idx)?, h, pos.key(kb, idx)?);
                 let el = self.grad.logit(kb, spec, s[idx], vars, &cta.va)?;
                 slope[idx] = el.slope;
                 pre_d[idx] = el.aux_d;
-                el.s_log2
+                kb.fsub(el.s_log2, lse2, "")?
             } else {
-                kb.fmul(s[idx], kb.f32c(spec.scale_value() * LOG2E), "s_log2")?
+                // s·scale·log2(e) − lse_log2 in one rounding (one FFMA, not FMUL + FADD).
+                kb.fma(s[idx], kb.f32c(spec.scale_value() * LOG2E), kb.fneg(lse2, "")?, "s_log2")?
             };
-            let x = kb.fsub(s2, lse2, "")?;
             let every = self.cfg.exp2_emulate_every as usize;
             p[idx] = if every > 0 && idx % every == every - 1 {
                 crate::variant::softmax::exp2_emulated(kb, x)?
@@ -743,7 +746,8 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         // only the packed copy stays live; learnable aux gradients keep the f32 P (their
         // sums over keys can cancel, see docs/backward.md).
         let (p_f32, p_smem) = match (self.grad.has_aux_terms(), self.cfg.p_in_smem_used(spec)) {
-            (false, _) => (Vec::new(), None),
+            (false, _) if !self.cfg.p_f32_for_ds => (Vec::new(), None),
+            (false, _) => (p, None),
             (true, false) => (p, None),
             (true, true) => {
                 kb.section("f32 P -> shared memory (learnable aux gradients read it with dS)")?;
