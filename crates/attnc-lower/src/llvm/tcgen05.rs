@@ -362,6 +362,21 @@ impl<'ctx> Kb<'ctx> {
         )
     }
 
+    /// `mbar_wait` whose `try_wait` may suspend the thread up to `hint_ns` nanoseconds
+    /// (the suspend-time hint) instead of returning at once: a warp that waits long (a
+    /// producer ahead of its consumers) then stops spinning and leaves its scheduler's
+    /// issue slots to the other warps.
+    pub fn mbar_wait_suspend(&self, mbar: IntValue<'ctx>, parity: IntValue<'ctx>, hint_ns: u32) -> R<()> {
+        self.asm_v(
+            &format!(
+                "{{\n\t.reg .pred p;\n\tWAIT:\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [$0], $1, {hint_ns};\n\t@!p bra WAIT;\n\t}}"
+            ),
+            "r,r,~{memory}",
+            false,
+            &[mbar.into(), parity.into()],
+        )
+    }
+
     // ------------------------------------------------------------ TMA
 
     /// The generic address of kernel parameter `param` (a `__grid_constant__` tensor map

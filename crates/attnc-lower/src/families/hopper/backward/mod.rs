@@ -53,6 +53,10 @@ use dq::{DqHandoff, HandoffVals};
 use inkwell::values::{FloatValue, IntValue};
 use inkwell::{FloatPredicate, IntPredicate};
 
+/// The suspend-time hint of the TMA thread's waits for a free ring slot (10 ms: the
+/// phase completes long before; the hint only stops the spinning).
+const PRODUCER_WAIT_HINT_NS: u32 = 10_000_000;
+
 const LOG2E: f64 = std::f64::consts::LOG2_E;
 /// Named barriers: `DS_BAR` (+ consumer with the key split) orders the dSᵀ stores before
 /// dQ's reads; `ORDER_BAR`, `ORDER_BAR + 1` order the two warpgroups' dQ adds in
@@ -291,7 +295,9 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                 kb.section("TMA Q, dO tile and bulk copy of its lse_log2, D rows -> ring slot")?;
                 let (slot, parity) = self.ring(kb, ring_pos)?;
                 let free = kb.xor(parity, kb.i32c(1), "free_parity")?;
-                kb.mbar_wait(self.bar(kb, &cta, Bar::Empty, slot)?, free)?;
+                // The TMA thread runs ahead of the consumers and waits here most of the
+                // time: suspended rather than spinning on its scheduler.
+                kb.mbar_wait_suspend(self.bar(kb, &cta, Bar::Empty, slot)?, free, PRODUCER_WAIT_HINT_NS)?;
                 let full = self.bar(kb, &cta, Bar::Full, slot)?;
                 let bytes = l.q_per_stage + l.do_per_stage + l.rowvals_per_stage;
                 kb.mbar_arrive_expect_tx(full, bytes)?;
