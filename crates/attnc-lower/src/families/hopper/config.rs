@@ -522,7 +522,10 @@ impl BwdConfig {
             mask_bits: true,
             aux_grads: spec.head_dim_qk == 64,
             p_in_smem: spec.head_dim_qk == 128,
-            p_f32_for_ds: false,
+            // H100, 2026-11-27 (docs/results/2026-11-27-h100-bwd-instructions/): +0-7%
+            // (d64 non-causal +3-6%, d128 causal +2-7%); with a score mod its live f32 P
+            // spills (96 bytes for grok_softcap), so only without one.
+            p_f32_for_ds: spec.score_mod.is_none(),
             producer_regs: 24,
             consumer_regs: 240,
             diag: BwdDiag::default(),
