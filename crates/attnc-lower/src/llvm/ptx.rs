@@ -83,6 +83,25 @@ impl<'ctx> Kb<'ctx> {
         Ok(out)
     }
 
+    /// `ld.shared.v2.f32` of two adjacent f32 at `smem_addr + offset` (8-byte aligned),
+    /// the offset in the instruction's immediate (one base register for a whole row of
+    /// loads; an address LLVM builds per load becomes an OR per load in the SASS).
+    pub fn ld_shared_v2_f32(&self, smem_addr: IntValue<'ctx>, offset: i64, name: &str) -> R<[FloatValue<'ctx>; 2]> {
+        let f = self.ctx.f32_type();
+        let ret = self.struct_of(f.into(), 2);
+        let ty = ret.fn_type(&[self.ctx.i32_type().into()], false);
+        let text = format!("ld.shared.v2.f32 {{$0, $1}}, [$2+{offset}];");
+        let v = self.asm(ty, &text, "=f,=f,r,~{memory}", false, &[smem_addr.into()], name)?;
+        Ok([self.extract(v, 0, name)?.into_float_value(), self.extract(v, 1, name)?.into_float_value()])
+    }
+
+    /// `ld.shared.f32` at `smem_addr + offset`, the offset in the immediate.
+    pub fn ld_shared_f32_at(&self, smem_addr: IntValue<'ctx>, offset: i64, name: &str) -> R<FloatValue<'ctx>> {
+        let ty = self.ctx.f32_type().fn_type(&[self.ctx.i32_type().into()], false);
+        let text = format!("ld.shared.f32 $0, [$1+{offset}];");
+        Ok(self.asm(ty, &text, "=f,r,~{memory}", false, &[smem_addr.into()], name)?.into_float_value())
+    }
+
     /// `cp.async.cg.shared.global` of 16 bytes; `src_bytes` < 16 zero-fills the rest
     /// (0 = a pure zero fill, used for rows past the end).
     pub fn cp_async_16(

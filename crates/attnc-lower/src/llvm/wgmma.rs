@@ -262,14 +262,14 @@ impl<'ctx> Kb<'ctx> {
         Ok(())
     }
 
-    /// `st.shared.v2.f32`: two adjacent f32 (8-byte aligned address).
     /// `stmatrix.sync.aligned.m8n8.x4.shared.b16`: four 8×8 b16 matrices, matrix `j` from
     /// register `v[j]` of every lane (lane `l` holds row `l / 4`, columns `2 (l % 4)` and
     /// `+1`); lane `l` gives the address of row `l % 8` of matrix `l / 8`. Warp-wide.
-    pub fn stmatrix_x4(&self, addr: IntValue<'ctx>, v: [IntValue<'ctx>; 4]) -> R<()> {
+    pub fn stmatrix_x4(&self, addr: IntValue<'ctx>, offset: i64, v: [IntValue<'ctx>; 4]) -> R<()> {
+        // The constant offset in the immediate: one address register serves every block.
         self.asm_call(
             None,
-            "stmatrix.sync.aligned.m8n8.x4.shared.b16 [$0], {$1, $2, $3, $4};",
+            &format!("stmatrix.sync.aligned.m8n8.x4.shared.b16 [$0+{offset}], {{$1, $2, $3, $4}};"),
             "r,r,r,r,r,~{memory}",
             true,
             &[addr.into(), v[0].into(), v[1].into(), v[2].into(), v[3].into()],
@@ -278,6 +278,7 @@ impl<'ctx> Kb<'ctx> {
         Ok(())
     }
 
+    /// `st.shared.v2.f32`: two adjacent f32 (8-byte aligned address).
     pub fn st_shared_v2_f32(&self, addr: IntValue<'ctx>, a: FloatValue<'ctx>, b: FloatValue<'ctx>) -> R<()> {
         self.asm_call(
             None,

@@ -75,25 +75,33 @@ fn forward_step_down(spec: &Spec, arch: Arch) -> Option<Result<(CompiledModule, 
         .then(|| compile_with_config(spec, arch, &small).map(|m| (m, "64-key tiles instead of 128".to_string())))
 }
 
-/// The backward's steps down while the default spills: first no ordered deterministic
-/// mode (its turn handling in the dQ issuer costs the consumers a few registers;
-/// deterministic launches then take dQ slices, and the receipt says so), then, where the
-/// default has 128-query tiles (d64), 64-query tiles with and without it.
+/// The backward's steps down while the default spills: first dS from the bf16 P (the
+/// f32 P it keeps otherwise is 32–64 registers live from the softmax to dS; GQA at d64
+/// without a mask spills 16 bytes with it), then dPᵀ after P, then no ordered
+/// deterministic mode (its turn handling in the dQ issuer costs the consumers a few
+/// registers; deterministic launches then take dQ slices, and the receipt says so),
+/// then, where the default has 128-query tiles (d64), 64-query tiles with and without it.
 fn backward_step_down(spec: &Spec, arch: Arch, step: u32) -> Option<Result<(CompiledModule, String), LowerError>> {
     let default = BwdConfig::for_spec(spec);
     let no_order = "no ordered deterministic mode (deterministic launches take dQ slices)";
     let small = "64-query tiles instead of 128";
     let mut steps = Vec::new();
-    // First dPᵀ after P (fewer live accumulators during the softmax), then the rest
+    let mut cfg = default;
+    let mut also = String::new();
+    if cfg.p_f32_for_ds {
+        let bf16_p = "dS from the bf16 P";
+        cfg = BwdConfig { p_f32_for_ds: false, ..cfg };
+        steps.push((cfg.clone(), bf16_p.to_string()));
+        also = format!(", {bf16_p}");
+    }
+    // Then dPᵀ after P (fewer live accumulators during the softmax), then the rest
     // without it.
-    let late_dp = "dP^T issued after P";
-    let (cfg, also) = if default.dp_with_s {
-        let cfg = BwdConfig { dp_with_s: false, ..default };
-        steps.push((cfg.clone(), late_dp.to_string()));
-        (cfg, format!(", {late_dp}"))
-    } else {
-        (default, String::new())
-    };
+    if cfg.dp_with_s {
+        let late_dp = "dP^T issued after P";
+        cfg = BwdConfig { dp_with_s: false, ..cfg };
+        also = format!("{also}, {late_dp}");
+        steps.push((cfg.clone(), also[2..].to_string()));
+    }
     if cfg.ordered_dq() {
         steps.push((BwdConfig { ordered: false, ..cfg.clone() }, format!("{no_order}{also}")));
     }
@@ -339,13 +347,20 @@ mod tests {
                 })
                 .collect()
         };
+        // Every step first gives up the f32 P kept for dS.
         let d128 = steps(128);
-        assert_eq!(d128.len(), 1, "{d128:?}");
-        assert!(d128[0].1.starts_with("no ordered"), "{d128:?}");
+        let got: Vec<bool> = d128.iter().map(|(_, why)| why.contains("no ordered")).collect();
+        assert_eq!(got, [false, true], "{d128:?}");
+        assert!(d128.iter().all(|(_, why)| why.contains("dS from the bf16 P")), "{d128:?}");
         let d64 = steps(64);
-        let got: Vec<(u32, bool)> = d64.iter().map(|(m, why)| (*m, why.contains("no ordered"))).collect();
-        assert_eq!(got, [(128, false), (128, true), (64, false), (64, true)], "{d64:?}");
-        assert!(d64.iter().all(|(_, why)| why.contains("dP^T issued after P")), "{d64:?}");
+        let got: Vec<(u32, bool, bool)> =
+            d64.iter().map(|(m, why)| (*m, why.contains("dP^T issued after P"), why.contains("no ordered"))).collect();
+        assert_eq!(
+            got,
+            [(128, false, false), (128, true, false), (128, true, true), (64, true, false), (64, true, true)],
+            "{d64:?}"
+        );
+        assert!(d64.iter().all(|(_, why)| why.contains("dS from the bf16 P")), "{d64:?}");
     }
 
     /// The ordered deterministic mode is where the dQ tile is one bulk reduce (the column
@@ -405,7 +420,15 @@ mod tests {
                     assert!(std::env::var_os("CI").is_none(), "CI must have ptxas");
                     continue;
                 };
-                let a = crate::ptxas::assemble_with(path, &m.ptx, Arch::Sm90a).expect("assembles");
+                let mut a = crate::ptxas::assemble_with(path, &m.ptx, Arch::Sm90a).expect("assembles");
+                if a.has_spills() && BwdConfig::for_spec(&s).p_f32_for_ds {
+                    // The only step the default may need: dS from the bf16 P (GQA at d64
+                    // without a mask); nothing else gives.
+                    let (m1, why) =
+                        Hopper.step_down(&s, Arch::Sm90a, Direction::Backward, 1).expect("a step").expect("compiles");
+                    assert_eq!(why, "dS from the bf16 P");
+                    a = crate::ptxas::assemble_with(path, &m1.ptx, Arch::Sm90a).expect("assembles");
+                }
                 assert!(!a.has_spills(), "d={dqk} causal={causal} spills:\n{}", a.log);
                 for code in ["C7513", "C7515", "C7517"] {
                     assert!(!a.log.contains(code), "d={dqk} causal={causal}: wgmma serialized:\n{}", a.log);

@@ -478,14 +478,15 @@ impl<'ctx> Bwd<'_, 'ctx> {
             )?;
             let row_addr = kb.add(ds_smem, kb.mul(row, kb.i32c(ROW_BYTES as i64), "")?, "stm_row_addr")?;
             let lane_chunk = kb.xor(jhi, r, "stm_chunk")?;
+            // One address per chunk pattern (g % 4); the block (g / 4) is the immediate.
+            let addrs: Vec<IntValue<'ctx>> = (0..4.min(ops.len() / 4))
+                .map(|g| {
+                    let chunk = kb.xor(lane_chunk, kb.i32c(2 * g as i64), "")?;
+                    kb.add(row_addr, kb.mul(chunk, kb.i32c(16), "")?, "stm_addr")
+                })
+                .collect::<R<_>>()?;
             for (g, regs) in ops.chunks(4).enumerate() {
-                let chunk = kb.xor(lane_chunk, kb.i32c(((2 * g) % 8) as i64), "")?;
-                let addr = kb.add(
-                    kb.add(row_addr, kb.i32c((g / 4) as i64 * block_bytes), "")?,
-                    kb.mul(chunk, kb.i32c(16), "")?,
-                    "stm_addr",
-                )?;
-                kb.stmatrix_x4(addr, [regs[0], regs[1], regs[2], regs[3]])?;
+                kb.stmatrix_x4(addrs[g % 4], (g / 4) as i64 * block_bytes, [regs[0], regs[1], regs[2], regs[3]])?;
             }
             return Ok(());
         }

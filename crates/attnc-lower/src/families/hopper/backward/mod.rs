@@ -710,8 +710,9 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let mut p = vec![kb.f32c(0.0); n];
         let mut slope: Vec<Option<FloatValue<'ctx>>> = vec![None; n];
         let mut pre_d: Vec<Vec<Option<FloatValue<'ctx>>>> = vec![Vec::new(); n];
+        let lse = row_vals(kb, rowvals, &pos, n, 0, "lse_log2")?;
         for idx in 0..n {
-            let lse2 = row_val(kb, rowvals, &pos, idx, 0, "lse_log2")?;
+            let lse2 = lse[idx];
             let x = if self.grad.has_score_mod() {
                 let vars = cta.bv.elem_vars(cta.hkv, pos.q(kb, m0, idx)?, h, pos.key(kb, idx)?);
                 let el = self.grad.logit(kb, spec, s[idx], vars, &cta.va)?;
@@ -798,9 +799,9 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         // The f32 P where it was kept: in registers, or parked in shared memory
         // (`BwdConfig::p_in_smem`) and read back once; else the packed P is unpacked.
         let p_f32: Vec<FloatValue<'ctx>> = match pt.p_smem {
-            Some(base) => (0..dp.len())
-                .map(|idx| kb.ld_shared_f32(kb.add(base, kb.i32c((idx * 256 * 4) as i64), "")?, "p"))
-                .collect::<R<_>>()?,
+            Some(base) => {
+                (0..dp.len()).map(|idx| kb.ld_shared_f32_at(base, (idx * 256 * 4) as i64, "p")).collect::<R<_>>()?
+            }
             None => pt.p_f32.clone(),
         };
         let p_at = |kb: &Kb<'ctx>, idx: usize| -> R<FloatValue<'ctx>> {
@@ -810,10 +811,10 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             let (lo, hi) = kb.unpack_half2(spec.dtype, pt.ops[idx / 2], "p")?;
             Ok(if idx % 2 == 0 { lo } else { hi })
         };
+        let d_rows = row_vals(kb, rowvals, &pos, n, bm * 4, "d_row")?;
         let mut ds = vec![kb.f32c(0.0); n];
         for idx in 0..n {
-            let d = row_val(kb, rowvals, &pos, idx, bm * 4, "d_row")?;
-            ds[idx] = kb.fmul(p_at(kb, idx)?, kb.fsub(dp[idx], d, "")?, "ds")?;
+            ds[idx] = kb.fmul(p_at(kb, idx)?, kb.fsub(dp[idx], d_rows[idx], "")?, "ds")?;
         }
         if self.grad.has_aux_terms() {
             let sink = aux_sink(kb, spec, &self.args, env.deterministic, self.cfg.threads() / 32, env.tid)?;
@@ -924,18 +925,25 @@ fn col_in_tile(idx: usize) -> i64 {
     (8 * (idx / 4) + idx % 2) as i64
 }
 
-/// lse_log2 (`off` 0) or D (`off` = block_m·4) of fragment element `idx`'s query, from the
-/// stage's row values in shared memory.
-fn row_val<'ctx>(
+/// lse_log2 (`off` 0) or D (`off` = block_m·4) of the queries of fragment elements
+/// `0..n`, from the stage's row values in shared memory. An 8-column group's two columns
+/// are adjacent (elements `4g, 4g + 2` and `4g + 1, 4g + 3` share them): one
+/// `ld.shared.v2.f32` per group, at an immediate offset from one base register.
+fn row_vals<'ctx>(
     kb: &Kb<'ctx>,
     rowvals: IntValue<'ctx>,
     pos: &FragPos<'ctx>,
-    idx: usize,
+    n: usize,
     off: u32,
     name: &str,
-) -> R<FloatValue<'ctx>> {
-    let col = pos.col(kb, idx)?;
-    kb.ld_shared_f32(kb.add(rowvals, kb.add(kb.mul(col, kb.i32c(4), "")?, kb.i32c(off as i64), "")?, "")?, name)
+) -> R<Vec<FloatValue<'ctx>>> {
+    let base = kb.add(rowvals, kb.mul(pos.col0, kb.i32c(4), "")?, &format!("{name}_base"))?;
+    let mut out = Vec::with_capacity(n);
+    for group in 0..n.div_ceil(4) {
+        let pair = kb.ld_shared_v2_f32(base, off as i64 + 4 * col_in_tile(4 * group), name)?;
+        out.extend((4 * group..(4 * group + 4).min(n)).map(|idx| pair[idx % 2]));
+    }
+    Ok(out)
 }
 
 /// What a consumer's tiles share.
