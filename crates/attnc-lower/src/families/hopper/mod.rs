@@ -116,8 +116,8 @@ impl BwdRelaxation {
 
 /// The backward's steps down while the default spills: each relaxation that applies
 /// alone (cheapest first), then every pair, then all of them (one spare register is
-/// often all it takes: GQA at d64 without a mask spills 8 bytes with the f32 P for dS, a
-/// shard twin of a masked d128 spec 8 bytes with the ordered mode), then, where the
+/// often all it takes: a shard twin of a masked d128 spec spills 8 bytes with the ordered
+/// mode), then, where the
 /// default has 128-query tiles (d64), 64-query tiles with everything given up but the
 /// ordered mode, and without it.
 fn backward_step_down(spec: &Spec, arch: Arch, step: u32) -> Option<Result<(CompiledModule, String), LowerError>> {
@@ -471,8 +471,8 @@ mod tests {
                     continue;
                 };
                 let mut a = crate::ptxas::assemble_with(path, &m.ptx, Arch::Sm90a).expect("assembles");
-                // Where the default spills (GQA at d64 without a mask: 8 bytes), one
-                // relaxation alone must do.
+                // Should a default spill (none does with ptxas 13.5), one relaxation
+                // alone must do.
                 let mut step = 1;
                 while a.has_spills() {
                     let (m1, why) = Hopper
