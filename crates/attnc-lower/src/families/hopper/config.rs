@@ -409,6 +409,11 @@ pub struct BwdConfig {
     /// dS from the f32 P kept in registers (as FA4 does) instead of the P packed for dV
     /// and unpacked again (two instructions per pair of elements).
     pub p_f32_for_ds: bool,
+    /// The rows' lse_log2 and D read from shared memory while the GEMM each waits for
+    /// (Sᵀ, dPᵀ) is in flight, instead of right before their use, where the loads queue
+    /// behind the tensor cores' shared-memory reads (ncu: the first exponent's FFMA
+    /// waiting on them, 5.6% of the d128 samples).
+    pub rows_early: bool,
     pub producer_regs: u32,
     pub consumer_regs: u32,
     /// Diagnostics only (wrong results; never set by `for_spec`, only through
@@ -529,6 +534,7 @@ impl BwdConfig {
             // GPU-checked by tests/gpu-specs/gqa_d64.attn).
             p_f32_for_ds: spec.score_mod.is_none()
                 && !(spec.head_dim_qk == 64 && spec.kv_heads < spec.q_heads && spec.mask.is_none()),
+            rows_early: false,
             producer_regs: 24,
             consumer_regs: 240,
             diag: BwdDiag::default(),
@@ -540,7 +546,7 @@ impl BwdConfig {
     /// values are ignored): `stages`, `block_m` (64, or 128 with a one-tile split),
     /// `producer_regs`, `consumer_regs`, `dq_split` (0 columns, 1 keys, 2 rows),
     /// `dp_with_s`, `dq_under_dk`, `rotate_walk`, `exp2_emulate_every`, `dq_bulk`,
-    /// `ordered`, `mask_bits`, `aux_grads`, `p_in_smem`, `p_f32_for_ds`, and the diagnostics
+    /// `ordered`, `mask_bits`, `aux_grads`, `p_in_smem`, `p_f32_for_ds`, `rows_early`, and the diagnostics
     /// `diag_no_dq_red`, `diag_no_dq`, `diag_no_softmax`, `diag_dq_half`, `diag_dq_no_stage`,
     /// `diag_dq_no_wait`, `diag_dq_no_fence`, `diag_ds_no_store`.
     pub fn tuned(mut self, text: &str) -> BwdConfig {
@@ -569,6 +575,7 @@ impl BwdConfig {
                 "aux_grads" => self.aux_grads = n != 0,
                 "p_in_smem" => self.p_in_smem = n != 0,
                 "p_f32_for_ds" => self.p_f32_for_ds = n != 0,
+                "rows_early" => self.rows_early = n != 0,
                 "diag_no_dq_red" => self.diag.no_dq_red = n != 0,
                 "diag_no_dq" => self.diag.no_dq = n != 0,
                 "diag_no_softmax" => self.diag.no_softmax = n != 0,

@@ -463,11 +463,19 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         // only dK, dV and Sᵀ are live then, so the mask's positions and aux reads have
         // the registers they need (computed next to P, they spilled).
         let mask_bits = self.mask_bits(kb, env, unmasked, n0, m0, h)?;
+        // The rows' lse_log2 and D: read while the GEMMs they wait for are in flight
+        // (`rows_early`), or right before their use.
+        let pos = self.frag_pos(kb, env, n0)?;
+        let lse_early = if cfg.rows_early { Some(row_vals(kb, rowvals, &pos, half_m, 0, "lse_log2")?) } else { None };
         let s = kb.wgmma_wait_group_acc(u32::from(early_dp.is_some()), &s, "s")?;
+        let lse = match lse_early {
+            Some(v) => v,
+            None => row_vals(kb, rowvals, &pos, half_m, 0, "lse_log2")?,
+        };
 
         // ---- Pᵀ (fragment element e of 8-column tile i: key row r + 8·(e/2), query
         // column 8i + 2·(lane % 4) + e % 2)
-        let pt = self.recompute_p(kb, env, rowvals, unmasked, &mask_bits, n0, m0, h, &s)?;
+        let pt = self.recompute_p(kb, env, &lse, unmasked, &mask_bits, n0, m0, h, &s)?;
 
         // ---- dV += Pᵀ·dO (A from registers; B the stage's dO read MN-major: queries
         // are the K dimension), and dPᵀ when it was left for now
@@ -486,12 +494,20 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             Ok::<_, crate::error::LowerError>(accum)
         };
         let dv_in: Vec<FloatValue<'ctx>> = acc.dv.iter().map(|x| kb.get_f(*x, "dv")).collect::<R<_>>()?;
-        let (dp, dv) = match early_dp {
+        let d_early = |kb: &Kb<'ctx>| -> R<Option<Vec<FloatValue<'ctx>>>> {
+            if cfg.rows_early {
+                Ok(Some(row_vals(kb, rowvals, &pos, half_m, bm * 4, "d_row")?))
+            } else {
+                Ok(None)
+            }
+        };
+        let (dp, dv, d_rows) = match early_dp {
             Some(dp) => {
                 let dv = rs_gemm(kb, &dv_in, &pt.ops, do_smem, spec.head_dim_v, "dv")?;
                 kb.wgmma_commit_group()?;
+                let d_rows = d_early(kb)?;
                 // dPᵀ done; dV may still be in flight.
-                (kb.wgmma_wait_group_acc(1, &dp, "dp")?, dv)
+                (kb.wgmma_wait_group_acc(1, &dp, "dp")?, dv, d_rows)
             }
             None => {
                 kb.section(&format!("wgmma dP^T = V*dO^T (ss, N = {bm} queries)"))?;
@@ -499,16 +515,21 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                 kb.wgmma_commit_group()?;
                 let dv = rs_gemm(kb, &dv_in, &pt.ops, do_smem, spec.head_dim_v, "dv")?;
                 kb.wgmma_commit_group()?;
+                let d_rows = d_early(kb)?;
                 // dPᵀ done; dV may still be in flight.
-                (kb.wgmma_wait_group_acc(1, &dp, "dp")?, dv)
+                (kb.wgmma_wait_group_acc(1, &dp, "dp")?, dv, d_rows)
             }
+        };
+        let d_rows = match d_rows {
+            Some(v) => v,
+            None => row_vals(kb, rowvals, &pos, half_m, bm * 4, "d_row")?,
         };
 
         // ---- dSᵀ, dK += dSᵀ·Q (B the stage's Q, MN-major) and dSᵀ → shared memory (dQ's
         // A operand, MN-major: key rows of 64 queries), dQ = dS·K. `dq_under_dk`: dQ
         // first, and dQ goes out (staging stores and reduce, or reds) under the dK GEMM;
         // otherwise dK first and every GEMM waited on before dQ goes out.
-        let ds_ops = self.grad_scores(kb, env, rowvals, n0, m0, h, &pt, &dp)?;
+        let ds_ops = self.grad_scores(kb, env, &d_rows, n0, m0, h, &pt, &dp)?;
         let dq_n = match cfg.dq_split {
             DqSplit::Columns => spec.head_dim_qk / 2,
             DqSplit::Keys | DqSplit::Rows => spec.head_dim_qk,
@@ -684,7 +705,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         &self,
         kb: &mut Kb<'ctx>,
         env: &Env<'_, 'ctx>,
-        rowvals: IntValue<'ctx>,
+        lse: &[FloatValue<'ctx>],
         unmasked: IntValue<'ctx>,
         mask_bits: &[IntValue<'ctx>],
         n0: IntValue<'ctx>,
@@ -710,7 +731,6 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let mut p = vec![kb.f32c(0.0); n];
         let mut slope: Vec<Option<FloatValue<'ctx>>> = vec![None; n];
         let mut pre_d: Vec<Vec<Option<FloatValue<'ctx>>>> = vec![Vec::new(); n];
-        let lse = row_vals(kb, rowvals, &pos, n, 0, "lse_log2")?;
         for idx in 0..n {
             let lse2 = lse[idx];
             let x = if self.grad.has_score_mod() {
@@ -780,7 +800,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         &self,
         kb: &mut Kb<'ctx>,
         env: &Env<'_, 'ctx>,
-        rowvals: IntValue<'ctx>,
+        d_rows: &[FloatValue<'ctx>],
         n0: IntValue<'ctx>,
         m0: IntValue<'ctx>,
         h: IntValue<'ctx>,
@@ -789,7 +809,6 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
     ) -> R<Vec<IntValue<'ctx>>> {
         let spec = self.spec;
         let cta = env.cta;
-        let bm = self.cfg.block_m;
         kb.section("dS^T = P^T * (dP^T - D) (and learnable aux gradients)")?;
         if self.cfg.diag.no_softmax {
             return kb.pack_pairs(spec.dtype, dp, "packed");
@@ -811,7 +830,6 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             let (lo, hi) = kb.unpack_half2(spec.dtype, pt.ops[idx / 2], "p")?;
             Ok(if idx % 2 == 0 { lo } else { hi })
         };
-        let d_rows = row_vals(kb, rowvals, &pos, n, bm * 4, "d_row")?;
         let mut ds = vec![kb.f32c(0.0); n];
         for idx in 0..n {
             ds[idx] = kb.fmul(p_at(kb, idx)?, kb.fsub(dp[idx], d_rows[idx], "")?, "ds")?;
