@@ -354,12 +354,7 @@ impl<'ctx> Kb<'ctx> {
     /// Spins until the phase of parity `parity` (0/1) of `mbar` has completed
     /// (`mbarrier.try_wait.parity` in a loop; the label is local to the asm's block).
     pub fn mbar_wait(&self, mbar: IntValue<'ctx>, parity: IntValue<'ctx>) -> R<()> {
-        self.asm_v(
-            "{\n\t.reg .pred p;\n\tWAIT:\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [$0], $1;\n\t@!p bra WAIT;\n\t}",
-            "r,r,~{memory}",
-            false,
-            &[mbar.into(), parity.into()],
-        )
+        self.mbar_try_wait_loop(mbar, parity, "")
     }
 
     /// `mbar_wait` whose `try_wait` may suspend the thread up to `hint_ns` nanoseconds
@@ -367,9 +362,14 @@ impl<'ctx> Kb<'ctx> {
     /// producer ahead of its consumers) then stops spinning and leaves its scheduler's
     /// issue slots to the other warps.
     pub fn mbar_wait_suspend(&self, mbar: IntValue<'ctx>, parity: IntValue<'ctx>, hint_ns: u32) -> R<()> {
+        self.mbar_try_wait_loop(mbar, parity, &format!(", {hint_ns}"))
+    }
+
+    /// The `try_wait.parity` loop of the waits above, `hint` appended to its operands.
+    fn mbar_try_wait_loop(&self, mbar: IntValue<'ctx>, parity: IntValue<'ctx>, hint: &str) -> R<()> {
         self.asm_v(
             &format!(
-                "{{\n\t.reg .pred p;\n\tWAIT:\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [$0], $1, {hint_ns};\n\t@!p bra WAIT;\n\t}}"
+                "{{\n\t.reg .pred p;\n\tWAIT:\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [$0], $1{hint};\n\t@!p bra WAIT;\n\t}}"
             ),
             "r,r,~{memory}",
             false,

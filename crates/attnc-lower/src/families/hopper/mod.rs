@@ -140,22 +140,19 @@ fn backward_step_down(spec: &Spec, arch: Arch, step: u32) -> Option<Result<(Comp
     let mut steps: Vec<(BwdConfig, String)> = subsets.iter().map(|set| relaxed(set)).collect();
     if default.block_m == 128 {
         // The row split needs 128-query tiles: 64-query ones split dQ by columns.
-        let small = "64-query tiles instead of 128";
+        let small = |set: &[BwdRelaxation]| {
+            let (cfg, why) = relaxed(set);
+            let tiles = "64-query tiles instead of 128";
+            let why = if why.is_empty() { tiles.to_string() } else { format!("{tiles}, {why}") };
+            (BwdConfig { block_m: 64, dq_split: DqSplit::Columns, ..cfg }, why)
+        };
         let keep_order: Vec<BwdRelaxation> =
             relaxations.iter().copied().filter(|r| *r != BwdRelaxation::NoOrderedDq).collect();
-        let (cfg, why) = relaxed(&keep_order);
-        let small_cfg = BwdConfig { block_m: 64, dq_split: DqSplit::Columns, ..cfg };
-        let with = |why: &str| if why.is_empty() { small.to_string() } else { format!("{small}, {why}") };
-        if small_cfg.ordered_dq() {
-            steps.push((small_cfg.clone(), with(&why)));
+        let ordered = small(&keep_order);
+        if ordered.0.ordered_dq() {
+            steps.push(ordered);
         }
-        let unordered = BwdRelaxation::NoOrderedDq.apply(small_cfg);
-        let why_all = if why.is_empty() {
-            BwdRelaxation::NoOrderedDq.says().to_string()
-        } else {
-            format!("{}, {why}", BwdRelaxation::NoOrderedDq.says())
-        };
-        steps.push((unordered, with(&why_all)));
+        steps.push(small(&[&[BwdRelaxation::NoOrderedDq][..], &keep_order].concat()));
     }
     let (next, why) =
         steps.into_iter().filter(|(c, _)| c.check(spec, arch.max_smem_per_block()).is_ok()).nth(step as usize - 1)?;

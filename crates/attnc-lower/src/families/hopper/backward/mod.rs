@@ -772,9 +772,9 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         // dS uses P rounded to the element type (it is rounded for its GEMMs anyway), so
         // only the packed copy stays live; learnable aux gradients keep the f32 P (their
         // sums over keys can cancel, see docs/backward.md).
-        let (p_f32, p_smem) = match (self.grad.has_aux_terms(), self.cfg.p_in_smem_used(spec)) {
-            (false, _) if !self.cfg.p_f32_for_ds => (Vec::new(), None),
-            (false, _) => (p, None),
+        let aux = self.grad.has_aux_terms();
+        let (p_f32, p_smem) = match (aux || self.cfg.p_f32_for_ds, aux && self.cfg.p_in_smem_used(spec)) {
+            (false, _) => (Vec::new(), None),
             (true, false) => (p, None),
             (true, true) => {
                 kb.section("f32 P -> shared memory (learnable aux gradients read it with dS)")?;
