@@ -87,11 +87,6 @@ pub enum DqAccumLayout {
     /// the columns: the hopper row split at d64), in its fragment order: store `k`, then
     /// thread (0..128), then the pair ([`wg_fragment_offset`]).
     WarpgroupFragments,
-    /// Tiles of [`FRAG_TILE_ROWS`] rows × `d`, each consumer warpgroup's half of the
-    /// columns (`d / 2`) after the other's, each half in its storing warpgroup's fragment
-    /// order ([`wg_halves_offset`]): the column split with each warpgroup adding its own
-    /// half with a bulk reduce of its own (one contiguous block per warpgroup).
-    WarpgroupHalves,
 }
 
 /// Rows of a [`DqAccumLayout::ConsumerFragments`] tile (the wgmma M of a query tile).
@@ -132,22 +127,6 @@ pub fn wg_fragment_offset(r: u32, c: u32) -> u32 {
     let thread = 32 * (r / 16) + 4 * (r % 8) + (c % 8) / 2;
     let k = 2 * (c / 8) + (r % 16) / 8;
     wg_fragment_store_offset(k, thread) + c % 2
-}
-
-/// Float offset inside a [`DqAccumLayout::WarpgroupHalves`] tile of element (`r`, `c`):
-/// the half `c / (d / 2)` (its warpgroup's block of `64 · d / 2` floats), then
-/// [`wg_fragment_offset`] of the column inside the half.
-pub fn wg_halves_offset(r: u32, c: u32, d: u32) -> u32 {
-    let half_cols = d / 2;
-    (c / half_cols) * FRAG_TILE_ROWS * half_cols + wg_fragment_offset(r, c % half_cols)
-}
-
-/// [`wg_halves_offset`] of an even column `c` in LLVM.
-fn emit_wg_halves_offset<'ctx>(kb: &Kb<'ctx>, r: IntValue<'ctx>, c: IntValue<'ctx>, d: u32) -> R<IntValue<'ctx>> {
-    let half_cols = kb.i32c((d / 2) as i64);
-    let half = kb.udiv(c, half_cols, "frag_half")?;
-    let in_half = emit_wg_fragment_offset(kb, r, kb.urem(c, half_cols, "")?)?;
-    kb.add(kb.mul(half, kb.i32c((FRAG_TILE_ROWS * d / 2) as i64), "")?, in_half, "halves_offset")
 }
 
 /// [`wg_fragment_offset`] of an even column `c` in LLVM.
@@ -759,7 +738,7 @@ pub fn build_dq_convert<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str, layout
     // column's offset inside the tile follows per pair).
     let row0 = match layout {
         DqAccumLayout::RowMajor => kb.mul(ws_row(kb, spec.q_heads, pad, b, h, q)?, kb.i64c(d), "acc_row")?,
-        DqAccumLayout::ConsumerFragments | DqAccumLayout::WarpgroupFragments | DqAccumLayout::WarpgroupHalves => {
+        DqAccumLayout::ConsumerFragments | DqAccumLayout::WarpgroupFragments => {
             let t = FRAG_TILE_ROWS as i64;
             let q0 = kb.mul(kb.udiv(q, kb.i32c(t), "")?, kb.i32c(t), "tile_q0")?;
             kb.mul(ws_row(kb, spec.q_heads, pad, b, h, q0)?, kb.i64c(d), "acc_tile")?
@@ -780,7 +759,6 @@ pub fn build_dq_convert<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str, layout
                 DqAccumLayout::RowMajor => col,
                 DqAccumLayout::ConsumerFragments => emit_fragment_offset(kb, tile_row, col, spec.head_dim_qk)?,
                 DqAccumLayout::WarpgroupFragments => emit_wg_fragment_offset(kb, tile_row, col)?,
-                DqAccumLayout::WarpgroupHalves => emit_wg_halves_offset(kb, tile_row, col, spec.head_dim_qk)?,
             };
             kb.for_range(kb.i32c(0), slices, "slice_loop", |kb, s| {
                 let e = kb.add(
@@ -1132,31 +1110,6 @@ mod tests {
                         for x in [at, at + 1] {
                             assert!(!seen[x as usize], "d {d}: offset {x} twice");
                             seen[x as usize] = true;
-                        }
-                    }
-                }
-            }
-            assert!(seen.iter().all(|&s| s), "d {d}");
-        }
-        // Each warpgroup's half of the columns in its own fragment order, one half after
-        // the other: thread `t` of consumer `c` holds columns `d / 2 · c + 8 i + 2 (t % 4)`.
-        for d in [64u32, 128] {
-            let mut seen = vec![false; (FRAG_TILE_ROWS * d) as usize];
-            let half_floats = FRAG_TILE_ROWS * d / 2;
-            for consumer in 0..2u32 {
-                for t in 0..128u32 {
-                    for i in 0..d / 16 {
-                        for half in 0..2u32 {
-                            let r = 16 * (t / 32) + (t % 32) / 4 + 8 * half;
-                            let c = d / 2 * consumer + 8 * i + 2 * (t % 4);
-                            let at = consumer * half_floats + wg_fragment_store_offset(2 * i + half, t);
-                            assert_eq!(wg_halves_offset(r, c, d), at, "d {d} r {r} c {c}");
-                            assert_eq!(wg_halves_offset(r, c + 1, d), at + 1);
-                            assert!((consumer * half_floats..(consumer + 1) * half_floats).contains(&at));
-                            for x in [at, at + 1] {
-                                assert!(!seen[x as usize], "d {d}: offset {x} twice");
-                                seen[x as usize] = true;
-                            }
                         }
                     }
                 }

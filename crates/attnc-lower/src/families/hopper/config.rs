@@ -414,13 +414,6 @@ pub struct BwdConfig {
     /// behind the tensor cores' shared-memory reads (ncu: the first exponent's FFMA
     /// waiting on them, 5.6% of the d128 samples).
     pub rows_early: bool,
-    /// With the bulk dQ of the row split, or of the column split at 64-query tiles: each
-    /// warpgroup adds its own part of the staged tile (its 64 rows; its half of the
-    /// columns, `DqAccumLayout::WarpgroupHalves`) after a barrier of its own 128 threads,
-    /// instead of both meeting at a 256-thread barrier after the staging and one thread
-    /// adding the whole tile (ncu at d64: 5.8% of the samples around that barrier).
-    /// Ordered launches still hand the whole tile to the dQ writer.
-    pub dq_own_reduce: bool,
     pub producer_regs: u32,
     pub consumer_regs: u32,
     /// Diagnostics only (wrong results; never set by `for_spec`, only through
@@ -542,7 +535,6 @@ impl BwdConfig {
             p_f32_for_ds: spec.score_mod.is_none()
                 && !(spec.head_dim_qk == 64 && spec.kv_heads < spec.q_heads && spec.mask.is_none()),
             rows_early: false,
-            dq_own_reduce: false,
             producer_regs: 24,
             consumer_regs: 240,
             diag: BwdDiag::default(),
@@ -554,7 +546,7 @@ impl BwdConfig {
     /// values are ignored): `stages`, `block_m` (64, or 128 with a one-tile split),
     /// `producer_regs`, `consumer_regs`, `dq_split` (0 columns, 1 keys, 2 rows),
     /// `dp_with_s`, `dq_under_dk`, `rotate_walk`, `exp2_emulate_every`, `dq_bulk`,
-    /// `ordered`, `mask_bits`, `aux_grads`, `p_in_smem`, `p_f32_for_ds`, `rows_early`, `dq_own_reduce`, and the diagnostics
+    /// `ordered`, `mask_bits`, `aux_grads`, `p_in_smem`, `p_f32_for_ds`, `rows_early`, and the diagnostics
     /// `diag_no_dq_red`, `diag_no_dq`, `diag_no_softmax`, `diag_dq_half`, `diag_dq_no_stage`,
     /// `diag_dq_no_wait`, `diag_dq_no_fence`, `diag_ds_no_store`.
     pub fn tuned(mut self, text: &str) -> BwdConfig {
@@ -584,7 +576,6 @@ impl BwdConfig {
                 "p_in_smem" => self.p_in_smem = n != 0,
                 "p_f32_for_ds" => self.p_f32_for_ds = n != 0,
                 "rows_early" => self.rows_early = n != 0,
-                "dq_own_reduce" => self.dq_own_reduce = n != 0,
                 "diag_no_dq_red" => self.diag.no_dq_red = n != 0,
                 "diag_no_dq" => self.diag.no_dq = n != 0,
                 "diag_no_softmax" => self.diag.no_softmax = n != 0,
@@ -614,24 +605,10 @@ impl BwdConfig {
     pub fn dq_accum_layout(&self) -> crate::families::common::backward::DqAccumLayout {
         use crate::families::common::backward::DqAccumLayout;
         match (self.dq_bulk, self.dq_split) {
-            (true, DqSplit::Columns) if self.own_reduce() => DqAccumLayout::WarpgroupHalves,
             (true, DqSplit::Columns) => DqAccumLayout::ConsumerFragments,
             (true, DqSplit::Rows) => DqAccumLayout::WarpgroupFragments,
             _ => DqAccumLayout::RowMajor,
         }
-    }
-
-    /// Whether each warpgroup adds its own part of a staged dQ tile (`dq_own_reduce`
-    /// where its part is one contiguous block: the row split, or the column split of a
-    /// 64-query tile).
-    pub fn own_reduce(&self) -> bool {
-        self.dq_own_reduce
-            && self.dq_bulk
-            && match self.dq_split {
-                DqSplit::Rows => true,
-                DqSplit::Columns => self.block_m == 64,
-                DqSplit::Keys => false,
-            }
     }
 
     /// The 64-query blocks a consumer warpgroup's dQ fragment covers (one m64 GEMM each):

@@ -371,11 +371,6 @@ impl<'ctx> Bwd<'_, 'ctx> {
                 let tile = kb.mul(env.consumer, kb.i32c((64 * d * 4) as i64), "wg_tile")?;
                 kb.add(kb.add(stage, tile, "")?, kb.mul(env.ltid, kb.i32c(8), "")?, "")?
             }
-            // Own reduce of the column split: each warpgroup's half in its fragment order.
-            DqAccumLayout::WarpgroupHalves => {
-                let half = kb.mul(env.consumer, kb.i32c((64 * d / 2 * 4) as i64), "wg_half")?;
-                kb.add(kb.add(stage, half, "")?, kb.mul(env.ltid, kb.i32c(8), "")?, "")?
-            }
             DqAccumLayout::RowMajor => {
                 kb.add(stage, kb.mul(kb.add(kb.mul(row0, kb.i32c(d as i64), "")?, c0, "")?, kb.i32c(4), "")?, "")?
             }
@@ -392,9 +387,7 @@ impl<'ctx> Bwd<'_, 'ctx> {
                 let off = rows * 64 * d * 4
                     + match layout {
                         DqAccumLayout::ConsumerFragments => fragment_store_offset((2 * i + half) as u32, 0) * 4,
-                        DqAccumLayout::WarpgroupFragments | DqAccumLayout::WarpgroupHalves => {
-                            wg_fragment_store_offset((2 * i + half) as u32, 0) * 4
-                        }
+                        DqAccumLayout::WarpgroupFragments => wg_fragment_store_offset((2 * i + half) as u32, 0) * 4,
                         DqAccumLayout::RowMajor => (8 * half as u32 * d + 8 * i as u32) * 4,
                     };
                 kb.st_shared_v2_f32(kb.add(base, kb.i32c(off as i64), "")?, f[2 * half], f[2 * half + 1])?;
@@ -413,37 +406,6 @@ impl<'ctx> Bwd<'_, 'ctx> {
             kb.bulk_commit_group()
         };
         match cfg.dq_split {
-            DqSplit::Columns | DqSplit::Rows if cfg.own_reduce() => {
-                // Each warpgroup its own block of the tile (its 64 rows, or its half of the
-                // columns) after its own barrier; ordered launches hand the whole tile to
-                // the dQ writer after the barrier of both.
-                let ordered = self.ordered_issuer(kb)?;
-                let ordered_launch = match cfg.ordered_dq() {
-                    true => dq_mode_is(kb, &self.args, DqAccumulation::Ordered)?,
-                    false => kb.boolc(false),
-                };
-                kb.if_else(
-                    ordered_launch,
-                    "dq_stage_barrier",
-                    |kb| kb.named_bar_sync(DS_BAR, 128 * cfg.consumers),
-                    |kb| kb.named_bar_sync_r(kb.add(env.consumer, kb.i32c(DQ_OWN_BAR as i64), "")?, 128),
-                )?;
-                kb.if_then(ordered, "dq_staged", |kb| {
-                    let n = kb.udiv(n0, kb.i32c(cfg.block_n() as i64), "key_tile")?;
-                    let mine = cta.turn_key(kb, n, p.m)?;
-                    DqHandoff::at(self, cta, kb)?.write(kb, HandoffVals { row, n, mine, h, m })?;
-                    kb.mbar_arrive(self.bar(kb, cta, Bar::DqStaged, kb.i32c(0))?)
-                })?;
-                let part = bytes / cfg.consumers;
-                let own_dst =
-                    kb.add(dst, kb.mul(kb.zext64(env.consumer, "")?, kb.i64c(part as i64), "")?, "dq_part_addr")?;
-                let own_stage = kb.add(stage, kb.mul(env.consumer, kb.i32c(part as i64), "")?, "dq_part_stage")?;
-                let go = kb.and(issuer, kb.not(ordered_launch, "")?, "dq_part_issuer")?;
-                kb.if_then(go, "dq_bulk_part", |kb| {
-                    kb.bulk_reduce_add_f32(own_dst, own_stage, part)?;
-                    kb.bulk_commit_group()
-                })
-            }
             DqSplit::Columns | DqSplit::Rows => {
                 kb.named_bar_sync(DS_BAR, 128 * cfg.consumers)?;
                 let first = kb.icmp(IntPredicate::EQ, env.consumer, kb.i32c(0), "")?;

@@ -60,12 +60,9 @@ const PRODUCER_WAIT_HINT_NS: u32 = 10_000_000;
 const LOG2E: f64 = std::f64::consts::LOG2_E;
 /// Named barriers: `DS_BAR` (+ consumer with the key split) orders the dSᵀ stores before
 /// dQ's reads; `ORDER_BAR`, `ORDER_BAR + 1` order the two warpgroups' dQ adds in
-/// deterministic mode with the key split; `DQ_OWN_BAR` (+ consumer) orders a
-/// warpgroup's dQ staging stores before its own bulk reduce (`BwdConfig::own_reduce`).
-/// 0 is the CTA barrier.
+/// deterministic mode with the key split (0 is the CTA barrier).
 const DS_BAR: u32 = 1;
 const ORDER_BAR: u32 = 3;
-const DQ_OWN_BAR: u32 = 5;
 
 pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, cfg: &BwdConfig, name: &str) -> R<KernelInfo> {
     let params = tma_main_params(spec);
