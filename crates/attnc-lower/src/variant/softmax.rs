@@ -57,17 +57,6 @@ pub struct MaxUpdate<'ctx> {
     pub rescale: Option<IntValue<'ctx>>,
 }
 
-/// What a caller knows of the new row maxima of a tile.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NewMax {
-    /// A row may have seen no allowed key yet (its max −∞): the exponent base needs the
-    /// guard that makes it 0 then.
-    MayBeEmpty,
-    /// Every row's max is finite (an unmasked tile of raw scores): no guard, one select
-    /// and one register fewer per row.
-    Finite,
-}
-
 /// One tile's max update, given each row's old running max and the max including the
 /// tile (log2 units). With `threshold > 0` (FA4's conditional rescaling) the warp keeps
 /// its old bases unless some row grew by more than the threshold or left −∞, decided
@@ -77,7 +66,6 @@ pub fn max_update<'ctx>(
     old: &[FloatValue<'ctx>],
     new: &[FloatValue<'ctx>],
     threshold: f64,
-    range: NewMax,
 ) -> R<MaxUpdate<'ctx>> {
     let ninf = kb.f32c(f64::NEG_INFINITY);
     let rescale = if threshold > 0.0 {
@@ -99,15 +87,8 @@ pub fn max_update<'ctx>(
             Some(c) => kb.select_f(c, *m, *o, "m_base")?,
             None => *m,
         };
-        // With conditional rescaling a row that leaves −∞ forces the rescale, so the
-        // chosen max is the new one: finite when the new maxima are.
-        let base = match range {
-            NewMax::Finite => chosen,
-            NewMax::MayBeEmpty => {
-                let is_inf = kb.fcmp(FloatPredicate::OEQ, chosen, ninf, "")?;
-                kb.select_f(is_inf, kb.f32c(0.0), chosen, "m_safe")?
-            }
-        };
+        let is_inf = kb.fcmp(FloatPredicate::OEQ, chosen, ninf, "")?;
+        let base = kb.select_f(is_inf, kb.f32c(0.0), chosen, "m_safe")?;
         out.alphas.push(kb.ex2(kb.fsub(*o, base, "")?, "alpha")?);
         out.bases.push(base);
         out.maxes.push(chosen);

@@ -48,17 +48,10 @@ pub struct Config {
     pub keep_alive: bool,
     pub late_alpha: bool,
     pub split_mask: bool,
-    /// Walk the key tiles from the last to the first where only the key tail can be a
-    /// partial tile (no mask, no block mask): the tail then is the peeled first step and
-    /// the steady-state loop carries no mask branch, which lets ptxas keep the wait for
-    /// P·V inside the softmax (a branch between the two waits hoists it above).
-    pub tail_first: bool,
-    /// The consumer index made warp-uniform by a shuffle from lane 0, so the wgmma
-    /// descriptors derived from it stay in uniform registers.
+    /// The consumer index made warp-uniform by a shuffle from lane 0: ptxas then builds
+    /// Q's wgmma descriptors in uniform registers instead of moving them there for each
+    /// GEMM (ncu at d64: 8 `R2UR` per consumer warp and key tile; FA4 has none).
     pub uniform_consumer: bool,
-    /// Unmasked steps of raw scores take their new row maxima as finite (no −∞ guard on
-    /// the exponent base).
-    pub finite_max: bool,
     /// A partial tile's mask is evaluated into bit words while its `S = Q·Kᵀ` is in
     /// flight, and the softmax only tests bits: a mask over aux tensors has its loads
     /// under the GEMM and their values dead before S arrives (at 128-key tiles, applied
@@ -161,9 +154,10 @@ impl Config {
             // copy of the step (sweep, ptxas 13.5) at 60% of the PTX and of ptxas's time
             // (0.26 vs 0.43 s): the cold compile is what it decides.
             split_mask: false,
-            tail_first: false,
-            uniform_consumer: false,
-            finite_max: false,
+            // H100, 2026-11-27 (docs/results/2026-11-27-h100-fwd-loop-schedule/): d64
+            // non-causal +3-10%, d128 within noise, but d64 causal -8..-12% at 4k-16k (the
+            // mask's row positions then derive from the shuffled index): maskless only.
+            uniform_consumer: spec.mask.is_none(),
             mask_bits: mask_reads_aux,
             diag_no_softmax: false,
             exp2_emulation: 0.0,
@@ -207,9 +201,7 @@ impl Config {
                 "keep_alive" => self.keep_alive = n != 0,
                 "late_alpha" => self.late_alpha = n != 0,
                 "split_mask" => self.split_mask = n != 0,
-                "tail_first" => self.tail_first = n != 0,
                 "uniform_consumer" => self.uniform_consumer = n != 0,
-                "finite_max" => self.finite_max = n != 0,
                 "mask_bits" => self.mask_bits = n != 0,
                 "diag_no_softmax" => self.diag_no_softmax = n != 0,
                 "emulate_pct" => self.exp2_emulation = f64::from(n.min(100)) / 100.0,

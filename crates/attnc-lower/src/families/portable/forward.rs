@@ -27,7 +27,7 @@ use crate::variant::expr::{self as vexpr, VariantArgs};
 use crate::variant::layout::{
     batch_view, kv_row_offsets, packed_row, q_row_offset, row_tile_ranges, BatchView, LayoutArgs, Strides,
 };
-use crate::variant::softmax::{exp2_emulated, max_update, NewMax};
+use crate::variant::softmax::{exp2_emulated, max_update};
 use crate::variant::tiles::{KeyTiles, RowList};
 use attnc_ir::Spec;
 use inkwell::values::{FloatValue, IntValue};
@@ -542,7 +542,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
         // The exponent base per row: the new max, or with conditional rescaling the old
         // one unless some row of the warp grew by more than the threshold.
         let old: Vec<FloatValue<'ctx>> = self.row_max.iter().map(|m| kb.get_f(*m, "m_old")).collect::<R<_>>()?;
-        let upd = max_update(kb, &old, &new_max, opts.rescale_threshold, NewMax::MayBeEmpty)?;
+        let upd = max_update(kb, &old, &new_max, opts.rescale_threshold)?;
         for (slot, m) in self.row_max.iter().zip(&upd.maxes) {
             kb.set(*slot, *m)?;
         }

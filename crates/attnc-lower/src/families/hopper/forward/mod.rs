@@ -30,7 +30,7 @@ use crate::llvm::wgmma::WgmmaType;
 use crate::module::{Grid, KernelInfo, KernelRole, TmaBox};
 use crate::variant::expr::{self as vexpr, VariantArgs};
 use crate::variant::layout::{batch_view, packed_row, q_row_offset, row_tile_ranges, BatchView, LayoutArgs};
-use crate::variant::softmax::{exp2_emulated, max_update, NewMax};
+use crate::variant::softmax::{exp2_emulated, max_update};
 use crate::variant::tiles::{KeyTiles, RowList};
 use attnc_ir::{KvLayout, Spec};
 use inkwell::values::{FloatValue, IntValue};
@@ -395,10 +395,12 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         let cta = self.cta(kb)?;
         let tid = kb.opaque_i32(kb.sreg("tid.x", "")?, "tid")?;
         let consumer = kb.sub(kb.udiv(tid, kb.i32c(128), "")?, kb.i32c(1), "consumer")?;
-        // Warp-uniform by a shuffle from lane 0: ptxas then keeps what derives from it (the
-        // wgmma descriptors of Q) in uniform registers instead of moving it there per GEMM.
-        let consumer =
-            if self.cfg.uniform_consumer { kb.shfl_idx_i32(consumer, kb.i32c(0), "consumer")? } else { consumer };
+        // `uniform_consumer`: warp-uniform by a shuffle from lane 0, so ptxas keeps what
+        // derives from it (Q's wgmma descriptors) in uniform registers.
+        let consumer = match cfg.uniform_consumer {
+            true => kb.shfl_idx_i32(consumer, kb.i32c(0), "consumer")?,
+            false => consumer,
+        };
         let ltid = kb.and(tid, kb.i32c(127), "ltid")?;
         let q_smem = kb.add(
             cta.smem,
@@ -440,9 +442,8 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             // wait above the softmax.
             // Walk positions (`begin`, `t`) map to key tiles through the block mask's
             // list when there is one.
-            let first = self.walk_tile(kb, &tiles, begin, begin, end)?;
-            // Without a list, `unmasked` takes the tile itself.
-            let unmasked = tiles.unmasked(kb, if self.tail_first() { first } else { begin })?;
+            let unmasked = tiles.unmasked(kb, begin)?;
+            let first = tiles.tile_at(kb, begin)?;
             let first_bits = tiles.bits_slot(kb, begin)?;
             if cfg.split_mask {
                 kb.if_else(
@@ -455,48 +456,35 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                 self.first_step(kb, &env, &st, first, first_bits, Masking::Unless(unmasked))?;
             }
             let pos = kb.slot_i32("c_pos", kb.i32c(0))?;
-            if self.tail_first() {
-                // Walk position i (1..count) is key tile end - 1 - i, every one full: the loop
-                // carries its step's ring position alone and no mask branch.
-                let steps = kb.sub(kb.sub(end, begin, "")?, kb.i32c(1), "steps")?;
-                let below_tail = kb.sub(end, kb.i32c(2), "")?;
-                kb.for_range(kb.i32c(0), steps, "consume", |kb, p0| {
-                    let tile = kb.sub(below_tail, p0, "tile")?;
-                    self.step(kb, &env, &st, tile, kb.i32c(0), p0, Masking::None)
-                })?;
-                kb.set(pos, kb.smax(steps, kb.i32c(0), "")?)?;
-            } else {
-                let next0 = tiles.next_nonempty(kb, kb.add(begin, kb.i32c(1), "")?, end, "c_next")?;
-                let next = kb.slot_i32("c_next_tile", next0)?;
-                kb.while_loop(
-                    "consume",
-                    |kb| {
-                        let t = kb.get_i(next, "")?;
-                        kb.icmp(IntPredicate::SLT, t, end, "")
-                    },
-                    |kb| {
-                        let t = kb.get_i(next, "t")?;
-                        let p0 = kb.get_i(pos, "pos")?;
-                        let tile = tiles.tile_at(kb, t)?;
-                        let bits_slot = tiles.bits_slot(kb, t)?;
-                        if cfg.split_mask {
-                            let unmasked = tiles.unmasked(kb, t)?;
-                            kb.if_else(
-                                unmasked,
-                                "tile",
-                                |kb| self.step(kb, &env, &st, tile, bits_slot, p0, Masking::None),
-                                |kb| self.step(kb, &env, &st, tile, bits_slot, p0, Masking::Always),
-                            )?;
-                        } else {
-                            let unmasked = tiles.unmasked(kb, t)?;
-                            self.step(kb, &env, &st, tile, bits_slot, p0, Masking::Unless(unmasked))?;
-                        }
-                        kb.set(pos, kb.add(p0, kb.i32c(1), "")?)?;
-                        let n = tiles.next_nonempty(kb, kb.add(t, kb.i32c(1), "")?, end, "c_next")?;
-                        kb.set(next, n)
-                    },
-                )?;
-            }
+            let next0 = tiles.next_nonempty(kb, kb.add(begin, kb.i32c(1), "")?, end, "c_next")?;
+            let next = kb.slot_i32("c_next_tile", next0)?;
+            kb.while_loop(
+                "consume",
+                |kb| {
+                    let t = kb.get_i(next, "")?;
+                    kb.icmp(IntPredicate::SLT, t, end, "")
+                },
+                |kb| {
+                    let t = kb.get_i(next, "t")?;
+                    let p0 = kb.get_i(pos, "pos")?;
+                    let unmasked = tiles.unmasked(kb, t)?;
+                    let tile = tiles.tile_at(kb, t)?;
+                    let bits_slot = tiles.bits_slot(kb, t)?;
+                    if cfg.split_mask {
+                        kb.if_else(
+                            unmasked,
+                            "tile",
+                            |kb| self.step(kb, &env, &st, tile, bits_slot, p0, Masking::None),
+                            |kb| self.step(kb, &env, &st, tile, bits_slot, p0, Masking::Always),
+                        )?;
+                    } else {
+                        self.step(kb, &env, &st, tile, bits_slot, p0, Masking::Unless(unmasked))?;
+                    }
+                    kb.set(pos, kb.add(p0, kb.i32c(1), "")?)?;
+                    let n = tiles.next_nonempty(kb, kb.add(t, kb.i32c(1), "")?, end, "c_next")?;
+                    kb.set(next, n)
+                },
+            )?;
             kb.section("last tile: O += P.V")?;
             let p0 = kb.get_i(pos, "pos")?;
             let (slot0, par0) = self.ring(kb, p0)?;
@@ -523,30 +511,6 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             kb.if_then(first, "last_turn", |kb| kb.named_bar_sync(PINGPONG_BAR, 256))?;
         }
         self.epilogue(kb, &cta, &mut st, ltid, consumer)
-    }
-
-    /// Whether the walk goes from the last key tile to the first (`Config::tail_first`):
-    /// only where no tile but the key tail can be partial.
-    pub(super) fn tail_first(&self) -> bool {
-        self.cfg.tail_first && self.spec.mask.is_none() && !attnc_ir::block_mask::needs_block_mask(self.spec)
-    }
-
-    /// The key tile at walk position `pos` of the range `[begin, end)`: the range
-    /// backwards with `tail_first`, else [`KeyTiles::tile_at`]. The producer and the
-    /// consumers walk the same sequence.
-    pub(super) fn walk_tile(
-        &self,
-        kb: &Kb<'ctx>,
-        tiles: &KeyTiles<'_, 'ctx>,
-        pos: IntValue<'ctx>,
-        begin: IntValue<'ctx>,
-        end: IntValue<'ctx>,
-    ) -> R<IntValue<'ctx>> {
-        if self.tail_first() {
-            let last = kb.sub(kb.add(begin, end, "")?, kb.i32c(1), "")?;
-            return kb.sub(last, pos, "tail_first_tile");
-        }
-        tiles.tile_at(kb, pos)
     }
 
     fn pingpong(&self) -> bool {
@@ -878,12 +842,7 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         }
         let opts = spec.softmax;
         let old: Vec<FloatValue<'ctx>> = st.m.iter().map(|m| kb.get_f(*m, "m_old")).collect::<R<_>>()?;
-        // An unmasked tile of raw scores gives every row a finite max.
-        let range = match masked {
-            Masking::None if fused && cfg.finite_max => NewMax::Finite,
-            _ => NewMax::MayBeEmpty,
-        };
-        let upd = max_update(kb, &old, &new_max, opts.rescale_threshold, range)?;
+        let upd = max_update(kb, &old, &new_max, opts.rescale_threshold)?;
         for (slot, m) in st.m.iter().zip(&upd.maxes) {
             kb.set(*slot, *m)?;
         }

@@ -208,7 +208,7 @@ impl<'ctx> Kernel<'_, 'ctx> {
                 let p = kb.get_i(pos, "pos")?;
                 let (slot, parity) = self.ring(kb, p)?;
                 let free_parity = kb.xor(parity, kb.i32c(1), "free_parity")?;
-                body(kb, self.walk_tile(kb, tiles, t, begin, end)?, slot, free_parity)?;
+                body(kb, tiles.tile_at(kb, t)?, slot, free_parity)?;
                 let next = tiles.next_nonempty(kb, kb.add(t, kb.i32c(1), "")?, end, "p_next")?;
                 kb.set(tile, next)?;
                 kb.set(pos, kb.add(p, kb.i32c(1), "")?)
