@@ -52,8 +52,6 @@ pub struct Config {
     /// Q's wgmma descriptors in uniform registers instead of moving them there for each
     /// GEMM (ncu at d64: 8 `R2UR` per consumer warp and key tile; FA4 has none).
     pub uniform_consumer: bool,
-    /// Only Q's shared-memory base (its wgmma descriptors) from the warp-uniform index.
-    pub uniform_q: bool,
     /// A partial tile's mask is evaluated into bit words while its `S = Q·Kᵀ` is in
     /// flight, and the softmax only tests bits: a mask over aux tensors has its loads
     /// under the GEMM and their values dead before S arrives (at 128-key tiles, applied
@@ -160,7 +158,6 @@ impl Config {
             // non-causal +3-10%, d128 within noise, but d64 causal -8..-12% at 4k-16k (the
             // mask's row positions then derive from the shuffled index): maskless only.
             uniform_consumer: spec.mask.is_none(),
-            uniform_q: false,
             mask_bits: mask_reads_aux,
             diag_no_softmax: false,
             exp2_emulation: 0.0,
@@ -205,7 +202,6 @@ impl Config {
                 "late_alpha" => self.late_alpha = n != 0,
                 "split_mask" => self.split_mask = n != 0,
                 "uniform_consumer" => self.uniform_consumer = n != 0,
-                "uniform_q" => self.uniform_q = n != 0,
                 "mask_bits" => self.mask_bits = n != 0,
                 "diag_no_softmax" => self.diag_no_softmax = n != 0,
                 "emulate_pct" => self.exp2_emulation = f64::from(n.min(100)) / 100.0,

@@ -401,14 +401,10 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             true => kb.shfl_idx_i32(consumer, kb.i32c(0), "consumer")?,
             false => consumer,
         };
-        let q_consumer = match cfg.uniform_q {
-            true => kb.shfl_idx_i32(consumer, kb.i32c(0), "q_consumer")?,
-            false => consumer,
-        };
         let ltid = kb.and(tid, kb.i32c(127), "ltid")?;
         let q_smem = kb.add(
             cta.smem,
-            kb.add(kb.i32c(layout.q as i64), kb.mul(q_consumer, kb.i32c(layout.q_per_consumer as i64), "")?, "")?,
+            kb.add(kb.i32c(layout.q as i64), kb.mul(consumer, kb.i32c(layout.q_per_consumer as i64), "")?, "")?,
             "q_smem",
         )?;
         kb.section("load Q (cp.async, 128B swizzle)")?;
