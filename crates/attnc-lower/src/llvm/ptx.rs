@@ -145,6 +145,17 @@ impl<'ctx> Kb<'ctx> {
             .into_float_value())
     }
 
+    /// `bmsk.clamp.b32`: bits `[start, start + width)` of a word set (nothing past bit
+    /// 31; `start` ≥ 32 gives 0, `width` ≥ 32 every bit from `start`). Both operands are
+    /// unsigned: callers pass them non-negative.
+    pub fn bmsk_clamp(&self, start: IntValue<'ctx>, width: IntValue<'ctx>, name: &str) -> R<IntValue<'ctx>> {
+        let i = self.ctx.i32_type();
+        let ty = i.fn_type(&[i.into(), i.into()], false);
+        Ok(self
+            .asm(ty, "bmsk.clamp.b32 $0, $1, $2;", "=r,r,r", false, &[start.into(), width.into()], name)?
+            .into_int_value())
+    }
+
     /// `shfl.sync.idx.b32` over the full warp: `v` of lane `src`.
     pub fn shfl_idx_i32(&self, v: IntValue<'ctx>, src: IntValue<'ctx>, name: &str) -> R<IntValue<'ctx>> {
         let i = self.ctx.i32_type();

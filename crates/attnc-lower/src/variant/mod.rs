@@ -8,5 +8,6 @@ pub mod expr;
 pub mod grad;
 pub mod interval;
 pub mod layout;
+pub mod row_keys;
 pub mod softmax;
 pub mod tiles;

@@ -158,7 +158,11 @@ impl Config {
             // non-causal +3-10%, d128 within noise, but d64 causal -8..-12% at 4k-16k (the
             // mask's row positions then derive from the shuffled index): maskless only.
             uniform_consumer: spec.mask.is_none(),
-            mask_bits: mask_reads_aux,
+            // Causal and window masks as two bounds per row and a bit range per word
+            // (`variant::row_keys`): the partial tile's mask 271 -> 104 SASS instructions
+            // between the waits at d64 causal; H100, 2026-11-27
+            // (docs/results/2026-11-27-h100-fwd-row-keys/): d64 causal 1k +2%, the rest within noise.
+            mask_bits: mask_reads_aux || crate::variant::row_keys::RowKeys::of(spec).is_some(),
             diag_no_softmax: false,
             exp2_emulation: 0.0,
             // Measured with ptxas 13.5 (0 spills): the gather producer with causal, GQA

@@ -4,6 +4,7 @@
 use super::{Cta, Kernel, Masking, ROWS_PER_CONSUMER};
 use crate::llvm::kb::{Kb, Slot, R};
 use crate::variant::expr as vexpr;
+use crate::variant::row_keys::{range_word, RowKeys};
 use crate::variant::tiles::RowList;
 use inkwell::values::IntValue;
 use inkwell::IntPredicate;
@@ -40,6 +41,21 @@ impl<'ctx> Kernel<'_, 'ctx> {
             let n0 = kb.mul(t, kb.i32c(cfg.block_n as i64), "n0")?;
             let quad_col = kb.and(ltid, kb.i32c(3), "")?;
             let col_base = kb.add(n0, kb.mul(quad_col, kb.i32c(2), "")?, "")?;
+            // A causal bound and/or a window: each row's keys are one interval, each word
+            // one bit range (`variant::row_keys`). Not under a context-parallel frame,
+            // whose positions are global.
+            if let (Some(keys), None) = (RowKeys::of(spec), &cta.va.frame) {
+                let words_per_row = cfg.block_n.div_ceil(32);
+                let mut acc = Vec::with_capacity(words);
+                for row in rows {
+                    let (lo, hi) = keys.emit(kb, row.q, cta.bv.seqlen_q, cta.bv.seqlen_k)?;
+                    for w in 0..words_per_row {
+                        let base = kb.add(col_base, kb.i32c(32 * w as i64), "word_col")?;
+                        acc.push(range_word(kb, base, lo, hi)?);
+                    }
+                }
+                return Ok(acc);
+            }
             let predicate = spec.mask.to_predicate();
             let mut acc = vec![kb.i32c(0); words];
             for idx in 0..(cfg.block_n / 2) as usize {

@@ -1,0 +1,233 @@
+//! The keys one query row may see, as one interval, for masks made only of a causal
+//! bound and a window (no predicate): a partial tile's mask then is two bounds per row
+//! and a bit range per word instead of a test per element.
+
+use crate::llvm::kb::{Kb, R};
+use attnc_ir::{Align, Spec};
+use inkwell::values::IntValue;
+
+/// A mask whose allowed keys for query `q` are `lo(q) ..= hi(q)` (and `k < seqlen_k`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowKeys {
+    causal: Option<Align>,
+    left: Option<(u64, Align)>,
+    right: Option<(u64, Align)>,
+}
+
+/// The largest window side taken as an interval (validation rejects larger ones): the
+/// reference adds window sides to positions in wrapping i32 arithmetic, which an i64
+/// interval matches only while no sum wraps.
+const MAX_SIDE: u64 = attnc_ir::MAX_WINDOW;
+
+impl RowKeys {
+    /// The interval form of `spec`'s mask, when it has one: a causal bound and/or a window
+    /// and nothing else.
+    pub fn of(spec: &Spec) -> Option<RowKeys> {
+        let m = &spec.mask;
+        if m.predicate.is_some() || (m.causal.is_none() && m.window.is_none()) {
+            return None;
+        }
+        let w = m.window;
+        if w.is_some_and(|w| w.left.is_some_and(|l| l > MAX_SIDE) || w.right.is_some_and(|r| r > MAX_SIDE)) {
+            return None;
+        }
+        Some(RowKeys {
+            causal: m.causal,
+            left: w.and_then(|w| w.left.map(|l| (l, w.align))),
+            right: w.and_then(|w| w.right.map(|r| (r, w.align))),
+        })
+    }
+
+    /// The allowed keys of query `q`, `lo ..= hi` (i32; `lo` in `0 ..= seqlen_k`, `hi` in
+    /// `−2 .. seqlen_k`, so differences of them and of key positions stay inside i32;
+    /// empty when `hi < lo`).
+    pub fn emit<'ctx>(
+        &self,
+        kb: &Kb<'ctx>,
+        q: IntValue<'ctx>,
+        seqlen_q: IntValue<'ctx>,
+        seqlen_k: IntValue<'ctx>,
+    ) -> R<(IntValue<'ctx>, IntValue<'ctx>)> {
+        let q64 = kb.sext64(q, "q64")?;
+        let sk = kb.sext64(seqlen_k, "")?;
+        let shift = kb.sub(sk, kb.sext64(seqlen_q, "")?, "")?;
+        let diag = |align: Align| -> R<IntValue<'ctx>> {
+            match align {
+                Align::TopLeft => Ok(q64),
+                Align::BottomRight => kb.add(q64, shift, "diag"),
+            }
+        };
+        let mut hi = kb.sub(sk, kb.i64c(1), "")?;
+        if let Some(a) = self.causal {
+            hi = kb.smin(hi, diag(a)?, "")?;
+        }
+        if let Some((r, a)) = self.right {
+            hi = kb.smin(hi, kb.add(diag(a)?, kb.i64c(r as i64), "")?, "")?;
+        }
+        let mut lo = kb.i64c(0);
+        if let Some((l, a)) = self.left {
+            lo = kb.smax(lo, kb.sub(diag(a)?, kb.i64c(l as i64), "")?, "")?;
+        }
+        // Into i32 without changing the interval's meaning for keys 0 .. seqlen_k.
+        let lo = kb.smin(lo, sk, "")?;
+        let hi = kb.smax(hi, kb.i64c(-2), "")?;
+        Ok((kb.trunc32(lo, "row_key_lo")?, kb.trunc32(hi, "row_key_hi")?))
+    }
+}
+
+/// The bits `j` (0..32) of a word whose column `base + j` lies in `lo ..= hi` (all i32,
+/// `hi − lo` and `lo − base`, `hi − base` inside i32).
+pub fn range_word<'ctx>(
+    kb: &Kb<'ctx>,
+    base: IntValue<'ctx>,
+    lo: IntValue<'ctx>,
+    hi: IntValue<'ctx>,
+) -> R<IntValue<'ctx>> {
+    let start = kb.smax(kb.sub(lo, base, "")?, kb.i32c(0), "bits_start")?;
+    let end = kb.sub(kb.add(hi, kb.i32c(1), "")?, base, "")?;
+    let width = kb.smax(kb.sub(end, start, "")?, kb.i32c(0), "bits_width")?;
+    kb.bmsk_clamp(start, width, "range_word")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use attnc_ir::eval::{eval, Env};
+    use attnc_ir::{Mask, Window};
+
+    impl RowKeys {
+        /// [`RowKeys::emit`]'s arithmetic on the host.
+        fn host(&self, q: i32, seqlen_q: i32, seqlen_k: i32) -> (i32, i32) {
+            let (q, sk) = (i64::from(q), i64::from(seqlen_k));
+            let diag = |a: Align| match a {
+                Align::TopLeft => q,
+                Align::BottomRight => q + sk - i64::from(seqlen_q),
+            };
+            let mut hi = sk - 1;
+            if let Some(a) = self.causal {
+                hi = hi.min(diag(a));
+            }
+            if let Some((r, a)) = self.right {
+                hi = hi.min(diag(a) + r as i64);
+            }
+            let mut lo = 0;
+            if let Some((l, a)) = self.left {
+                lo = lo.max(diag(a) - l as i64);
+            }
+            (lo.min(sk) as i32, hi.max(-2) as i32)
+        }
+    }
+
+    /// `bmsk.clamp.b32` as the PTX ISA defines it.
+    fn bmsk_clamp(a: u32, b: u32) -> u32 {
+        let a1 = a & 31;
+        let b1 = b & 31;
+        let mask0 = if a >= 32 { 0 } else { u32::MAX << a1 };
+        let sum = a1 + b1;
+        let mask1 = if sum >= 32 || b >= 32 {
+            0
+        } else if b1 == 0 {
+            u32::MAX
+        } else {
+            u32::MAX << sum
+        };
+        mask0 & !mask1
+    }
+
+    /// [`range_word`]'s arithmetic on the host, through the instruction's definition.
+    fn range_word_model(base: i32, lo: i32, hi: i32) -> u32 {
+        let start = (lo - base).max(0);
+        let width = (hi + 1 - base - start).max(0);
+        bmsk_clamp(start as u32, width as u32)
+    }
+
+    struct Rng(u64);
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+    }
+
+    /// Each word has exactly the bits of the columns inside the interval, for intervals
+    /// before, across and past the word, empty ones included.
+    #[test]
+    fn a_range_word_sets_the_columns_inside_the_interval() {
+        for base in [0, 5, 32, 96, 1000] {
+            for lo in base - 40..base + 70 {
+                for hi in [lo - 2, lo - 1, lo, lo + 1, lo + 7, lo + 31, lo + 32, lo + 100, base + 31, base - 1] {
+                    let want = (0..32).filter(|&j| (lo..=hi).contains(&(base + j))).fold(0u32, |w, j| w | 1 << j);
+                    assert_eq!(range_word_model(base, lo, hi), want, "base {base} lo {lo} hi {hi}");
+                }
+            }
+        }
+    }
+
+    /// Key k is in a row's interval exactly when the mask's reference predicate allows it
+    /// (and k < seqlen_k), for causal bounds, windows and both, either alignment.
+    #[test]
+    fn row_intervals_allow_what_the_reference_mask_allows() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let side = |rng: &mut Rng| match rng.below(3) {
+            0 => None,
+            _ => Some(rng.below(40)),
+        };
+        let align = |rng: &mut Rng| if rng.below(2) == 0 { Align::TopLeft } else { Align::BottomRight };
+        let mut checked = 0;
+        for _ in 0..400 {
+            let mut spec = Spec::new("row_keys", 64, 4);
+            let causal = if rng.below(2) == 0 { Some(align(&mut rng)) } else { None };
+            let (left, right) = (side(&mut rng), side(&mut rng));
+            let window = (left.is_some() || right.is_some()).then(|| Window { left, right, align: align(&mut rng) });
+            spec.mask = Mask { causal, window, predicate: None };
+            let Some(keys) = RowKeys::of(&spec) else {
+                assert!(spec.mask.is_none());
+                continue;
+            };
+            let pred = spec.mask.to_predicate().expect("a mask");
+            let (sq, sk) = (1 + rng.below(70) as i32, 1 + rng.below(70) as i32);
+            for q in 0..sq {
+                let (lo, hi) = keys.host(q, sq, sk);
+                for k in 0..sk {
+                    let env = Env {
+                        b: 0,
+                        h: 0,
+                        hkv: 0,
+                        q,
+                        k,
+                        score: 0.0,
+                        seqlen_q: sq,
+                        seqlen_k: sk,
+                        q_heads: 4,
+                        kv_heads: 4,
+                        params: &[],
+                        aux: &[],
+                    };
+                    let allowed = eval(&spec, &pred, &env).as_bool();
+                    assert_eq!((lo..=hi).contains(&k), allowed, "{:?} sq {sq} sk {sk} q {q} k {k}", spec.mask);
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 100_000);
+    }
+
+    /// Predicates and huge windows keep the per-element test.
+    #[test]
+    fn only_causal_and_window_masks_are_intervals() {
+        let mut spec = Spec::new("row_keys", 64, 4);
+        assert_eq!(RowKeys::of(&spec), None);
+        spec.mask.window = Some(Window { left: Some(1 << 31), right: None, align: Align::TopLeft });
+        assert_eq!(RowKeys::of(&spec), None);
+        spec.mask.window = Some(Window { left: Some(4096), right: Some(0), align: Align::TopLeft });
+        assert!(RowKeys::of(&spec).is_some());
+        spec.mask.predicate = Some(attnc_ir::Expr::binary(
+            attnc_ir::BinOp::Lt,
+            attnc_ir::Expr::var(attnc_ir::Var::K),
+            attnc_ir::Expr::int(7),
+        ));
+        assert_eq!(RowKeys::of(&spec), None);
+    }
+}
