@@ -55,7 +55,8 @@ pub struct Config {
     /// A partial tile's mask is evaluated into bit words while its `S = Q·Kᵀ` is in
     /// flight, and the softmax only tests bits: a mask over aux tensors has its loads
     /// under the GEMM and their values dead before S arrives (at 128-key tiles, applied
-    /// after S the 32 column reads per thread spilled 88 bytes).
+    /// after S the 32 column reads per thread spilled 88 bytes); a causal or window mask
+    /// is two bounds per row and a bit range per word (`variant::row_keys`).
     pub mask_bits: bool,
     /// Diagnostics only (wrong results): skip the softmax, P = S, to time the GEMMs and
     /// the pipeline alone. Never set by `for_spec`; only `ATTNC_HOPPER_TUNE=diag_no_softmax=1`.
