@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# A/B of configuration overrides on the GPU, one binary, one command: runs
+# `attnc bench --suites SUITE` once per LABEL in turn, ROUNDS times (default 2), each with
+# its environment, and writes OUT/<suite>_<label>_<round>.json (+ .txt).
+#
+# Usage: scripts/dev/ab_tune.sh SUITE OUT 'def=' 'own=ATTNC_HOPPER_BWD_TUNE=dq_own_reduce=1' ...
+#   SUITE   prefill or backward (any `attnc bench --suites` value)
+#   LABEL=ENV  ENV is empty or VAR=VALUE (one variable), e.g. ATTNC_HOPPER_TUNE=split_mask=1
+# Then: python3 scripts/dev/ab_compare.py OUT SUITE BASE_LABEL
+set -uo pipefail
+SUITE=$1; OUT=$2; shift 2
+ROUNDS=${ROUNDS:-2}
+ATTNC=${ATTNC:-attnc}
+mkdir -p "$OUT"
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null; date -u; } > "$OUT/device.txt"
+for round in $(seq 1 "$ROUNDS"); do
+  for pair in "$@"; do
+    label=${pair%%=*}; envset=${pair#*=}
+    if [ -n "$envset" ]; then
+      env "$envset" "$ATTNC" bench --suites "$SUITE" --json "$OUT/${SUITE}_${label}_${round}.json" > "$OUT/${SUITE}_${label}_${round}.txt" 2>&1
+    else
+      "$ATTNC" bench --suites "$SUITE" --json "$OUT/${SUITE}_${label}_${round}.json" > "$OUT/${SUITE}_${label}_${round}.txt" 2>&1
+    fi
+    echo "$label round $round rc $? $(date -u)" >> "$OUT/device.txt"
+  done
+done
