@@ -75,6 +75,47 @@ impl RowKeys {
     }
 }
 
+impl RowKeys {
+    /// The transposed interval: the queries that may see key `k`, `lo ..= hi` (the bounds
+    /// are monotone in q, so they are one interval too; `hi` at most `seqlen_q − 1` and
+    /// below `lo` when `k` is past `seqlen_k`; `lo` in `0 ..= seqlen_q`, `hi` ≥ −2).
+    pub fn emit_queries<'ctx>(
+        &self,
+        kb: &Kb<'ctx>,
+        k: IntValue<'ctx>,
+        seqlen_q: IntValue<'ctx>,
+        seqlen_k: IntValue<'ctx>,
+    ) -> R<(IntValue<'ctx>, IntValue<'ctx>)> {
+        let k64 = kb.sext64(k, "k64")?;
+        let sq = kb.sext64(seqlen_q, "")?;
+        let shift = kb.sub(kb.sext64(seqlen_k, "")?, sq, "")?;
+        // diag(q) = q + shift(align): q as a function of a bound on diag.
+        let q_of = |diag: IntValue<'ctx>, align: Align| -> R<IntValue<'ctx>> {
+            match align {
+                Align::TopLeft => Ok(diag),
+                Align::BottomRight => kb.sub(diag, shift, "q_of_diag"),
+            }
+        };
+        let mut lo = kb.i64c(0);
+        let mut hi = kb.sub(sq, kb.i64c(1), "")?;
+        if let Some(a) = self.causal {
+            lo = kb.smax(lo, q_of(k64, a)?, "")?;
+        }
+        if let Some((r, a)) = self.right {
+            lo = kb.smax(lo, q_of(kb.sub(k64, kb.i64c(r as i64), "")?, a)?, "")?;
+        }
+        if let Some((l, a)) = self.left {
+            hi = kb.smin(hi, q_of(kb.add(k64, kb.i64c(l as i64), "")?, a)?, "")?;
+        }
+        // A key past seqlen_k sees no query.
+        let outside = kb.icmp(inkwell::IntPredicate::SGE, k, seqlen_k, "key_outside")?;
+        hi = kb.select_i(outside, kb.i64c(-2), hi, "")?;
+        let lo = kb.smin(lo, sq, "")?;
+        let hi = kb.smax(hi, kb.i64c(-2), "")?;
+        Ok((kb.trunc32(lo, "key_query_lo")?, kb.trunc32(hi, "key_query_hi")?))
+    }
+}
+
 /// The bits `j` (0..32) of a word whose column `base + j` lies in `lo ..= hi` (all i32,
 /// `hi − lo` and `lo − base`, `hi − base` inside i32).
 pub fn range_word<'ctx>(
@@ -115,6 +156,30 @@ mod tests {
                 lo = lo.max(diag(a) - l as i64);
             }
             (lo.min(sk) as i32, hi.max(-2) as i32)
+        }
+
+        /// [`RowKeys::emit_queries`]'s arithmetic on the host.
+        fn host_queries(&self, k: i32, seqlen_q: i32, seqlen_k: i32) -> (i32, i32) {
+            let (k, sq) = (i64::from(k), i64::from(seqlen_q));
+            let shift = i64::from(seqlen_k) - sq;
+            let q_of = |diag: i64, a: Align| match a {
+                Align::TopLeft => diag,
+                Align::BottomRight => diag - shift,
+            };
+            let (mut lo, mut hi) = (0, sq - 1);
+            if let Some(a) = self.causal {
+                lo = lo.max(q_of(k, a));
+            }
+            if let Some((r, a)) = self.right {
+                lo = lo.max(q_of(k - r as i64, a));
+            }
+            if let Some((l, a)) = self.left {
+                hi = hi.min(q_of(k + l as i64, a));
+            }
+            if k >= i64::from(seqlen_k) {
+                hi = -2;
+            }
+            (lo.min(sq) as i32, hi.max(-2) as i32)
         }
     }
 
@@ -188,9 +253,11 @@ mod tests {
             };
             let pred = spec.mask.to_predicate().expect("a mask");
             let (sq, sk) = (1 + rng.below(70) as i32, 1 + rng.below(70) as i32);
-            for q in 0..sq {
+            // Keys and queries up to 3 past their lengths: the transposed interval must
+            // exclude both, the row interval the keys (rows past seqlen_q are not masked).
+            for q in 0..sq + 3 {
                 let (lo, hi) = keys.host(q, sq, sk);
-                for k in 0..sk {
+                for k in 0..sk + 3 {
                     let env = Env {
                         b: 0,
                         h: 0,
@@ -205,8 +272,13 @@ mod tests {
                         params: &[],
                         aux: &[],
                     };
-                    let allowed = eval(&spec, &pred, &env).as_bool();
-                    assert_eq!((lo..=hi).contains(&k), allowed, "{:?} sq {sq} sk {sk} q {q} k {k}", spec.mask);
+                    let allowed = k < sk && eval(&spec, &pred, &env).as_bool();
+                    if q < sq {
+                        assert_eq!((lo..=hi).contains(&k), allowed, "{:?} sq {sq} sk {sk} q {q} k {k}", spec.mask);
+                    }
+                    let (qlo, qhi) = keys.host_queries(k, sq, sk);
+                    let seen = allowed && q < sq;
+                    assert_eq!((qlo..=qhi).contains(&q), seen, "{:?} sq {sq} sk {sk} q {q} k {k} (queries)", spec.mask);
                     checked += 1;
                 }
             }

@@ -428,6 +428,10 @@ pub struct BwdConfig {
     /// behind the tensor cores' shared-memory reads (ncu: the first exponent's FFMA
     /// waiting on them, 5.6% of the d128 samples).
     pub rows_early: bool,
+    /// A causal or window mask's partial tiles from one interval of queries per key row
+    /// (`variant::row_keys`: two comparisons per element) instead of the mask's expression
+    /// per element.
+    pub row_keys: bool,
     pub producer_regs: u32,
     pub consumer_regs: u32,
     /// Diagnostics only (wrong results; never set by `for_spec`, only through
@@ -549,6 +553,7 @@ impl BwdConfig {
             p_f32_for_ds: spec.score_mod.is_none()
                 && !(spec.head_dim_qk == 64 && spec.kv_heads < spec.q_heads && spec.mask.is_none()),
             rows_early: false,
+            row_keys: false,
             producer_regs: 24,
             consumer_regs: 240,
             diag: BwdDiag::default(),
@@ -560,7 +565,7 @@ impl BwdConfig {
     /// values are ignored): `stages`, `block_m` (64, or 128 with a one-tile split),
     /// `producer_regs`, `consumer_regs`, `dq_split` (0 columns, 1 keys, 2 rows),
     /// `dp_with_s`, `dq_under_dk`, `rotate_walk`, `exp2_emulate_every`, `dq_bulk`,
-    /// `ordered`, `mask_bits`, `aux_grads`, `p_in_smem`, `p_f32_for_ds`, `rows_early`, and the diagnostics
+    /// `ordered`, `mask_bits`, `aux_grads`, `p_in_smem`, `p_f32_for_ds`, `rows_early`, `row_keys`, and the diagnostics
     /// `diag_no_dq_red`, `diag_no_dq`, `diag_no_softmax`, `diag_dq_half`, `diag_dq_no_stage`,
     /// `diag_dq_no_wait`, `diag_dq_no_fence`, `diag_ds_no_store`.
     pub fn tuned(mut self, text: &str) -> BwdConfig {
@@ -590,6 +595,7 @@ impl BwdConfig {
                 "p_in_smem" => self.p_in_smem = n != 0,
                 "p_f32_for_ds" => self.p_f32_for_ds = n != 0,
                 "rows_early" => self.rows_early = n != 0,
+                "row_keys" => self.row_keys = n != 0,
                 "diag_no_dq_red" => self.diag.no_dq_red = n != 0,
                 "diag_no_dq" => self.diag.no_dq = n != 0,
                 "diag_no_softmax" => self.diag.no_softmax = n != 0,
