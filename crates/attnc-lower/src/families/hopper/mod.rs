@@ -318,6 +318,36 @@ mod tests {
         assert_eq!(fwd.kernels.iter().find(|k| k.role == KernelRole::Forward).map(|k| k.block_n), Some(128));
     }
 
+    /// Causal and window masks build a partial tile's forward mask from two bounds per row
+    /// (one `bmsk` per word, `variant::row_keys`); a predicate keeps the per-element test;
+    /// the backward does so only with `row_keys`. Maskless forwards take the warp-uniform
+    /// consumer index, masked ones not (`Config::uniform_consumer`).
+    #[test]
+    fn interval_masks_build_their_bits_by_ranges() {
+        let fwd = |text: &str| {
+            let spec = attnc_dsl::parse_named("m.attn", text).expect("parses");
+            (Config::for_spec(&spec), Hopper.compile(&spec, Arch::Sm90a, Direction::Forward).expect("compiles").ptx)
+        };
+        let head = "attention m {\n dtype bf16\n head_dim 64\n heads 8\n";
+        for mask in ["mask causal", "mask causal && window(left=100)", "mask window(left=50, right=7)"] {
+            let (cfg, ptx) = fwd(&format!("{head} {mask}\n}}\n"));
+            assert!(cfg.mask_bits && !cfg.uniform_consumer, "{mask}");
+            assert!(ptx.contains("bmsk.clamp.b32"), "{mask}: the words by bit ranges");
+            assert!(!ptx.contains("shfl.sync.idx"), "{mask}: the plain consumer index");
+        }
+        let (cfg, ptx) = fwd(&format!("{head} mask k <= q || k < 16\n}}\n"));
+        assert!(!cfg.mask_bits && !ptx.contains("bmsk"), "a predicate is tested per element");
+        let (cfg, ptx) = fwd(&format!("{head}}}\n"));
+        assert!(cfg.uniform_consumer && ptx.contains("shfl.sync.idx.b32"), "maskless: the uniform index");
+        let spec = attnc_dsl::parse_named("m.attn", &format!("{head} mask causal\n}}\n")).expect("parses");
+        let bwd = |tune: &str| {
+            let cfg = BwdConfig::for_spec(&spec).tuned(tune);
+            let m = compile_backward_with_config(&spec, Arch::Sm90a, &cfg).expect("compiles");
+            m.ptx.contains("bmsk.clamp.b32")
+        };
+        assert!(!bwd("") && bwd("row_keys=1"), "the backward's ranges only with row_keys");
+    }
+
     /// Paged K/V whose pages TMA boxes follow loads by TMA (one box per page, or one
     /// inside the page), the block table read by a lane window and shuffled, the tail
     /// tile's V zeroed past seqlen_k behind its own barrier; page 1 still gathers. The
