@@ -130,6 +130,36 @@ pub fn range_word<'ctx>(
     kb.bmsk_clamp(start, width, "range_word")
 }
 
+/// The wgmma accumulator's columns of one row, as a thread holds them: element `t` (the
+/// `t`-th of the row in fragment order) is column `8 (t / 2) + t % 2` past the thread's
+/// first (pairs of adjacent columns, 8 apart). Monotone in `t`, so the elements whose
+/// columns lie in an interval are an interval of `t`.
+pub fn pair_column(t: u32) -> u32 {
+    8 * (t / 2) + t % 2
+}
+
+/// How many of a row's fragment elements ([`pair_column`]) have a column below `x` (x ≥ 0).
+fn pair_count<'ctx>(kb: &Kb<'ctx>, x: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+    let groups = kb.lshr(x, kb.i32c(3), "")?;
+    let rest = kb.smin(kb.and(x, kb.i32c(7), "")?, kb.i32c(2), "")?;
+    kb.add(kb.shl(groups, kb.i32c(1), "")?, rest, "pair_count")
+}
+
+/// The bits `t` (0..32) of a row's fragment elements `32 w + t` (in [`pair_column`] order)
+/// whose column past the thread's first lies in `lo ..= hi` (relative, any i32 with
+/// `hi − lo` inside i32): one word holds 32 elements, 128 columns, where a word of
+/// columns ([`range_word`]) holds 32 columns and 8 elements.
+pub fn pair_word<'ctx>(kb: &Kb<'ctx>, w: u32, lo: IntValue<'ctx>, hi: IntValue<'ctx>) -> R<IntValue<'ctx>> {
+    // Clamped into 0 ..= 256 (a row has at most 64 elements, columns below 256).
+    let clamp = |x: IntValue<'ctx>| -> R<IntValue<'ctx>> { kb.smin(kb.smax(x, kb.i32c(0), "")?, kb.i32c(256), "") };
+    let first = pair_count(kb, clamp(lo)?)?;
+    let end = pair_count(kb, clamp(kb.add(hi, kb.i32c(1), "")?)?)?;
+    let start = kb.smax(kb.sub(first, kb.i32c(32 * w as i64), "")?, kb.i32c(0), "pair_start")?;
+    let stop = kb.sub(end, kb.i32c(32 * w as i64), "")?;
+    let width = kb.smax(kb.sub(stop, start, "")?, kb.i32c(0), "pair_width")?;
+    kb.bmsk_clamp(start, width, "pair_word")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,6 +227,32 @@ mod tests {
             u32::MAX << sum
         };
         mask0 & !mask1
+    }
+
+    /// [`pair_word`]'s arithmetic on the host, through the instruction's definition.
+    fn pair_word_model(w: u32, lo: i32, hi: i32) -> u32 {
+        let count = |x: i32| 2 * (x >> 3) + (x & 7).min(2);
+        let first = count(lo.clamp(0, 256));
+        let end = count((hi + 1).clamp(0, 256));
+        let start = (first - 32 * w as i32).max(0);
+        let width = (end - 32 * w as i32 - start).max(0);
+        bmsk_clamp(start as u32, width as u32)
+    }
+
+    /// A pair word has exactly the bits of the elements whose column is inside the
+    /// interval, for both words of a 64-element row.
+    #[test]
+    fn a_pair_word_sets_the_elements_inside_the_interval() {
+        for w in 0..2u32 {
+            for lo in -20..280 {
+                for hi in [lo - 2, lo - 1, lo, lo + 1, lo + 6, lo + 8, lo + 9, lo + 30, lo + 200, 300, -5] {
+                    let want = (0..32u32)
+                        .filter(|&t| (lo..=hi).contains(&(pair_column(32 * w + t) as i32)))
+                        .fold(0u32, |acc, t| acc | 1 << t);
+                    assert_eq!(pair_word_model(w, lo, hi), want, "w {w} lo {lo} hi {hi}");
+                }
+            }
+        }
     }
 
     /// [`range_word`]'s arithmetic on the host, through the instruction's definition.

@@ -429,8 +429,8 @@ pub struct BwdConfig {
     /// waiting on them, 5.6% of the d128 samples).
     pub rows_early: bool,
     /// A causal or window mask's partial tiles from one interval of queries per key row
-    /// (`variant::row_keys`: two comparisons per element) instead of the mask's expression
-    /// per element.
+    /// (`variant::row_keys`: a `bmsk` per key row and 32 elements) instead of the mask's
+    /// expression per element. Not yet run on a GPU.
     pub row_keys: bool,
     pub producer_regs: u32,
     pub consumer_regs: u32,

@@ -46,7 +46,7 @@ use crate::module::{Grid, KernelInfo, KernelRole};
 use crate::variant::expr as vexpr;
 use crate::variant::grad::ScoreGrad;
 use crate::variant::layout::kv_row_offsets;
-use crate::variant::row_keys::{range_word, RowKeys};
+use crate::variant::row_keys::{pair_word, RowKeys};
 use crate::variant::tiles::{walk_key_tiles, BlockListArgs, QueryPair, QueryTiles};
 use attnc_ir::block_mask::{needs_block_mask, HeadSlots};
 use attnc_ir::Spec;
@@ -595,27 +595,25 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         RowKeys::of(self.spec).filter(|_| self.cfg.row_keys && cta.va.frame.is_none())
     }
 
-    /// What `mask_bits` hands the softmax per thread: dense mask words (element `idx` at
-    /// bit `idx % 32` of word `idx / 32`), or with `row_keys` each key row's first and
-    /// last query relative to the thread's first query column (4 values: the column
-    /// words, `block_m / 32` per row, are built from them after the Sᵀ wait, so only the
-    /// bounds stay live across it).
+    /// Mask words per thread: dense (element `idx` at bit `idx % 32` of word `idx / 32`),
+    /// or with `row_keys` each key row's own (`pair_word`: its `block_m / 4` elements in
+    /// fragment order, 32 a word).
     fn mask_words(&self) -> usize {
         let elems = (self.cfg.block_m / 2) as usize;
         match RowKeys::of(self.spec).filter(|_| self.cfg.row_keys) {
-            Some(_) => 4,
+            Some(_) => 2 * self.cfg.block_m.div_ceil(64) as usize,
             None => elems.div_ceil(32),
         }
     }
 
-    /// Where element `idx`'s bit is: word and bit of the dense words, or of the column
-    /// words built from the row keys' bounds (key row `idx % 4 / 2`, bit = the column).
+    /// Where element `idx`'s bit is in the mask words ([`Bwd::mask_words`]): with row
+    /// keys, key row `idx % 4 / 2`, its element `t = 2 (idx / 4) + idx % 2`.
     fn mask_bit_of(&self, cta: &Cta<'ctx>, idx: usize) -> (usize, u32) {
         match self.row_keys(cta) {
             Some(_) => {
-                let col = col_in_tile(idx) as usize;
-                let per_row = self.cfg.block_m.div_ceil(32) as usize;
-                ((idx % 4) / 2 * per_row + col / 32, (col % 32) as u32)
+                let t = 2 * (idx / 4) + idx % 2;
+                let per_row = self.cfg.block_m.div_ceil(64) as usize;
+                ((idx % 4) / 2 * per_row + t / 32, (t % 32) as u32)
             }
             None => (idx / 32, (idx % 32) as u32),
         }
@@ -669,17 +667,19 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             // of queries; an element's bit is two comparisons of its column with the
             // row's bounds. Not under a context-parallel frame, whose positions are global.
             if let Some(keys) = self.row_keys(cta) {
-                // Each key row's query bounds, relative to the thread's first query column
-                // (`Bwd::mask_words`): the words are built where they are read.
+                // Each key row's queries as bounds relative to the thread's first query
+                // column, then its elements' bits as one range per word (`pair_word`).
                 let q_base = kb.add(m0, pos.col0, "q_base")?;
-                let mut bounds = Vec::new();
+                let mut words = Vec::new();
                 for half in 0..2 {
                     let key = kb.add(pos.key0, kb.i32c(8 * half), "key")?;
                     let (lo, hi) = keys.emit_queries(kb, key, cta.bv.seqlen_q, cta.bv.seqlen_k)?;
-                    bounds.push(kb.sub(lo, q_base, "col_lo")?);
-                    bounds.push(kb.sub(hi, q_base, "col_hi")?);
+                    let (lo, hi) = (kb.sub(lo, q_base, "col_lo")?, kb.sub(hi, q_base, "col_hi")?);
+                    for w in 0..self.cfg.block_m.div_ceil(64) {
+                        words.push(pair_word(kb, w, lo, hi)?);
+                    }
                 }
-                return bits.iter().zip(bounds).try_for_each(|(slot, b)| kb.set(*slot, b));
+                return bits.iter().zip(words).try_for_each(|(slot, w)| kb.set(*slot, w));
             }
             let predicate = spec.mask.to_predicate();
             store_words(kb, &mut |kb, idx| {
@@ -805,23 +805,9 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let partial = kb.not(unmasked, "partial_tile")?;
         kb.if_then(partial, "mask_tile", |kb| {
             kb.section("mask (partial tile): P = 0 where the bit is clear")?;
-            // Row keys: the words from each key row's bounds, one bit range per word.
-            let words = match self.row_keys(cta) {
-                Some(_) => {
-                    let per_row = self.cfg.block_m.div_ceil(32);
-                    let mut words = Vec::new();
-                    for bounds in mask_bits.chunks(2) {
-                        for w in 0..per_row {
-                            words.push(range_word(kb, kb.i32c(32 * w as i64), bounds[0], bounds[1])?);
-                        }
-                    }
-                    words
-                }
-                None => mask_bits.to_vec(),
-            };
             for (idx, slot) in slots.iter().enumerate() {
                 let (word, bit) = self.mask_bit_of(env.cta, idx);
-                let bit = kb.and(kb.lshr(words[word], kb.i32c(bit as i64), "")?, kb.i32c(1), "")?;
+                let bit = kb.and(kb.lshr(mask_bits[word], kb.i32c(bit as i64), "")?, kb.i32c(1), "")?;
                 let allowed = kb.icmp(IntPredicate::NE, bit, kb.i32c(0), "allowed")?;
                 let v = kb.get_f(*slot, "")?;
                 kb.set(*slot, kb.select_f(allowed, v, kb.f32c(0.0), "p_masked")?)?;
