@@ -21,10 +21,11 @@ const MAX_SIDE: u64 = attnc_ir::MAX_WINDOW;
 
 impl RowKeys {
     /// The interval form of `spec`'s mask, when it has one: a causal bound and/or a window
-    /// and nothing else.
+    /// and nothing else, in kernels without a shard's frame (a context-parallel shard's
+    /// masks see global positions; those keep the per-element test).
     pub fn of(spec: &Spec) -> Option<RowKeys> {
         let m = &spec.mask;
-        if m.predicate.is_some() || (m.causal.is_none() && m.window.is_none()) {
+        if m.predicate.is_some() || (m.causal.is_none() && m.window.is_none()) || spec.shards {
             return None;
         }
         let w = m.window;
@@ -68,14 +69,9 @@ impl RowKeys {
         if let Some((l, a)) = self.left {
             lo = kb.smax(lo, kb.sub(diag(a)?, kb.i64c(l as i64), "")?, "")?;
         }
-        // Into i32 without changing the interval's meaning for keys 0 .. seqlen_k.
-        let lo = kb.smin(lo, sk, "")?;
-        let hi = kb.smax(hi, kb.i64c(-2), "")?;
-        Ok((kb.trunc32(lo, "row_key_lo")?, kb.trunc32(hi, "row_key_hi")?))
+        narrow(kb, lo, hi, sk)
     }
-}
 
-impl RowKeys {
     /// The transposed interval: the queries that may see key `k`, `lo ..= hi` (the bounds
     /// are monotone in q, so they are one interval too; `hi` at most `seqlen_q − 1` and
     /// below `lo` when `k` is past `seqlen_k`; `lo` in `0 ..= seqlen_q`, `hi` ≥ −2).
@@ -110,10 +106,22 @@ impl RowKeys {
         // A key past seqlen_k sees no query.
         let outside = kb.icmp(inkwell::IntPredicate::SGE, k, seqlen_k, "key_outside")?;
         hi = kb.select_i(outside, kb.i64c(-2), hi, "")?;
-        let lo = kb.smin(lo, sq, "")?;
-        let hi = kb.smax(hi, kb.i64c(-2), "")?;
-        Ok((kb.trunc32(lo, "key_query_lo")?, kb.trunc32(hi, "key_query_hi")?))
+        narrow(kb, lo, hi, sq)
     }
+}
+
+/// An i64 interval of positions `0 .. len` into i32 without changing its meaning there:
+/// `lo` at most `len`, `hi` at least −2, so differences of them and of positions stay
+/// inside i32.
+fn narrow<'ctx>(
+    kb: &Kb<'ctx>,
+    lo: IntValue<'ctx>,
+    hi: IntValue<'ctx>,
+    len: IntValue<'ctx>,
+) -> R<(IntValue<'ctx>, IntValue<'ctx>)> {
+    let lo = kb.smin(lo, len, "")?;
+    let hi = kb.smax(hi, kb.i64c(-2), "")?;
+    Ok((kb.trunc32(lo, "interval_lo")?, kb.trunc32(hi, "interval_hi")?))
 }
 
 /// The bits `j` (0..32) of a word whose column `base + j` lies in `lo ..= hi` (all i32,
@@ -342,7 +350,7 @@ mod tests {
         assert!(checked > 100_000);
     }
 
-    /// Predicates and huge windows keep the per-element test.
+    /// Predicates, huge windows and shards keep the per-element test.
     #[test]
     fn only_causal_and_window_masks_are_intervals() {
         let mut spec = Spec::new("row_keys", 64, 4);
@@ -351,6 +359,10 @@ mod tests {
         assert_eq!(RowKeys::of(&spec), None);
         spec.mask.window = Some(Window { left: Some(4096), right: Some(0), align: Align::TopLeft });
         assert!(RowKeys::of(&spec).is_some());
+        // A shard's kernels see global positions through its frame.
+        spec.shards = true;
+        assert_eq!(RowKeys::of(&spec), None);
+        spec.shards = false;
         spec.mask.predicate = Some(attnc_ir::Expr::binary(
             attnc_ir::BinOp::Lt,
             attnc_ir::Expr::var(attnc_ir::Var::K),

@@ -589,10 +589,9 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         Ok(())
     }
 
-    /// The interval form of the mask (`BwdConfig::row_keys`), where it applies: a causal
-    /// bound and/or a window, no context-parallel frame.
-    fn row_keys(&self, cta: &Cta<'ctx>) -> Option<RowKeys> {
-        RowKeys::of(self.spec).filter(|_| self.cfg.row_keys && cta.va.frame.is_none())
+    /// The interval form of the mask (`BwdConfig::row_keys`), where it applies.
+    fn row_keys(&self) -> Option<RowKeys> {
+        RowKeys::of(self.spec).filter(|_| self.cfg.row_keys)
     }
 
     /// Mask words per thread: dense (element `idx` at bit `idx % 32` of word `idx / 32`),
@@ -600,7 +599,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
     /// fragment order, 32 a word).
     fn mask_words(&self) -> usize {
         let elems = (self.cfg.block_m / 2) as usize;
-        match RowKeys::of(self.spec).filter(|_| self.cfg.row_keys) {
+        match self.row_keys() {
             Some(_) => 2 * self.cfg.block_m.div_ceil(64) as usize,
             None => elems.div_ceil(32),
         }
@@ -608,8 +607,8 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
 
     /// Where element `idx`'s bit is in the mask words ([`Bwd::mask_words`]): with row
     /// keys, key row `idx % 4 / 2`, its element `t = 2 (idx / 4) + idx % 2`.
-    fn mask_bit_of(&self, cta: &Cta<'ctx>, idx: usize) -> (usize, u32) {
-        match self.row_keys(cta) {
+    fn mask_bit_of(&self, idx: usize) -> (usize, u32) {
+        match self.row_keys() {
             Some(_) => {
                 let t = 2 * (idx / 4) + idx % 2;
                 let per_row = self.cfg.block_m.div_ceil(64) as usize;
@@ -663,12 +662,10 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let evaluate = |kb: &mut Kb<'ctx>| -> R<()> {
             kb.section("mask (partial tile): one bit per element")?;
             let pos = self.frag_pos(kb, env, n0)?;
-            // A causal bound and/or a window (`row_keys`): each key row sees one interval
-            // of queries; an element's bit is two comparisons of its column with the
-            // row's bounds. Not under a context-parallel frame, whose positions are global.
-            if let Some(keys) = self.row_keys(cta) {
-                // Each key row's queries as bounds relative to the thread's first query
-                // column, then its elements' bits as one range per word (`pair_word`).
+            // A causal bound and/or a window (`row_keys`): each key row's queries as
+            // bounds relative to the thread's first query column, then its elements' bits
+            // as one range per word (`pair_word`).
+            if let Some(keys) = self.row_keys() {
                 let q_base = kb.add(m0, pos.col0, "q_base")?;
                 let mut words = Vec::new();
                 for half in 0..2 {
@@ -806,7 +803,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         kb.if_then(partial, "mask_tile", |kb| {
             kb.section("mask (partial tile): P = 0 where the bit is clear")?;
             for (idx, slot) in slots.iter().enumerate() {
-                let (word, bit) = self.mask_bit_of(env.cta, idx);
+                let (word, bit) = self.mask_bit_of(idx);
                 let bit = kb.and(kb.lshr(mask_bits[word], kb.i32c(bit as i64), "")?, kb.i32c(1), "")?;
                 let allowed = kb.icmp(IntPredicate::NE, bit, kb.i32c(0), "allowed")?;
                 let v = kb.get_f(*slot, "")?;

@@ -42,9 +42,8 @@ impl<'ctx> Kernel<'_, 'ctx> {
             let quad_col = kb.and(ltid, kb.i32c(3), "")?;
             let col_base = kb.add(n0, kb.mul(quad_col, kb.i32c(2), "")?, "")?;
             // A causal bound and/or a window: each row's keys are one interval, each word
-            // one bit range (`variant::row_keys`). Not under a context-parallel frame,
-            // whose positions are global.
-            if let (Some(keys), None) = (RowKeys::of(spec), &cta.va.frame) {
+            // one bit range (`variant::row_keys`).
+            if let Some(keys) = RowKeys::of(spec) {
                 let words_per_row = cfg.block_n.div_ceil(32);
                 let mut acc = Vec::with_capacity(words);
                 for row in rows {
