@@ -430,7 +430,7 @@ pub struct BwdConfig {
     pub rows_early: bool,
     /// A causal or window mask's partial tiles from one interval of queries per key row
     /// (`variant::row_keys`: a `bmsk` per key row and 32 elements) instead of the mask's
-    /// expression per element. Not yet run on a GPU.
+    /// expression per element.
     pub row_keys: bool,
     pub producer_regs: u32,
     pub consumer_regs: u32,
@@ -553,7 +553,10 @@ impl BwdConfig {
             p_f32_for_ds: spec.score_mod.is_none()
                 && !(spec.head_dim_qk == 64 && spec.kv_heads < spec.q_heads && spec.mask.is_none()),
             rows_early: false,
-            row_keys: false,
+            // H100, 2026-11-27 (docs/results/2026-11-27-h100-bwd-row-keys/): d64 causal
+            // +1-2.4% (1k +2.2%), non-causal unchanged (no interval); d128 causal -2..-3% at
+            // 8k, the rest within noise, so d128 keeps the per-element mask.
+            row_keys: spec.head_dim_qk == 64,
             producer_regs: 24,
             consumer_regs: 240,
             diag: BwdDiag::default(),

@@ -339,13 +339,15 @@ mod tests {
         assert!(!cfg.mask_bits && !ptx.contains("bmsk"), "a predicate is tested per element");
         let (cfg, ptx) = fwd(&format!("{head}}}\n"));
         assert!(cfg.uniform_consumer && ptx.contains("shfl.sync.idx.b32"), "maskless: the uniform index");
-        let spec = attnc_dsl::parse_named("m.attn", &format!("{head} mask causal\n}}\n")).expect("parses");
-        let bwd = |tune: &str| {
+        let bwd = |head_dim: u32, tune: &str| {
+            let src = format!("attention m {{\n dtype bf16\n head_dim {head_dim}\n heads 8\n mask causal\n}}\n");
+            let spec = attnc_dsl::parse_named("m.attn", &src).expect("parses");
             let cfg = BwdConfig::for_spec(&spec).tuned(tune);
             let m = compile_backward_with_config(&spec, Arch::Sm90a, &cfg).expect("compiles");
             m.ptx.contains("bmsk.clamp.b32")
         };
-        assert!(!bwd("") && bwd("row_keys=1"), "the backward's ranges only with row_keys");
+        assert!(bwd(64, "") && !bwd(64, "row_keys=0"), "d64's backward by ranges unless turned off");
+        assert!(!bwd(128, "") && bwd(128, "row_keys=1"), "d128's by ranges only when asked");
     }
 
     /// Paged K/V whose pages TMA boxes follow loads by TMA (one box per page, or one
