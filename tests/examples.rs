@@ -215,9 +215,10 @@ fn assemble_one(c: &Compiled, m: &CompiledModule, ptxas_path: &std::path::Path, 
         }
     };
     // wgmma pipelines that ptxas serializes (C7513: a non-wgmma instruction writes a
-    // wgmma input in flight; C7515/C7517: accumulators touched / a wait injected) cost
-    // the hopper family a third of its speed on the H100: a defect, like a spill.
-    for code in ["C7513", "C7515", "C7517"] {
+    // wgmma input in flight; C7515/C7517: accumulators touched / a wait injected; C7519:
+    // a branch it takes for divergent around the GEMMs) cost the hopper family a third of
+    // its speed on the H100: a defect, like a spill.
+    for code in ptxas::WGMMA_SERIALIZED {
         if report.log.contains(code) {
             a.problems.push(format!(
                 "{label}: ptxas serializes wgmma ({code}): {}",

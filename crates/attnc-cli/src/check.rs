@@ -101,13 +101,9 @@ pub fn run(files: &[PathBuf], archs: &[Arch], family: FamilyChoice, pass: Pass, 
                         k.name, k.spill_store_bytes, k.spill_load_bytes
                     ));
                 }
-                // ptxas reports a serialized wgmma pipeline as an info line (C7513/5/7),
-                // not per kernel; it costs the hopper family a third of its speed.
-                if let Some(line) = report
-                    .log
-                    .lines()
-                    .find(|l| ["C7513", "C7515", "C7517"].iter().any(|c| l.contains(c)) && l.contains(&k.name))
-                {
+                // ptxas reports a serialized wgmma pipeline as an info line, not per
+                // kernel; it costs the hopper family a third of its speed.
+                if let Some(line) = report.wgmma_serialized(&k.name) {
                     status.push("WGMMA-SERIAL".into());
                     problems.push(format!("{fname} {at}: kernel {}: {}", k.name, line.trim()));
                 }

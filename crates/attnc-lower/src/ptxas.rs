@@ -419,9 +419,18 @@ pub struct PtxasReport {
     pub cubin: Vec<u8>,
 }
 
+/// ptxas's info codes for a wgmma pipeline it serialized (each wgmma waits for the last):
+/// registers of an in-flight wgmma reused (C7513/C7515/C7517), or a branch it takes for
+/// divergent around the GEMMs (C7519). Any of them costs a hopper kernel a third of its speed.
+pub const WGMMA_SERIALIZED: [&str; 4] = ["C7513", "C7515", "C7517", "C7519"];
+
 impl PtxasReport {
     pub fn kernel(&self, name: &str) -> Option<&FunctionResources> {
         self.kernels.iter().find(|k| k.name == name)
+    }
+    /// The first line of the log reporting a serialized wgmma pipeline in `kernel`.
+    pub fn wgmma_serialized(&self, kernel: &str) -> Option<&str> {
+        self.log.lines().find(|l| WGMMA_SERIALIZED.iter().any(|c| l.contains(c)) && l.contains(kernel))
     }
     /// Spill bytes (stores + loads) over every kernel and device function.
     pub fn total_spill_bytes(&self) -> u64 {

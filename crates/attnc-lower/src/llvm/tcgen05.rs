@@ -324,6 +324,10 @@ impl<'ctx> Kb<'ctx> {
     pub fn mbar_init(&self, mbar: IntValue<'ctx>, count: u32) -> R<()> {
         self.asm_v(&format!("mbarrier.init.shared::cta.b64 [$0], {count};"), "r,~{memory}", false, &[mbar.into()])
     }
+    /// `mbar_init` with a run-time arrival count.
+    pub fn mbar_init_r(&self, mbar: IntValue<'ctx>, count: IntValue<'ctx>) -> R<()> {
+        self.asm_v("mbarrier.init.shared::cta.b64 [$0], $1;", "r,r,~{memory}", false, &[mbar.into(), count.into()])
+    }
     /// Makes initialized mbarriers visible to other threads and the async proxy.
     pub fn fence_mbarrier_init(&self) -> R<()> {
         self.asm_v("fence.mbarrier_init.release.cluster;\n\tfence.proxy.async.shared::cta;", "~{memory}", false, &[])

@@ -52,6 +52,12 @@ pub struct Config {
     /// Q's wgmma descriptors in uniform registers instead of moving them there for each
     /// GEMM (ncu at d64: 8 `R2UR` per consumer warp and key tile; FA4 has none).
     pub uniform_consumer: bool,
+    /// A consumer warpgroup whose 64 rows all lie past the sequence's end (the last query
+    /// tile of a sequence that is not a multiple of `block_m`) skips Q, the key walk and
+    /// its GEMMs: the empty barriers count only the CTA's working consumers. Without it
+    /// the idle rows cost tensor-core time like valid ones (at seqlen 1k, 192-row tiles,
+    /// two thirds of the last tile). Not with ping-pong, whose turns need both consumers.
+    pub idle_consumers: bool,
     /// A partial tile's mask is evaluated into bit words while its `S = Q·Kᵀ` is in
     /// flight, and the softmax only tests bits: a mask over aux tensors has its loads
     /// under the GEMM and their values dead before S arrives (at 128-key tiles, applied
@@ -159,6 +165,11 @@ impl Config {
             // non-causal +3-10%, d128 within noise, but d64 causal -8..-12% at 4k-16k (the
             // mask's row positions then derive from the shuffled index): maskless only.
             uniform_consumer: spec.mask.is_none(),
+            // H100, 2026-11-27 (docs/results/2026-11-27-h100-fwd-idle-consumers/): d64's
+            // 192-row tiles leave 64 or 128 rows idle at power-of-two lengths: non-causal 1k
+            // +6.5%, causal 1k +9.5%, 2k-4k +4.5%, 8k +3%; decode unchanged. At d128 (128-row
+            // tiles, idle rows only at odd lengths) the vote and branch cost 1-2% at 2k-4k.
+            idle_consumers: three && !one_tile,
             // Causal and window masks as two bounds per row and a bit range per word
             // (`variant::row_keys`): the partial tile's mask 271 -> 104 SASS instructions
             // between the waits at d64 causal; H100, 2026-11-27
@@ -207,6 +218,7 @@ impl Config {
                 "late_alpha" => self.late_alpha = n != 0,
                 "split_mask" => self.split_mask = n != 0,
                 "uniform_consumer" => self.uniform_consumer = n != 0,
+                "idle_consumers" => self.idle_consumers = n != 0,
                 "mask_bits" => self.mask_bits = n != 0,
                 "diag_no_softmax" => self.diag_no_softmax = n != 0,
                 "emulate_pct" => self.exp2_emulation = f64::from(n.min(100)) / 100.0,

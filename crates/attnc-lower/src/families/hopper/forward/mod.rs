@@ -241,11 +241,19 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             kb.section("setup: K/V ring mbarriers (thread 0)")?;
             let is_t0 = kb.icmp(IntPredicate::EQ, tid, kb.i32c(0), "")?;
             let smem = cta.smem;
+            // Empty barriers count one arrival per warp of each working consumer.
+            let working_count = match self.idle_consumers() {
+                true => Some(kb.mul(self.working_consumers(kb, &cta)?, kb.i32c(4), "empty_count")?),
+                false => None,
+            };
             kb.if_then(is_t0, "init_barriers", |kb| {
                 for which in [RingBar::FullK, RingBar::FullV, RingBar::EmptyK, RingBar::EmptyV] {
                     for s in 0..cfg.stages {
                         let addr = kb.add(smem, kb.i32c((cfg.ring_bar(spec, which) + 8 * s) as i64), "")?;
-                        kb.mbar_init(addr, cfg.bar_count(which))?;
+                        match (which, working_count) {
+                            (RingBar::EmptyK | RingBar::EmptyV, Some(count)) => kb.mbar_init_r(addr, count)?,
+                            _ => kb.mbar_init(addr, cfg.bar_count(which))?,
+                        }
                     }
                 }
                 if let Some(tail) = cfg.smem(spec).tail_v {
@@ -287,6 +295,20 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             },
             |kb| self.consumer(kb),
         )
+    }
+
+    /// Whether consumers with no valid rows sit the key walk out (`Config::idle_consumers`).
+    fn idle_consumers(&self) -> bool {
+        self.cfg.idle_consumers && self.cfg.consumers > 1 && !self.pingpong()
+    }
+
+    /// Consumers with at least one valid row: ceil((rows_total - row0) / 64), at most
+    /// `consumers` (the CTA has a valid row, so at least 1).
+    fn working_consumers(&self, kb: &Kb<'ctx>, cta: &Cta<'ctx>) -> R<IntValue<'ctx>> {
+        let rows = kb.sub(cta.rows_total, cta.row0, "")?;
+        let per = ROWS_PER_CONSUMER as i64;
+        let n = kb.udiv(kb.add(rows, kb.i32c(per - 1), "")?, kb.i32c(per), "")?;
+        kb.smin(n, kb.i32c(self.cfg.consumers as i64), "working_consumers")
     }
 
     /// Waits for a full barrier; after a cp.async gather, orders those (generic-proxy)
@@ -407,10 +429,25 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             kb.add(kb.i32c(layout.q as i64), kb.mul(consumer, kb.i32c(layout.q_per_consumer as i64), "")?, "")?,
             "q_smem",
         )?;
+        // A consumer past the sequence's end loads nothing and walks no keys
+        // (`idle_consumers`); its epilogue stores nothing (no valid rows) but still takes
+        // part in the fused combine's barrier.
+        let working = match self.idle_consumers() {
+            true => {
+                let first_row = kb.add(cta.row0, kb.mul(consumer, kb.i32c(ROWS_PER_CONSUMER as i64), "")?, "")?;
+                let working = kb.icmp(IntPredicate::SLT, first_row, cta.rows_total, "")?;
+                // The same in every lane, but ptxas must see it: a branch it thinks
+                // divergent around the GEMMs serializes every wgmma (C7519).
+                kb.vote_any(working, "consumer_working")?
+            }
+            false => kb.boolc(true),
+        };
         kb.section("load Q (cp.async, 128B swizzle)")?;
-        self.load_q(kb, &cta, ltid, q_smem, consumer)?;
-        // Every warp of this warpgroup has its Q rows in place (barrier 1 + consumer).
-        kb.named_bar_sync_r(kb.add(consumer, kb.i32c(1), "")?, 128)?;
+        kb.if_then(working, "load_q", |kb| {
+            self.load_q(kb, &cta, ltid, q_smem, consumer)?;
+            // Every warp of this warpgroup has its Q rows in place (barrier 1 + consumer).
+            kb.named_bar_sync_r(kb.add(consumer, kb.i32c(1), "")?, 128)
+        })?;
 
         let tiles = self.tiles(&cta);
         let (begin, end) = tiles.split_range(kb, cta.num_splits, cta.split)?;
@@ -434,7 +471,7 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         //   | wait O | O *= α
         // The softmax runs under P·V. `keep_alive` after the last wait keeps P(t-1)'s
         // registers allocated until then (see there).
-        let has_any = kb.icmp(IntPredicate::SLT, begin, end, "")?;
+        let has_any = kb.and(kb.icmp(IntPredicate::SLT, begin, end, "")?, working, "walks_keys")?;
         let env = StepEnv { cta: &cta, q_smem, ltid, consumer };
         kb.if_then(has_any, "kv", |kb| {
             // Each step exists twice, unmasked and masked, chosen before its GEMMs are
