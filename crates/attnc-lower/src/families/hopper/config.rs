@@ -58,6 +58,12 @@ pub struct Config {
     /// the idle rows cost tensor-core time like valid ones (at seqlen 1k, 192-row tiles,
     /// two thirds of the last tile). Not with ping-pong, whose turns need both consumers.
     pub idle_consumers: bool,
+    /// Under a causal or window mask, each consumer ends its own walk after the last key
+    /// tile its 64 rows see (the CTA's last tiles are the diagonal of its lowest rows) and
+    /// only waits for and releases the slots of the CTA's remaining tiles: with 192-row
+    /// tiles and 128-key tiles the first consumers skipped 1-2 fully masked tiles' GEMMs
+    /// per CTA. Not with ping-pong (its turns need every consumer's steps).
+    pub own_walk_end: bool,
     /// A partial tile's mask is evaluated into bit words while its `S = Q·Kᵀ` is in
     /// flight, and the softmax only tests bits: a mask over aux tensors has its loads
     /// under the GEMM and their values dead before S arrives (at 128-key tiles, applied
@@ -170,6 +176,7 @@ impl Config {
             // +6.5%, causal 1k +9.5%, 2k-4k +4.5%, 8k +3%; decode unchanged. At d128 (128-row
             // tiles, idle rows only at odd lengths) the vote and branch cost 1-2% at 2k-4k.
             idle_consumers: three && !one_tile,
+            own_walk_end: three && !one_tile,
             // Causal and window masks as two bounds per row and a bit range per word
             // (`variant::row_keys`): the partial tile's mask 271 -> 104 SASS instructions
             // between the waits at d64 causal; H100, 2026-11-27
@@ -219,6 +226,7 @@ impl Config {
                 "split_mask" => self.split_mask = n != 0,
                 "uniform_consumer" => self.uniform_consumer = n != 0,
                 "idle_consumers" => self.idle_consumers = n != 0,
+                "own_walk_end" => self.own_walk_end = n != 0,
                 "mask_bits" => self.mask_bits = n != 0,
                 "diag_no_softmax" => self.diag_no_softmax = n != 0,
                 "emulate_pct" => self.exp2_emulation = f64::from(n.min(100)) / 100.0,

@@ -352,7 +352,8 @@ mod tests {
 
     /// d64's 192-row tiles: a consumer whose rows all lie past the end sits the key walk
     /// out (a warp vote ptxas sees as uniform, empty barriers counting the working
-    /// consumers); d128's 128-row tiles keep the fixed count.
+    /// consumers), and under a mask each consumer ends its walk at its own rows' last
+    /// tile; d128's 128-row tiles keep the fixed count and the CTA's walk.
     #[test]
     fn idle_consumers_only_where_tiles_are_192_rows() {
         for (head_dim, idle) in [(64, true), (128, false)] {
@@ -364,6 +365,10 @@ mod tests {
                 let counted = ptx.lines().any(|l| l.contains("mbarrier.init.shared::cta.b64") && l.contains("], %r"));
                 assert_eq!(counted, idle, "d{head_dim} {mask}: empty barriers count the working consumers");
                 assert_eq!(ptx.contains("vote.sync.any.pred"), idle, "d{head_dim} {mask}");
+                // Each consumer's own walk end (and the drain after it) only where a mask
+                // empties tiles.
+                let drains = ptx.contains("drain: release the slots");
+                assert_eq!(drains, idle && !mask.is_empty(), "d{head_dim} {mask}: own walk end");
             }
         }
     }

@@ -302,6 +302,41 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         self.cfg.idle_consumers && self.cfg.consumers > 1 && !self.pingpong()
     }
 
+    /// Whether each consumer ends its walk at its own rows' last key tile
+    /// (`Config::own_walk_end`): only where a mask makes tiles empty and the walk is
+    /// over tile indices (a block mask's list already holds the CTA's tiles).
+    fn own_walk_end(&self, tiles: &KeyTiles<'_, 'ctx>) -> bool {
+        self.cfg.own_walk_end
+            && self.cfg.consumers > 1
+            && !self.pingpong()
+            && !self.spec.mask.is_none()
+            && tiles.list.is_none()
+    }
+
+    /// One past the last key tile in `[begin, end)` that this consumer's rows see (the
+    /// CTA's classification narrowed to its 64 rows; clamped to a valid row for a
+    /// consumer past the end, which walks nothing anyway).
+    fn consumer_walk_end(
+        &self,
+        kb: &mut Kb<'ctx>,
+        cta: &Cta<'ctx>,
+        tiles: &KeyTiles<'_, 'ctx>,
+        consumer: IntValue<'ctx>,
+        (begin, end): (IntValue<'ctx>, IntValue<'ctx>),
+    ) -> R<IntValue<'ctx>> {
+        let per = ROWS_PER_CONSUMER as i64;
+        let last_valid = kb.sub(cta.rows_total, kb.i32c(1), "")?;
+        let first = kb.smin(kb.add(cta.row0, kb.mul(consumer, kb.i32c(per), "")?, "")?, last_valid, "")?;
+        let last = kb.smin(kb.add(first, kb.i32c(per - 1), "")?, last_valid, "")?;
+        let (q, h) =
+            row_tile_ranges(kb, self.spec.pack_gqa, self.spec.group_size() as i64, first, last, cta.head_idx, cta.hkv)?;
+        let mine = KeyTiles { q, h, list: None, ..*tiles };
+        let own = mine.prev_nonempty(kb, begin, end, "")?;
+        // The same in every lane, but ptxas must see it: a loop bound it thinks divergent
+        // around the GEMMs serializes every wgmma (C7519).
+        kb.shfl_idx_i32(own, kb.i32c(0), "own_walk_end")
+    }
+
     /// Consumers with at least one valid row: ceil((rows_total - row0) / 64), at most
     /// `consumers` (the CTA has a valid row, so at least 1).
     fn working_consumers(&self, kb: &Kb<'ctx>, cta: &Cta<'ctx>) -> R<IntValue<'ctx>> {
@@ -451,6 +486,15 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
 
         let tiles = self.tiles(&cta);
         let (begin, end) = tiles.split_range(kb, cta.num_splits, cta.split)?;
+        let own_walk_end = self.own_walk_end(&tiles);
+        // Where this consumer's own walk stops: the CTA's tiles after it are drained.
+        let walk_end = match own_walk_end {
+            true => self.consumer_walk_end(kb, &cta, &tiles, consumer, (begin, end))?,
+            false => end,
+        };
+        // The drain's first ring position and walk position (after the walk, if any).
+        let drain_pos = kb.slot_i32("drain_pos", kb.i32c(0))?;
+        let drain_tile = kb.slot_i32("drain_tile", begin)?;
         let dv = spec.head_dim_v;
         let mut st = State {
             o: (0..dv / 2).map(|i| kb.slot_f32(&format!("o{i}"), kb.f32c(0.0))).collect::<R<Vec<_>>>()?,
@@ -471,7 +515,7 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         //   | wait O | O *= α
         // The softmax runs under P·V. `keep_alive` after the last wait keeps P(t-1)'s
         // registers allocated until then (see there).
-        let has_any = kb.and(kb.icmp(IntPredicate::SLT, begin, end, "")?, working, "walks_keys")?;
+        let has_any = kb.and(kb.icmp(IntPredicate::SLT, begin, walk_end, "")?, working, "walks_keys")?;
         let env = StepEnv { cta: &cta, q_smem, ltid, consumer };
         kb.if_then(has_any, "kv", |kb| {
             // Each step exists twice, unmasked and masked, chosen before its GEMMs are
@@ -499,7 +543,7 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                 "consume",
                 |kb| {
                     let t = kb.get_i(next, "")?;
-                    kb.icmp(IntPredicate::SLT, t, end, "")
+                    kb.icmp(IntPredicate::SLT, t, walk_end, "")
                 },
                 |kb| {
                     let t = kb.get_i(next, "t")?;
@@ -539,8 +583,15 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             for (slot, v) in st.o.iter().zip(&o) {
                 kb.set(*slot, *v)?;
             }
+            if own_walk_end {
+                kb.set(drain_pos, kb.add(p0, kb.i32c(1), "")?)?;
+                kb.set(drain_tile, kb.get_i(next, "")?)?;
+            }
             Ok(())
         })?;
+        if own_walk_end {
+            kb.if_then(working, "drain", |kb| self.drain(kb, &cta, &tiles, drain_pos, drain_tile, end, ltid))?;
+        }
         if self.pingpong() {
             // Consumer 1's first hand-over is one more arrival on consumer 0's barrier
             // than consumer 0 waited for: take it, so no barrier is left half-arrived.
@@ -548,6 +599,43 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             kb.if_then(first, "last_turn", |kb| kb.named_bar_sync(PINGPONG_BAR, 256))?;
         }
         self.epilogue(kb, &cta, &mut st, ltid, consumer)
+    }
+
+    /// The CTA's tiles after this consumer's own walk: wait for each slot to fill (so
+    /// the arrival counts toward its tile's phase, not an earlier one that a slower
+    /// consumer still holds) and release it. Before the epilogue: the fused combine's
+    /// barrier would otherwise hold this consumer while the others wait for the slots.
+    #[allow(clippy::too_many_arguments)]
+    fn drain(
+        &self,
+        kb: &mut Kb<'ctx>,
+        cta: &Cta<'ctx>,
+        tiles: &KeyTiles<'_, 'ctx>,
+        pos: Slot<'ctx>,
+        tile: Slot<'ctx>,
+        end: IntValue<'ctx>,
+        ltid: IntValue<'ctx>,
+    ) -> R<()> {
+        kb.section("drain: release the slots of the CTA's tiles past this consumer's rows")?;
+        kb.while_loop(
+            "drain",
+            |kb| {
+                let t = kb.get_i(tile, "")?;
+                kb.icmp(IntPredicate::SLT, t, end, "")
+            },
+            |kb| {
+                let p = kb.get_i(pos, "drain_pos")?;
+                let (slot, parity) = self.ring(kb, p)?;
+                for (full, empty) in [(RingBar::FullK, RingBar::EmptyK), (RingBar::FullV, RingBar::EmptyV)] {
+                    self.wait_full(kb, cta, full, slot, parity)?;
+                    self.release(kb, cta, empty, slot, ltid)?;
+                }
+                kb.set(pos, kb.add(p, kb.i32c(1), "")?)?;
+                let t = kb.get_i(tile, "")?;
+                let n = tiles.next_nonempty(kb, kb.add(t, kb.i32c(1), "")?, end, "drain_next")?;
+                kb.set(tile, n)
+            },
+        )
     }
 
     fn pingpong(&self) -> bool {
