@@ -65,7 +65,7 @@ pub fn kernel_key(
         ("hopper_tune", attnc_lower::families::hopper::config::tune_override().unwrap_or_default()),
         ("hopper_bwd_tune", attnc_lower::families::hopper::config::bwd_tune_override().unwrap_or_default()),
         ("portable_bwd_tune", attnc_lower::families::portable::config::bwd_tune_override().unwrap_or_default()),
-        ("compiler", external_ptxas().map(|(_, v)| format!("ptxas {v}")).unwrap_or_else(|| "driver".into())),
+        ("compiler", external_ptxas_identity().unwrap_or_else(|| "driver".into())),
     ])
 }
 
@@ -79,14 +79,41 @@ pub fn external_ptxas() -> Option<(std::path::PathBuf, String)> {
     static FOUND: std::sync::OnceLock<Option<(std::path::PathBuf, String)>> = std::sync::OnceLock::new();
     FOUND
         .get_or_init(|| {
-            if std::env::var("ATTNC_JIT").is_ok_and(|v| v == "driver") {
-                return None;
-            }
-            let path = attnc_lower::ptxas::find_ptxas().ok()?;
+            let path = external_ptxas_path()?;
             let version = attnc_lower::ptxas::version(attnc_lower::ptxas::Tool::Ptxas).ok()?;
             Some((path, version))
         })
         .clone()
+}
+
+/// Where [`external_ptxas`] would find ptxas (a search of the file system, no run).
+fn external_ptxas_path() -> Option<std::path::PathBuf> {
+    if std::env::var("ATTNC_JIT").is_ok_and(|v| v == "driver") {
+        return None;
+    }
+    attnc_lower::ptxas::find_ptxas().ok()
+}
+
+/// The compiler as the cache key names it: the external ptxas by path, size and
+/// modification time, or `None` for the driver's JIT. A `stat`, not a run: naming it by
+/// its `--version` cost a disk-cache hit in a fresh process 6.6 ms (H100 host,
+/// docs/results/2026-11-27-h100-side-by-side-6/), of which the hit itself takes 0.6. A
+/// ptxas that cannot be read (or that fails `--version` at build time) is keyed as found
+/// here; the build then takes the driver's route, as before. Resolved once per process.
+pub fn external_ptxas_identity() -> Option<String> {
+    static ID: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    ID.get_or_init(|| external_ptxas_path().map(|p| file_identity("ptxas", &p))).clone()
+}
+
+/// `tool` at `path` by its path, size and modification time.
+fn file_identity(tool: &str, path: &std::path::Path) -> String {
+    let meta = std::fs::metadata(path).ok();
+    let len = meta.as_ref().map_or(0, |m| m.len());
+    let mtime = meta
+        .and_then(|m| m.modified().ok())
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos());
+    format!("{tool} {} ({len} bytes, modified {mtime} ns)", path.display())
 }
 
 /// A kernel's launch facts (a serializable copy of [`KernelInfo`]).
@@ -412,5 +439,21 @@ mod tests {
         assert!(spill_fallback(FamilyChoice::Auto, &hopper));
         assert!(!spill_fallback(FamilyChoice::Exactly(FamilyKind::Hopper), &hopper));
         assert!(!spill_fallback(FamilyChoice::Auto, &portable));
+    }
+
+    /// The cache key's compiler changes with the compiler file (replaced by one of
+    /// another size or time), without running it.
+    #[test]
+    fn a_compiler_is_keyed_by_its_file() {
+        let dir = std::env::temp_dir().join(format!("attnc-ptxas-id-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("ptxas");
+        std::fs::write(&path, b"one").expect("write");
+        let a = file_identity("ptxas", &path);
+        assert!(a.contains("ptxas") && a.contains("3 bytes"), "{a}");
+        assert_eq!(a, file_identity("ptxas", &path), "stable while the file is");
+        std::fs::write(&path, b"other").expect("write");
+        assert_ne!(a, file_identity("ptxas", &path), "a replaced compiler is another key");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

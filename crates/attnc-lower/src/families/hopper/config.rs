@@ -202,6 +202,18 @@ impl Config {
             },
             gather,
         };
+        // Paged K/V that arrives in pieces (the gather's rows, or one TMA box per page):
+        // a third ring slot, where it fits. H100, 2026-11-27
+        // (docs/results/2026-11-27-h100-decode-stages/): page 1 b1 x 32k -5%, b8/b64 x 32k
+        // -1.5..-2% GPU time, page 16 -2..-2.5% at every shape but b1 x 4k; whole-tile
+        // boxes (page 128) and contiguous K/V 0..+2% slower with it, 4 slots slower everywhere.
+        // Measured at d128; d64's gather producer spilled 84 bytes with it (ptxas 13.5).
+        let in_pieces = spec.head_dim_qk == 128 && (gather || cfg.paged_boxes(spec).is_some_and(|b| b.count() > 1));
+        let three_slots = Config { stages: 3, ..cfg.clone() };
+        let cfg = match in_pieces && three_slots.smem(spec).request <= crate::Arch::Sm90a.max_smem_per_block() {
+            true => three_slots,
+            false => cfg,
+        };
         match tune_override() {
             Some(t) => cfg.tuned(&t),
             None => cfg,
