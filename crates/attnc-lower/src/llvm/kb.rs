@@ -493,6 +493,31 @@ impl<'ctx> Kb<'ctx> {
         Ok(())
     }
 
+    /// `while cond() { body() }` with the body emitted twice per trip and `cond` tested
+    /// before each copy (a rotated loop unrolled by two): a value each trip hands to the
+    /// next (a register operand still in flight) then alternates between the two copies'
+    /// registers instead of being moved back into one set at every back edge.
+    pub fn while_loop_twice(
+        &mut self,
+        name: &str,
+        mut cond: impl FnMut(&mut Self) -> R<IntValue<'ctx>>,
+        mut body: impl FnMut(&mut Self) -> R<()>,
+    ) -> R<()> {
+        let first = self.block(&format!("{name}.first"))?;
+        let second = self.block(&format!("{name}.second"))?;
+        let exit = self.block(&format!("{name}.exit"))?;
+        let c = cond(self)?;
+        self.b.build_conditional_branch(c, first, exit)?;
+        for (at, then) in [(first, second), (second, first)] {
+            self.b.position_at_end(at);
+            body(self)?;
+            let c = cond(self)?;
+            self.b.build_conditional_branch(c, then, exit)?;
+        }
+        self.b.position_at_end(exit);
+        Ok(())
+    }
+
     /// Returns from the kernel when `cond` holds.
     pub fn return_if(&mut self, cond: IntValue<'ctx>, name: &str) -> R<()> {
         let ret = self.block(&format!("{name}.ret"))?;

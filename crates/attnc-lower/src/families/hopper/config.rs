@@ -64,6 +64,11 @@ pub struct Config {
     /// tiles and 128-key tiles the first consumers skipped 1-2 fully masked tiles' GEMMs
     /// per CTA. Not with ping-pong (its turns need every consumer's steps).
     pub own_walk_end: bool,
+    /// The steady-state loop unrolled by two (`Kb::while_loop_twice`): P of one step is
+    /// in flight as the P·V operand while the next step's softmax builds its successor,
+    /// and with one loop body ptxas moves the new P into the operand registers at every
+    /// back edge (ncu at d64: 34 `IMAD.MOV` per consumer warp and key tile).
+    pub unroll_steps: bool,
     /// A partial tile's mask is evaluated into bit words while its `S = Q·Kᵀ` is in
     /// flight, and the softmax only tests bits: a mask over aux tensors has its loads
     /// under the GEMM and their values dead before S arrives (at 128-key tiles, applied
@@ -177,6 +182,7 @@ impl Config {
             // tiles, idle rows only at odd lengths) the vote and branch cost 1-2% at 2k-4k.
             idle_consumers: three && !one_tile,
             own_walk_end: three && !one_tile,
+            unroll_steps: false,
             // Causal and window masks as two bounds per row and a bit range per word
             // (`variant::row_keys`): the partial tile's mask 271 -> 104 SASS instructions
             // between the waits at d64 causal; H100, 2026-11-27
@@ -239,6 +245,7 @@ impl Config {
                 "uniform_consumer" => self.uniform_consumer = n != 0,
                 "idle_consumers" => self.idle_consumers = n != 0,
                 "own_walk_end" => self.own_walk_end = n != 0,
+                "unroll_steps" => self.unroll_steps = n != 0,
                 "mask_bits" => self.mask_bits = n != 0,
                 "diag_no_softmax" => self.diag_no_softmax = n != 0,
                 "emulate_pct" => self.exp2_emulation = f64::from(n.min(100)) / 100.0,

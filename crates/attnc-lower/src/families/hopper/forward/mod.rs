@@ -539,13 +539,11 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             let pos = kb.slot_i32("c_pos", kb.i32c(0))?;
             let next0 = tiles.next_nonempty(kb, kb.add(begin, kb.i32c(1), "")?, end, "c_next")?;
             let next = kb.slot_i32("c_next_tile", next0)?;
-            kb.while_loop(
-                "consume",
-                |kb| {
-                    let t = kb.get_i(next, "")?;
-                    kb.icmp(IntPredicate::SLT, t, walk_end, "")
-                },
-                |kb| {
+            let more = |kb: &mut Kb<'ctx>| {
+                let t = kb.get_i(next, "")?;
+                kb.icmp(IntPredicate::SLT, t, walk_end, "")
+            };
+            let one_step = |kb: &mut Kb<'ctx>| {
                     let t = kb.get_i(next, "t")?;
                     let p0 = kb.get_i(pos, "pos")?;
                     let unmasked = tiles.unmasked(kb, t)?;
@@ -564,8 +562,11 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                     kb.set(pos, kb.add(p0, kb.i32c(1), "")?)?;
                     let n = tiles.next_nonempty(kb, kb.add(t, kb.i32c(1), "")?, end, "c_next")?;
                     kb.set(next, n)
-                },
-            )?;
+            };
+            match cfg.unroll_steps {
+                true => kb.while_loop_twice("consume", more, one_step)?,
+                false => kb.while_loop("consume", more, one_step)?,
+            }
             kb.section("last tile: O += P.V")?;
             let p0 = kb.get_i(pos, "pos")?;
             let (slot0, par0) = self.ring(kb, p0)?;
