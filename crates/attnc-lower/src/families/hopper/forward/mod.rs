@@ -544,24 +544,24 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                 kb.icmp(IntPredicate::SLT, t, walk_end, "")
             };
             let one_step = |kb: &mut Kb<'ctx>| {
-                    let t = kb.get_i(next, "t")?;
-                    let p0 = kb.get_i(pos, "pos")?;
-                    let unmasked = tiles.unmasked(kb, t)?;
-                    let tile = tiles.tile_at(kb, t)?;
-                    let bits_slot = tiles.bits_slot(kb, t)?;
-                    if cfg.split_mask {
-                        kb.if_else(
-                            unmasked,
-                            "tile",
-                            |kb| self.step(kb, &env, &st, tile, bits_slot, p0, Masking::None),
-                            |kb| self.step(kb, &env, &st, tile, bits_slot, p0, Masking::Always),
-                        )?;
-                    } else {
-                        self.step(kb, &env, &st, tile, bits_slot, p0, Masking::Unless(unmasked))?;
-                    }
-                    kb.set(pos, kb.add(p0, kb.i32c(1), "")?)?;
-                    let n = tiles.next_nonempty(kb, kb.add(t, kb.i32c(1), "")?, end, "c_next")?;
-                    kb.set(next, n)
+                let t = kb.get_i(next, "t")?;
+                let p0 = kb.get_i(pos, "pos")?;
+                let unmasked = tiles.unmasked(kb, t)?;
+                let tile = tiles.tile_at(kb, t)?;
+                let bits_slot = tiles.bits_slot(kb, t)?;
+                if cfg.split_mask {
+                    kb.if_else(
+                        unmasked,
+                        "tile",
+                        |kb| self.step(kb, &env, &st, tile, bits_slot, p0, Masking::None),
+                        |kb| self.step(kb, &env, &st, tile, bits_slot, p0, Masking::Always),
+                    )?;
+                } else {
+                    self.step(kb, &env, &st, tile, bits_slot, p0, Masking::Unless(unmasked))?;
+                }
+                kb.set(pos, kb.add(p0, kb.i32c(1), "")?)?;
+                let n = tiles.next_nonempty(kb, kb.add(t, kb.i32c(1), "")?, end, "c_next")?;
+                kb.set(next, n)
             };
             match cfg.unroll_steps {
                 true => kb.while_loop_twice("consume", more, one_step)?,
