@@ -24,9 +24,9 @@ use super::config::{
     Bar, Config, PvOrder, BAR_EPILOGUE, BAR_EXP, BLOCK_M, BLOCK_N, THREADS, TMA_BOX_BYTES, TMA_BOX_COLS,
 };
 use super::desc::{DFormat, InstrDesc, SmemDesc};
-use super::schedule::{emit_section_heads, emit_tile_coords, WorkTile};
 use crate::error::LowerError;
 use crate::families::common::abi::{describe, ParamTy};
+use crate::families::common::schedule::{emit_section_heads, emit_tile_coords, WorkTile};
 use crate::families::common::sw128::{emit_chunk_addr, k_major_step_offset, mn_major_step_offset};
 use crate::llvm::kb::{Kb, Slot, R};
 use crate::llvm::operand::Major;

@@ -30,7 +30,6 @@ pub mod forward;
 pub mod numerics;
 pub mod protocol;
 pub mod report;
-pub mod schedule;
 pub mod verify;
 
 use crate::arch::Arch;

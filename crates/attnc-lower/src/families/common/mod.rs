@@ -10,6 +10,7 @@
 //!   normalized, LSE, or a split's partials);
 //! - [`paged`]: which page sizes TMA boxes can follow, and a key tile's boxes in a paged
 //!   cache;
+//! - [`schedule`]: a persistent forward's work tiles (plain and LPT order);
 //! - [`sw128`]: the 128-byte-swizzled tile layout TMA writes and both tensor-core
 //!   descriptor formats read.
 
@@ -20,4 +21,5 @@ pub mod combine;
 pub mod dq_order;
 pub mod epilogue;
 pub mod paged;
+pub mod schedule;
 pub mod sw128;

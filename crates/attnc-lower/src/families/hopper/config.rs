@@ -69,6 +69,12 @@ pub struct Config {
     /// and with one loop body ptxas moves the new P into the operand registers at every
     /// back edge (ncu at d64: 34 `IMAD.MOV` per consumer warp and key tile).
     pub unroll_steps: bool,
+    /// A persistent forward (`Grid::Persistent`): each CTA walks work tiles (m block,
+    /// head, batch entry; `common::schedule`, LPT order under a causal mask), the ring
+    /// carried from one tile to the next, so the producer loads the next tile's K/V while
+    /// the consumers finish the last one and a CTA's setup is paid once per SM. Contiguous
+    /// and varlen K/V without split-KV or ping-pong (`Kernel::persistent`).
+    pub persistent: bool,
     /// A partial tile's mask is evaluated into bit words while its `S = Q·Kᵀ` is in
     /// flight, and the softmax only tests bits: a mask over aux tensors has its loads
     /// under the GEMM and their values dead before S arrives (at 128-key tiles, applied
@@ -183,6 +189,7 @@ impl Config {
             idle_consumers: three && !one_tile,
             own_walk_end: three && !one_tile,
             unroll_steps: false,
+            persistent: false,
             // Causal and window masks as two bounds per row and a bit range per word
             // (`variant::row_keys`): the partial tile's mask 271 -> 104 SASS instructions
             // between the waits at d64 causal; H100, 2026-11-27
@@ -246,6 +253,7 @@ impl Config {
                 "idle_consumers" => self.idle_consumers = n != 0,
                 "own_walk_end" => self.own_walk_end = n != 0,
                 "unroll_steps" => self.unroll_steps = n != 0,
+                "persistent" => self.persistent = n != 0,
                 "mask_bits" => self.mask_bits = n != 0,
                 "diag_no_softmax" => self.diag_no_softmax = n != 0,
                 "emulate_pct" => self.exp2_emulation = f64::from(n.min(100)) / 100.0,
@@ -272,6 +280,16 @@ impl Config {
             }
             _ => None,
         }
+    }
+
+    /// Whether `spec`'s forward runs persistent with this configuration: asked for, and
+    /// contiguous or varlen K/V (the paged producers keep per-CTA block-table state), no
+    /// split-KV (the fused combine counts CTAs), no ping-pong (its turns pair steps).
+    pub fn runs_persistent(&self, spec: &Spec) -> bool {
+        self.persistent
+            && matches!(spec.kv_layout, KvLayout::Contiguous | KvLayout::Varlen)
+            && spec.split_kv == attnc_ir::SplitKv::None
+            && !(self.pingpong && self.consumers == 2)
     }
 
     pub fn block_m(&self) -> u32 {

@@ -374,6 +374,40 @@ mod tests {
         }
     }
 
+    /// `persistent=1`: a `Grid::Persistent` forward that takes the batch, walks work tiles
+    /// (LPT under a causal mask) and assembles cleanly; paged and split-KV specs keep the
+    /// tiled grid. Off by default (docs/results/2026-11-27-h100-fwd-persistent/).
+    #[test]
+    fn a_persistent_forward_walks_work_tiles_where_asked() {
+        let ptxas = crate::ptxas::find_ptxas();
+        for (d, mask) in [(64, ""), (64, " mask causal\n"), (128, " mask causal\n"), (128, " kv varlen\n")] {
+            let src = format!("attention m {{\n dtype bf16\n head_dim {d}\n heads 8\n{mask}}}\n");
+            let spec = attnc_dsl::parse_named("m.attn", &src).expect("parses");
+            assert!(!Config::for_spec(&spec).runs_persistent(&spec), "off by default");
+            let cfg = Config::for_spec(&spec).tuned("persistent=1");
+            assert!(cfg.runs_persistent(&spec), "d{d}{mask}");
+            let m = compile_with_config(&spec, Arch::Sm90a, &cfg).expect("compiles");
+            let fwd = m.kernels.iter().find(|k| k.role == crate::module::KernelRole::Forward).expect("forward");
+            assert_eq!(fwd.grid, crate::module::Grid::Persistent, "d{d}{mask}");
+            assert!(fwd.params.iter().any(|p| p.starts_with("batch")), "d{d}{mask}: {:?}", fwd.params);
+            assert!(m.ptx.contains("nctaid.x"), "d{d}{mask}: the CTA strides over the tiles");
+            let Ok(path) = &ptxas else {
+                assert!(std::env::var_os("CI").is_none(), "CI must have ptxas");
+                continue;
+            };
+            let r = crate::ptxas::assemble_with(path, &m.ptx, Arch::Sm90a).expect("assembles");
+            assert!(!r.has_spills(), "d{d}{mask} spills:\n{}", r.log);
+            for code in crate::ptxas::WGMMA_SERIALIZED {
+                assert!(!r.log.contains(code), "d{d}{mask}: ptxas {code}:\n{}", r.log);
+            }
+        }
+        for extra in [" kv paged(page_size=16)\n", " split auto\n"] {
+            let src = format!("attention m {{\n dtype bf16\n head_dim 128\n heads 8\n{extra}}}\n");
+            let spec = attnc_dsl::parse_named("m.attn", &src).expect("parses");
+            assert!(!Config::for_spec(&spec).tuned("persistent=1").runs_persistent(&spec), "{extra}");
+        }
+    }
+
     /// Paged K/V whose pages TMA boxes follow loads by TMA (one box per page, or one
     /// inside the page), the block table read by a lane window and shuffled, the tail
     /// tile's V zeroed past seqlen_k behind its own barrier; page 1 still gathers. The

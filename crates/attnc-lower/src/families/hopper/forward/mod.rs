@@ -22,6 +22,7 @@ use super::desc::SmemDesc;
 use crate::families::common::abi::{self as cabi, Args, ParamTy};
 use crate::families::common::combine::{fused_tail, FusedCombine};
 use crate::families::common::epilogue::{finish_row, FragRow, RowStore};
+use crate::families::common::schedule::{emit_section_heads, emit_tile_coords};
 use crate::families::common::sw128::{k_major_step_offset, mn_major_step_offset};
 use crate::llvm::kb::{Kb, Slot, R};
 use crate::llvm::operand::Major;
@@ -61,6 +62,11 @@ pub fn forward_params(spec: &Spec, cfg: &Config) -> Vec<(String, ParamTy)> {
     if spec.split_kv != attnc_ir::SplitKv::None {
         // The fused combine's row-block counters (`common::combine::fused_tail`).
         p.push((cabi::SPLIT_COUNTERS_PARAM.to_string(), ParamTy::Ptr));
+    }
+    if cfg.runs_persistent(spec) {
+        // The persistent grid's work-tile count needs the batch (the tiled grid has it as
+        // its z extent).
+        p.push(("batch".to_string(), ParamTy::I32));
     }
     p
 }
@@ -112,7 +118,10 @@ pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, cfg: &Config, name: &str) -> 
         block_n: cfg.block_n,
         params: cabi::describe(&params),
         tensor_maps: tma_boxes(spec, cfg),
-        grid: Grid::QueryTiles,
+        grid: match cfg.runs_persistent(spec) {
+            true => Grid::Persistent,
+            false => Grid::QueryTiles,
+        },
     })
 }
 
@@ -123,8 +132,17 @@ struct Kernel<'a, 'ctx> {
     name: String,
 }
 
+/// A persistent CTA's current work tile (`common::schedule`): its m block (already in
+/// LPT order), head (the KV head with pack_gqa) and batch entry.
+#[derive(Clone, Copy)]
+struct WorkAt<'ctx> {
+    m_block: IntValue<'ctx>,
+    head_idx: IntValue<'ctx>,
+    z: IntValue<'ctx>,
+}
+
 /// What a role needs about its CTA, derived after its `setmaxnreg`.
-struct Cta<'ctx> {
+pub(super) struct Cta<'ctx> {
     smem: IntValue<'ctx>,
     la: LayoutArgs<'ctx>,
     bv: BatchView<'ctx>,
@@ -160,19 +178,32 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
     /// The CTA's coordinates: m block (reversed for causal masks, so the longest rows
     /// start first), head, batch entry and split.
     fn cta(&self, kb: &mut Kb<'ctx>) -> R<Cta<'ctx>> {
+        self.cta_at(kb, None)
+    }
+
+    /// The coordinates of work tile `at` of a persistent CTA, or (`None`) of the CTA's
+    /// own tile in the one-CTA-per-tile grid.
+    fn cta_at(&self, kb: &mut Kb<'ctx>, at: Option<WorkAt<'ctx>>) -> R<Cta<'ctx>> {
         let spec = self.spec;
         let group = spec.group_size() as i64;
-        let ctaid = kb.sreg("ctaid.x", "")?;
-        let m_block = if spec.mask.causal.is_some() {
-            let n = kb.sreg("nctaid.x", "")?;
-            kb.sub(kb.sub(n, kb.i32c(1), "")?, ctaid, "m_block")?
-        } else {
-            ctaid
+        let (m_block, head_idx, z) = match at {
+            Some(w) => (w.m_block, w.head_idx, w.z),
+            None => {
+                let ctaid = kb.sreg("ctaid.x", "")?;
+                let m_block = if spec.mask.causal.is_some() {
+                    let n = kb.sreg("nctaid.x", "")?;
+                    kb.sub(kb.sub(n, kb.i32c(1), "")?, ctaid, "m_block")?
+                } else {
+                    ctaid
+                };
+                let head_idx = kb.sreg("ctaid.y", "head_idx")?;
+                // Opaque, so the prologue's copy (the out-of-range exit) and each role's
+                // derive their own batch index: a shared one lives across setmaxnreg and
+                // spilled.
+                let z = kb.opaque_i32(kb.sreg("ctaid.z", "")?, "batch_split")?;
+                (m_block, head_idx, z)
+            }
         };
-        let head_idx = kb.sreg("ctaid.y", "head_idx")?;
-        // Opaque, so the prologue's copy (the out-of-range exit) and each role's derive
-        // their own batch index: a shared one lives across setmaxnreg and spilled.
-        let z = kb.opaque_i32(kb.sreg("ctaid.z", "")?, "batch_split")?;
         let num_splits = self.args.int("num_splits")?;
         let b = kb.udiv(z, num_splits, "b")?;
         let split = kb.urem(z, num_splits, "split")?;
@@ -235,17 +266,19 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         let spec = self.spec;
         let tid = kb.sreg("tid.x", "tid")?;
         {
-            let cta = self.cta(kb)?;
-            let nothing = kb.icmp(IntPredicate::SGE, cta.row0, cta.rows_total, "")?;
-            kb.return_if(nothing, "cta_out_of_range")?;
+            // Empty barriers count one arrival per warp of each working consumer.
+            let mut working_count = None;
+            if !self.persistent() {
+                let cta = self.cta(kb)?;
+                let nothing = kb.icmp(IntPredicate::SGE, cta.row0, cta.rows_total, "")?;
+                kb.return_if(nothing, "cta_out_of_range")?;
+                if self.idle_consumers() {
+                    working_count = Some(kb.mul(self.working_consumers(kb, &cta)?, kb.i32c(4), "empty_count")?);
+                }
+            }
             kb.section("setup: K/V ring mbarriers (thread 0)")?;
             let is_t0 = kb.icmp(IntPredicate::EQ, tid, kb.i32c(0), "")?;
-            let smem = cta.smem;
-            // Empty barriers count one arrival per warp of each working consumer.
-            let working_count = match self.idle_consumers() {
-                true => Some(kb.mul(self.working_consumers(kb, &cta)?, kb.i32c(4), "empty_count")?),
-                false => None,
-            };
+            let smem = self.smem_base(kb)?;
             kb.if_then(is_t0, "init_barriers", |kb| {
                 for which in [RingBar::FullK, RingBar::FullV, RingBar::EmptyK, RingBar::EmptyV] {
                     for s in 0..cfg.stages {
@@ -299,7 +332,56 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
 
     /// Whether consumers with no valid rows sit the key walk out (`Config::idle_consumers`).
     fn idle_consumers(&self) -> bool {
-        self.cfg.idle_consumers && self.cfg.consumers > 1 && !self.pingpong()
+        self.cfg.idle_consumers && self.cfg.consumers > 1 && !self.pingpong() && !self.persistent()
+    }
+
+    /// Whether this forward runs persistent (`Config::runs_persistent`).
+    fn persistent(&self) -> bool {
+        self.cfg.runs_persistent(self.spec)
+    }
+
+    /// Runs `body` for each of the CTA's work tiles: its own (`None`) in the tiled grid;
+    /// tiles ctaid.x, + nctaid.x, ... of the persistent grid (`common::schedule`: m block
+    /// fastest, or LPT sections under a causal mask), skipping tiles past their
+    /// sequence's end. Every role walks the same tiles.
+    fn for_each_tile(
+        &self,
+        kb: &mut Kb<'ctx>,
+        mut body: impl FnMut(&mut Kb<'ctx>, Option<WorkAt<'ctx>>) -> R<()>,
+    ) -> R<()> {
+        if !self.persistent() {
+            return body(kb, None);
+        }
+        let spec = self.spec;
+        let la = self.args.layout()?;
+        let rows = match spec.pack_gqa {
+            true => kb.mul(la.seqlen_q, kb.i32c(spec.group_size() as i64), "")?,
+            false => la.seqlen_q,
+        };
+        let num_m = kb.ceil_div(rows, kb.i32c(self.cfg.block_m() as i64), "num_m")?;
+        let heads = if spec.pack_gqa { spec.kv_heads } else { spec.q_heads };
+        let batch = self.args.int("batch")?;
+        let total = kb.mul(kb.mul(num_m, kb.i32c(heads as i64), "")?, batch, "work_tiles")?;
+        let lpt = spec.mask.causal.is_some();
+        let section = match lpt {
+            true => emit_section_heads(kb, la.seqlen_k, spec.head_dim_qk, spec.head_dim_v, heads)?,
+            false => kb.i32c(1),
+        };
+        let first = kb.sreg("ctaid.x", "")?;
+        let tile = kb.slot_i32("work_tile", first)?;
+        kb.while_loop(
+            "work_tiles",
+            |kb| {
+                let t = kb.get_i(tile, "")?;
+                kb.icmp(IntPredicate::SLT, t, total, "")
+            },
+            |kb| {
+                let t = kb.get_i(tile, "work_tile")?;
+                let wt = emit_tile_coords(kb, t, num_m, heads, lpt, section, la.seqlen_q, la.seqlen_k)?;
+                body(kb, Some(WorkAt { m_block: wt.m, head_idx: wt.h, z: wt.b }))?;
+                kb.set(tile, kb.add(t, kb.sreg("nctaid.x", "")?, "")?)
+            },
+        )
     }
 
     /// Whether each consumer ends its walk at its own rows' last key tile
@@ -446,28 +528,57 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
     }
 
     fn consumer(&self, kb: &mut Kb<'ctx>) -> R<()> {
-        let spec = self.spec;
-        let cfg = self.cfg;
-        let layout = cfg.smem(spec);
-        let cta = self.cta(kb)?;
+        let layout = self.cfg.smem(self.spec);
         let tid = kb.opaque_i32(kb.sreg("tid.x", "")?, "tid")?;
         let consumer = kb.sub(kb.udiv(tid, kb.i32c(128), "")?, kb.i32c(1), "consumer")?;
         // `uniform_consumer`: warp-uniform by a shuffle from lane 0, so ptxas keeps what
         // derives from it (Q's wgmma descriptors) in uniform registers.
-        let consumer = match cfg.uniform_consumer {
+        let consumer = match self.cfg.uniform_consumer {
             true => kb.shfl_idx_i32(consumer, kb.i32c(0), "consumer")?,
             false => consumer,
         };
         let ltid = kb.and(tid, kb.i32c(127), "ltid")?;
         let q_smem = kb.add(
-            cta.smem,
+            self.smem_base(kb)?,
             kb.add(kb.i32c(layout.q as i64), kb.mul(consumer, kb.i32c(layout.q_per_consumer as i64), "")?, "")?,
             "q_smem",
         )?;
+        // The ring position of a persistent CTA's next work tile.
+        let ring_base = kb.slot_i32("ring_base", kb.i32c(0))?;
+        self.for_each_tile(kb, |kb, at| {
+            let cta = self.cta_at(kb, at)?;
+            match at {
+                None => self.consume_tile(kb, &cta, consumer, ltid, q_smem, ring_base),
+                Some(_) => {
+                    // Tiles past a (varlen) sequence's end: no keys were produced for them.
+                    let inside = kb.icmp(IntPredicate::SLT, cta.row0, cta.rows_total, "tile_inside")?;
+                    kb.if_then(inside, "work_tile", |kb| self.consume_tile(kb, &cta, consumer, ltid, q_smem, ring_base))
+                }
+            }
+        })
+    }
+
+    /// One work tile of a consumer: Q, the key walk (with its drain), the epilogue. The
+    /// ring positions start at `ring_base` (0 but in a persistent CTA), which a
+    /// persistent CTA advances past the tile's key tiles.
+    fn consume_tile(
+        &self,
+        kb: &mut Kb<'ctx>,
+        cta: &Cta<'ctx>,
+        consumer: IntValue<'ctx>,
+        ltid: IntValue<'ctx>,
+        q_smem: IntValue<'ctx>,
+        ring_base: Slot<'ctx>,
+    ) -> R<()> {
+        let spec = self.spec;
+        let cfg = self.cfg;
+        let persistent = self.persistent();
+        let base = kb.get_i(ring_base, "ring_base")?;
         // A consumer past the sequence's end loads nothing and walks no keys
-        // (`idle_consumers`); its epilogue stores nothing (no valid rows) but still takes
-        // part in the fused combine's barrier.
-        let working = match self.idle_consumers() {
+        // (`idle_consumers`; in a persistent CTA it only drains the tile's slots); its
+        // epilogue stores nothing (no valid rows) but still takes part in the fused
+        // combine's barrier.
+        let working = match self.idle_consumers() || (persistent && cfg.idle_consumers) {
             true => {
                 let first_row = kb.add(cta.row0, kb.mul(consumer, kb.i32c(ROWS_PER_CONSUMER as i64), "")?, "")?;
                 let working = kb.icmp(IntPredicate::SLT, first_row, cta.rows_total, "")?;
@@ -479,21 +590,24 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         };
         kb.section("load Q (cp.async, 128B swizzle)")?;
         kb.if_then(working, "load_q", |kb| {
-            self.load_q(kb, &cta, ltid, q_smem, consumer)?;
+            self.load_q(kb, cta, ltid, q_smem, consumer)?;
             // Every warp of this warpgroup has its Q rows in place (barrier 1 + consumer).
             kb.named_bar_sync_r(kb.add(consumer, kb.i32c(1), "")?, 128)
         })?;
 
-        let tiles = self.tiles(&cta);
+        let tiles = self.tiles(cta);
         let (begin, end) = tiles.split_range(kb, cta.num_splits, cta.split)?;
         let own_walk_end = self.own_walk_end(&tiles);
         // Where this consumer's own walk stops: the CTA's tiles after it are drained.
         let walk_end = match own_walk_end {
-            true => self.consumer_walk_end(kb, &cta, &tiles, consumer, (begin, end))?,
+            true => self.consumer_walk_end(kb, cta, &tiles, consumer, (begin, end))?,
             false => end,
         };
+        // A persistent CTA's consumers drain whatever of the tile they did not walk
+        // (the empty barriers count every consumer there).
+        let drains = own_walk_end || persistent;
         // The drain's first ring position and walk position (after the walk, if any).
-        let drain_pos = kb.slot_i32("drain_pos", kb.i32c(0))?;
+        let drain_pos = kb.slot_i32("drain_pos", base)?;
         let drain_tile = kb.slot_i32("drain_tile", begin)?;
         let dv = spec.head_dim_v;
         let mut st = State {
@@ -516,7 +630,7 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         // The softmax runs under P·V. `keep_alive` after the last wait keeps P(t-1)'s
         // registers allocated until then (see there).
         let has_any = kb.and(kb.icmp(IntPredicate::SLT, begin, walk_end, "")?, working, "walks_keys")?;
-        let env = StepEnv { cta: &cta, q_smem, ltid, consumer };
+        let env = StepEnv { cta, q_smem, ltid, consumer, base };
         kb.if_then(has_any, "kv", |kb| {
             // Each step exists twice, unmasked and masked, chosen before its GEMMs are
             // issued: a branch between the two wgmma waits makes ptxas hoist the second
@@ -536,7 +650,7 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             } else {
                 self.first_step(kb, &env, &st, first, first_bits, Masking::Unless(unmasked))?;
             }
-            let pos = kb.slot_i32("c_pos", kb.i32c(0))?;
+            let pos = kb.slot_i32("c_pos", base)?;
             let next0 = tiles.next_nonempty(kb, kb.add(begin, kb.i32c(1), "")?, end, "c_next")?;
             let next = kb.slot_i32("c_next_tile", next0)?;
             let more = |kb: &mut Kb<'ctx>| {
@@ -572,26 +686,29 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             let (slot0, par0) = self.ring(kb, p0)?;
             let o_in: Vec<FloatValue<'ctx>> = st.o.iter().map(|s| kb.get_f(*s, "o")).collect::<R<_>>()?;
             let p_in: Vec<IntValue<'ctx>> = st.p.iter().map(|s| kb.get_i(*s, "p")).collect::<R<_>>()?;
-            self.wait_full(kb, &cta, RingBar::FullV, slot0, par0)?;
+            self.wait_full(kb, cta, RingBar::FullV, slot0, par0)?;
             self.turn_wait(kb, consumer)?;
             kb.wgmma_fence()?;
-            let o = self.gemm_pv(kb, &cta, slot0, &p_in, &o_in)?;
+            let o = self.gemm_pv(kb, cta, slot0, &p_in, &o_in)?;
             kb.wgmma_commit_group()?;
             self.turn_pass(kb, consumer)?;
             let o = kb.wgmma_wait_group_acc(0, &o, "o")?;
             self.keep_alive(kb, &p_in, q_smem)?;
-            self.release(kb, &cta, RingBar::EmptyV, slot0, ltid)?;
+            self.release(kb, cta, RingBar::EmptyV, slot0, ltid)?;
             for (slot, v) in st.o.iter().zip(&o) {
                 kb.set(*slot, *v)?;
             }
-            if own_walk_end {
+            if drains {
                 kb.set(drain_pos, kb.add(p0, kb.i32c(1), "")?)?;
                 kb.set(drain_tile, kb.get_i(next, "")?)?;
             }
             Ok(())
         })?;
-        if own_walk_end {
-            kb.if_then(working, "drain", |kb| self.drain(kb, &cta, &tiles, drain_pos, drain_tile, end, ltid))?;
+        if persistent {
+            self.drain(kb, cta, &tiles, drain_pos, drain_tile, end, ltid)?;
+            kb.set(ring_base, kb.get_i(drain_pos, "")?)?;
+        } else if own_walk_end {
+            kb.if_then(working, "drain", |kb| self.drain(kb, cta, &tiles, drain_pos, drain_tile, end, ltid))?;
         }
         if self.pingpong() {
             // Consumer 1's first hand-over is one more arrival on consumer 0's barrier
@@ -599,7 +716,7 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             let first = kb.icmp(IntPredicate::EQ, consumer, kb.i32c(0), "")?;
             kb.if_then(first, "last_turn", |kb| kb.named_bar_sync(PINGPONG_BAR, 256))?;
         }
-        self.epilogue(kb, &cta, &mut st, ltid, consumer)
+        self.epilogue(kb, cta, &mut st, ltid, consumer)
     }
 
     /// The CTA's tiles after this consumer's own walk: wait for each slot to fill (so
@@ -672,7 +789,7 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         masked: Masking<'ctx>,
     ) -> R<()> {
         let cta = env.cta;
-        let (slot0, par0) = self.ring(kb, kb.i32c(0))?;
+        let (slot0, par0) = self.ring(kb, env.base)?;
         kb.section("first tile: S = Q.K^T (wgmma ss)")?;
         self.wait_full(kb, cta, RingBar::FullK, slot0, par0)?;
         self.turn_wait(kb, env.consumer)?;
@@ -1150,6 +1267,8 @@ struct StepEnv<'a, 'ctx> {
     q_smem: IntValue<'ctx>,
     ltid: IntValue<'ctx>,
     consumer: IntValue<'ctx>,
+    /// The ring position of the work tile's first key tile.
+    base: IntValue<'ctx>,
 }
 
 /// A consumer thread's loop-carried state.

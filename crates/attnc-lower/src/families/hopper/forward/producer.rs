@@ -3,10 +3,10 @@
 //! cp.async row gather (pages TMA boxes cannot follow).
 
 use super::super::config::{Config, RingBar, BOX_COLS, ROW_BYTES};
-use super::Kernel;
+use super::{Cta, Kernel};
 use crate::families::common::paged::PagedBoxes;
 use crate::families::common::sw128::{emit_chunk_addr, zero_row};
-use crate::llvm::kb::{Kb, R};
+use crate::llvm::kb::{Kb, Slot, R};
 use crate::variant::tiles::KeyTiles;
 use attnc_ir::KvLayout;
 use inkwell::values::IntValue;
@@ -30,14 +30,35 @@ pub(super) enum KvTensor {
 
 impl<'ctx> Kernel<'_, 'ctx> {
     pub(super) fn producer(&self, kb: &mut Kb<'ctx>) -> R<()> {
-        let spec = self.spec;
-        let cfg = self.cfg;
-        let cta = self.cta(kb)?;
-        let tiles = self.tiles(&cta);
         let tmap_k = kb.param_generic_addr(&format!("{}_param_0", self.name), "tmap_k")?;
         let tmap_v = kb.param_generic_addr(&format!("{}_param_1", self.name), "tmap_v")?;
         kb.tensormap_prefetch(tmap_k)?;
         kb.tensormap_prefetch(tmap_v)?;
+        // Ring positions run on from one work tile to the next (persistent CTAs).
+        let pos = kb.slot_i32("p_pos", kb.i32c(0))?;
+        self.for_each_tile(kb, |kb, at| {
+            let cta = self.cta_at(kb, at)?;
+            match at {
+                None => self.produce_tile(kb, &cta, (tmap_k, tmap_v), pos),
+                Some(_) => {
+                    let inside = kb.icmp(IntPredicate::SLT, cta.row0, cta.rows_total, "tile_inside")?;
+                    kb.if_then(inside, "work_tile", |kb| self.produce_tile(kb, &cta, (tmap_k, tmap_v), pos))
+                }
+            }
+        })
+    }
+
+    /// The TMA loads of one work tile's key tiles, from ring position `pos` on.
+    fn produce_tile(
+        &self,
+        kb: &mut Kb<'ctx>,
+        cta: &Cta<'ctx>,
+        (tmap_k, tmap_v): (IntValue<'ctx>, IntValue<'ctx>),
+        pos: Slot<'ctx>,
+    ) -> R<()> {
+        let spec = self.spec;
+        let cfg = self.cfg;
+        let tiles = self.tiles(cta);
         let (begin, end) = tiles.split_range(kb, cta.num_splits, cta.split)?;
         let layout = cfg.smem(spec);
         // Row coordinate base and batch coordinate in the tensor maps.
@@ -45,7 +66,7 @@ impl<'ctx> Kernel<'_, 'ctx> {
             KvLayout::Varlen => (cta.bv.k_start.unwrap_or_else(|| kb.i32c(0)), kb.i32c(0)),
             _ => (kb.i32c(0), cta.bv.b),
         };
-        self.produce_tiles(kb, &tiles, begin, end, "produce", |kb, t, slot, free_parity| {
+        self.produce_tiles(kb, &tiles, (begin, end), pos, "produce", |kb, t, slot, free_parity| {
             let row = kb.add(row_base, kb.mul(t, kb.i32c(cfg.block_n as i64), "")?, "key_row")?;
             for (which, tmap, full, empty, d, base, per) in [
                 ("K", tmap_k, RingBar::FullK, RingBar::EmptyK, spec.head_dim_qk, layout.k, layout.k_per_stage),
@@ -104,7 +125,8 @@ impl<'ctx> Kernel<'_, 'ctx> {
         let entry = kb.slot_i32("bt_entry", kb.i32c(0))?;
         let count = boxes.count();
         let box_rows = boxes.box_rows(bn);
-        self.produce_tiles(kb, &tiles, begin, end, "produce_paged", |kb, t, slot, free_parity| {
+        let pos = kb.slot_i32("p_pos", kb.i32c(0))?;
+        self.produce_tiles(kb, &tiles, (begin, end), pos, "produce_paged", |kb, t, slot, free_parity| {
             let key0 = kb.mul(t, kb.i32c(bn as i64), "key0")?;
             let first = kb.udiv(key0, ps, "first_page")?;
             kb.section("paged KV: block-table window (a lane per page), read when the tile leaves it")?;
@@ -190,13 +212,12 @@ impl<'ctx> Kernel<'_, 'ctx> {
         &self,
         kb: &mut Kb<'ctx>,
         tiles: &KeyTiles<'_, 'ctx>,
-        begin: IntValue<'ctx>,
-        end: IntValue<'ctx>,
+        (begin, end): (IntValue<'ctx>, IntValue<'ctx>),
+        pos: Slot<'ctx>,
         name: &str,
         body: impl FnOnce(&mut Kb<'ctx>, IntValue<'ctx>, IntValue<'ctx>, IntValue<'ctx>) -> R<()>,
     ) -> R<()> {
         let tile = kb.slot_i32("p_tile", begin)?;
-        let pos = kb.slot_i32("p_pos", kb.i32c(0))?;
         kb.while_loop(
             name,
             |kb| {
@@ -236,7 +257,8 @@ impl<'ctx> Kernel<'_, 'ctx> {
         let k_base = self.args.int("k")?;
         let v_base = self.args.int("v")?;
         let bn = cfg.block_n as i64;
-        self.produce_tiles(kb, &tiles, begin, end, "gather", |kb, t, slot, free_parity| {
+        let pos = kb.slot_i32("p_pos", kb.i32c(0))?;
+        self.produce_tiles(kb, &tiles, (begin, end), pos, "gather", |kb, t, slot, free_parity| {
             let n0 = kb.mul(t, kb.i32c(bn), "n0")?;
             let lane = kb.and(kb.opaque_i32(kb.sreg("tid.x", "")?, "")?, kb.i32c(31), "lane")?;
             let sub_row = kb.udiv(lane, kb.i32c(8), "sub_row")?;

@@ -1,7 +1,7 @@
-//! Persistent tile scheduling. The grid has `min(SMs, tiles)` CTAs; CTA c processes
-//! work tiles c, c + gridDim.x, ... Each work tile is (m block of 256 query rows, head,
-//! batch entry). Every role of the CTA evaluates the same mapping, so they agree on the
-//! tile without communicating.
+//! Persistent tile scheduling (blackwell's forward; hopper's with `Config::persistent`).
+//! The grid has `min(SMs, tiles)` CTAs; CTA c processes work tiles c, c + gridDim.x, ...
+//! Each work tile is (m block of the family's query rows, head, batch entry). Every role
+//! of the CTA evaluates the same mapping, so they agree on the tile without communicating.
 //!
 //! - Split-KV multiplies the work tiles by the number of splits; the split is the
 //!   fastest coordinate (`t % num_splits`), so one m block's splits run side by side.
@@ -19,9 +19,6 @@ use inkwell::values::IntValue;
 /// K+V bytes of a section of heads that should stay in L2 together (FlashAttention's
 /// scheduler uses the same 32 MiB; B200 has 126 MB of L2).
 pub const L2_SECTION_BYTES: i64 = 32 << 20;
-
-/// Query rows per work tile (two Q tiles of 128).
-pub const TILE_ROWS: u32 = 256;
 
 /// Heads per LPT section for a launch (`max(1, min(heads, L2 / (seqlen_k·(d_qk+d_v)·2)))`).
 pub fn section_heads(seqlen_k: i64, d_qk: u32, d_v: u32, heads: u32) -> u32 {
