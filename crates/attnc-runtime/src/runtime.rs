@@ -13,7 +13,7 @@ use crate::tensor::{contiguous_strides, ElemType, Element, IndexTensor, Tensor};
 use crate::validate::{marshal, plan, CombineKind, KernelShape, LaunchDescs, LaunchPlan};
 use attnc_ir::block_mask::{BlockDims, Tiling};
 use attnc_ir::{KvLayout, QueryRows, Spec, ONE_TILE_ROWS};
-use attnc_lower::families::common::abi::SPLIT_COUNTERS_PARAM;
+use attnc_lower::families::common::abi::{SPLIT_COUNTERS_PARAM, TILE_COUNTERS_PARAM};
 use attnc_lower::{Arch, Direction, FamilyChoice, FamilyKind, Grid, KernelRole};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -1052,6 +1052,7 @@ impl Kernel {
             ("o_partial", ArgValue::Ptr(if split { ws } else { 0 })),
             ("lse_partial", ArgValue::Ptr(if split { ws + lse_off as u64 } else { 0 })),
             (SPLIT_COUNTERS_PARAM, ArgValue::Ptr(counters.ptr())),
+            (TILE_COUNTERS_PARAM, ArgValue::Ptr(counters.ptr())),
         ];
         extra.extend(maps);
         // Block mask: the caller's (checked against this launch) or one built now.

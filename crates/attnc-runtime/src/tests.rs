@@ -661,6 +661,7 @@ fn every_example_spec_plans_with_its_abi() {
                     || name == SEQUENCE_POSITIONS_PARAM
                     // Filled by the runtime's counter pool (`Runtime::split_counters`).
                     || name == attnc_lower::families::common::abi::SPLIT_COUNTERS_PARAM
+                    || name == attnc_lower::families::common::abi::TILE_COUNTERS_PARAM
                     || (ty == "tensormap" && k.tensor_maps.iter().any(|b| b.param == name));
                 assert!(known, "{} ({}): unknown kernel parameter {param}", spec.name, m.family);
             }
@@ -779,7 +780,12 @@ fn the_sm90a_auto_family_marshals_with_its_tensor_maps() {
     p.tensor_maps = plan_tensor_maps(&fwd.tensor_maps, &d).expect("encodable");
     let n_maps = fwd.params.iter().filter(|p| p.ends_with(":tensormap")).count();
     assert_eq!(p.tensor_maps.len(), n_maps, "{}: one box per tensormap parameter", m.family);
-    let mut extra = vec![("o_partial", ArgValue::Ptr(0)), ("lse_partial", ArgValue::Ptr(0))];
+    // As `Kernel::run` adds them (the counters from the runtime's pool).
+    let mut extra = vec![
+        ("o_partial", ArgValue::Ptr(0)),
+        ("lse_partial", ArgValue::Ptr(0)),
+        (attnc_lower::families::common::abi::TILE_COUNTERS_PARAM, ArgValue::Ptr(0x4000)),
+    ];
     for (i, e) in p.tensor_maps.iter().enumerate() {
         extra.push((e.param.as_str(), ArgValue::TensorMap(TensorMapArg([i as u64 + 1; 16]))));
     }
@@ -800,6 +806,7 @@ fn a_persistent_kernel_gets_one_cta_per_slot_at_most() {
     let ks = KernelShape { persistent: true, ..KS };
     let p = plan(&s, &ks, 132, 0, &d).expect("valid");
     assert_eq!(p.fwd_grid, [tiles.min(132) as u32, 1, 1]);
+    assert_eq!(p.split_counters, 2, "the dynamic scheduler's tile counters");
     // More slots than tiles: one CTA per tile.
     let p = plan(&s, &KernelShape { ctas_per_sm: 1000, ..ks }, 132, 0, &d).expect("valid");
     assert_eq!(p.fwd_grid, [tiles as u32, 1, 1]);

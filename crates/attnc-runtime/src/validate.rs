@@ -724,6 +724,9 @@ pub fn plan(spec: &Spec, ks: &KernelShape, sm_count: u32, device: usize, d: &Lau
         combine_grid,
         split_counters: if ns > 1 && ks.combine == CombineKind::Fused {
             (grid_x * grid_y * batch as u64) as usize
+        } else if ks.persistent {
+            // A persistent forward's tile counters (`TILE_COUNTERS_PARAM`).
+            2
         } else {
             0
         },

@@ -51,6 +51,9 @@ pub fn kernel_name(spec: &Spec, what: &str) -> String {
 /// The forward parameter of a family that fuses the split-KV combine: one u32 counter per
 /// row block (grid x · grid y · batch), zero before the launch and left zero after it.
 pub const SPLIT_COUNTERS_PARAM: &str = "split_counters";
+/// A persistent forward's dynamic scheduler: the next work tile and the count of CTAs done
+/// fetching (two zeroed u32, set back to 0 by the last CTA; the same per-stream buffer).
+pub const TILE_COUNTERS_PARAM: &str = "tile_counters";
 
 pub fn forward_params(spec: &Spec) -> Vec<(String, ParamTy)> {
     use ParamTy::*;

@@ -70,10 +70,12 @@ pub struct Config {
     /// back edge (ncu at d64: 34 `IMAD.MOV` per consumer warp and key tile).
     pub unroll_steps: bool,
     /// A persistent forward (`Grid::Persistent`): each CTA walks work tiles (m block,
-    /// head, batch entry; `common::schedule`, LPT order under a causal mask), the ring
-    /// carried from one tile to the next, so the producer loads the next tile's K/V while
-    /// the consumers finish the last one and a CTA's setup is paid once per SM. Contiguous
-    /// and varlen K/V without split-KV or ping-pong (`Kernel::persistent`).
+    /// head, batch entry; `common::schedule`, LPT order under a causal mask) that its
+    /// producer takes from a global counter as it goes (a static stride let the CTAs
+    /// drift apart and lost the hardware order's L2 reuse), the ring carried from one
+    /// tile to the next, so the producer loads the next tile's K/V while the consumers
+    /// finish the last one and a CTA's setup is paid once per SM. Contiguous and varlen
+    /// K/V without split-KV or ping-pong (`Config::runs_persistent`).
     pub persistent: bool,
     /// A partial tile's mask is evaluated into bit words while its `S = Q·Kᵀ` is in
     /// flight, and the softmax only tests bits: a mask over aux tensors has its loads
@@ -115,6 +117,9 @@ pub struct SmemLayout {
     /// Paged K/V by TMA: the mbarrier the tail tile's V lands on before the producer
     /// zeroes its rows past seqlen_k (`None` otherwise).
     pub tail_v: Option<u32>,
+    /// A persistent forward's tile ring: two tile indices (u32, 8 bytes), then
+    /// tile_full[2] and tile_empty[2] (`None` for the tiled grid).
+    pub work: Option<u32>,
     /// Bytes used from the aligned base.
     pub used: u32,
     /// Bytes to request at launch (`used` + alignment slack).
@@ -189,7 +194,10 @@ impl Config {
             idle_consumers: three && !one_tile,
             own_walk_end: three && !one_tile,
             unroll_steps: false,
-            persistent: false,
+            // H100, 2026-11-27 (docs/results/2026-11-27-h100-fwd-persistent/4-dynamic/):
+            // causal d64 +9.5% at 1k-2k, +3% at 4k, d128 +7.5% / +4.5% / +3%, 8k-16k within
+            // noise; non-causal d64 -5..-9% at 4k-16k (reason not measured), so causal only.
+            persistent: spec.mask.causal.is_some(),
             // Causal and window masks as two bounds per row and a bit range per word
             // (`variant::row_keys`): the partial tile's mask 271 -> 104 SASS instructions
             // between the waits at d64 causal; H100, 2026-11-27
@@ -317,7 +325,9 @@ impl Config {
         let ring_end = bars + 8 * 4 * self.stages;
         let tail_v = self.paged_boxes(spec).map(|_| ring_end);
         let used = ring_end + if tail_v.is_some() { 8 } else { 0 };
-        SmemLayout { q, q_per_consumer, k, k_per_stage, v, v_per_stage, bars, tail_v, used, request: used + 1024 }
+        let work = self.runs_persistent(spec).then_some(used);
+        let used = used + if work.is_some() { 8 + 4 * 8 } else { 0 };
+        SmemLayout { q, q_per_consumer, k, k_per_stage, v, v_per_stage, bars, tail_v, work, used, request: used + 1024 }
     }
 
     /// Offset of ring barrier `which` of slot 0; slot `s` adds `8 · s`.

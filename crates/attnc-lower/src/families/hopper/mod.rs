@@ -333,8 +333,10 @@ mod tests {
             let (cfg, ptx) = fwd(&format!("{head} {mask}\n}}\n"));
             assert!(cfg.mask_bits && !cfg.uniform_consumer, "{mask}");
             assert!(ptx.contains("bmsk.clamp.b32"), "{mask}: the words by bit ranges");
-            // One shuffle, the consumer's own walk end; the consumer index stays plain.
-            assert_eq!(ptx.matches("shfl.sync.idx").count(), 1, "{mask}: the plain consumer index");
+            // One shuffle, the consumer's own walk end (and the tiles a persistent
+            // consumer takes from the ring); the consumer index stays plain.
+            let shuffles = 1 + 2 * usize::from(cfg.persistent); // the first tile, then each next
+            assert_eq!(ptx.matches("shfl.sync.idx").count(), shuffles, "{mask}: the plain consumer index");
         }
         let (cfg, ptx) = fwd(&format!("{head} mask k <= q || k < 16\n}}\n"));
         assert!(!cfg.mask_bits && !ptx.contains("bmsk"), "a predicate is tested per element");
@@ -361,36 +363,47 @@ mod tests {
             for mask in ["", " mask causal\n"] {
                 let src = format!("attention m {{\n dtype bf16\n head_dim {head_dim}\n heads 8\n{mask}}}\n");
                 let spec = attnc_dsl::parse_named("m.attn", &src).expect("parses");
-                assert_eq!(Config::for_spec(&spec).idle_consumers, idle, "d{head_dim} {mask}");
+                let cfg = Config::for_spec(&spec);
+                assert_eq!(cfg.idle_consumers, idle, "d{head_dim} {mask}");
+                // A persistent CTA (the default under a causal mask) keeps the fixed
+                // count: its idle consumers drain the tile's slots instead.
+                let persistent = cfg.runs_persistent(&spec);
                 let ptx = Hopper.compile(&spec, Arch::Sm90a, Direction::Forward).expect("compiles").ptx;
                 let counted = ptx.lines().any(|l| l.contains("mbarrier.init.shared::cta.b64") && l.contains("], %r"));
-                assert_eq!(counted, idle, "d{head_dim} {mask}: empty barriers count the working consumers");
+                assert_eq!(
+                    counted,
+                    idle && !persistent,
+                    "d{head_dim} {mask}: empty barriers count the working consumers"
+                );
                 assert_eq!(ptx.contains("vote.sync.any.pred"), idle, "d{head_dim} {mask}");
                 // Each consumer's own walk end (and the drain after it) only where a mask
-                // empties tiles.
+                // empties tiles; a persistent CTA drains every tile's rest.
                 let drains = ptx.contains("drain: release the slots");
-                assert_eq!(drains, idle && !mask.is_empty(), "d{head_dim} {mask}: own walk end");
+                assert_eq!(drains, (idle && !mask.is_empty()) || persistent, "d{head_dim} {mask}: own walk end");
             }
         }
     }
 
-    /// `persistent=1`: a `Grid::Persistent` forward that takes the batch, walks work tiles
-    /// (LPT under a causal mask) and assembles cleanly; paged and split-KV specs keep the
-    /// tiled grid. Off by default (docs/results/2026-11-27-h100-fwd-persistent/).
+    /// A `Grid::Persistent` forward (the default under a causal mask, `persistent=1`
+    /// otherwise) takes the batch and the tile counters, hands work tiles from the
+    /// producer to the consumers through a shared-memory ring, and assembles cleanly;
+    /// paged and split-KV specs keep the tiled grid.
     #[test]
     fn a_persistent_forward_walks_work_tiles_where_asked() {
         let ptxas = crate::ptxas::find_ptxas();
         for (d, mask) in [(64, ""), (64, " mask causal\n"), (128, " mask causal\n"), (128, " kv varlen\n")] {
             let src = format!("attention m {{\n dtype bf16\n head_dim {d}\n heads 8\n{mask}}}\n");
             let spec = attnc_dsl::parse_named("m.attn", &src).expect("parses");
-            assert!(!Config::for_spec(&spec).runs_persistent(&spec), "off by default");
+            assert_eq!(Config::for_spec(&spec).runs_persistent(&spec), mask.contains("causal"), "d{d}{mask}");
             let cfg = Config::for_spec(&spec).tuned("persistent=1");
             assert!(cfg.runs_persistent(&spec), "d{d}{mask}");
             let m = compile_with_config(&spec, Arch::Sm90a, &cfg).expect("compiles");
             let fwd = m.kernels.iter().find(|k| k.role == crate::module::KernelRole::Forward).expect("forward");
             assert_eq!(fwd.grid, crate::module::Grid::Persistent, "d{d}{mask}");
-            assert!(fwd.params.iter().any(|p| p.starts_with("batch")), "d{d}{mask}: {:?}", fwd.params);
-            assert!(m.ptx.contains("nctaid.x"), "d{d}{mask}: the CTA strides over the tiles");
+            for param in ["batch", crate::families::common::abi::TILE_COUNTERS_PARAM] {
+                assert!(fwd.params.iter().any(|p| p.starts_with(param)), "d{d}{mask}: {param} in {:?}", fwd.params);
+            }
+            assert!(m.ptx.contains("atom.acq_rel.gpu.global.add.u32"), "d{d}{mask}: tiles from the counter");
             let Ok(path) = &ptxas else {
                 assert!(std::env::var_os("CI").is_none(), "CI must have ptxas");
                 continue;

@@ -65,8 +65,9 @@ pub fn forward_params(spec: &Spec, cfg: &Config) -> Vec<(String, ParamTy)> {
     }
     if cfg.runs_persistent(spec) {
         // The persistent grid's work-tile count needs the batch (the tiled grid has it as
-        // its z extent).
+        // its z extent), and its scheduler a counter.
         p.push(("batch".to_string(), ParamTy::I32));
+        p.push((cabi::TILE_COUNTERS_PARAM.to_string(), ParamTy::Ptr));
     }
     p
 }
@@ -130,6 +131,15 @@ struct Kernel<'a, 'ctx> {
     cfg: &'a Config,
     args: Args<'ctx>,
     name: String,
+}
+
+/// Which side of a persistent CTA's tile ring a role is on.
+#[derive(Clone, Copy)]
+enum TileRole {
+    /// The TMA thread: takes tiles from the global counter and hands them over.
+    Producer,
+    /// A consumer warpgroup: takes each tile from the ring.
+    Consumer,
 }
 
 /// A persistent CTA's current work tile (`common::schedule`): its m block (already in
@@ -292,6 +302,14 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                 if let Some(tail) = cfg.smem(spec).tail_v {
                     kb.mbar_init(kb.add(smem, kb.i32c(tail as i64), "")?, 1)?;
                 }
+                if let Some(work) = cfg.smem(spec).work {
+                    // The tile ring: full (the producer's one arrival), empty (one per
+                    // consumer warp).
+                    for s in 0..2 {
+                        kb.mbar_init(kb.add(smem, kb.i32c((work + 8 + 8 * s) as i64), "")?, 1)?;
+                        kb.mbar_init(kb.add(smem, kb.i32c((work + 24 + 8 * s) as i64), "")?, 4 * cfg.consumers)?;
+                    }
+                }
                 kb.fence_mbarrier_init()
             })?;
             kb.cta_barrier()?;
@@ -341,17 +359,21 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
     }
 
     /// Runs `body` for each of the CTA's work tiles: its own (`None`) in the tiled grid;
-    /// tiles ctaid.x, + nctaid.x, ... of the persistent grid (`common::schedule`: m block
-    /// fastest, or LPT sections under a causal mask), skipping tiles past their
-    /// sequence's end. Every role walks the same tiles.
+    /// in the persistent grid (`common::schedule`'s order: m block fastest, or LPT
+    /// sections under a causal mask) tile ctaid.x first, then whichever the producer
+    /// takes next from the global counter (nctaid.x + the counter's old value). The
+    /// producer hands each tile index to the consumers through a two-slot ring in shared
+    /// memory (its own full/empty mbarriers), the last one past the end; the last CTA to
+    /// finish taking tiles sets the counters back to 0 for the next launch.
     fn for_each_tile(
         &self,
         kb: &mut Kb<'ctx>,
+        role: TileRole,
         mut body: impl FnMut(&mut Kb<'ctx>, Option<WorkAt<'ctx>>) -> R<()>,
     ) -> R<()> {
-        if !self.persistent() {
+        let Some(work) = self.cfg.smem(self.spec).work else {
             return body(kb, None);
-        }
+        };
         let spec = self.spec;
         let la = self.args.layout()?;
         let rows = match spec.pack_gqa {
@@ -367,21 +389,91 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             true => emit_section_heads(kb, la.seqlen_k, spec.head_dim_qk, spec.head_dim_v, heads)?,
             false => kb.i32c(1),
         };
-        let first = kb.sreg("ctaid.x", "")?;
-        let tile = kb.slot_i32("work_tile", first)?;
-        kb.while_loop(
-            "work_tiles",
-            |kb| {
+        let smem = self.smem_base(kb)?;
+        let ids = kb.add(smem, kb.i32c(work as i64), "tile_ids")?;
+        let full = kb.add(smem, kb.i32c(work as i64 + 8), "tile_full")?;
+        let empty = kb.add(smem, kb.i32c(work as i64 + 24), "tile_empty")?;
+        // Slot and parity of the tile ring's position `k`.
+        let at = |kb: &Kb<'ctx>, k: IntValue<'ctx>| -> R<(IntValue<'ctx>, IntValue<'ctx>)> {
+            let slot = kb.and(k, kb.i32c(1), "")?;
+            let parity = kb.and(kb.lshr(k, kb.i32c(1), "")?, kb.i32c(1), "")?;
+            Ok((kb.mul(slot, kb.i32c(8), "")?, parity))
+        };
+        let mut run = |kb: &mut Kb<'ctx>, t: IntValue<'ctx>| -> R<()> {
+            let wt = emit_tile_coords(kb, t, num_m, heads, lpt, section, la.seqlen_q, la.seqlen_k)?;
+            body(kb, Some(WorkAt { m_block: wt.m, head_idx: wt.h, z: wt.b }))
+        };
+        let k = kb.slot_i32("tile_ring_pos", kb.i32c(0))?;
+        match role {
+            TileRole::Producer => {
+                let counters = self.args.int(cabi::TILE_COUNTERS_PARAM)?;
+                let ctas = kb.sreg("nctaid.x", "")?;
+                let tile = kb.slot_i32("work_tile", kb.sreg("ctaid.x", "")?)?;
+                // Hands tile `t` to the consumers at ring position `k`.
+                let publish = |kb: &mut Kb<'ctx>, t: IntValue<'ctx>| -> R<()> {
+                    let kk = kb.get_i(k, "")?;
+                    let (off, parity) = at(kb, kk)?;
+                    kb.mbar_wait(kb.add(empty, off, "")?, kb.xor(parity, kb.i32c(1), "")?)?;
+                    kb.st_shared_b32(kb.add(ids, kb.lshr(off, kb.i32c(1), "")?, "")?, t)?;
+                    kb.mbar_arrive(kb.add(full, off, "")?)?;
+                    kb.set(k, kb.add(kk, kb.i32c(1), "")?)
+                };
+                kb.while_loop(
+                    "work_tiles",
+                    |kb| {
+                        let t = kb.get_i(tile, "")?;
+                        kb.icmp(IntPredicate::SLT, t, total, "")
+                    },
+                    |kb| {
+                        let t = kb.get_i(tile, "work_tile")?;
+                        publish(kb, t)?;
+                        run(kb, t)?;
+                        let taken = kb.atom_add_acq_rel_gpu_u32(counters, kb.i32c(1), "tile_counter")?;
+                        kb.set(tile, kb.add(ctas, taken, "next_tile")?)
+                    },
+                )?;
+                // Past the end: the consumers stop at it.
                 let t = kb.get_i(tile, "")?;
-                kb.icmp(IntPredicate::SLT, t, total, "")
-            },
-            |kb| {
-                let t = kb.get_i(tile, "work_tile")?;
-                let wt = emit_tile_coords(kb, t, num_m, heads, lpt, section, la.seqlen_q, la.seqlen_k)?;
-                body(kb, Some(WorkAt { m_block: wt.m, head_idx: wt.h, z: wt.b }))?;
-                kb.set(tile, kb.add(t, kb.sreg("nctaid.x", "")?, "")?)
-            },
-        )
+                publish(kb, t)?;
+                let done_addr = kb.add(counters, kb.i64c(4), "")?;
+                let done = kb.atom_add_acq_rel_gpu_u32(done_addr, kb.i32c(1), "ctas_done")?;
+                let last = kb.icmp(IntPredicate::EQ, done, kb.sub(ctas, kb.i32c(1), "")?, "")?;
+                kb.if_then(last, "reset_tile_counters", |kb| {
+                    kb.st_relaxed_gpu_u32(counters, kb.i32c(0))?;
+                    kb.st_relaxed_gpu_u32(done_addr, kb.i32c(0))
+                })
+            }
+            TileRole::Consumer => {
+                let lane = kb.and(kb.sreg("tid.x", "")?, kb.i32c(31), "")?;
+                let tile = kb.slot_i32("work_tile", kb.i32c(0))?;
+                // Takes the tile at ring position `k`: every lane reads it, then the warp
+                // frees the slot. Shuffled from lane 0 so ptxas sees it warp-uniform (a
+                // loop bound it thinks divergent serializes the wgmmas, C7519).
+                let receive = |kb: &mut Kb<'ctx>| -> R<()> {
+                    let kk = kb.get_i(k, "")?;
+                    let (off, parity) = at(kb, kk)?;
+                    kb.mbar_wait(kb.add(full, off, "")?, parity)?;
+                    let t = kb.ld_shared_b32(kb.add(ids, kb.lshr(off, kb.i32c(1), "")?, "")?, "")?;
+                    kb.warp_sync()?;
+                    kb.mbar_arrive_lane0(kb.add(empty, off, "")?, lane)?;
+                    kb.set(k, kb.add(kk, kb.i32c(1), "")?)?;
+                    kb.set(tile, kb.shfl_idx_i32(t, kb.i32c(0), "work_tile")?)
+                };
+                receive(kb)?;
+                kb.while_loop(
+                    "work_tiles",
+                    |kb| {
+                        let t = kb.get_i(tile, "")?;
+                        kb.icmp(IntPredicate::SLT, t, total, "")
+                    },
+                    |kb| {
+                        let t = kb.get_i(tile, "")?;
+                        run(kb, t)?;
+                        receive(kb)
+                    },
+                )
+            }
+        }
     }
 
     /// Whether each consumer ends its walk at its own rows' last key tile
@@ -545,7 +637,7 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         )?;
         // The ring position of a persistent CTA's next work tile.
         let ring_base = kb.slot_i32("ring_base", kb.i32c(0))?;
-        self.for_each_tile(kb, |kb, at| {
+        self.for_each_tile(kb, TileRole::Consumer, |kb, at| {
             let cta = self.cta_at(kb, at)?;
             match at {
                 None => self.consume_tile(kb, &cta, consumer, ltid, q_smem, ring_base),

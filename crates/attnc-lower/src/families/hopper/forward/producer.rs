@@ -3,7 +3,7 @@
 //! cp.async row gather (pages TMA boxes cannot follow).
 
 use super::super::config::{Config, RingBar, BOX_COLS, ROW_BYTES};
-use super::{Cta, Kernel};
+use super::{Cta, Kernel, TileRole};
 use crate::families::common::paged::PagedBoxes;
 use crate::families::common::sw128::{emit_chunk_addr, zero_row};
 use crate::llvm::kb::{Kb, Slot, R};
@@ -36,7 +36,7 @@ impl<'ctx> Kernel<'_, 'ctx> {
         kb.tensormap_prefetch(tmap_v)?;
         // Ring positions run on from one work tile to the next (persistent CTAs).
         let pos = kb.slot_i32("p_pos", kb.i32c(0))?;
-        self.for_each_tile(kb, |kb, at| {
+        self.for_each_tile(kb, TileRole::Producer, |kb, at| {
             let cta = self.cta_at(kb, at)?;
             match at {
                 None => self.produce_tile(kb, &cta, (tmap_k, tmap_v), pos),
