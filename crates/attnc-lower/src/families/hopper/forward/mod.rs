@@ -797,10 +797,10 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             Ok(())
         })?;
         if persistent {
-            self.drain(kb, cta, &tiles, drain_pos, drain_tile, end, ltid)?;
+            self.drain(kb, &env, &tiles, (drain_pos, drain_tile), end)?;
             kb.set(ring_base, kb.get_i(drain_pos, "")?)?;
         } else if own_walk_end {
-            kb.if_then(working, "drain", |kb| self.drain(kb, cta, &tiles, drain_pos, drain_tile, end, ltid))?;
+            kb.if_then(working, "drain", |kb| self.drain(kb, &env, &tiles, (drain_pos, drain_tile), end))?;
         }
         if self.pingpong() {
             // Consumer 1's first hand-over is one more arrival on consumer 0's barrier
@@ -815,17 +815,15 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
     /// the arrival counts toward its tile's phase, not an earlier one that a slower
     /// consumer still holds) and release it. Before the epilogue: the fused combine's
     /// barrier would otherwise hold this consumer while the others wait for the slots.
-    #[allow(clippy::too_many_arguments)]
     fn drain(
         &self,
         kb: &mut Kb<'ctx>,
-        cta: &Cta<'ctx>,
+        env: &StepEnv<'_, 'ctx>,
         tiles: &KeyTiles<'_, 'ctx>,
-        pos: Slot<'ctx>,
-        tile: Slot<'ctx>,
+        (pos, tile): (Slot<'ctx>, Slot<'ctx>),
         end: IntValue<'ctx>,
-        ltid: IntValue<'ctx>,
     ) -> R<()> {
+        let (cta, ltid) = (env.cta, env.ltid);
         kb.section("drain: release the slots of the CTA's tiles past this consumer's rows")?;
         kb.while_loop(
             "drain",
