@@ -292,6 +292,14 @@ impl<'ctx> Kb<'ctx> {
         let text = "atom.acq_rel.gpu.global.add.u32 $0, [$1], $2;";
         Ok(self.asm(ty, text, "=r,l,r,~{memory}", true, &[addr.into(), v.into()], name)?.into_int_value())
     }
+    /// `atom.relaxed.gpu.global.add.u32`: adds `v` at `addr` and returns the old value,
+    /// ordering nothing around it (a work counter: later loads need not wait for it).
+    pub fn atom_add_relaxed_gpu_u32(&self, addr: IntValue<'ctx>, v: IntValue<'ctx>, name: &str) -> R<IntValue<'ctx>> {
+        let i = self.ctx.i32_type();
+        let ty = i.fn_type(&[self.ctx.i64_type().into(), i.into()], false);
+        let text = "atom.relaxed.gpu.global.add.u32 $0, [$1], $2;";
+        Ok(self.asm(ty, text, "=r,l,r,~{memory}", true, &[addr.into(), v.into()], name)?.into_int_value())
+    }
     /// `st.relaxed.gpu.global.u32`: a store other CTAs may read without a data race.
     pub fn st_relaxed_gpu_u32(&self, addr: IntValue<'ctx>, v: IntValue<'ctx>) -> R<()> {
         self.asm_void("st.relaxed.gpu.global.u32 [$0], $1;", "l,r,~{memory}", &[addr.into(), v.into()])

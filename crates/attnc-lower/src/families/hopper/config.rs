@@ -77,6 +77,10 @@ pub struct Config {
     /// finish the last one and a CTA's setup is paid once per SM. Contiguous and varlen
     /// K/V without split-KV or ping-pong (`Config::runs_persistent`).
     pub persistent: bool,
+    /// The persistent producer takes its next tile from the counter (a relaxed atomic)
+    /// before it issues the current tile's loads, the round trip under them, instead of
+    /// after (acq_rel). Not yet measured on a GPU; off.
+    pub early_tile_fetch: bool,
     /// A partial tile's mask is evaluated into bit words while its `S = Q·Kᵀ` is in
     /// flight, and the softmax only tests bits: a mask over aux tensors has its loads
     /// under the GEMM and their values dead before S arrives (at 128-key tiles, applied
@@ -198,6 +202,7 @@ impl Config {
             // causal d64 +9.5% at 1k-2k, +3% at 4k, d128 +7.5% / +4.5% / +3%, 8k-16k within
             // noise; non-causal d64 -5..-9% at 4k-16k (reason not measured), so causal only.
             persistent: spec.mask.causal.is_some(),
+            early_tile_fetch: false,
             // Causal and window masks as two bounds per row and a bit range per word
             // (`variant::row_keys`): the partial tile's mask 271 -> 104 SASS instructions
             // between the waits at d64 causal; H100, 2026-11-27
@@ -262,6 +267,7 @@ impl Config {
                 "own_walk_end" => self.own_walk_end = n != 0,
                 "unroll_steps" => self.unroll_steps = n != 0,
                 "persistent" => self.persistent = n != 0,
+                "early_tile_fetch" => self.early_tile_fetch = n != 0,
                 "mask_bits" => self.mask_bits = n != 0,
                 "diag_no_softmax" => self.diag_no_softmax = n != 0,
                 "emulate_pct" => self.exp2_emulation = f64::from(n.min(100)) / 100.0,

@@ -427,8 +427,20 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                     |kb| {
                         let t = kb.get_i(tile, "work_tile")?;
                         publish(kb, t)?;
-                        run(kb, t)?;
-                        let taken = kb.atom_add_acq_rel_gpu_u32(counters, kb.i32c(1), "tile_counter")?;
+                        let taken = match self.cfg.early_tile_fetch {
+                            // Relaxed: an acquire would hold the tile's TMA loads behind
+                            // the atomic's round trip. The counters' reset orders itself
+                            // through `done` (acq_rel) below.
+                            true => {
+                                let taken = kb.atom_add_relaxed_gpu_u32(counters, kb.i32c(1), "tile_counter")?;
+                                run(kb, t)?;
+                                taken
+                            }
+                            false => {
+                                run(kb, t)?;
+                                kb.atom_add_acq_rel_gpu_u32(counters, kb.i32c(1), "tile_counter")?
+                            }
+                        };
                         kb.set(tile, kb.add(ctas, taken, "next_tile")?)
                     },
                 )?;
