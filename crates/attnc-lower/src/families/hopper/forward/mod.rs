@@ -282,7 +282,7 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                 let cta = self.cta(kb)?;
                 let nothing = kb.icmp(IntPredicate::SGE, cta.row0, cta.rows_total, "")?;
                 kb.return_if(nothing, "cta_out_of_range")?;
-                if self.idle_consumers() {
+                if self.counts_working_consumers() {
                     working_count = Some(kb.mul(self.working_consumers(kb, &cta)?, kb.i32c(4), "empty_count")?);
                 }
             }
@@ -350,7 +350,13 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
 
     /// Whether consumers with no valid rows sit the key walk out (`Config::idle_consumers`).
     fn idle_consumers(&self) -> bool {
-        self.cfg.idle_consumers && self.cfg.consumers > 1 && !self.pingpong() && !self.persistent()
+        self.cfg.idle_consumers && self.cfg.consumers > 1 && !self.pingpong()
+    }
+
+    /// Whether the empty barriers count only the CTA's working consumers: a persistent
+    /// CTA's count is fixed for its life, so its idle consumers drain instead.
+    fn counts_working_consumers(&self) -> bool {
+        self.idle_consumers() && !self.persistent()
     }
 
     /// Whether this forward runs persistent (`Config::runs_persistent`).
@@ -404,11 +410,17 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             body(kb, Some(WorkAt { m_block: wt.m, head_idx: wt.h, z: wt.b }))
         };
         let k = kb.slot_i32("tile_ring_pos", kb.i32c(0))?;
+        // The producer's first tile is its CTA's; a consumer's comes through the ring.
+        let tile = kb.slot_i32("work_tile", kb.i32c(0))?;
+        let more = |kb: &mut Kb<'ctx>| {
+            let t = kb.get_i(tile, "")?;
+            kb.icmp(IntPredicate::SLT, t, total, "")
+        };
         match role {
             TileRole::Producer => {
                 let counters = self.args.int(cabi::TILE_COUNTERS_PARAM)?;
                 let ctas = kb.sreg("nctaid.x", "")?;
-                let tile = kb.slot_i32("work_tile", kb.sreg("ctaid.x", "")?)?;
+                kb.set(tile, kb.sreg("ctaid.x", "")?)?;
                 // Hands tile `t` to the consumers at ring position `k`.
                 let publish = |kb: &mut Kb<'ctx>, t: IntValue<'ctx>| -> R<()> {
                     let kk = kb.get_i(k, "")?;
@@ -418,32 +430,25 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                     kb.mbar_arrive(kb.add(full, off, "")?)?;
                     kb.set(k, kb.add(kk, kb.i32c(1), "")?)
                 };
-                kb.while_loop(
-                    "work_tiles",
-                    |kb| {
-                        let t = kb.get_i(tile, "")?;
-                        kb.icmp(IntPredicate::SLT, t, total, "")
-                    },
-                    |kb| {
-                        let t = kb.get_i(tile, "work_tile")?;
-                        publish(kb, t)?;
-                        let taken = match self.cfg.early_tile_fetch {
-                            // Relaxed: an acquire would hold the tile's TMA loads behind
-                            // the atomic's round trip. The counters' reset orders itself
-                            // through `done` (acq_rel) below.
-                            true => {
-                                let taken = kb.atom_add_relaxed_gpu_u32(counters, kb.i32c(1), "tile_counter")?;
-                                run(kb, t)?;
-                                taken
-                            }
-                            false => {
-                                run(kb, t)?;
-                                kb.atom_add_acq_rel_gpu_u32(counters, kb.i32c(1), "tile_counter")?
-                            }
-                        };
-                        kb.set(tile, kb.add(ctas, taken, "next_tile")?)
-                    },
-                )?;
+                kb.while_loop("work_tiles", more, |kb| {
+                    let t = kb.get_i(tile, "work_tile")?;
+                    publish(kb, t)?;
+                    let taken = match self.cfg.early_tile_fetch {
+                        // Relaxed: an acquire would hold the tile's TMA loads behind
+                        // the atomic's round trip. The counters' reset orders itself
+                        // through `done` (acq_rel) below.
+                        true => {
+                            let taken = kb.atom_add_relaxed_gpu_u32(counters, kb.i32c(1), "tile_counter")?;
+                            run(kb, t)?;
+                            taken
+                        }
+                        false => {
+                            run(kb, t)?;
+                            kb.atom_add_acq_rel_gpu_u32(counters, kb.i32c(1), "tile_counter")?
+                        }
+                    };
+                    kb.set(tile, kb.add(ctas, taken, "next_tile")?)
+                })?;
                 // Past the end: the consumers stop at it.
                 let t = kb.get_i(tile, "")?;
                 publish(kb, t)?;
@@ -457,7 +462,6 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             }
             TileRole::Consumer => {
                 let lane = kb.and(kb.sreg("tid.x", "")?, kb.i32c(31), "")?;
-                let tile = kb.slot_i32("work_tile", kb.i32c(0))?;
                 // Takes the tile at ring position `k`: every lane reads it, then the warp
                 // frees the slot. Shuffled from lane 0 so ptxas sees it warp-uniform (a
                 // loop bound it thinks divergent serializes the wgmmas, C7519).
@@ -472,18 +476,11 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                     kb.set(tile, kb.shfl_idx_i32(t, kb.i32c(0), "work_tile")?)
                 };
                 receive(kb)?;
-                kb.while_loop(
-                    "work_tiles",
-                    |kb| {
-                        let t = kb.get_i(tile, "")?;
-                        kb.icmp(IntPredicate::SLT, t, total, "")
-                    },
-                    |kb| {
-                        let t = kb.get_i(tile, "")?;
-                        run(kb, t)?;
-                        receive(kb)
-                    },
-                )
+                kb.while_loop("work_tiles", more, |kb| {
+                    let t = kb.get_i(tile, "")?;
+                    run(kb, t)?;
+                    receive(kb)
+                })
             }
         }
     }
@@ -682,7 +679,7 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         // (`idle_consumers`; in a persistent CTA it only drains the tile's slots); its
         // epilogue stores nothing (no valid rows) but still takes part in the fused
         // combine's barrier.
-        let working = match self.idle_consumers() || (persistent && cfg.idle_consumers) {
+        let working = match self.idle_consumers() {
             true => {
                 let first_row = kb.add(cta.row0, kb.mul(consumer, kb.i32c(ROWS_PER_CONSUMER as i64), "")?, "")?;
                 let working = kb.icmp(IntPredicate::SLT, first_row, cta.rows_total, "")?;
