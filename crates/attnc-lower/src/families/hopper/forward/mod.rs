@@ -22,7 +22,6 @@ use super::desc::SmemDesc;
 use crate::families::common::abi::{self as cabi, Args, ParamTy};
 use crate::families::common::combine::{fused_tail, FusedCombine};
 use crate::families::common::epilogue::{finish_row, FragRow, RowStore};
-use crate::families::common::schedule::{emit_section_heads, emit_tile_coords};
 use crate::families::common::sw128::{k_major_step_offset, mn_major_step_offset};
 use crate::llvm::kb::{Kb, Slot, R};
 use crate::llvm::operand::Major;
@@ -37,10 +36,13 @@ use attnc_ir::{KvLayout, Spec};
 use inkwell::values::{FloatValue, IntValue};
 use inkwell::{AddressSpace, IntPredicate};
 
+mod consumer_walk;
 mod mask;
 mod producer;
+mod work_tiles;
 
 use producer::{KvTensor, PagedTma};
+use work_tiles::{TileRole, WorkAt};
 
 const LOG2E: f64 = std::f64::consts::LOG2_E;
 /// Named barriers: 1 + c guards consumer c's Q load; `PINGPONG_BAR + c` is consumer c's
@@ -131,24 +133,6 @@ struct Kernel<'a, 'ctx> {
     cfg: &'a Config,
     args: Args<'ctx>,
     name: String,
-}
-
-/// Which side of a persistent CTA's tile ring a role is on.
-#[derive(Clone, Copy)]
-enum TileRole {
-    /// The TMA thread: takes tiles from the global counter and hands them over.
-    Producer,
-    /// A consumer warpgroup: takes each tile from the ring.
-    Consumer,
-}
-
-/// A persistent CTA's current work tile (`common::schedule`): its m block (already in
-/// LPT order), head (the KV head with pack_gqa) and batch entry.
-#[derive(Clone, Copy)]
-struct WorkAt<'ctx> {
-    m_block: IntValue<'ctx>,
-    head_idx: IntValue<'ctx>,
-    z: IntValue<'ctx>,
 }
 
 /// What a role needs about its CTA, derived after its `setmaxnreg`.
@@ -346,187 +330,6 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             },
             |kb| self.consumer(kb),
         )
-    }
-
-    /// Whether consumers with no valid rows sit the key walk out (`Config::idle_consumers`).
-    fn idle_consumers(&self) -> bool {
-        self.cfg.idle_consumers && self.cfg.consumers > 1 && !self.pingpong()
-    }
-
-    /// Whether the empty barriers count only the CTA's working consumers: a persistent
-    /// CTA's count is fixed for its life, so its idle consumers drain instead.
-    fn counts_working_consumers(&self) -> bool {
-        self.idle_consumers() && !self.persistent()
-    }
-
-    /// Whether this forward runs persistent (`Config::runs_persistent`).
-    fn persistent(&self) -> bool {
-        self.cfg.runs_persistent(self.spec)
-    }
-
-    /// Runs `body` for each of the CTA's work tiles: its own (`None`) in the tiled grid;
-    /// in the persistent grid (`common::schedule`'s order: m block fastest, or LPT
-    /// sections under a causal mask) tile ctaid.x first, then whichever the producer
-    /// takes next from the global counter (nctaid.x + the counter's old value). The
-    /// producer hands each tile index to the consumers through a two-slot ring in shared
-    /// memory (its own full/empty mbarriers), the last one past the end; the last CTA to
-    /// finish taking tiles sets the counters back to 0 for the next launch.
-    fn for_each_tile(
-        &self,
-        kb: &mut Kb<'ctx>,
-        role: TileRole,
-        mut body: impl FnMut(&mut Kb<'ctx>, Option<WorkAt<'ctx>>) -> R<()>,
-    ) -> R<()> {
-        let Some(work) = self.cfg.smem(self.spec).work else {
-            return body(kb, None);
-        };
-        let spec = self.spec;
-        let la = self.args.layout()?;
-        let rows = match spec.pack_gqa {
-            true => kb.mul(la.seqlen_q, kb.i32c(spec.group_size() as i64), "")?,
-            false => la.seqlen_q,
-        };
-        let num_m = kb.ceil_div(rows, kb.i32c(self.cfg.block_m() as i64), "num_m")?;
-        let heads = if spec.pack_gqa { spec.kv_heads } else { spec.q_heads };
-        let batch = self.args.int("batch")?;
-        let total = kb.mul(kb.mul(num_m, kb.i32c(heads as i64), "")?, batch, "work_tiles")?;
-        let lpt = spec.mask.causal.is_some();
-        let section = match lpt {
-            true => emit_section_heads(kb, la.seqlen_k, spec.head_dim_qk, spec.head_dim_v, heads)?,
-            false => kb.i32c(1),
-        };
-        let smem = self.smem_base(kb)?;
-        let ids = kb.add(smem, kb.i32c(work as i64), "tile_ids")?;
-        let full = kb.add(smem, kb.i32c(work as i64 + 8), "tile_full")?;
-        let empty = kb.add(smem, kb.i32c(work as i64 + 24), "tile_empty")?;
-        // Slot and parity of the tile ring's position `k`.
-        let at = |kb: &Kb<'ctx>, k: IntValue<'ctx>| -> R<(IntValue<'ctx>, IntValue<'ctx>)> {
-            let slot = kb.and(k, kb.i32c(1), "")?;
-            let parity = kb.and(kb.lshr(k, kb.i32c(1), "")?, kb.i32c(1), "")?;
-            Ok((kb.mul(slot, kb.i32c(8), "")?, parity))
-        };
-        let mut run = |kb: &mut Kb<'ctx>, t: IntValue<'ctx>| -> R<()> {
-            let wt = emit_tile_coords(kb, t, num_m, heads, lpt, section, la.seqlen_q, la.seqlen_k)?;
-            body(kb, Some(WorkAt { m_block: wt.m, head_idx: wt.h, z: wt.b }))
-        };
-        let k = kb.slot_i32("tile_ring_pos", kb.i32c(0))?;
-        // The producer's first tile is its CTA's; a consumer's comes through the ring.
-        let tile = kb.slot_i32("work_tile", kb.i32c(0))?;
-        let more = |kb: &mut Kb<'ctx>| {
-            let t = kb.get_i(tile, "")?;
-            kb.icmp(IntPredicate::SLT, t, total, "")
-        };
-        match role {
-            TileRole::Producer => {
-                let counters = self.args.int(cabi::TILE_COUNTERS_PARAM)?;
-                let ctas = kb.sreg("nctaid.x", "")?;
-                kb.set(tile, kb.sreg("ctaid.x", "")?)?;
-                // Hands tile `t` to the consumers at ring position `k`.
-                let publish = |kb: &mut Kb<'ctx>, t: IntValue<'ctx>| -> R<()> {
-                    let kk = kb.get_i(k, "")?;
-                    let (off, parity) = at(kb, kk)?;
-                    kb.mbar_wait(kb.add(empty, off, "")?, kb.xor(parity, kb.i32c(1), "")?)?;
-                    kb.st_shared_b32(kb.add(ids, kb.lshr(off, kb.i32c(1), "")?, "")?, t)?;
-                    kb.mbar_arrive(kb.add(full, off, "")?)?;
-                    kb.set(k, kb.add(kk, kb.i32c(1), "")?)
-                };
-                kb.while_loop("work_tiles", more, |kb| {
-                    let t = kb.get_i(tile, "work_tile")?;
-                    publish(kb, t)?;
-                    let taken = match self.cfg.early_tile_fetch {
-                        // Relaxed: an acquire would hold the tile's TMA loads behind
-                        // the atomic's round trip. The counters' reset orders itself
-                        // through `done` (acq_rel) below.
-                        true => {
-                            let taken = kb.atom_add_relaxed_gpu_u32(counters, kb.i32c(1), "tile_counter")?;
-                            run(kb, t)?;
-                            taken
-                        }
-                        false => {
-                            run(kb, t)?;
-                            kb.atom_add_acq_rel_gpu_u32(counters, kb.i32c(1), "tile_counter")?
-                        }
-                    };
-                    kb.set(tile, kb.add(ctas, taken, "next_tile")?)
-                })?;
-                // Past the end: the consumers stop at it.
-                let t = kb.get_i(tile, "")?;
-                publish(kb, t)?;
-                let done_addr = kb.add(counters, kb.i64c(4), "")?;
-                let done = kb.atom_add_acq_rel_gpu_u32(done_addr, kb.i32c(1), "ctas_done")?;
-                let last = kb.icmp(IntPredicate::EQ, done, kb.sub(ctas, kb.i32c(1), "")?, "")?;
-                kb.if_then(last, "reset_tile_counters", |kb| {
-                    kb.st_relaxed_gpu_u32(counters, kb.i32c(0))?;
-                    kb.st_relaxed_gpu_u32(done_addr, kb.i32c(0))
-                })
-            }
-            TileRole::Consumer => {
-                let lane = kb.and(kb.sreg("tid.x", "")?, kb.i32c(31), "")?;
-                // Takes the tile at ring position `k`: every lane reads it, then the warp
-                // frees the slot. Shuffled from lane 0 so ptxas sees it warp-uniform (a
-                // loop bound it thinks divergent serializes the wgmmas, C7519).
-                let receive = |kb: &mut Kb<'ctx>| -> R<()> {
-                    let kk = kb.get_i(k, "")?;
-                    let (off, parity) = at(kb, kk)?;
-                    kb.mbar_wait(kb.add(full, off, "")?, parity)?;
-                    let t = kb.ld_shared_b32(kb.add(ids, kb.lshr(off, kb.i32c(1), "")?, "")?, "")?;
-                    kb.warp_sync()?;
-                    kb.mbar_arrive_lane0(kb.add(empty, off, "")?, lane)?;
-                    kb.set(k, kb.add(kk, kb.i32c(1), "")?)?;
-                    kb.set(tile, kb.shfl_idx_i32(t, kb.i32c(0), "work_tile")?)
-                };
-                receive(kb)?;
-                kb.while_loop("work_tiles", more, |kb| {
-                    let t = kb.get_i(tile, "")?;
-                    run(kb, t)?;
-                    receive(kb)
-                })
-            }
-        }
-    }
-
-    /// Whether each consumer ends its walk at its own rows' last key tile
-    /// (`Config::own_walk_end`): only where a mask makes tiles empty and the walk is
-    /// over tile indices (a block mask's list already holds the CTA's tiles).
-    fn own_walk_end(&self, tiles: &KeyTiles<'_, 'ctx>) -> bool {
-        self.cfg.own_walk_end
-            && self.cfg.consumers > 1
-            && !self.pingpong()
-            && !self.spec.mask.is_none()
-            && tiles.list.is_none()
-    }
-
-    /// One past the last key tile in `[begin, end)` that this consumer's rows see (the
-    /// CTA's classification narrowed to its 64 rows; clamped to a valid row for a
-    /// consumer past the end, which walks nothing anyway).
-    fn consumer_walk_end(
-        &self,
-        kb: &mut Kb<'ctx>,
-        cta: &Cta<'ctx>,
-        tiles: &KeyTiles<'_, 'ctx>,
-        consumer: IntValue<'ctx>,
-        (begin, end): (IntValue<'ctx>, IntValue<'ctx>),
-    ) -> R<IntValue<'ctx>> {
-        let per = ROWS_PER_CONSUMER as i64;
-        let last_valid = kb.sub(cta.rows_total, kb.i32c(1), "")?;
-        let first = kb.smin(kb.add(cta.row0, kb.mul(consumer, kb.i32c(per), "")?, "")?, last_valid, "")?;
-        let last = kb.smin(kb.add(first, kb.i32c(per - 1), "")?, last_valid, "")?;
-        let (q, h) =
-            row_tile_ranges(kb, self.spec.pack_gqa, self.spec.group_size() as i64, first, last, cta.head_idx, cta.hkv)?;
-        let mine = KeyTiles { q, h, list: None, ..*tiles };
-        let own = mine.prev_nonempty(kb, begin, end, "")?;
-        // The same in every lane, but ptxas must see it: a loop bound it thinks divergent
-        // around the GEMMs serializes every wgmma (C7519).
-        kb.shfl_idx_i32(own, kb.i32c(0), "own_walk_end")
-    }
-
-    /// Consumers with at least one valid row: ceil((rows_total - row0) / 64), at most
-    /// `consumers` (the CTA has a valid row, so at least 1).
-    fn working_consumers(&self, kb: &Kb<'ctx>, cta: &Cta<'ctx>) -> R<IntValue<'ctx>> {
-        let rows = kb.sub(cta.rows_total, cta.row0, "")?;
-        let per = ROWS_PER_CONSUMER as i64;
-        let n = kb.udiv(kb.add(rows, kb.i32c(per - 1), "")?, kb.i32c(per), "")?;
-        kb.smin(n, kb.i32c(self.cfg.consumers as i64), "working_consumers")
     }
 
     /// Waits for a full barrier; after a cp.async gather, orders those (generic-proxy)
@@ -818,41 +621,6 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
             kb.if_then(first, "last_turn", |kb| kb.named_bar_sync(PINGPONG_BAR, 256))?;
         }
         self.epilogue(kb, cta, &mut st, ltid, consumer)
-    }
-
-    /// The CTA's tiles after this consumer's own walk: wait for each slot to fill (so
-    /// the arrival counts toward its tile's phase, not an earlier one that a slower
-    /// consumer still holds) and release it. Before the epilogue: the fused combine's
-    /// barrier would otherwise hold this consumer while the others wait for the slots.
-    fn drain(
-        &self,
-        kb: &mut Kb<'ctx>,
-        env: &StepEnv<'_, 'ctx>,
-        tiles: &KeyTiles<'_, 'ctx>,
-        (pos, tile): (Slot<'ctx>, Slot<'ctx>),
-        end: IntValue<'ctx>,
-    ) -> R<()> {
-        let (cta, ltid) = (env.cta, env.ltid);
-        kb.section("drain: release the slots of the CTA's tiles past this consumer's rows")?;
-        kb.while_loop(
-            "drain",
-            |kb| {
-                let t = kb.get_i(tile, "")?;
-                kb.icmp(IntPredicate::SLT, t, end, "")
-            },
-            |kb| {
-                let p = kb.get_i(pos, "drain_pos")?;
-                let (slot, parity) = self.ring(kb, p)?;
-                for (full, empty) in [(RingBar::FullK, RingBar::EmptyK), (RingBar::FullV, RingBar::EmptyV)] {
-                    self.wait_full(kb, cta, full, slot, parity)?;
-                    self.release(kb, cta, empty, slot, ltid)?;
-                }
-                kb.set(pos, kb.add(p, kb.i32c(1), "")?)?;
-                let t = kb.get_i(tile, "")?;
-                let n = tiles.next_nonempty(kb, kb.add(t, kb.i32c(1), "")?, end, "drain_next")?;
-                kb.set(tile, n)
-            },
-        )
     }
 
     fn pingpong(&self) -> bool {
