@@ -26,10 +26,12 @@ pub(crate) struct Inner {
     /// call allocates nothing (CUDA-graph capture). Held locked from a call's first
     /// launch to its last, so concurrent calls cannot interleave on one.
     workspaces: Mutex<HashMap<Option<Stream>, Arc<DeviceBuffer>>>,
-    /// The fused split-KV combine's row-block counters, one buffer per stream: zeroed
-    /// when allocated, and every launch leaves them zero (the last split of a row block
-    /// resets its counter), so they need no clearing per call. Locked like a workspace.
-    split_counters: Mutex<HashMap<Option<Stream>, Arc<DeviceBuffer>>>,
+    /// Zeroed u32 counters, one buffer per stream: the fused split-KV combine's per row
+    /// block, or a persistent forward's two tile counters. Zeroed when allocated, and
+    /// every launch leaves them zero (the last split of a row block resets its counter,
+    /// the last CTA to stop taking tiles the tile counters), so they need no clearing per
+    /// call. Locked like a workspace.
+    counters: Mutex<HashMap<Option<Stream>, Arc<DeviceBuffer>>>,
 }
 
 /// A call's workspace: the pool's (locked for the call) or the caller's.
@@ -86,7 +88,7 @@ impl Runtime {
                 gpu,
                 kernels: Cache::new(cache),
                 workspaces: Mutex::new(HashMap::new()),
-                split_counters: Mutex::new(HashMap::new()),
+                counters: Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -279,14 +281,14 @@ impl Runtime {
 
     /// `bytes` of workspace for a call queued on `queue`: the caller's `given` buffer
     /// (checked: device, size, 256-byte alignment) or the pool's buffer of that stream.
-    /// `count` zeroed u32 counters for a fused-combine launch on `queue`'s stream (none
-    /// for 0), locked for the call.
-    pub(crate) fn split_counters(&self, count: usize, queue: &Queue) -> Result<Workspace<'_>, RuntimeError> {
+    /// `count` zeroed u32 counters for a launch on `queue`'s stream (a fused combine's or
+    /// a persistent forward's; none for 0), locked for the call.
+    pub(crate) fn counters(&self, count: usize, queue: &Queue) -> Result<Workspace<'_>, RuntimeError> {
         if count == 0 {
             return Ok(Workspace::None);
         }
         let key = queue.caller_stream();
-        let mut g = self.inner.split_counters.lock().unwrap_or_else(|e| e.into_inner());
+        let mut g = self.inner.counters.lock().unwrap_or_else(|e| e.into_inner());
         if g.get(&key).is_none_or(|b| b.bytes() < count * 4) {
             if g.remove(&key).is_some() {
                 queue.synchronize()?;
@@ -1047,7 +1049,7 @@ impl Kernel {
             .map(|e| Ok((e.param.as_str(), ArgValue::TensorMap(crate::tma::encode(gpu, e)?))))
             .collect::<Result<Vec<_>, RuntimeError>>()?;
         let split = plan.num_splits > 1;
-        let counters = self.rt.split_counters(plan.split_counters, &queue)?;
+        let counters = self.rt.counters(plan.counters, &queue)?;
         let mut extra = vec![
             ("o_partial", ArgValue::Ptr(if split { ws } else { 0 })),
             ("lse_partial", ArgValue::Ptr(if split { ws + lse_off as u64 } else { 0 })),
@@ -1114,7 +1116,7 @@ impl Kernel {
                 signature,
                 ws_bytes,
                 ws_ptr: ws,
-                counters: plan.split_counters,
+                counters: plan.counters,
                 counters_ptr,
                 fwd_args,
                 combine_args: combine.map(|c| c.3),
@@ -1139,7 +1141,7 @@ impl Kernel {
         if ws_guard.ptr() != m.ws_ptr {
             return Ok(None);
         }
-        let counters = self.rt.split_counters(m.counters, &queue)?;
+        let counters = self.rt.counters(m.counters, &queue)?;
         if counters.ptr() != m.counters_ptr {
             return Ok(None);
         }

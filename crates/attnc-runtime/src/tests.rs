@@ -402,11 +402,11 @@ fn splits_rules() {
     assert_eq!(pf.num_splits, p.num_splits);
     assert_eq!(pf.combine_grid, None);
     let [gx, gy, gz] = pf.fwd_grid;
-    assert_eq!(pf.split_counters, (gx * gy * gz / pf.num_splits) as usize);
-    assert_eq!(p.split_counters, 0, "a combine kernel needs no counters");
+    assert_eq!(pf.counters, (gx * gy * gz / pf.num_splits) as usize);
+    assert_eq!(p.counters, 0, "a combine kernel needs no counters");
     let mut one = d.clone();
     one.num_splits = Some(1);
-    assert_eq!(plan(&s, &fused, SMS, 0, &one).expect("valid").split_counters, 0);
+    assert_eq!(plan(&s, &fused, SMS, 0, &one).expect("valid").counters, 0);
 }
 
 #[test]
@@ -659,7 +659,7 @@ fn every_example_spec_plans_with_its_abi() {
                     || name == attnc_lower::families::common::block_mask::QUEUE_PARAM
                     || POSITION_PARAMS.contains(&name)
                     || name == SEQUENCE_POSITIONS_PARAM
-                    // Filled by the runtime's counter pool (`Runtime::split_counters`).
+                    // Filled by the runtime's counter pool (`Runtime::counters`).
                     || name == attnc_lower::families::common::abi::SPLIT_COUNTERS_PARAM
                     || name == attnc_lower::families::common::abi::TILE_COUNTERS_PARAM
                     || (ty == "tensormap" && k.tensor_maps.iter().any(|b| b.param == name));
@@ -806,7 +806,7 @@ fn a_persistent_kernel_gets_one_cta_per_slot_at_most() {
     let ks = KernelShape { persistent: true, ..KS };
     let p = plan(&s, &ks, 132, 0, &d).expect("valid");
     assert_eq!(p.fwd_grid, [tiles.min(132) as u32, 1, 1]);
-    assert_eq!(p.split_counters, 2, "the dynamic scheduler's tile counters");
+    assert_eq!(p.counters, 2, "the dynamic scheduler's tile counters");
     // More slots than tiles: one CTA per tile.
     let p = plan(&s, &KernelShape { ctas_per_sm: 1000, ..ks }, 132, 0, &d).expect("valid");
     assert_eq!(p.fwd_grid, [tiles as u32, 1, 1]);

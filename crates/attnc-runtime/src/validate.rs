@@ -70,7 +70,7 @@ pub enum CombineKind {
     /// A combine kernel after the forward, `block_m` rows per CTA.
     Kernel { block_m: u32 },
     /// The forward's last split CTA of each row block merges it; the forward takes one
-    /// zeroed u32 counter per row block (`split_counters`).
+    /// zeroed u32 counter per row block (`LaunchPlan::counters`).
     Fused,
 }
 
@@ -112,8 +112,9 @@ pub struct LaunchPlan {
     pub fwd_grid: [u32; 3],
     /// Only when `num_splits > 1`.
     pub combine_grid: Option<[u32; 3]>,
-    /// u32 counters the fused combine needs (one per row block; 0 without it).
-    pub split_counters: usize,
+    /// Zeroed u32 counters the launch needs from the runtime's pool: the fused combine's
+    /// (one per row block), a persistent forward's two tile counters, or 0.
+    pub counters: usize,
     /// f32 elements of the split workspace (0 without splits).
     pub o_partial_elems: usize,
     pub lse_partial_elems: usize,
@@ -722,7 +723,7 @@ pub fn plan(spec: &Spec, ks: &KernelShape, sm_count: u32, device: usize, d: &Lau
         split_reason: choice.reason,
         fwd_grid,
         combine_grid,
-        split_counters: if ns > 1 && ks.combine == CombineKind::Fused {
+        counters: if ns > 1 && ks.combine == CombineKind::Fused {
             (grid_x * grid_y * batch as u64) as usize
         } else if ks.persistent {
             // A persistent forward's tile counters (`TILE_COUNTERS_PARAM`).
