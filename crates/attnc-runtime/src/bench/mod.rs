@@ -170,6 +170,24 @@ pub struct BackwardResult {
     pub receipt: Option<String>,
 }
 
+/// One launch of a kernel that does nothing (one thread, one parameter): the host's
+/// enqueue time and the GPU's time between events around it, queued as decode's `gpu_us`
+/// is. Decode at batch 1 sits a few microseconds above these.
+#[derive(Clone, Debug, Serialize)]
+pub struct LaunchFloor {
+    pub host_us: f64,
+    pub gpu_us: f64,
+}
+
+impl LaunchFloor {
+    fn measure(rt: &Runtime, h: &Helpers, opts: &BenchOptions) -> Result<LaunchFloor, RuntimeError> {
+        let gpu = rt.gpu();
+        let host_us = time_host_us(gpu, opts.iters, || h.spin(gpu, 0))?;
+        let gpu_us = time_gpu_queued(gpu, h, opts.warmup, opts.iters, || h.spin(gpu, 0))?.median_ms * 1e3;
+        Ok(LaunchFloor { host_us, gpu_us })
+    }
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct DecodeResult {
     pub batch: usize,
@@ -183,6 +201,9 @@ pub struct DecodeResult {
     pub gpu_time: Option<TimeStats>,
     /// The host's median time to enqueue one call, µs.
     pub host_us: Option<f64>,
+    /// The same through `Kernel::forward_shared` (the receipt shared with the launch
+    /// memo, not copied; the Python package's path), µs.
+    pub host_shared_us: Option<f64>,
     /// With `BenchOptions::decode_split_sweep`: the GPU's own time (ms) at forced split
     /// counts, to tune the split heuristic against.
     pub by_splits: Vec<(u32, f64)>,
@@ -230,6 +251,9 @@ pub struct BenchReport {
     pub prefill: Vec<PrefillResult>,
     pub backward: Vec<BackwardResult>,
     pub decode: Vec<DecodeResult>,
+    /// With the decode suite: what one launch costs with nothing to do (the floor under
+    /// decode's microseconds).
+    pub launch_floor: Option<LaunchFloor>,
     pub seconds: f64,
     pub notes: Vec<String>,
 }
@@ -322,12 +346,22 @@ impl BenchReport {
         if !self.decode.is_empty() {
             s.push_str("\ndecode (bf16, q 1, 32/8 heads, d 128)\n");
             s.push_str(&format!(
-                "{:>5} {:>8} {:>6} {:>6} {:>10} {:>7} {:>7} {:>8} {:>8} {:>9}  ok\n",
-                "batch", "seqlen_k", "paged", "splits", "median_ms", "TB/s", "%copy", "gpu_us", "host_us", "check"
+                "{:>5} {:>8} {:>6} {:>6} {:>10} {:>7} {:>7} {:>8} {:>8} {:>8} {:>9}  ok\n",
+                "batch",
+                "seqlen_k",
+                "paged",
+                "splits",
+                "median_ms",
+                "TB/s",
+                "%copy",
+                "gpu_us",
+                "host_us",
+                "shared",
+                "check"
             ));
             for d in &self.decode {
                 s.push_str(&format!(
-                    "{:>5} {:>8} {:>6} {:>6} {:>10.4} {:>7.2} {:>7} {:>8} {:>8} {:>9}  {}\n",
+                    "{:>5} {:>8} {:>6} {:>6} {:>10.4} {:>7.2} {:>7} {:>8} {:>8} {:>8} {:>9}  {}\n",
                     d.batch,
                     d.seqlen_k,
                     if d.page_size == 0 { "-".into() } else { d.page_size.to_string() },
@@ -337,6 +371,7 @@ impl BenchReport {
                     d.fraction_of_copy.map_or("-".into(), |f| format!("{:.1}%", 100.0 * f)),
                     d.gpu_time.as_ref().map_or("-".into(), |t| format!("{:.1}", t.median_ms * 1e3)),
                     d.host_us.map_or("-".into(), |u| format!("{u:.1}")),
+                    d.host_shared_us.map_or("-".into(), |u| format!("{u:.1}")),
                     d.check_rel_l2.map_or("-".into(), |e| format!("{e:.1e}")),
                     if d.ok { "ok" } else { d.error.as_deref().unwrap_or("FAIL") }
                 ));
@@ -345,6 +380,12 @@ impl BenchReport {
                         d.by_splits.iter().map(|(n, ms)| format!("{n}: {:.1}", ms * 1e3)).collect();
                     s.push_str(&format!("      gpu_us by splits  {}\n", cells.join("  ")));
                 }
+            }
+            if let Some(f) = &self.launch_floor {
+                s.push_str(&format!(
+                    "launch floor (an empty kernel): host {:.1} us, gpu {:.1} us (shared: host_us through forward_shared)\n",
+                    f.host_us, f.gpu_us
+                ));
             }
         }
         for n in &self.notes {
@@ -805,6 +846,7 @@ fn run_decode(rt: &Runtime, h: &Helpers, opts: &BenchOptions, copy: Option<f64>,
                     time: TimeStats::default(),
                     gpu_time: None,
                     host_us: None,
+                    host_shared_us: None,
                     by_splits: Vec::new(),
                     kv_bytes,
                     tb_s: 0.0,
@@ -873,6 +915,9 @@ fn run_decode(rt: &Runtime, h: &Helpers, opts: &BenchOptions, copy: Option<f64>,
                     })?);
                     r.host_us = Some(time_host_us(gpu, opts.iters, || {
                         kernel.forward(&q, &k, &v, &mut o, &params).map(|_| ())
+                    })?);
+                    r.host_shared_us = Some(time_host_us(gpu, opts.iters, || {
+                        kernel.forward_shared(&q, &k, &v, &mut o, None, &params).map(|_| ())
                     })?);
                     for &n in &opts.decode_split_sweep {
                         let forced = params.clone().splits(n);
@@ -1096,8 +1141,16 @@ pub fn run(rt: &Runtime, opts: &BenchOptions) -> Result<BenchReport, RuntimeErro
         run_backward(rt, &helpers, opts, ceilings.gemm_tflops, &mut backward);
     }
     let mut decode = Vec::new();
+    let mut launch_floor = None;
     if opts.decode {
         run_decode(rt, &helpers, opts, ceilings.copy_tb_s, &mut decode);
+        launch_floor = match LaunchFloor::measure(rt, &helpers, opts) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                notes.push(format!("launch floor: {e}"));
+                None
+            }
+        };
     }
     Ok(BenchReport {
         device: rt.device().clone(),
@@ -1109,6 +1162,7 @@ pub fn run(rt: &Runtime, opts: &BenchOptions) -> Result<BenchReport, RuntimeErro
         prefill,
         backward,
         decode,
+        launch_floor,
         seconds: t0.elapsed().as_secs_f64(),
         notes,
     })

@@ -7,7 +7,8 @@
 //!   with page sizes 1, 16 and 128;
 //! - shapes by layout: odd lengths (1, 17, 1000, 4097), seqlen_q ≠ seqlen_k both ways,
 //!   batch > 1 (varlen with mixed and empty sequences; paged with mixed seqused_k);
-//! - split specs: the first shape with 1..=8 splits and `auto`, the others with `auto`.
+//! - split specs: the first shape with 1..=8 splits and `auto`, the others with `auto`,
+//!   and a shape of more than 4096 keys also with [`MANY_SPLITS`].
 //!
 //! Each case: random normal inputs (`random_inputs`), outputs poisoned with NaN, one
 //! launch, then per sequence: relative L2 error of O ≤ `tol_rel_l2`, no NaN/Inf where the
@@ -33,6 +34,10 @@ use std::time::Instant;
 
 mod grads;
 use grads::grad_check;
+
+/// A forced split count past one warp's lanes (the combine merges 32 splits a round),
+/// run on a shape whose keys give most of those splits work.
+pub const MANY_SPLITS: u32 = 40;
 
 /// Knobs of the matrix.
 #[derive(Clone, Debug, Serialize)]
@@ -431,6 +436,10 @@ pub fn plan_cases(spec: &Spec, opts: &SelftestOptions) -> Vec<CasePlan> {
                 }
                 r.push(SplitReq::Auto);
                 r
+            } else if vi == 0 && !opts.quick && seqlens.iter().any(|&(_, k)| k > 4096) {
+                // More splits than a warp has lanes, most of them with keys: the merge
+                // takes its splits in rounds of 32.
+                vec![SplitReq::N(MANY_SPLITS), SplitReq::Auto]
             } else {
                 vec![SplitReq::Auto]
             };
@@ -1043,7 +1052,7 @@ mod tests {
             })
             .collect();
         assert_eq!(sizes.into_iter().collect::<Vec<_>>(), vec![1, 16, 128]);
-        for n in 1..=8 {
+        for n in (1..=8).chain([MANY_SPLITS]) {
             assert!(cases.iter().any(|c| c.splits == SplitReq::N(n)), "split {n}");
         }
         assert!(cases.iter().any(|c| c.splits == SplitReq::Auto));

@@ -1,22 +1,28 @@
 //! The split-KV combine kernel: merges the per-split partial outputs into O.
 //!
-//! One warp per (batch, head, query row). Every lane reads the splits' LSEs (the same
-//! addresses, so broadcast loads), forms the total LSE — adding the attention sink
-//! here, once, since splits run without it — and the lanes share the d_v columns:
-//! `O = Σ_s exp(lse_s − lse) · O_s`.
+//! One warp per (batch, head, query row). Lane s reads split s's LSE, the warp reduces
+//! them to the total LSE — adding the attention sink here, once, since splits run
+//! without it — and the lanes share the d_v columns: `O = Σ_s exp(lse_s − lse) · O_s`,
+//! summed in split order with several splits' loads in flight. A merge is a chain of
+//! dependent L2 round trips (it runs after the last split's count), so the loads are
+//! issued together wherever they can be.
 
 use super::abi::{self, Args};
-use crate::llvm::kb::{Kb, R};
+use crate::llvm::kb::{Kb, Slot, R};
 use crate::module::{Grid, KernelInfo, KernelRole};
 use crate::variant::layout::{batch_view, packed_row, q_row_offset, BatchView};
 use attnc_ir::Spec;
-use inkwell::values::IntValue;
+use inkwell::values::{FloatValue, IntValue};
 use inkwell::{FloatPredicate, IntPredicate};
 
 const LOG2E: f64 = std::f64::consts::LOG2_E;
 const LN2: f64 = std::f64::consts::LN_2;
 /// Warps (rows) per CTA.
 pub const ROWS_PER_CTA: u32 = 4;
+/// Partial-row loads (two f32 each) one lane has in flight in the weighted sum: the
+/// splits of a step are `LOADS_IN_FLIGHT / chunks of 64 columns` (8 at d_v 128, 4 at 256),
+/// so that many L2 round trips overlap at 32 registers.
+const LOADS_IN_FLIGHT: u32 = 16;
 
 pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str) -> R<KernelInfo> {
     let params = abi::combine_params(spec);
@@ -104,7 +110,7 @@ pub fn combine_row<'ctx>(
     let lse_part = args.int("lse_partial")?;
     let o_part = args.int("o_partial")?;
 
-    kb.section("combine: max and sum of split LSEs")?;
+    kb.section("combine: max and sum of split LSEs, a lane per split")?;
     let sink2 = if spec.sinks {
         let sinks = args.int("sinks")?;
         let addr = kb.add(sinks, kb.mul(kb.sext64(h, "")?, kb.i64c(4), "")?, "")?;
@@ -113,29 +119,51 @@ pub fn combine_row<'ctx>(
     } else {
         kb.f32c(f64::NEG_INFINITY)
     };
-    let max = kb.slot_f32("lse_max", sink2)?;
     let split_row = |kb: &Kb<'ctx>, s: IntValue<'ctx>| -> R<IntValue<'ctx>> {
         kb.add(row0, kb.mul(kb.sext64(s, "")?, split_stride, "")?, "split_row")
     };
-    kb.for_range(kb.i32c(0), num_splits, "max_loop", |kb, s| {
-        let r = split_row(kb, s)?;
-        let l = kb.ld_global_f32(kb.add(lse_part, kb.mul(r, kb.i64c(4), "")?, "")?, "lse_s")?;
-        let l2 = kb.fmul(l, kb.f32c(LOG2E), "")?;
-        let m = kb.get_f(max, "")?;
-        kb.set(max, kb.fmax(m, l2, "")?)
-    })?;
-    let m = kb.get_f(max, "m")?;
+    // Split `s`'s LSE in log2 units; −∞ for a lane past the last split.
+    let split_lse2 = |kb: &mut Kb<'ctx>, s: IntValue<'ctx>| -> R<FloatValue<'ctx>> {
+        let l2 = kb.slot_f32("split_lse2", kb.f32c(f64::NEG_INFINITY))?;
+        let valid = kb.icmp(IntPredicate::SLT, s, num_splits, "")?;
+        kb.if_then(valid, "load_split_lse", |kb| {
+            let r = split_row(kb, s)?;
+            let l = kb.ld_global_f32(kb.add(lse_part, kb.mul(r, kb.i64c(4), "")?, "")?, "lse_s")?;
+            kb.set(l2, kb.fmul(l, kb.f32c(LOG2E), "")?)
+        })?;
+        kb.get_f(l2, "lse_s_log2")
+    };
+    // Every LSE read at once (lane s holds split s; a launch of more than 32 splits
+    // takes more rounds), then warp reductions: one round trip to L2 where a loop over
+    // the splits waited on each load in turn.
+    let own_lse2 = split_lse2(kb, lane)?;
+    let max = kb.slot_f32("lse_max", kb.fmax(own_lse2, sink2, "")?)?;
+    let more_splits = |kb: &mut Kb<'ctx>, name: &str, f: &mut dyn FnMut(&mut Kb<'ctx>, FloatValue<'ctx>) -> R<()>| {
+        let rounds = kb.udiv(kb.add(num_splits, kb.i32c(31), "")?, kb.i32c(32), "split_rounds")?;
+        kb.for_range(kb.i32c(1), rounds, name, |kb, round| {
+            let s = kb.add(kb.mul(round, kb.i32c(32), "")?, lane, "")?;
+            let l2 = split_lse2(kb, s)?;
+            f(kb, l2)
+        })
+    };
+    more_splits(kb, "max_rounds", &mut |kb, l2| kb.set(max, kb.fmax(kb.get_f(max, "")?, l2, "")?))?;
+    let mut m = kb.get_f(max, "")?;
+    for bit in [16, 8, 4, 2, 1] {
+        m = kb.fmax(m, kb.shfl_xor_f32(m, bit, "")?, "")?;
+    }
     let m_inf = kb.fcmp(FloatPredicate::OEQ, m, kb.f32c(f64::NEG_INFINITY), "")?;
     let m_safe = kb.select_f(m_inf, kb.f32c(0.0), m, "m_safe")?;
-    let sum = kb.slot_f32("lse_sum", kb.ex2(kb.fsub(sink2, m_safe, "")?, "")?)?;
-    kb.for_range(kb.i32c(0), num_splits, "sum_loop", |kb, s| {
-        let r = split_row(kb, s)?;
-        let l = kb.ld_global_f32(kb.add(lse_part, kb.mul(r, kb.i64c(4), "")?, "")?, "lse_s")?;
-        let w = kb.ex2(kb.fsub(kb.fmul(l, kb.f32c(LOG2E), "")?, m_safe, "")?, "")?;
-        let acc = kb.get_f(sum, "")?;
-        kb.set(sum, kb.fadd(acc, w, "")?)
+    let sum = kb.slot_f32("lse_sum", kb.ex2(kb.fsub(own_lse2, m_safe, "")?, "")?)?;
+    more_splits(kb, "sum_rounds", &mut |kb, l2| {
+        let w = kb.ex2(kb.fsub(l2, m_safe, "")?, "")?;
+        kb.set(sum, kb.fadd(kb.get_f(sum, "")?, w, "")?)
     })?;
-    let total = kb.get_f(sum, "sum")?;
+    let mut total = kb.get_f(sum, "")?;
+    for bit in [16, 8, 4, 2, 1] {
+        total = kb.fadd(total, kb.shfl_xor_f32(total, bit, "")?, "")?;
+    }
+    // The sink joins once, after the lanes' sums.
+    let total = kb.fadd(total, kb.ex2(kb.fsub(sink2, m_safe, "")?, "")?, "sum")?;
     let empty = kb.fcmp(FloatPredicate::OEQ, total, kb.f32c(0.0), "")?;
     let safe = kb.select_f(empty, kb.f32c(1.0), total, "")?;
     // lse (log2 units) = m + log2(sum)
@@ -147,31 +175,73 @@ pub fn combine_row<'ctx>(
     let off = q_row_offset(kb, bv, &o_st, q, h)?;
     let o_row = kb.add(o_base, kb.mul(off, kb.i64c(2), "")?, "o_row")?;
     let dv = spec.head_dim_v;
-    for chunk in 0..dv.div_ceil(64) {
-        let col = kb.add(kb.mul(lane, kb.i32c(2), "")?, kb.i32c(chunk as i64 * 64), "col")?;
-        let in_row = kb.icmp(IntPredicate::SLT, col, kb.i32c(dv as i64), "")?;
+    // Each lane holds two columns of every 64-column chunk; a lane past d_v reads the
+    // row's first pair (its result is not stored).
+    let chunks: Vec<(IntValue<'ctx>, IntValue<'ctx>)> = (0..dv.div_ceil(64))
+        .map(|chunk| {
+            let col = kb.add(kb.mul(lane, kb.i32c(2), "")?, kb.i32c(chunk as i64 * 64), "col")?;
+            let in_row = kb.icmp(IntPredicate::SLT, col, kb.i32c(dv as i64), "")?;
+            Ok((col, in_row))
+        })
+        .collect::<R<_>>()?;
+    let acc: Vec<[Slot<'ctx>; 2]> = chunks
+        .iter()
+        .map(|_| Ok([kb.slot_f32("acc0", kb.f32c(0.0))?, kb.slot_f32("acc1", kb.f32c(0.0))?]))
+        .collect::<R<_>>()?;
+    let in_flight = i64::from((LOADS_IN_FLIGHT / chunks.len() as u32).clamp(1, 8));
+    // Splits in rounds of 32 (lane s of the round holds split s's weight), each round
+    // in steps of `in_flight` splits whose loads are all issued before the
+    // first is used; past the round's last split, a step repeats that split at no weight.
+    let rounds = kb.udiv(kb.add(num_splits, kb.i32c(31), "")?, kb.i32c(32), "split_rounds")?;
+    kb.for_range(kb.i32c(0), rounds, "acc_rounds", |kb, round| {
+        let base = kb.mul(round, kb.i32c(32), "round_split0")?;
+        let is_first = kb.icmp(IntPredicate::EQ, round, kb.i32c(0), "")?;
+        let l2 = kb.slot_f32("round_lse2", own_lse2)?;
+        kb.if_then(kb.not(is_first, "")?, "reload_round_lse", |kb| {
+            let s = kb.add(base, lane, "")?;
+            let reloaded = split_lse2(kb, s)?;
+            kb.set(l2, reloaded)
+        })?;
+        let weight = kb.ex2(kb.fsub(kb.get_f(l2, "")?, lse2, "")?, "lane_weight")?;
+        let in_round = kb.smin(kb.sub(num_splits, base, "")?, kb.i32c(32), "round_splits")?;
+        let last = kb.sub(in_round, kb.i32c(1), "")?;
+        let steps = kb.udiv(kb.add(in_round, kb.i32c(in_flight - 1), "")?, kb.i32c(in_flight), "")?;
+        kb.for_range(kb.i32c(0), steps, "acc_steps", |kb, step| {
+            let j0 = kb.mul(step, kb.i32c(in_flight), "")?;
+            let mut batch = Vec::new();
+            for u in 0..in_flight {
+                let j = kb.add(j0, kb.i32c(u), "")?;
+                let valid = kb.icmp(IntPredicate::SLT, j, in_round, "split_valid")?;
+                let j = kb.smin(j, last, "")?;
+                let w = kb.shfl_idx_f32(weight, j, "w")?;
+                let r = split_row(kb, kb.add(base, j, "")?)?;
+                let mut xs = Vec::new();
+                for &(col, in_row) in &chunks {
+                    let col = kb.select_i(in_row, col, kb.i32c(0), "")?;
+                    let addr = kb.add(
+                        o_part,
+                        kb.mul(kb.add(kb.mul(r, kb.i64c(dv as i64), "")?, kb.zext64(col, "")?, "")?, kb.i64c(4), "")?,
+                        "",
+                    )?;
+                    xs.push(kb.ld_global_v2_f32(addr, "o_s")?);
+                }
+                batch.push((valid, w, xs));
+            }
+            for (valid, w, xs) in batch {
+                for (a, x) in acc.iter().zip(xs) {
+                    for (slot, x) in a.iter().zip(x) {
+                        let old = kb.get_f(*slot, "")?;
+                        kb.set(*slot, kb.select_f(valid, kb.fma(w, x, old, "")?, old, "")?)?;
+                    }
+                }
+            }
+            Ok(())
+        })
+    })?;
+    for (&(col, in_row), a) in chunks.iter().zip(&acc) {
         kb.if_then(in_row, "col_guard", |kb| {
-            let acc0 = kb.slot_f32("acc0", kb.f32c(0.0))?;
-            let acc1 = kb.slot_f32("acc1", kb.f32c(0.0))?;
-            kb.for_range(kb.i32c(0), num_splits, "acc_loop", |kb, s| {
-                let r = split_row(kb, s)?;
-                let l = kb.ld_global_f32(kb.add(lse_part, kb.mul(r, kb.i64c(4), "")?, "")?, "lse_s")?;
-                let w = kb.ex2(kb.fsub(kb.fmul(l, kb.f32c(LOG2E), "")?, lse2, "")?, "w")?;
-                let addr = kb.add(
-                    o_part,
-                    kb.mul(kb.add(kb.mul(r, kb.i64c(dv as i64), "")?, kb.zext64(col, "")?, "")?, kb.i64c(4), "")?,
-                    "",
-                )?;
-                let [x0, x1] = kb.ld_global_v2_f32(addr, "o_s")?;
-                let a0 = kb.get_f(acc0, "")?;
-                let a1 = kb.get_f(acc1, "")?;
-                kb.set(acc0, kb.fma(w, x0, a0, "")?)?;
-                kb.set(acc1, kb.fma(w, x1, a1, "")?)
-            })?;
-            let a0 = kb.get_f(acc0, "")?;
-            let a1 = kb.get_f(acc1, "")?;
-            let a0 = kb.select_f(empty, kb.f32c(0.0), a0, "")?;
-            let a1 = kb.select_f(empty, kb.f32c(0.0), a1, "")?;
+            let a0 = kb.select_f(empty, kb.f32c(0.0), kb.get_f(a[0], "")?, "")?;
+            let a1 = kb.select_f(empty, kb.f32c(0.0), kb.get_f(a[1], "")?, "")?;
             let packed = kb.pack_half2(spec.dtype, a0, a1, "o_pair")?;
             let addr = kb.add(o_row, kb.mul(kb.zext64(col, "")?, kb.i64c(2), "")?, "")?;
             kb.st_global_b32(addr, packed)
