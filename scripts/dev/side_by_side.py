@@ -64,6 +64,10 @@ def main(attnc_path, *peer_paths):
             print(f"| {x['batch']} | {x['seqlen_k']} | {x['page_size'] if paged else '-'} | {x['time']['median_ms'] * 1e3:.1f} "
                   f"| {x['tb_s']:.2f} | {100 * (x['fraction_of_copy'] or nan):.0f}% | {gpu.get('median_ms', nan) * 1e3:.1f} "
                   f"| {x.get('host_us') or nan:.1f} | {g('cudnn')} | {g('fa2')} | {g('fa4 splits=1')} | {ratio} |")
+        lf = a.get("launch_floor")
+        if lf:
+            print(f"\nLaunch floor (an empty one-parameter kernel, same host): enqueue {lf['host_us']:.1f} µs, "
+                  f"GPU time between events {lf['gpu_us']:.1f} µs.")
     ct = a.get("compile")
     if ct:
         print("\n## Compile\n")
