@@ -403,7 +403,14 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                 let num_m = kb.ceil_div(kb.mul(seqlen_q, g, "")?, kb.i32c(self.tile_rows()), "num_m_blocks")?;
                 let heads = self.tile_heads();
                 let section = if self.cfg.lpt {
-                    emit_section_heads(kb, seqlen_k, self.spec.head_dim_qk, self.spec.head_dim_v, heads)?
+                    emit_section_heads(
+                        kb,
+                        seqlen_k,
+                        self.spec.head_dim_qk,
+                        self.spec.head_dim_v,
+                        heads,
+                        crate::families::common::schedule::L2_SECTION_BYTES,
+                    )?
                 } else {
                     kb.i32c(1)
                 };

@@ -117,17 +117,19 @@ pub fn emit_tile_coords<'ctx>(
     }
 }
 
-/// Emits [`section_heads`] from the runtime seqlen_k.
+/// Emits [`section_heads`] from the runtime seqlen_k, for sections of `section_bytes`
+/// (normally [`L2_SECTION_BYTES`]).
 pub fn emit_section_heads<'ctx>(
     kb: &Kb<'ctx>,
     seqlen_k: IntValue<'ctx>,
     d_qk: u32,
     d_v: u32,
     heads: u32,
+    section_bytes: i64,
 ) -> R<IntValue<'ctx>> {
     let sk = kb.smax(kb.sext64(seqlen_k, "")?, kb.i64c(1), "")?;
     let per_head = kb.mul(sk, kb.i64c((d_qk + d_v) as i64 * 2), "")?;
-    let n = kb.b.build_int_unsigned_div(kb.i64c(L2_SECTION_BYTES), per_head, "")?;
+    let n = kb.b.build_int_unsigned_div(kb.i64c(section_bytes), per_head, "")?;
     let n = kb.smin(kb.smax(n, kb.i64c(1), "")?, kb.i64c(heads.max(1) as i64), "")?;
     kb.trunc32(n, "section_heads")
 }

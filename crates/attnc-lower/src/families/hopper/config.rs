@@ -103,6 +103,10 @@ pub struct Config {
     /// rows past the sequence zero-filled) instead of TMA: paged KV whose pages TMA
     /// boxes cannot follow.
     pub gather: bool,
+    /// The persistent forward's LPT order (causal): heads per section are those whose
+    /// K and V fit this many MiB (`common::schedule`; FlashAttention uses 32). Fewer heads
+    /// at a time keep more of the running tiles on each head's K/V in the H100's L2.
+    pub lpt_section_mib: u32,
 }
 
 /// Byte offsets in (1024-byte aligned) dynamic shared memory.
@@ -227,6 +231,10 @@ impl Config {
                 (false, false, _) => 240,
             },
             gather,
+            // H100, 2026-11-27 (docs/results/2026-11-27-h100-lpt-sections/): 8 MiB
+            // sections against FlashAttention's 32, six rounds each: d128 causal 4k / 8k /
+            // 16k +1.2 / +1.2 / +3.4% (median), d64 within ±0.5%; 16, 4 and 2 no better.
+            lpt_section_mib: 8,
         };
         // Paged K/V that arrives in pieces (the gather's rows, or one TMA box per page):
         // a third ring slot, where it fits. H100, 2026-11-27
@@ -273,6 +281,7 @@ impl Config {
                 "emulate_pct" => self.exp2_emulation = f64::from(n.min(100)) / 100.0,
                 "producer_regs" => self.producer_regs = n,
                 "consumer_regs" => self.consumer_regs = n,
+                "lpt_section_mib" => self.lpt_section_mib = n.clamp(1, 1024),
                 _ => {}
             }
         }

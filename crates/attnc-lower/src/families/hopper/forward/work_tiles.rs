@@ -62,7 +62,14 @@ impl<'ctx> Kernel<'_, 'ctx> {
         let total = kb.mul(kb.mul(num_m, kb.i32c(heads as i64), "")?, batch, "work_tiles")?;
         let lpt = spec.mask.causal.is_some();
         let section = match lpt {
-            true => emit_section_heads(kb, la.seqlen_k, spec.head_dim_qk, spec.head_dim_v, heads)?,
+            true => emit_section_heads(
+                kb,
+                la.seqlen_k,
+                spec.head_dim_qk,
+                spec.head_dim_v,
+                heads,
+                i64::from(self.cfg.lpt_section_mib) << 20,
+            )?,
             false => kb.i32c(1),
         };
         let smem = self.smem_base(kb)?;
