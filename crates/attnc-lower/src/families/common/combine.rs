@@ -20,9 +20,10 @@ const LN2: f64 = std::f64::consts::LN_2;
 /// Warps (rows) per CTA.
 pub const ROWS_PER_CTA: u32 = 4;
 /// Partial-row loads (two f32 each) one lane has in flight in the weighted sum: the
-/// splits of a step are `LOADS_IN_FLIGHT / chunks of 64 columns` (8 at d_v 128, 4 at 256),
-/// so that many L2 round trips overlap at 32 registers.
-const LOADS_IN_FLIGHT: u32 = 16;
+/// splits of a step are `LOADS_IN_FLIGHT / chunks of 64 columns` (16 at d_v 64 and 128,
+/// 8 at 256), so that many L2 round trips overlap at 64 registers; 16 splits (batch 1 ×
+/// 4k) then take one step.
+const LOADS_IN_FLIGHT: u32 = 32;
 
 pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str) -> R<KernelInfo> {
     let params = abi::combine_params(spec);
@@ -110,15 +111,6 @@ pub fn combine_row<'ctx>(
     let lse_part = args.int("lse_partial")?;
     let o_part = args.int("o_partial")?;
 
-    kb.section("combine: max and sum of split LSEs, a lane per split")?;
-    let sink2 = if spec.sinks {
-        let sinks = args.int("sinks")?;
-        let addr = kb.add(sinks, kb.mul(kb.sext64(h, "")?, kb.i64c(4), "")?, "")?;
-        let sink = kb.ld_global_f32(addr, "sink")?;
-        kb.fmul(sink, kb.f32c(LOG2E), "sink_log2")?
-    } else {
-        kb.f32c(f64::NEG_INFINITY)
-    };
     let split_row = |kb: &Kb<'ctx>, s: IntValue<'ctx>| -> R<IntValue<'ctx>> {
         kb.add(row0, kb.mul(kb.sext64(s, "")?, split_stride, "")?, "split_row")
     };
@@ -133,10 +125,81 @@ pub fn combine_row<'ctx>(
         })?;
         kb.get_f(l2, "lse_s_log2")
     };
+    let dv = spec.head_dim_v;
+    // Each lane holds two columns of every 64-column chunk; a lane past d_v reads the
+    // row's first pair (its result is not stored).
+    let chunks: Vec<(IntValue<'ctx>, IntValue<'ctx>)> = (0..dv.div_ceil(64))
+        .map(|chunk| {
+            let col = kb.add(kb.mul(lane, kb.i32c(2), "")?, kb.i32c(chunk as i64 * 64), "col")?;
+            let in_row = kb.icmp(IntPredicate::SLT, col, kb.i32c(dv as i64), "")?;
+            Ok((col, in_row))
+        })
+        .collect::<R<_>>()?;
+    let acc: Vec<[Slot<'ctx>; 2]> = chunks
+        .iter()
+        .map(|_| Ok([kb.slot_f32("acc0", kb.f32c(0.0))?, kb.slot_f32("acc1", kb.f32c(0.0))?]))
+        .collect::<R<_>>()?;
+    // Splits in rounds of 32 (lane s of the round holds split s's weight), each round
+    // in steps of `in_flight` splits whose partial rows are all loaded before the first
+    // is used; past the round's last split, a step repeats that split at no weight.
+    let in_flight = i64::from((LOADS_IN_FLIGHT / chunks.len() as u32).clamp(1, 16));
+    let in_round_of = |kb: &Kb<'ctx>, base: IntValue<'ctx>| -> R<IntValue<'ctx>> {
+        kb.smin(kb.sub(num_splits, base, "")?, kb.i32c(32), "round_splits")
+    };
+    // The partial rows of splits `base + j0 + u` (`u < in_flight`), with whether each is
+    // one of the round's `in_round` splits and its lane in the round.
+    type Step<'ctx> = Vec<(IntValue<'ctx>, IntValue<'ctx>, Vec<[FloatValue<'ctx>; 2]>)>;
+    let load_step =
+        |kb: &Kb<'ctx>, base: IntValue<'ctx>, j0: IntValue<'ctx>, in_round: IntValue<'ctx>| -> R<Step<'ctx>> {
+            let last = kb.sub(in_round, kb.i32c(1), "")?;
+            (0..in_flight)
+                .map(|u| {
+                    let j = kb.add(j0, kb.i32c(u), "")?;
+                    let valid = kb.icmp(IntPredicate::SLT, j, in_round, "split_valid")?;
+                    let j = kb.smin(j, last, "")?;
+                    let r = split_row(kb, kb.add(base, j, "")?)?;
+                    let xs = chunks
+                        .iter()
+                        .map(|&(col, in_row)| {
+                            let col = kb.select_i(in_row, col, kb.i32c(0), "")?;
+                            let at = kb.add(kb.mul(r, kb.i64c(dv as i64), "")?, kb.zext64(col, "")?, "")?;
+                            kb.ld_global_v2_f32(kb.add(o_part, kb.mul(at, kb.i64c(4), "")?, "")?, "o_s")
+                        })
+                        .collect::<R<Vec<_>>>()?;
+                    Ok((valid, j, xs))
+                })
+                .collect()
+        };
+    // Adds a loaded step, split by split in order, each at its lane's weight.
+    let add_step = |kb: &Kb<'ctx>, step: Step<'ctx>, weight: FloatValue<'ctx>| -> R<()> {
+        for (valid, j, xs) in step {
+            let w = kb.shfl_idx_f32(weight, j, "w")?;
+            for (a, x) in acc.iter().zip(xs) {
+                for (slot, x) in a.iter().zip(x) {
+                    let old = kb.get_f(*slot, "")?;
+                    kb.set(*slot, kb.select_f(valid, kb.fma(w, x, old, "")?, old, "")?)?;
+                }
+            }
+        }
+        Ok(())
+    };
+
+    kb.section("combine: max and sum of split LSEs, a lane per split")?;
+    let sink2 = if spec.sinks {
+        let sinks = args.int("sinks")?;
+        let addr = kb.add(sinks, kb.mul(kb.sext64(h, "")?, kb.i64c(4), "")?, "")?;
+        let sink = kb.ld_global_f32(addr, "sink")?;
+        kb.fmul(sink, kb.f32c(LOG2E), "sink_log2")?
+    } else {
+        kb.f32c(f64::NEG_INFINITY)
+    };
     // Every LSE read at once (lane s holds split s; a launch of more than 32 splits
     // takes more rounds), then warp reductions: one round trip to L2 where a loop over
-    // the splits waited on each load in turn.
+    // the splits waited on each load in turn. The first step's partial rows do not
+    // depend on the weights: they are loaded now, so their round trip is the LSEs'.
     let own_lse2 = split_lse2(kb, lane)?;
+    let in_round0 = in_round_of(kb, kb.i32c(0))?;
+    let first_step = load_step(kb, kb.i32c(0), kb.i32c(0), in_round0)?;
     let max = kb.slot_f32("lse_max", kb.fmax(own_lse2, sink2, "")?)?;
     let more_splits = |kb: &mut Kb<'ctx>, name: &str, f: &mut dyn FnMut(&mut Kb<'ctx>, FloatValue<'ctx>) -> R<()>| {
         let rounds = kb.udiv(kb.add(num_splits, kb.i32c(31), "")?, kb.i32c(32), "split_rounds")?;
@@ -174,68 +237,27 @@ pub fn combine_row<'ctx>(
     let o_base = args.int("o")?;
     let off = q_row_offset(kb, bv, &o_st, q, h)?;
     let o_row = kb.add(o_base, kb.mul(off, kb.i64c(2), "")?, "o_row")?;
-    let dv = spec.head_dim_v;
-    // Each lane holds two columns of every 64-column chunk; a lane past d_v reads the
-    // row's first pair (its result is not stored).
-    let chunks: Vec<(IntValue<'ctx>, IntValue<'ctx>)> = (0..dv.div_ceil(64))
-        .map(|chunk| {
-            let col = kb.add(kb.mul(lane, kb.i32c(2), "")?, kb.i32c(chunk as i64 * 64), "col")?;
-            let in_row = kb.icmp(IntPredicate::SLT, col, kb.i32c(dv as i64), "")?;
-            Ok((col, in_row))
-        })
-        .collect::<R<_>>()?;
-    let acc: Vec<[Slot<'ctx>; 2]> = chunks
-        .iter()
-        .map(|_| Ok([kb.slot_f32("acc0", kb.f32c(0.0))?, kb.slot_f32("acc1", kb.f32c(0.0))?]))
-        .collect::<R<_>>()?;
-    let in_flight = i64::from((LOADS_IN_FLIGHT / chunks.len() as u32).clamp(1, 8));
-    // Splits in rounds of 32 (lane s of the round holds split s's weight), each round
-    // in steps of `in_flight` splits whose loads are all issued before the
-    // first is used; past the round's last split, a step repeats that split at no weight.
+    // Round 0: its first step (loaded above), then the rest of its steps.
+    let weight0 = kb.ex2(kb.fsub(own_lse2, lse2, "")?, "lane_weight")?;
+    add_step(kb, first_step, weight0)?;
+    let steps0 = kb.udiv(kb.add(in_round0, kb.i32c(in_flight - 1), "")?, kb.i32c(in_flight), "")?;
+    kb.for_range(kb.i32c(1), steps0, "acc_steps", |kb, step| {
+        let j0 = kb.mul(step, kb.i32c(in_flight), "")?;
+        let loaded = load_step(kb, kb.i32c(0), j0, in_round0)?;
+        add_step(kb, loaded, weight0)
+    })?;
+    // Rounds past the first 32 splits.
     let rounds = kb.udiv(kb.add(num_splits, kb.i32c(31), "")?, kb.i32c(32), "split_rounds")?;
-    kb.for_range(kb.i32c(0), rounds, "acc_rounds", |kb, round| {
+    kb.for_range(kb.i32c(1), rounds, "acc_rounds", |kb, round| {
         let base = kb.mul(round, kb.i32c(32), "round_split0")?;
-        let is_first = kb.icmp(IntPredicate::EQ, round, kb.i32c(0), "")?;
-        let l2 = kb.slot_f32("round_lse2", own_lse2)?;
-        kb.if_then(kb.not(is_first, "")?, "reload_round_lse", |kb| {
-            let s = kb.add(base, lane, "")?;
-            let reloaded = split_lse2(kb, s)?;
-            kb.set(l2, reloaded)
-        })?;
-        let weight = kb.ex2(kb.fsub(kb.get_f(l2, "")?, lse2, "")?, "lane_weight")?;
-        let in_round = kb.smin(kb.sub(num_splits, base, "")?, kb.i32c(32), "round_splits")?;
-        let last = kb.sub(in_round, kb.i32c(1), "")?;
+        let l2 = split_lse2(kb, kb.add(base, lane, "")?)?;
+        let weight = kb.ex2(kb.fsub(l2, lse2, "")?, "lane_weight")?;
+        let in_round = in_round_of(kb, base)?;
         let steps = kb.udiv(kb.add(in_round, kb.i32c(in_flight - 1), "")?, kb.i32c(in_flight), "")?;
         kb.for_range(kb.i32c(0), steps, "acc_steps", |kb, step| {
             let j0 = kb.mul(step, kb.i32c(in_flight), "")?;
-            let mut batch = Vec::new();
-            for u in 0..in_flight {
-                let j = kb.add(j0, kb.i32c(u), "")?;
-                let valid = kb.icmp(IntPredicate::SLT, j, in_round, "split_valid")?;
-                let j = kb.smin(j, last, "")?;
-                let w = kb.shfl_idx_f32(weight, j, "w")?;
-                let r = split_row(kb, kb.add(base, j, "")?)?;
-                let mut xs = Vec::new();
-                for &(col, in_row) in &chunks {
-                    let col = kb.select_i(in_row, col, kb.i32c(0), "")?;
-                    let addr = kb.add(
-                        o_part,
-                        kb.mul(kb.add(kb.mul(r, kb.i64c(dv as i64), "")?, kb.zext64(col, "")?, "")?, kb.i64c(4), "")?,
-                        "",
-                    )?;
-                    xs.push(kb.ld_global_v2_f32(addr, "o_s")?);
-                }
-                batch.push((valid, w, xs));
-            }
-            for (valid, w, xs) in batch {
-                for (a, x) in acc.iter().zip(xs) {
-                    for (slot, x) in a.iter().zip(x) {
-                        let old = kb.get_f(*slot, "")?;
-                        kb.set(*slot, kb.select_f(valid, kb.fma(w, x, old, "")?, old, "")?)?;
-                    }
-                }
-            }
-            Ok(())
+            let loaded = load_step(kb, base, j0, in_round)?;
+            add_step(kb, loaded, weight)
         })
     })?;
     for (&(col, in_row), a) in chunks.iter().zip(&acc) {
