@@ -366,9 +366,21 @@ pub fn walk_key_tiles<'ctx>(
     kb: &mut Kb<'ctx>,
     n_tiles: IntValue<'ctx>,
     reverse: IntValue<'ctx>,
-    mut body: impl FnMut(&mut Kb<'ctx>, IntValue<'ctx>, IntValue<'ctx>) -> R<()>,
+    body: impl FnMut(&mut Kb<'ctx>, IntValue<'ctx>, IntValue<'ctx>) -> R<()>,
 ) -> R<()> {
     let x = kb.sreg("ctaid.x", "")?;
+    walk_key_tiles_from(kb, x, n_tiles, reverse, body)
+}
+
+/// [`walk_key_tiles`] for a CTA whose grid column is `x` (a kernel that takes its CTAs'
+/// coordinates in another order than the grid's).
+pub fn walk_key_tiles_from<'ctx>(
+    kb: &mut Kb<'ctx>,
+    x: IntValue<'ctx>,
+    n_tiles: IntValue<'ctx>,
+    reverse: IntValue<'ctx>,
+    mut body: impl FnMut(&mut Kb<'ctx>, IntValue<'ctx>, IntValue<'ctx>) -> R<()>,
+) -> R<()> {
     let last_first = kb.sub(kb.sub(n_tiles, kb.i32c(1), "")?, x, "")?;
     let n_slot = kb.slot_i32("key_tile", kb.select_i(reverse, last_first, x, "")?)?;
     let iter = kb.slot_i32("key_tile_iter", kb.i32c(0))?;

@@ -514,6 +514,12 @@ pub struct BwdConfig {
     /// (`variant::row_keys`: a `bmsk` per key row and 32 elements) instead of the mask's
     /// expression per element.
     pub row_keys: bool,
+    /// Under a causal mask, in the default (atomic dQ) mode: the CTAs take their (key
+    /// tile, KV head, batch entry) in LPT order — heads in sections whose Q, dO and dQ
+    /// accumulator fit this many MiB, and within a section key tile 0 (the longest walk)
+    /// of every head first — instead of the grid's order, whose last heads' long walks
+    /// start last (`scripts/dev/bwd_tail_model.py`). 0: the grid's order.
+    pub lpt_sections_mib: u32,
     pub producer_regs: u32,
     pub consumer_regs: u32,
     /// Diagnostics only (wrong results; never set by `for_spec`, only through
@@ -639,6 +645,7 @@ impl BwdConfig {
             // +1-2.4% (1k +2.2%), non-causal unchanged (no interval); d128 causal -2..-3% at
             // 8k, the rest within noise, so d128 keeps the per-element mask.
             row_keys: spec.head_dim_qk == 64,
+            lpt_sections_mib: 0,
             producer_regs: 24,
             consumer_regs: 240,
             diag: BwdDiag::default(),
@@ -681,6 +688,7 @@ impl BwdConfig {
                 "p_f32_for_ds" => self.p_f32_for_ds = n != 0,
                 "rows_early" => self.rows_early = n != 0,
                 "row_keys" => self.row_keys = n != 0,
+                "lpt_sections_mib" => self.lpt_sections_mib = n.min(1024),
                 "diag_no_dq_red" => self.diag.no_dq_red = n != 0,
                 "diag_no_dq" => self.diag.no_dq = n != 0,
                 "diag_no_softmax" => self.diag.no_softmax = n != 0,

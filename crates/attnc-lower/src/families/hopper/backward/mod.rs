@@ -47,7 +47,7 @@ use crate::variant::expr as vexpr;
 use crate::variant::grad::ScoreGrad;
 use crate::variant::layout::kv_row_offsets;
 use crate::variant::row_keys::{pair_word, RowKeys};
-use crate::variant::tiles::{walk_key_tiles, BlockListArgs, QueryPair, QueryTiles};
+use crate::variant::tiles::{walk_key_tiles, walk_key_tiles_from, BlockListArgs, QueryPair, QueryTiles};
 use attnc_ir::block_mask::{needs_block_mask, HeadSlots};
 use attnc_ir::Spec;
 use dq::{DqHandoff, HandoffVals};
@@ -107,6 +107,9 @@ struct Bwd<'a, 'ctx> {
 struct Cta<'ctx> {
     smem: IntValue<'ctx>,
     view: KeyTileCta<'ctx>,
+    /// The grid column whose key tiles the CTA walks when it is not `ctaid.x` (its LPT
+    /// place); `None`: the walk reads `ctaid.x` where it starts.
+    col: Option<IntValue<'ctx>>,
 }
 
 impl<'ctx> std::ops::Deref for Cta<'ctx> {
@@ -134,8 +137,48 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         // 1024-byte aligned base (the swizzle atom); the request has the slack.
         let raw = dynamic_smem_base(kb)?;
         let smem = kb.and(kb.add(raw, kb.i32c(1023), "")?, kb.i32c(!1023), "smem")?;
-        let view = KeyTileCta::new(kb, self.spec, &self.args, self.cfg.block_m, self.cfg.block_n())?;
-        Ok(Cta { smem, view })
+        let (col, hkv, b) = self.cta_coords(kb)?;
+        let view = KeyTileCta::for_batch(kb, self.spec, &self.args, b, hkv, self.cfg.block_m, self.cfg.block_n())?;
+        Ok(Cta { smem, view, col })
+    }
+
+    /// The CTA's (grid column, KV head, batch entry): the grid's, or with
+    /// `lpt_sections_mib` under a causal mask in the atomic mode the LPT place of its
+    /// linear index (sections of heads; within one, key tile 0 of every head first). A
+    /// bijection of the grid either way.
+    fn cta_coords(&self, kb: &mut Kb<'ctx>) -> R<(Option<IntValue<'ctx>>, IntValue<'ctx>, IntValue<'ctx>)> {
+        let hkv = kb.sreg("ctaid.y", "hkv")?;
+        let b = kb.opaque_i32(kb.sreg("ctaid.z", "")?, "b")?;
+        let spec = self.spec;
+        if self.cfg.lpt_sections_mib == 0 || spec.mask.causal.is_none() {
+            return Ok((None, hkv, b));
+        }
+        let x = kb.sreg("ctaid.x", "")?;
+        kb.section("backward: the CTA's place in LPT order")?;
+        let (cols, heads) = (kb.sreg("nctaid.x", "")?, kb.sreg("nctaid.y", "")?);
+        let linear = kb.add(kb.mul(kb.add(kb.mul(b, heads, "")?, hkv, "")?, cols, "")?, x, "cta_linear")?;
+        // Heads whose Q, dO (bf16) and dQ accumulator (f32) rows fit a section.
+        let la = self.args.layout()?;
+        let per_row =
+            i64::from(spec.group_size() * (2 * spec.head_dim_qk + 2 * spec.head_dim_v + 4 * spec.head_dim_qk));
+        let per_head = kb.mul(kb.smax(kb.sext64(la.seqlen_q, "")?, kb.i64c(1), "")?, kb.i64c(per_row), "")?;
+        let fit = kb.b.build_int_unsigned_div(kb.i64c(i64::from(self.cfg.lpt_sections_mib) << 20), per_head, "")?;
+        let fit = kb.trunc32(kb.smin(kb.smax(fit, kb.i64c(1), "")?, kb.sext64(heads, "")?, "")?, "section_heads")?;
+        let per_b = kb.mul(cols, heads, "")?;
+        let lb = kb.udiv(linear, per_b, "lpt_b")?;
+        let r = kb.urem(linear, per_b, "")?;
+        let sec_size = kb.mul(fit, cols, "")?;
+        let h0 = kb.mul(kb.udiv(r, sec_size, "")?, fit, "")?;
+        let within = kb.urem(r, sec_size, "")?;
+        let nh = kb.smin(fit, kb.sub(heads, h0, "")?, "")?;
+        let lcol = kb.udiv(within, nh, "lpt_col")?;
+        let lh = kb.add(h0, kb.urem(within, nh, "")?, "lpt_hkv")?;
+        let atomic = dq_mode_is(kb, &self.args, DqAccumulation::Atomic)?;
+        Ok((
+            Some(kb.select_i(atomic, lcol, x, "cta_col")?),
+            kb.select_i(atomic, lh, hkv, "cta_hkv")?,
+            kb.select_i(atomic, lb, b, "cta_b")?,
+        ))
     }
 
     /// The mbarrier `which` (slot `slot` of a ring) of the CTA whose aligned shared
@@ -245,7 +288,10 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         body: impl FnMut(&mut Kb<'ctx>, IntValue<'ctx>, IntValue<'ctx>) -> R<()>,
     ) -> R<()> {
         let reverse = reversed_key_tiles(kb, &self.args, self.cfg.ordered_dq())?;
-        walk_key_tiles(kb, cta.n_tiles, reverse, body)
+        match cta.col {
+            Some(col) => walk_key_tiles_from(kb, col, cta.n_tiles, reverse, body),
+            None => walk_key_tiles(kb, cta.n_tiles, reverse, body),
+        }
     }
 
     /// Every role's walk over the pairs of key tile `qt`: `body(pair, ring position)`;
