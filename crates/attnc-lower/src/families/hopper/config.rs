@@ -256,7 +256,7 @@ impl Config {
 
     /// This configuration with `key=value,...` overrides applied (unknown keys and bad
     /// values are ignored): `block_n`, `stages`, `pingpong`, `producer_regs`,
-    /// `consumer_regs`.
+    /// `consumer_regs`, `lpt_section_mib` and the others matched below.
     pub fn tuned(mut self, text: &str) -> Config {
         for kv in text.split(',') {
             let Some((k, v)) = kv.split_once('=') else { continue };
@@ -657,7 +657,8 @@ impl BwdConfig {
     /// values are ignored): `stages`, `block_m` (64, or 128 with a one-tile split),
     /// `producer_regs`, `consumer_regs`, `dq_split` (0 columns, 1 keys, 2 rows),
     /// `dp_with_s`, `dq_under_dk`, `rotate_walk`, `exp2_emulate_every`, `dq_bulk`,
-    /// `ordered`, `mask_bits`, `aux_grads`, `p_in_smem`, `p_f32_for_ds`, `rows_early`, `row_keys`, and the diagnostics
+    /// `ordered`, `mask_bits`, `aux_grads`, `p_in_smem`, `p_f32_for_ds`, `rows_early`, `row_keys`,
+    /// `lpt_sections_mib`, and the diagnostics
     /// `diag_no_dq_red`, `diag_no_dq`, `diag_no_softmax`, `diag_dq_half`, `diag_dq_no_stage`,
     /// `diag_dq_no_wait`, `diag_dq_no_fence`, `diag_ds_no_store`.
     pub fn tuned(mut self, text: &str) -> BwdConfig {
