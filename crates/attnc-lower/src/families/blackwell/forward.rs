@@ -406,8 +406,7 @@ impl<'a, 'ctx> Fwd<'a, 'ctx> {
                     emit_section_heads(
                         kb,
                         seqlen_k,
-                        self.spec.head_dim_qk,
-                        self.spec.head_dim_v,
+                        i64::from(self.spec.head_dim_qk + self.spec.head_dim_v) * 2,
                         heads,
                         crate::families::common::schedule::L2_SECTION_BYTES,
                     )?

@@ -201,8 +201,9 @@ pub fn combine_row<'ctx>(
     let in_round0 = in_round_of(kb, kb.i32c(0))?;
     let first_step = load_step(kb, kb.i32c(0), kb.i32c(0), in_round0)?;
     let max = kb.slot_f32("lse_max", kb.fmax(own_lse2, sink2, "")?)?;
+    // Rounds of 32 splits (more than one only past 32 splits).
+    let rounds = kb.udiv(kb.add(num_splits, kb.i32c(31), "")?, kb.i32c(32), "split_rounds")?;
     let more_splits = |kb: &mut Kb<'ctx>, name: &str, f: &mut dyn FnMut(&mut Kb<'ctx>, FloatValue<'ctx>) -> R<()>| {
-        let rounds = kb.udiv(kb.add(num_splits, kb.i32c(31), "")?, kb.i32c(32), "split_rounds")?;
         kb.for_range(kb.i32c(1), rounds, name, |kb, round| {
             let s = kb.add(kb.mul(round, kb.i32c(32), "")?, lane, "")?;
             let l2 = split_lse2(kb, s)?;
@@ -247,7 +248,6 @@ pub fn combine_row<'ctx>(
         add_step(kb, loaded, weight0)
     })?;
     // Rounds past the first 32 splits.
-    let rounds = kb.udiv(kb.add(num_splits, kb.i32c(31), "")?, kb.i32c(32), "split_rounds")?;
     kb.for_range(kb.i32c(1), rounds, "acc_rounds", |kb, round| {
         let base = kb.mul(round, kb.i32c(32), "round_split0")?;
         let l2 = split_lse2(kb, kb.add(base, lane, "")?)?;

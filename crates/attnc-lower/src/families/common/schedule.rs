@@ -74,61 +74,68 @@ pub fn emit_tile_coords<'ctx>(
     seqlen_q: IntValue<'ctx>,
     seqlen_k: IntValue<'ctx>,
 ) -> R<WorkTile<'ctx>> {
-    let hc = kb.i32c(heads as i64);
-    let per_b = kb.mul(num_m, hc, "tiles_per_batch")?;
-    let b = kb.udiv(t, per_b, "tile_b")?;
-    let r = kb.urem(t, per_b, "")?;
-    if lpt {
-        let sec_size = kb.mul(section, num_m, "")?;
-        let sec = kb.udiv(r, sec_size, "")?;
-        let within = kb.urem(r, sec_size, "")?;
-        let h0 = kb.mul(sec, section, "")?;
-        let nh = kb.smin(section, kb.sub(hc, h0, "")?, "")?;
-        let m_rev = kb.udiv(within, nh, "")?;
-        let h = kb.add(h0, kb.urem(within, nh, "")?, "tile_h")?;
-        let m = kb.sub(kb.sub(num_m, kb.i32c(1), "")?, m_rev, "tile_m")?;
-        Ok(WorkTile {
-            m,
-            h,
-            b,
-            rows: seqlen_q,
-            seqlen_q,
-            seqlen_k,
-            q_start: kb.i32c(0),
-            k_start: kb.i32c(0),
-            tma_b: b,
-            split: kb.i32c(0),
-        })
+    let (m, h, b) = if lpt {
+        // The last m block has the most keys under a causal mask: it goes first.
+        let (rank, h, b) = emit_lpt_place(kb, t, num_m, heads, section)?;
+        (kb.sub(kb.sub(num_m, kb.i32c(1), "")?, rank, "tile_m")?, h, b)
     } else {
-        let m = kb.urem(r, num_m, "tile_m")?;
-        let h = kb.udiv(r, num_m, "tile_h")?;
-        Ok(WorkTile {
-            m,
-            h,
-            b,
-            rows: seqlen_q,
-            seqlen_q,
-            seqlen_k,
-            q_start: kb.i32c(0),
-            k_start: kb.i32c(0),
-            tma_b: b,
-            split: kb.i32c(0),
-        })
-    }
+        let per_b = kb.mul(num_m, kb.i32c(heads as i64), "tiles_per_batch")?;
+        let b = kb.udiv(t, per_b, "tile_b")?;
+        let r = kb.urem(t, per_b, "")?;
+        (kb.urem(r, num_m, "tile_m")?, kb.udiv(r, num_m, "tile_h")?, b)
+    };
+    Ok(WorkTile {
+        m,
+        h,
+        b,
+        rows: seqlen_q,
+        seqlen_q,
+        seqlen_k,
+        q_start: kb.i32c(0),
+        k_start: kb.i32c(0),
+        tma_b: b,
+        split: kb.i32c(0),
+    })
 }
 
-/// Emits [`section_heads`] from the runtime seqlen_k, for sections of `section_bytes`
-/// (normally [`L2_SECTION_BYTES`]).
+/// The LPT place of work item `t` of a grid of `cols` tiles × `heads` × batch entries:
+/// `(rank, head, batch entry)`, where heads go in sections of `section`, and within a
+/// section rank 0 of every head comes first, then rank 1, … The caller maps the rank to
+/// its tile (the forward's longest m block is the last; the backward's longest key tile
+/// the first). A bijection for any section size ≥ 1.
+pub fn emit_lpt_place<'ctx>(
+    kb: &Kb<'ctx>,
+    t: IntValue<'ctx>,
+    cols: IntValue<'ctx>,
+    heads: u32,
+    section: IntValue<'ctx>,
+) -> R<(IntValue<'ctx>, IntValue<'ctx>, IntValue<'ctx>)> {
+    let hc = kb.i32c(heads as i64);
+    let per_b = kb.mul(cols, hc, "tiles_per_batch")?;
+    let b = kb.udiv(t, per_b, "tile_b")?;
+    let r = kb.urem(t, per_b, "")?;
+    let sec_size = kb.mul(section, cols, "")?;
+    let sec = kb.udiv(r, sec_size, "")?;
+    let within = kb.urem(r, sec_size, "")?;
+    let h0 = kb.mul(sec, section, "")?;
+    let nh = kb.smin(section, kb.sub(hc, h0, "")?, "")?;
+    let rank = kb.udiv(within, nh, "lpt_rank")?;
+    let h = kb.add(h0, kb.urem(within, nh, "")?, "tile_h")?;
+    Ok((rank, h, b))
+}
+
+/// Emits the heads per section: how many heads' `rows` rows of `bytes_per_row` fit
+/// `section_bytes` (normally [`L2_SECTION_BYTES`]), clamped to `1..=heads`. The forward's
+/// [`section_heads`] is this with K and V's rows: `seqlen_k` rows of `(d_qk + d_v) · 2`.
 pub fn emit_section_heads<'ctx>(
     kb: &Kb<'ctx>,
-    seqlen_k: IntValue<'ctx>,
-    d_qk: u32,
-    d_v: u32,
+    rows: IntValue<'ctx>,
+    bytes_per_row: i64,
     heads: u32,
     section_bytes: i64,
 ) -> R<IntValue<'ctx>> {
-    let sk = kb.smax(kb.sext64(seqlen_k, "")?, kb.i64c(1), "")?;
-    let per_head = kb.mul(sk, kb.i64c((d_qk + d_v) as i64 * 2), "")?;
+    let rows = kb.smax(kb.sext64(rows, "")?, kb.i64c(1), "")?;
+    let per_head = kb.mul(rows, kb.i64c(bytes_per_row), "")?;
     let n = kb.b.build_int_unsigned_div(kb.i64c(section_bytes), per_head, "")?;
     let n = kb.smin(kb.smax(n, kb.i64c(1), "")?, kb.i64c(heads.max(1) as i64), "")?;
     kb.trunc32(n, "section_heads")

@@ -37,6 +37,7 @@ use crate::families::common::backward::{
     DqAccumLayout, DqSlice, FragLane, KeyTileCta,
 };
 use crate::families::common::dq_order::{DqAccumulation, DqTurn};
+use crate::families::common::schedule::{emit_lpt_place, emit_section_heads};
 use crate::families::common::sw128::{k_major_step_offset, mn_major_step_offset};
 use crate::llvm::kb::{Kb, Slot, R};
 use crate::llvm::operand::Major;
@@ -155,24 +156,18 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         }
         let x = kb.sreg("ctaid.x", "")?;
         kb.section("backward: the CTA's place in LPT order")?;
-        let (cols, heads) = (kb.sreg("nctaid.x", "")?, kb.sreg("nctaid.y", "")?);
-        let linear = kb.add(kb.mul(kb.add(kb.mul(b, heads, "")?, hkv, "")?, cols, "")?, x, "cta_linear")?;
-        // Heads whose Q, dO (bf16) and dQ accumulator (f32) rows fit a section.
-        let la = self.args.layout()?;
-        let per_row =
-            i64::from(spec.group_size() * (2 * spec.head_dim_qk + 2 * spec.head_dim_v + 4 * spec.head_dim_qk));
-        let per_head = kb.mul(kb.smax(kb.sext64(la.seqlen_q, "")?, kb.i64c(1), "")?, kb.i64c(per_row), "")?;
-        let fit = kb.b.build_int_unsigned_div(kb.i64c(i64::from(self.cfg.lpt_sections_mib) << 20), per_head, "")?;
-        let fit = kb.trunc32(kb.smin(kb.smax(fit, kb.i64c(1), "")?, kb.sext64(heads, "")?, "")?, "section_heads")?;
-        let per_b = kb.mul(cols, heads, "")?;
-        let lb = kb.udiv(linear, per_b, "lpt_b")?;
-        let r = kb.urem(linear, per_b, "")?;
-        let sec_size = kb.mul(fit, cols, "")?;
-        let h0 = kb.mul(kb.udiv(r, sec_size, "")?, fit, "")?;
-        let within = kb.urem(r, sec_size, "")?;
-        let nh = kb.smin(fit, kb.sub(heads, h0, "")?, "")?;
-        let lcol = kb.udiv(within, nh, "lpt_col")?;
-        let lh = kb.add(h0, kb.urem(within, nh, "")?, "lpt_hkv")?;
+        let cols = kb.sreg("nctaid.x", "")?;
+        let linear = kb.add(
+            kb.mul(kb.add(kb.mul(b, kb.i32c(i64::from(spec.kv_heads)), "")?, hkv, "")?, cols, "")?,
+            x,
+            "cta_linear",
+        )?;
+        // Heads whose Q, dO (bf16) and dQ accumulator (f32) rows fit a section; key tile
+        // 0 (the longest walk under a causal mask) first within it.
+        let per_row = i64::from(spec.group_size() * (6 * spec.head_dim_qk + 2 * spec.head_dim_v));
+        let section_bytes = i64::from(self.cfg.lpt_sections_mib) << 20;
+        let section = emit_section_heads(kb, self.args.layout()?.seqlen_q, per_row, spec.kv_heads, section_bytes)?;
+        let (lcol, lh, lb) = emit_lpt_place(kb, linear, cols, spec.kv_heads, section)?;
         let atomic = dq_mode_is(kb, &self.args, DqAccumulation::Atomic)?;
         Ok((
             Some(kb.select_i(atomic, lcol, x, "cta_col")?),

@@ -65,8 +65,7 @@ impl<'ctx> Kernel<'_, 'ctx> {
             true => emit_section_heads(
                 kb,
                 la.seqlen_k,
-                spec.head_dim_qk,
-                spec.head_dim_v,
+                i64::from(spec.head_dim_qk + spec.head_dim_v) * 2,
                 heads,
                 i64::from(self.cfg.lpt_section_mib) << 20,
             )?,
