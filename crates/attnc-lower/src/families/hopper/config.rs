@@ -87,6 +87,12 @@ pub struct Config {
     /// after S the 32 column reads per thread spilled 88 bytes); a causal or window mask
     /// is two bounds per row and a bit range per word (`variant::row_keys`).
     pub mask_bits: bool,
+    /// A never-executed shared store of each row's rescale factor (it depends on the row
+    /// sum, so on every exponential) just above the P·V wait. ptxas otherwise hoists that
+    /// wait to the start of the softmax (it then packs the new P into the in-flight P's
+    /// registers), and the exponentials run after P·V instead of under it; a memory
+    /// operation is something it keeps the wait below.
+    pub pin_pv_wait: bool,
     /// Diagnostics only (wrong results): skip the softmax, P = S, to time the GEMMs and
     /// the pipeline alone. Never set by `for_spec`; only `ATTNC_HOPPER_TUNE=diag_no_softmax=1`.
     pub diag_no_softmax: bool,
@@ -212,6 +218,10 @@ impl Config {
             // between the waits at d64 causal; H100, 2026-11-27
             // (docs/results/2026-11-27-h100-fwd-row-keys/): d64 causal 1k +2%, the rest within noise.
             mask_bits: mask_reads_aux || crate::variant::row_keys::RowKeys::of(spec).is_some(),
+            // H100, 2026-11-27 (docs/results/2026-11-27-h100-fwd-pv-wait/): without a mask
+            // or score mod d64 +3-7%, d128 +0-7% at every length; causal d128 16k -4..-10%,
+            // causal + softcap / ALiBi 3-6% slower: plain attention only.
+            pin_pv_wait: spec.mask.is_none() && spec.score_mod.is_none(),
             diag_no_softmax: false,
             exp2_emulation: 0.0,
             // Measured with ptxas 13.5 (0 spills): the gather producer with causal, GQA
@@ -277,6 +287,7 @@ impl Config {
                 "persistent" => self.persistent = n != 0,
                 "early_tile_fetch" => self.early_tile_fetch = n != 0,
                 "mask_bits" => self.mask_bits = n != 0,
+                "pin_pv_wait" => self.pin_pv_wait = n != 0,
                 "diag_no_softmax" => self.diag_no_softmax = n != 0,
                 "emulate_pct" => self.exp2_emulation = f64::from(n.min(100)) / 100.0,
                 "producer_regs" => self.producer_regs = n,

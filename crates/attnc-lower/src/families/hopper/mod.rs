@@ -687,4 +687,38 @@ mod tests {
             }
         }
     }
+
+    /// Without a mask or score mod the P·V wait is pinned below the softmax
+    /// (`Config::pin_pv_wait`): in the steady-state step, the exponentials sit between
+    /// the wait for S (`DEPBAR.LE gsb0, 0x1`) and the wait for P·V (`0x0`). Unpinned,
+    /// ptxas 13.5 put that wait before all of them.
+    #[test]
+    fn the_exponentials_run_under_p_v_where_the_wait_is_pinned() {
+        let Ok(path) = crate::ptxas::find_ptxas() else {
+            assert!(std::env::var_os("CI").is_none(), "CI must have ptxas");
+            return;
+        };
+        for d in [64, 128] {
+            let s = Spec::new(&format!("plain_d{d}"), d, 4);
+            let cfg = Config::for_spec(&s);
+            assert!(cfg.pin_pv_wait, "d{d}: pinned by default without a mask");
+            let m = Hopper.compile(&s, Arch::Sm90a, Direction::Forward).expect("compiles");
+            let r = crate::ptxas::assemble_with(&path, &m.ptx, Arch::Sm90a).expect("assembles");
+            let Ok(sass) = r.disassemble() else { continue };
+            let (mut after_s, mut most) = (None, 0);
+            for line in sass.lines() {
+                if line.contains("WARPGROUP.DEPBAR.LE gsb0, 0x1") {
+                    after_s = Some(0);
+                } else if line.contains("WARPGROUP.DEPBAR.LE gsb0, 0x0") {
+                    most = most.max(after_s.take().unwrap_or(0));
+                } else if line.contains("MUFU.EX2") {
+                    if let Some(n) = after_s.as_mut() {
+                        *n += 1;
+                    }
+                }
+            }
+            let per_thread = (cfg.block_n / 2) as usize;
+            assert!(most >= per_thread, "d{d}: at most {most} of {per_thread} exponentials before the P.V wait");
+        }
+    }
 }

@@ -713,6 +713,11 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         self.release(kb, cta, RingBar::EmptyK, slot1, env.ltid)?;
         let (p, alpha, rescale) = self.softmax(kb, cta, masked, bits.as_deref(), s, t, st, env.ltid, env.consumer)?;
         let packed = self.pack_p(kb, &p)?;
+        if self.cfg.pin_pv_wait {
+            for a in alpha {
+                self.never_store(kb, a, env.q_smem)?;
+            }
+        }
         let o = kb.wgmma_wait_group_acc(0, &o, "o")?;
         self.keep_alive(kb, &p_in, env.q_smem)?;
         self.release(kb, cta, RingBar::EmptyV, slot0, env.ltid)?;
@@ -761,6 +766,18 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         cons.extend(std::iter::repeat_n("r", regs.len()));
         let cons = format!("{},~{{memory}}", cons.join(","));
         kb.asm_call(None, &text, &cons, false, &args, "")?;
+        Ok(())
+    }
+
+    /// A shared-memory store of `value` that never executes (predicated on seqlen_q =
+    /// i32::MIN, which validation rejects and ptxas cannot fold). ptxas keeps a
+    /// `wgmma.wait_group` below a memory operation but otherwise schedules it as early
+    /// as it likes; a store of a value computed late pins the next wait below it.
+    fn never_store(&self, kb: &Kb<'ctx>, value: FloatValue<'ctx>, q_smem: IntValue<'ctx>) -> R<()> {
+        let seqlen_q = self.args.int("seqlen_q")?;
+        let text =
+            "{\n\t.reg .pred never;\n\tsetp.eq.s32 never, $0, -2147483648;\n\t@never st.shared.f32 [$1], $2;\n\t}";
+        kb.asm_call(None, text, "r,r,f,~{memory}", false, &[seqlen_q.into(), q_smem.into(), value.into()], "")?;
         Ok(())
     }
 
