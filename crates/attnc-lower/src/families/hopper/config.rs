@@ -173,6 +173,8 @@ impl Config {
         // around it: docs/results/2026-11-24-h100-d64-configs). Not beside the gather
         // producer, whose 56 registers leave no pool for three consumers of 160.
         let three = spec.head_dim_qk <= 64 && !gather;
+        // Plain attention: no mask and no score modification.
+        let plain = spec.mask.is_none() && spec.score_mod.is_none();
         // Decode (one query tile, TMA loads): a second consumer would hold no live row and
         // take turns at the tensor cores; one consumer with 64-key tiles was the fastest
         // of five configurations at every contiguous decode shape of the protocol, and at
@@ -210,8 +212,11 @@ impl Config {
             unroll_steps: false,
             // H100, 2026-11-27 (docs/results/2026-11-27-h100-fwd-persistent/4-dynamic/):
             // causal d64 +9.5% at 1k-2k, +3% at 4k, d128 +7.5% / +4.5% / +3%, 8k-16k within
-            // noise; non-causal d64 -5..-9% at 4k-16k (reason not measured), so causal only.
-            persistent: spec.mask.causal.is_some(),
+            // noise; non-causal d64 -5..-9% at 4k-16k then. With the P.V wait pinned
+            // (docs/results/2026-11-27-h100-fwd-pv-wait/5-persistent/) plain attention
+            // gains too: d64 +4-6% at 1k-2k, d128 +3-4% / +1-2% at 1k / 2k, 8k-16k within
+            // noise (head dims above 128 not measured).
+            persistent: spec.mask.causal.is_some() || (plain && spec.head_dim_v <= 128),
             early_tile_fetch: false,
             // Causal and window masks as two bounds per row and a bit range per word
             // (`variant::row_keys`): the partial tile's mask 271 -> 104 SASS instructions
@@ -221,7 +226,7 @@ impl Config {
             // H100, 2026-11-27 (docs/results/2026-11-27-h100-fwd-pv-wait/): without a mask
             // or score mod d64 +3-7%, d128 +0-7% at every length; causal d128 16k -4..-10%,
             // causal + softcap / ALiBi 3-6% slower: plain attention only.
-            pin_pv_wait: spec.mask.is_none() && spec.score_mod.is_none(),
+            pin_pv_wait: plain,
             diag_no_softmax: false,
             exp2_emulation: 0.0,
             // Measured with ptxas 13.5 (0 spills): the gather producer with causal, GQA
@@ -868,7 +873,9 @@ mod tests {
     #[test]
     fn layout_d128_two_stages() {
         let s = Spec::new("x", 128, 4);
-        let c = Config::for_spec(&s);
+        // The tiled grid's layout (plain attention runs persistent by default, which adds
+        // the work-tile ring after the mbarriers).
+        let c = Config::for_spec(&s).tuned("persistent=0");
         let l = c.smem(&s);
         // Q: 2 consumers × 2 column blocks × 64 rows × 128 B = 32 KiB; K, V: 2 stages ×
         // 2 blocks × 128 rows × 128 B = 64 KiB each; then 8 mbarriers (full/empty × K/V × 2 slots).

@@ -391,10 +391,17 @@ mod tests {
     #[test]
     fn a_persistent_forward_walks_work_tiles_where_asked() {
         let ptxas = crate::ptxas::find_ptxas();
-        for (d, mask) in [(64, ""), (64, " mask causal\n"), (128, " mask causal\n"), (128, " kv varlen\n")] {
+        // By default: under a causal mask, and for plain attention (no mask, no score mod).
+        for (d, mask, by_default) in [
+            (64, "", true),
+            (64, " mask causal\n", true),
+            (128, " mask causal\n", true),
+            (128, " kv varlen\n", true),
+            (128, " mask window(left=256, right=256)\n", false),
+        ] {
             let src = format!("attention m {{\n dtype bf16\n head_dim {d}\n heads 8\n{mask}}}\n");
             let spec = attnc_dsl::parse_named("m.attn", &src).expect("parses");
-            assert_eq!(Config::for_spec(&spec).runs_persistent(&spec), mask.contains("causal"), "d{d}{mask}");
+            assert_eq!(Config::for_spec(&spec).runs_persistent(&spec), by_default, "d{d}{mask}");
             let cfg = Config::for_spec(&spec).tuned("persistent=1");
             assert!(cfg.runs_persistent(&spec), "d{d}{mask}");
             let m = compile_with_config(&spec, Arch::Sm90a, &cfg).expect("compiles");
