@@ -75,7 +75,8 @@ pub struct Config {
     /// drift apart and lost the hardware order's L2 reuse), the ring carried from one
     /// tile to the next, so the producer loads the next tile's K/V while the consumers
     /// finish the last one and a CTA's setup is paid once per SM. Contiguous and varlen
-    /// K/V without split-KV or ping-pong (`Config::runs_persistent`).
+    /// K/V without split-KV or ping-pong (`Config::runs_persistent`). The default under
+    /// a causal mask and for plain attention with `d_v ≤ 128`.
     pub persistent: bool,
     /// The persistent producer takes its next tile from the counter (a relaxed atomic)
     /// before it issues the current tile's loads, the round trip under them, instead of
