@@ -33,7 +33,7 @@ use crate::variant::layout::{batch_view, packed_row, q_row_offset, row_tile_rang
 use crate::variant::softmax::{exp2_emulated, max_update};
 use crate::variant::tiles::{KeyTiles, RowList};
 use attnc_ir::{KvLayout, Spec};
-use inkwell::values::{FloatValue, IntValue};
+use inkwell::values::{BasicMetadataValueEnum, FloatValue, IntValue};
 use inkwell::{AddressSpace, IntPredicate};
 
 mod consumer_walk;
@@ -742,42 +742,51 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
         if !self.cfg.keep_alive {
             return Ok(());
         }
-        let seqlen_q = self.args.int("seqlen_q")?;
-        let mut text = String::from("{\n\t.reg .pred never;\n\tsetp.eq.s32 never, $0, -2147483648;\n");
+        let mut body = String::new();
         for (c, chunk) in regs.chunks(4).enumerate() {
             let ops: Vec<String> = (0..chunk.len()).map(|i| format!("${}", 2 + 4 * c + i)).collect();
-            let ty = match chunk.len() {
-                4 => ".v4.b32",
-                2 => ".v2.b32",
-                _ => ".b32",
-            };
-            if chunk.len() == 4 || chunk.len() == 2 {
-                text.push_str(&format!("\t@never st.shared{ty} [$1], {{{}}};\n", ops.join(", ")));
-            } else {
-                for o in ops {
-                    text.push_str(&format!("\t@never st.shared.b32 [$1], {o};\n"));
+            match chunk.len() {
+                4 => body.push_str(&format!("\t@never st.shared.v4.b32 [$1], {{{}}};\n", ops.join(", "))),
+                2 => body.push_str(&format!("\t@never st.shared.v2.b32 [$1], {{{}}};\n", ops.join(", "))),
+                _ => {
+                    for o in ops {
+                        body.push_str(&format!("\t@never st.shared.b32 [$1], {o};\n"));
+                    }
                 }
             }
         }
-        text.push_str("\t}");
-        let mut args: Vec<inkwell::values::BasicMetadataValueEnum<'ctx>> = vec![seqlen_q.into(), q_smem.into()];
-        args.extend(regs.iter().map(|r| inkwell::values::BasicMetadataValueEnum::from(*r)));
-        let mut cons = vec!["r", "r"];
-        cons.extend(std::iter::repeat_n("r", regs.len()));
-        let cons = format!("{},~{{memory}}", cons.join(","));
-        kb.asm_call(None, &text, &cons, false, &args, "")?;
-        Ok(())
+        let operands: Vec<BasicMetadataValueEnum<'ctx>> = regs.iter().map(|r| (*r).into()).collect();
+        self.never_executed(kb, q_smem, &body, &operands, "r")
     }
 
-    /// A shared-memory store of `value` that never executes (predicated on seqlen_q =
-    /// i32::MIN, which validation rejects and ptxas cannot fold). ptxas keeps a
+    /// A shared-memory store of `value` that never executes. ptxas keeps a
     /// `wgmma.wait_group` below a memory operation but otherwise schedules it as early
     /// as it likes; a store of a value computed late pins the next wait below it.
     fn never_store(&self, kb: &Kb<'ctx>, value: FloatValue<'ctx>, q_smem: IntValue<'ctx>) -> R<()> {
+        self.never_executed(kb, q_smem, "\t@never st.shared.f32 [$1], $2;\n", &[value.into()], "f")
+    }
+
+    /// Shared-memory stores that never execute: `body`'s lines, predicated on `never`
+    /// (seqlen_q = i32::MIN, which validation rejects and ptxas cannot fold), with `$1`
+    /// the address (`q_smem`) and `$2..` the operands. What ptxas sees is a real use of
+    /// the operands and a memory operation at this point ([`Self::keep_alive`],
+    /// [`Self::never_store`]); nothing is ever written.
+    fn never_executed(
+        &self,
+        kb: &Kb<'ctx>,
+        q_smem: IntValue<'ctx>,
+        body: &str,
+        operands: &[BasicMetadataValueEnum<'ctx>],
+        operand_constraint: &str,
+    ) -> R<()> {
         let seqlen_q = self.args.int("seqlen_q")?;
-        let text =
-            "{\n\t.reg .pred never;\n\tsetp.eq.s32 never, $0, -2147483648;\n\t@never st.shared.f32 [$1], $2;\n\t}";
-        kb.asm_call(None, text, "r,r,f,~{memory}", false, &[seqlen_q.into(), q_smem.into(), value.into()], "")?;
+        let text = format!("{{\n\t.reg .pred never;\n\tsetp.eq.s32 never, $0, -2147483648;\n{body}\t}}");
+        let mut args: Vec<BasicMetadataValueEnum<'ctx>> = vec![seqlen_q.into(), q_smem.into()];
+        args.extend_from_slice(operands);
+        let mut cons = vec!["r", "r"];
+        cons.extend(std::iter::repeat_n(operand_constraint, operands.len()));
+        let cons = format!("{},~{{memory}}", cons.join(","));
+        kb.asm_call(None, &text, &cons, false, &args, "")?;
         Ok(())
     }
 
