@@ -145,6 +145,23 @@ impl<'ctx> Kb<'ctx> {
             .into_float_value())
     }
 
+    /// The sum of `v` over the warp: a butterfly of `shfl.sync.bfly`, so every lane gets
+    /// the same total, added in a fixed order (repeatable run to run).
+    pub fn warp_sum_f32(&self, mut v: FloatValue<'ctx>) -> R<FloatValue<'ctx>> {
+        for m in [16, 8, 4, 2, 1] {
+            v = self.fadd(v, self.shfl_xor_f32(v, m, "")?, "")?;
+        }
+        Ok(v)
+    }
+
+    /// The maximum of `v` over the warp, in every lane (butterfly).
+    pub fn warp_max_f32(&self, mut v: FloatValue<'ctx>) -> R<FloatValue<'ctx>> {
+        for m in [16, 8, 4, 2, 1] {
+            v = self.fmax(v, self.shfl_xor_f32(v, m, "")?, "")?;
+        }
+        Ok(v)
+    }
+
     /// `bmsk.clamp.b32`: bits `[start, start + width)` of a word set (nothing past bit
     /// 31; `start` ≥ 32 gives 0, `width` ≥ 32 every bit from `start`). Both operands are
     /// unsigned: callers pass them non-negative.

@@ -204,10 +204,7 @@ impl<'ctx> AuxTarget<'_, 'ctx> {
     /// Adds `v` at `idx`, the same address in every lane: the warp's sum (a fixed
     /// butterfly), added by lane 0.
     fn add_uniform(&self, kb: &mut Kb<'ctx>, idx: IntValue<'ctx>, v: FloatValue<'ctx>) -> R<()> {
-        let mut s = v;
-        for m in [16, 8, 4, 2, 1] {
-            s = kb.fadd(s, kb.shfl_xor_f32(s, m, "")?, "")?;
-        }
+        let s = kb.warp_sum_f32(v)?;
         let lane = kb.and(kb.sreg("laneid", "")?, kb.i32c(31), "")?;
         let first = kb.icmp(IntPredicate::EQ, lane, kb.i32c(0), "")?;
         kb.if_then(first, "aux_add", |kb| self.add_one(kb, idx, s))

@@ -650,14 +650,6 @@ fn row_coords<'ctx>(kb: &Kb<'ctx>) -> R<(IntValue<'ctx>, IntValue<'ctx>, IntValu
     Ok((lane, q, kb.sreg("ctaid.y", "h")?, kb.sreg("ctaid.z", "b")?))
 }
 
-/// Sums `v` over the warp (butterfly: every lane gets the same total, in a fixed order).
-fn warp_sum<'ctx>(kb: &Kb<'ctx>, mut v: FloatValue<'ctx>) -> R<FloatValue<'ctx>> {
-    for m in [16, 8, 4, 2, 1] {
-        v = kb.fadd(v, kb.shfl_xor_f32(v, m, "")?, "")?;
-    }
-    Ok(v)
-}
-
 /// The preprocess kernel: per query row, `D = Σ dO ∘ O` (f32) and the LSE in log2 units,
 /// into the workspace; padded rows get `D = 0` and `+∞`, and so does a row whose LSE is
 /// −∞ (no key contributed: its P is 0 everywhere, not `exp(s + ∞)`).
@@ -694,7 +686,7 @@ pub fn build_preprocess<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str) -> R<K
             })?;
             acc = kb.fadd(acc, kb.get_f(part, "")?, "")?;
         }
-        kb.set(d_slot, warp_sum(kb, acc)?)?;
+        kb.set(d_slot, kb.warp_sum_f32(acc)?)?;
         let lse_off = lse_offset(kb, &bv, args.int("lse_stride_batch")?, args.int("lse_stride_head")?, h, q)?;
         let lse = kb.ld_global_f32(kb.add(args.int("lse")?, kb.mul(lse_off, kb.i64c(4), "")?, "")?, "lse")?;
         let none = kb.fcmp(FloatPredicate::OEQ, lse, kb.f32c(f64::NEG_INFINITY), "")?;
@@ -847,7 +839,7 @@ fn block_sum<'ctx>(
     let warps = REDUCE_THREADS / 32;
     let lane = kb.and(tid, kb.i32c(31), "lane")?;
     let warp = kb.udiv(tid, kb.i32c(32), "warp")?;
-    let s = warp_sum(kb, v)?;
+    let s = kb.warp_sum_f32(v)?;
     let first = kb.icmp(IntPredicate::EQ, lane, kb.i32c(0), "")?;
     kb.if_then(first, "warp_sum_store", |kb| kb.st_shared_f32(kb.add(smem, kb.mul(warp, kb.i32c(4), "")?, "")?, s))?;
     kb.bar_sync()?;

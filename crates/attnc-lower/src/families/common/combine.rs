@@ -211,10 +211,7 @@ pub fn combine_row<'ctx>(
         })
     };
     more_splits(kb, "max_rounds", &mut |kb, l2| kb.set(max, kb.fmax(kb.get_f(max, "")?, l2, "")?))?;
-    let mut m = kb.get_f(max, "")?;
-    for bit in [16, 8, 4, 2, 1] {
-        m = kb.fmax(m, kb.shfl_xor_f32(m, bit, "")?, "")?;
-    }
+    let m = kb.warp_max_f32(kb.get_f(max, "")?)?;
     let m_inf = kb.fcmp(FloatPredicate::OEQ, m, kb.f32c(f64::NEG_INFINITY), "")?;
     let m_safe = kb.select_f(m_inf, kb.f32c(0.0), m, "m_safe")?;
     let sum = kb.slot_f32("lse_sum", kb.ex2(kb.fsub(own_lse2, m_safe, "")?, "")?)?;
@@ -222,10 +219,7 @@ pub fn combine_row<'ctx>(
         let w = kb.ex2(kb.fsub(l2, m_safe, "")?, "")?;
         kb.set(sum, kb.fadd(kb.get_f(sum, "")?, w, "")?)
     })?;
-    let mut total = kb.get_f(sum, "")?;
-    for bit in [16, 8, 4, 2, 1] {
-        total = kb.fadd(total, kb.shfl_xor_f32(total, bit, "")?, "")?;
-    }
+    let total = kb.warp_sum_f32(kb.get_f(sum, "")?)?;
     // The sink joins once, after the lanes' sums.
     let total = kb.fadd(total, kb.ex2(kb.fsub(sink2, m_safe, "")?, "")?, "sum")?;
     let empty = kb.fcmp(FloatPredicate::OEQ, total, kb.f32c(0.0), "")?;
@@ -238,27 +232,31 @@ pub fn combine_row<'ctx>(
     let o_base = args.int("o")?;
     let off = q_row_offset(kb, bv, &o_st, q, h)?;
     let o_row = kb.add(o_base, kb.mul(off, kb.i64c(2), "")?, "o_row")?;
+    // A round's steps from `first` on: each loads its splits' partial rows, then adds them.
+    let add_steps = |kb: &mut Kb<'ctx>,
+                     base: IntValue<'ctx>,
+                     in_round: IntValue<'ctx>,
+                     weight: FloatValue<'ctx>,
+                     first: i64|
+     -> R<()> {
+        let steps = kb.udiv(kb.add(in_round, kb.i32c(in_flight - 1), "")?, kb.i32c(in_flight), "")?;
+        kb.for_range(kb.i32c(first), steps, "acc_steps", |kb, step| {
+            let j0 = kb.mul(step, kb.i32c(in_flight), "")?;
+            let loaded = load_step(kb, base, j0, in_round)?;
+            add_step(kb, loaded, weight)
+        })
+    };
     // Round 0: its first step (loaded above), then the rest of its steps.
     let weight0 = kb.ex2(kb.fsub(own_lse2, lse2, "")?, "lane_weight")?;
     add_step(kb, first_step, weight0)?;
-    let steps0 = kb.udiv(kb.add(in_round0, kb.i32c(in_flight - 1), "")?, kb.i32c(in_flight), "")?;
-    kb.for_range(kb.i32c(1), steps0, "acc_steps", |kb, step| {
-        let j0 = kb.mul(step, kb.i32c(in_flight), "")?;
-        let loaded = load_step(kb, kb.i32c(0), j0, in_round0)?;
-        add_step(kb, loaded, weight0)
-    })?;
+    add_steps(kb, kb.i32c(0), in_round0, weight0, 1)?;
     // Rounds past the first 32 splits.
     kb.for_range(kb.i32c(1), rounds, "acc_rounds", |kb, round| {
         let base = kb.mul(round, kb.i32c(32), "round_split0")?;
         let l2 = split_lse2(kb, kb.add(base, lane, "")?)?;
         let weight = kb.ex2(kb.fsub(l2, lse2, "")?, "lane_weight")?;
         let in_round = in_round_of(kb, base)?;
-        let steps = kb.udiv(kb.add(in_round, kb.i32c(in_flight - 1), "")?, kb.i32c(in_flight), "")?;
-        kb.for_range(kb.i32c(0), steps, "acc_steps", |kb, step| {
-            let j0 = kb.mul(step, kb.i32c(in_flight), "")?;
-            let loaded = load_step(kb, base, j0, in_round)?;
-            add_step(kb, loaded, weight)
-        })
+        add_steps(kb, base, in_round, weight, 0)
     })?;
     for (&(col, in_row), a) in chunks.iter().zip(&acc) {
         kb.if_then(in_row, "col_guard", |kb| {
