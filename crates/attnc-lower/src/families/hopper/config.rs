@@ -197,9 +197,12 @@ impl Config {
             keep_alive: true,
             late_alpha: true,
             // One step with the mask under a branch: as fast as a masked and an unmasked
-            // copy of the step (sweep, ptxas 13.5) at 60% of the PTX and of ptxas's time
-            // (0.26 vs 0.43 s): the cold compile is what it decides.
-            split_mask: false,
+            // copy of the step at d128 (sweep, ptxas 13.5; H100, 2026-11-27, causal, ALiBi,
+            // softcap within ±2%) at 60% of the PTX and of ptxas's time (0.26 vs 0.43 s).
+            // At d64 causal the copies pay: +2-7% at 1k-16k, four rounds
+            // (docs/results/2026-11-27-h100-split-steps/); without a mask they cost 3-9%.
+            // Windows (the same row bounds) not measured: causal only.
+            split_mask: three && !one_tile && spec.mask.causal.is_some(),
             // H100, 2026-11-27 (docs/results/2026-11-27-h100-fwd-loop-schedule/): d64
             // non-causal +3-10%, d128 within noise, but d64 causal -8..-12% at 4k-16k (the
             // mask's row positions then derive from the shuffled index): maskless only.

@@ -428,6 +428,31 @@ mod tests {
         }
     }
 
+    /// A masked and an unmasked copy of each step (`Config::split_mask`) by default only
+    /// where it measured faster: causal d64. Their GEMMs then appear twice in the PTX.
+    #[test]
+    fn causal_d64_steps_come_in_a_masked_and_an_unmasked_copy() {
+        for (d, mask, split) in [
+            (64, " mask causal\n", true),
+            (128, " mask causal\n", false),
+            (64, "", false),
+            (64, " mask window(left=256, right=256)\n", false),
+        ] {
+            let src = format!("attention m {{\n dtype bf16\n head_dim {d}\n heads 8\n{mask}}}\n");
+            let spec = attnc_dsl::parse_named("m.attn", &src).expect("parses");
+            assert_eq!(Config::for_spec(&spec).split_mask, split, "d{d}{mask}");
+        }
+        let src = "attention m {\n dtype bf16\n head_dim 64\n heads 8\n mask causal\n}\n";
+        let spec = attnc_dsl::parse_named("m.attn", src).expect("parses");
+        let gemms = |cfg: &Config| {
+            let m = compile_with_config(&spec, Arch::Sm90a, cfg).expect("compiles");
+            m.ptx.matches("wgmma.mma_async").count()
+        };
+        let (split, branched) =
+            (gemms(&Config::for_spec(&spec)), gemms(&Config::for_spec(&spec).tuned("split_mask=0")));
+        assert!(split > branched, "{split} GEMMs split vs {branched} with the mask under a branch");
+    }
+
     /// Paged K/V whose pages TMA boxes follow loads by TMA (one box per page, or one
     /// inside the page), the block table read by a lane window and shuffled, the tail
     /// tile's V zeroed past seqlen_k behind its own barrier; page 1 still gathers. The
