@@ -540,6 +540,11 @@ pub struct BwdConfig {
     /// of every head first — instead of the grid's order, whose last heads' long walks
     /// start last (`scripts/dev/bwd_tail_model.py`). 0: the grid's order.
     pub lpt_sections_mib: u32,
+    /// The ordered mode's dQ writer waits for each tile's turn and passes it on. Off
+    /// (`ATTNC_HOPPER_BWD_TUNE=writer_turns=0`, measurement only): the deterministic launch
+    /// then adds the tiles in whatever order they come, not deterministic but exact up to
+    /// rounding, to time the hand-over to a writer warp apart from the waits for turns.
+    pub writer_turns: bool,
     pub producer_regs: u32,
     pub consumer_regs: u32,
     /// Diagnostics only (wrong results; never set by `for_spec`, only through
@@ -666,6 +671,7 @@ impl BwdConfig {
             // 8k, the rest within noise, so d128 keeps the per-element mask.
             row_keys: spec.head_dim_qk == 64,
             lpt_sections_mib: 0,
+            writer_turns: true,
             producer_regs: 24,
             consumer_regs: 240,
             diag: BwdDiag::default(),
@@ -678,7 +684,7 @@ impl BwdConfig {
     /// `producer_regs`, `consumer_regs`, `dq_split` (0 columns, 1 keys, 2 rows),
     /// `dp_with_s`, `dq_under_dk`, `rotate_walk`, `exp2_emulate_every`, `dq_bulk`,
     /// `ordered`, `mask_bits`, `aux_grads`, `p_in_smem`, `p_f32_for_ds`, `rows_early`, `row_keys`,
-    /// `lpt_sections_mib`, and the diagnostics
+    /// `lpt_sections_mib`, `writer_turns`, and the diagnostics
     /// `diag_no_dq_red`, `diag_no_dq`, `diag_no_softmax`, `diag_dq_half`, `diag_dq_no_stage`,
     /// `diag_dq_no_wait`, `diag_dq_no_fence`, `diag_ds_no_store`.
     pub fn tuned(mut self, text: &str) -> BwdConfig {
@@ -710,6 +716,7 @@ impl BwdConfig {
                 "rows_early" => self.rows_early = n != 0,
                 "row_keys" => self.row_keys = n != 0,
                 "lpt_sections_mib" => self.lpt_sections_mib = n.min(1024),
+                "writer_turns" => self.writer_turns = n != 0,
                 "diag_no_dq_red" => self.diag.no_dq_red = n != 0,
                 "diag_no_dq" => self.diag.no_dq = n != 0,
                 "diag_no_softmax" => self.diag.no_softmax = n != 0,

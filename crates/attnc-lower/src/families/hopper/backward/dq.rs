@@ -79,6 +79,16 @@ impl<'ctx> Bwd<'_, 'ctx> {
                 let end = kb.icmp(IntPredicate::SLT, v.h, kb.i32c(0), "walk_ended")?;
                 kb.set(more, kb.zext32(kb.not(end, "")?, "")?)?;
                 kb.if_then(kb.not(end, "")?, "dq_tile", |kb| {
+                    let dst =
+                        kb.add(self.args.int("dq_accum")?, kb.mul(v.row, kb.i64c(d as i64 * 4), "")?, "dq_tile_addr")?;
+                    let stage = kb.add(smem, kb.i32c(self.layout.dq_stage as i64), "dq_stage")?;
+                    if !cfg.writer_turns {
+                        // Measurement only: the hand-over without the turns.
+                        kb.bulk_reduce_add_f32(dst, stage, cfg.block_m * d * 4)?;
+                        kb.bulk_commit_group()?;
+                        kb.bulk_wait_group_read(0)?;
+                        return kb.mbar_arrive(bar(kb, Bar::DqFree)?);
+                    }
                     // From the launch arguments and the hand-over alone (a batch view
                     // does not fit this warpgroup's 24 registers for every mask).
                     let flag = turn_flag(kb, &self.args, v.row)?;
@@ -92,9 +102,6 @@ impl<'ctx> Bwd<'_, 'ctx> {
                         kb.ld_global_b32(kb.add(plan, kb.mul(idx, kb.i64c(4), "")?, "")?, "turn_wait_for")?;
                     DqTurn { flag, wait_for, mine: v.mine }.wait(kb)?;
                     kb.fence_proxy_async_global()?;
-                    let dst =
-                        kb.add(self.args.int("dq_accum")?, kb.mul(v.row, kb.i64c(d as i64 * 4), "")?, "dq_tile_addr")?;
-                    let stage = kb.add(smem, kb.i32c(self.layout.dq_stage as i64), "dq_stage")?;
                     kb.bulk_reduce_add_f32(dst, stage, cfg.block_m * d * 4)?;
                     kb.bulk_commit_group()?;
                     kb.bulk_wait_group_read(0)?;
@@ -105,7 +112,11 @@ impl<'ctx> Bwd<'_, 'ctx> {
                 })?;
                 kb.set(count, kb.add(c, kb.i32c(1), "")?)
             },
-        )
+        )?;
+        match cfg.writer_turns {
+            true => Ok(()),
+            false => kb.bulk_wait_group(0),
+        }
     }
 
     /// This tile's dQ (`dq_n` columns from the warpgroup's first) into `dq_accum`: the
