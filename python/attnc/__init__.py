@@ -23,16 +23,17 @@ __all__ = ["Attention", "AttncSyntaxError", "load", "compile", "cache_info", "dr
 __version__ = _attnc.__version__
 
 
-def load(path, family="auto"):
-    """The variant of a `.attn` file."""
+def load(path, family="auto", ready_first=False):
+    """The variant of a `.attn` file. ``ready_first``: see :class:`Attention`."""
     with open(path, encoding="utf-8") as f:
         text = f.read()
-    return Attention(_attnc.parse(text, os.fspath(path)), family)
+    return Attention(_attnc.parse(text, os.fspath(path)), family, ready_first)
 
 
-def compile(source, name="<string>", family="auto"):  # noqa: A001 (the verb users expect)
-    """The variant of `.attn` source text; errors name ``name`` as the file."""
-    return Attention(_attnc.parse(source, name), family)
+def compile(source, name="<string>", family="auto", ready_first=False):  # noqa: A001 (the verb users expect)
+    """The variant of `.attn` source text; errors name ``name`` as the file. ``ready_first``:
+    see :class:`Attention`."""
+    return Attention(_attnc.parse(source, name), family, ready_first)
 
 
 def cache_info(device=0):
@@ -46,11 +47,18 @@ def driver_present():
 
 
 class Attention:
-    """One attention variant: callable on tensors, compiled per device on first use."""
+    """One attention variant: callable on tensors, compiled per device on first use.
 
-    def __init__(self, variant, family="auto"):
+    ``ready_first`` (with ``family="auto"``): when the kernel the dispatcher picks is in
+    neither cache, the first calls run on a portable kernel, which compiles in a fraction
+    of the time, while that kernel compiles on a thread; calls switch to it once it is
+    loaded. Receipts name the interim kernel; ``kernel(device).wait_ready()`` blocks until
+    the switch."""
+
+    def __init__(self, variant, family="auto", ready_first=False):
         self._variant = variant
         self._family = family
+        self._ready_first = bool(ready_first)
         self.spec = json.loads(variant.spec_json())
         self.name = variant.name
         self.layout = _attnc.kv_layout(variant)
@@ -97,7 +105,7 @@ class Attention:
         """The compiled kernel for CUDA device ``device`` (cached)."""
         k = self._kernels.get(device)
         if k is None:
-            k = _attnc.kernel(self._variant, device, self._family)
+            k = _attnc.kernel(self._variant, device, self._family, self._ready_first)
             self._kernels[device] = k
         return k
 

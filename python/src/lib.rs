@@ -14,7 +14,8 @@ use attnc_ir::{KvLayout, ShardPositions, Spec, Ty};
 use attnc_lower::{Arch, CompileOptions, Direction, FamilyChoice};
 use attnc_runtime::validate::{plan, CombineKind, KernelShape, LaunchDescs, ParamValue};
 use attnc_runtime::{
-    ElemType, Gradients, IndexTensor, Params, Receipt, Runtime, RuntimeError, Stream, Tensor, ValidationError,
+    ElemType, Gradients, IndexTensor, Params, PendingKernel, Receipt, Runtime, RuntimeError, Stream, Tensor,
+    ValidationError,
 };
 use pyo3::exceptions::{PyNotImplementedError, PyRuntimeError, PyValueError};
 use pyo3::intern;
@@ -22,7 +23,8 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 /// A tensor argument: a torch tensor, read here (the package's torch calls pass them as
 /// they are: one attribute read each costs less than building a descriptor in Python),
@@ -525,12 +527,57 @@ impl BlockMask {
 /// A variant compiled for one device: launches on caller-owned tensors.
 #[pyclass(frozen, module = "attnc._attnc")]
 struct Kernel {
-    kernel: attnc_runtime::Kernel,
+    /// The kernel launches use: the dispatcher's, or an interim one while that compiles.
+    current: RwLock<Arc<attnc_runtime::Kernel>>,
+    /// Ready first (`Runtime::kernel_ready_first`): the dispatcher's kernel compiling on a
+    /// thread; `waiting` says so without taking the lock on every call.
+    pending: Mutex<Option<PendingKernel>>,
+    waiting: AtomicBool,
     /// The last launch's receipt (shared with the runtime's launch memo on repeats).
     last: Mutex<Option<Arc<Receipt>>>,
 }
 
 impl Kernel {
+    fn new(kernel: attnc_runtime::Kernel, pending: Option<PendingKernel>) -> Kernel {
+        Kernel {
+            current: RwLock::new(Arc::new(kernel)),
+            waiting: AtomicBool::new(pending.is_some()),
+            pending: Mutex::new(pending),
+            last: Mutex::new(None),
+        }
+    }
+
+    /// The kernel for this call: the dispatcher's as soon as its compile has finished.
+    fn kernel(&self) -> Arc<attnc_runtime::Kernel> {
+        if self.waiting.load(Ordering::Acquire) {
+            self.take_pending(false);
+        }
+        self.current.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Swaps in the dispatcher's kernel when it is ready (or, with `block`, once it is).
+    /// If it failed to build, the interim kernel stays and its receipts say why.
+    fn take_pending(&self, block: bool) {
+        let mut slot = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(pending) = slot.as_ref() else { return };
+        let done = match block {
+            true => Some(pending.wait()),
+            false => pending.poll(),
+        };
+        let Some(done) = done else { return };
+        let mut current = self.current.write().unwrap_or_else(|e| e.into_inner());
+        *current =
+            match done {
+                Ok(k) => Arc::new(k),
+                Err(e) => Arc::new(current.with_interim_reason(format!(
+                    "portable runs: the {} module failed to build: {e}",
+                    pending.family()
+                ))),
+            };
+        *slot = None;
+        self.waiting.store(false, Ordering::Release);
+    }
+
     fn remember(&self, r: impl Into<Arc<Receipt>>) {
         *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(r.into());
     }
@@ -551,15 +598,16 @@ impl Kernel {
         stream: usize,
         extras: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<()> {
-        let x = Extras::from_py(self.kernel.spec(), extras, Some(stream))?;
+        let kernel = self.kernel();
+        let x = Extras::from_py(kernel.spec(), extras, Some(stream))?;
         let (q, k, v, mut o) = (tensor("q", &q)?, tensor("k", &k)?, tensor("v", &v)?, tensor("o", &o)?);
         let p = x.params();
         let r = match lse {
             Some(l) => {
                 let mut l = tensor("lse", &l)?;
-                self.kernel.forward_lse(&q, &k, &v, &mut o, &mut l, &p)
+                kernel.forward_lse(&q, &k, &v, &mut o, &mut l, &p)
             }
-            None => self.kernel.forward(&q, &k, &v, &mut o, &p),
+            None => kernel.forward(&q, &k, &v, &mut o, &p),
         }
         .map_err(py_err)?;
         self.remember(r);
@@ -580,10 +628,11 @@ impl Kernel {
         need_lse: bool,
         extras: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<(Bound<'py, PyAny>, Option<Bound<'py, PyAny>>)> {
+        let kernel = self.kernel();
         let py = q.py();
-        let x = Extras::from_py(self.kernel.spec(), extras, Some(stream))?;
+        let x = Extras::from_py(kernel.spec(), extras, Some(stream))?;
         let (tq, tk, tv) = (torch_tensor("q", q)?, tensor("k", &k)?, tensor("v", &v)?);
-        let spec = self.kernel.spec();
+        let spec = kernel.spec();
         let (o_shape, lse_shape) = output_shapes(spec, tq.shape());
         let new_empty = intern!(py, "new_empty");
         // O like Q (torch.empty_like: no size list to parse) where their shapes agree.
@@ -600,9 +649,9 @@ impl Kernel {
             kwargs.set_item(intern!(py, "dtype"), dtype.bind(py))?;
             let lse = q.call_method(intern!(py, "new_empty"), (PyTuple::new(py, &lse_shape)?,), Some(&kwargs))?;
             let mut tl = fresh_view("lse", &lse, ElemType::F32, &lse_shape, tq.device())?;
-            (self.kernel.forward_shared(&tq, &tk, &tv, &mut to, Some(&mut tl), &p), Some(lse))
+            (kernel.forward_shared(&tq, &tk, &tv, &mut to, Some(&mut tl), &p), Some(lse))
         } else {
-            (self.kernel.forward_shared(&tq, &tk, &tv, &mut to, None, &p), None)
+            (kernel.forward_shared(&tq, &tk, &tv, &mut to, None, &p), None)
         };
         self.remember(r.map_err(py_err)?);
         Ok((o, lse))
@@ -626,13 +675,14 @@ impl Kernel {
         stream: usize,
         extras: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<()> {
-        let x = Extras::from_py(self.kernel.spec(), extras, Some(stream))?;
+        let kernel = self.kernel();
+        let x = Extras::from_py(kernel.spec(), extras, Some(stream))?;
         let (q, k, v, o) = (tensor("q", &q)?, tensor("k", &k)?, tensor("v", &v)?, tensor("o", &o)?);
         let (lse, d_out) = (tensor("lse", &lse)?, tensor("d_out", &d_out)?);
         let (mut dq, mut dk, mut dv) = (tensor("dq", &dq)?, tensor("dk", &dk)?, tensor("dv", &dv)?);
         let p = x.params();
         let grads = Gradients { dq: &mut dq, dk: &mut dk, dv: &mut dv };
-        let r = self.kernel.backward(&q, &k, &v, &o, &lse, &d_out, grads, &p).map_err(py_err)?;
+        let r = kernel.backward(&q, &k, &v, &o, &lse, &d_out, grads, &p).map_err(py_err)?;
         self.remember(r);
         Ok(())
     }
@@ -650,9 +700,10 @@ impl Kernel {
         stream: usize,
         extras: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<BlockMask> {
-        let x = Extras::from_py(self.kernel.spec(), extras, Some(stream))?;
+        let kernel = self.kernel();
+        let x = Extras::from_py(kernel.spec(), extras, Some(stream))?;
         let (q, k, v, o) = (tensor("q", &q)?, tensor("k", &k)?, tensor("v", &v)?, tensor("o", &o)?);
-        let inner = self.kernel.block_mask(&q, &k, &v, &o, &x.params()).map_err(py_err)?;
+        let inner = kernel.block_mask(&q, &k, &v, &o, &x.params()).map_err(py_err)?;
         Ok(BlockMask { inner })
     }
 
@@ -669,24 +720,46 @@ impl Kernel {
 
     #[getter]
     fn family(&self) -> String {
-        self.kernel.family().to_string()
+        let kernel = self.kernel();
+        kernel.family().to_string()
+    }
+
+    /// Whether launches run on an interim (portable) kernel while the dispatcher's
+    /// compiles (`ready_first`).
+    #[getter]
+    fn is_interim(&self) -> bool {
+        self.kernel().is_interim()
+    }
+
+    /// Blocks until the dispatcher's kernel has compiled and serves the launches (at once
+    /// when there is nothing pending).
+    fn wait_ready(&self, py: Python<'_>) {
+        py.detach(|| self.take_pending(true))
     }
 
     #[getter]
     fn fallback_reason(&self) -> Option<String> {
-        self.kernel.fallback_reason().map(str::to_string)
+        let kernel = self.kernel();
+        kernel.fallback_reason().map(str::to_string)
     }
 }
 
 /// The kernel of `variant` on CUDA device `device` (compiled once, then cached in memory
-/// and on disk). `family`: auto, portable, hopper or blackwell.
+/// and on disk). `family`: auto, portable, hopper or blackwell. `ready_first` (with
+/// `auto`): when the dispatcher's module is not cached, launches run on a portable kernel
+/// (compiled in a fraction of the time; receipts say so) until it has compiled on a thread.
 #[pyfunction]
-#[pyo3(signature = (variant, device = 0, family = "auto"))]
-fn kernel(py: Python<'_>, variant: &Variant, device: usize, family: &str) -> PyResult<Kernel> {
+#[pyo3(signature = (variant, device = 0, family = "auto", ready_first = false))]
+fn kernel(py: Python<'_>, variant: &Variant, device: usize, family: &str, ready_first: bool) -> PyResult<Kernel> {
     let family: FamilyChoice = family.parse().map_err(PyValueError::new_err)?;
     let spec = variant.spec.clone();
-    let k = py.detach(move || runtime(device).and_then(|rt| rt.kernel_with(&spec, family).map_err(py_err)))?;
-    Ok(Kernel { kernel: k, last: Mutex::new(None) })
+    let (k, pending) = py.detach(move || {
+        runtime(device).and_then(|rt| match (ready_first, family) {
+            (true, FamilyChoice::Auto) => rt.kernel_ready_first(&spec).map_err(py_err),
+            _ => rt.kernel_with(&spec, family).map(|k| (k, None)).map_err(py_err),
+        })
+    })?;
+    Ok(Kernel::new(k, pending))
 }
 
 /// The cache of device `device`'s runtime: counters and the disk directory.

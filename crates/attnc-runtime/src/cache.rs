@@ -222,6 +222,17 @@ impl<T> Cache<T> {
         lock(&self.mem).clear();
     }
 
+    /// Whether `key` would be served without a build: held in memory, or an entry on disk
+    /// (not decoded: a corrupt entry counts, and is rebuilt when asked for). A value being
+    /// built right now is not held yet.
+    pub fn holds(&self, key: &CacheKey) -> bool {
+        let slot = lock(&self.mem).get(&key.hash).cloned();
+        let in_memory = slot.is_some_and(|slot| {
+            slot.try_lock().is_ok_and(|guard| matches!(&*guard, Some((text, _)) if text == &key.text))
+        });
+        in_memory || self.disk.as_ref().is_some_and(|d| d.entry_path(key).is_file())
+    }
+
     /// The value of `key`: from memory, from disk, or built by `producer` (once).
     pub fn get_or_build<P>(&self, key: &CacheKey, producer: &P) -> Result<(Arc<T>, CacheSource), P::Error>
     where
@@ -614,6 +625,32 @@ mod tests {
         // clear_memory goes back to disk.
         c2.clear_memory();
         assert_eq!(c2.get_or_build(&key("a"), &p).expect("disk").1, CacheSource::Disk);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// `holds`: what a `get_or_build` would serve without building — memory, then disk;
+    /// never a slot whose build is still running.
+    #[test]
+    fn holds_what_is_served_without_a_build() {
+        let dir = tmpdir("holds");
+        let c: Cache<String> = Cache::new(&CacheConfig::with_dir(&dir));
+        assert!(!c.holds(&key("h")));
+        c.get_or_build(&key("h"), &Counting::new("v")).expect("build");
+        assert!(c.holds(&key("h")));
+        c.clear_memory();
+        assert!(c.holds(&key("h")), "on disk");
+        let mem: Cache<String> = Cache::new(&CacheConfig::memory_only());
+        assert!(!mem.holds(&key("h")));
+        let mem = Arc::new(mem);
+        let slow = Arc::new(Counting { delay: Duration::from_millis(300), ..Counting::new("slow") });
+        let building = {
+            let (mem, slow) = (mem.clone(), slow.clone());
+            std::thread::spawn(move || mem.get_or_build(&key("s"), &*slow).map(|_| ()))
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!mem.holds(&key("s")), "still building");
+        building.join().expect("thread").expect("build");
+        assert!(mem.holds(&key("s")));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -102,6 +102,31 @@ pub struct Gpu {
     pub(crate) arch: attnc_lower::Arch,
 }
 
+/// This thread in the driver's relaxed stream-capture mode until dropped. In the global
+/// mode (PyTorch's default for `torch.cuda.graph`) a `cuMemAlloc` while any stream is
+/// being captured invalidates the capture; the first launch on a graph's capture stream
+/// sizes that stream's pooled workspace (the persistent grid's tile counters, split-KV
+/// partials). PyTorch's caching allocator allocates the same way.
+struct RelaxedCapture(Option<sys::CUstreamCaptureMode>);
+
+impl RelaxedCapture {
+    fn enter() -> RelaxedCapture {
+        let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: exchanges this thread's mode through a valid pointer.
+        let r = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
+        RelaxedCapture((r == CUresult::CUDA_SUCCESS).then_some(mode))
+    }
+}
+
+impl Drop for RelaxedCapture {
+    fn drop(&mut self) {
+        if let Some(mut mode) = self.0 {
+            // SAFETY: as in `enter`; restores the mode the thread had.
+            unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
+        }
+    }
+}
+
 impl std::fmt::Debug for Gpu {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Gpu({} #{})", self.info.name, self.info.ordinal)
@@ -192,9 +217,11 @@ impl Gpu {
     }
 
     /// Allocates `bytes` (at least 256, so no allocation is empty; base addresses are
-    /// 256-byte aligned).
+    /// 256-byte aligned). Also while a stream is being captured into a CUDA graph (a pooled
+    /// workspace's first use on the capture stream): see [`RelaxedCapture`].
     pub fn alloc_bytes(&self, bytes: usize) -> Result<Arc<DeviceBuffer>, RuntimeError> {
         self.bind()?;
+        let _relaxed = RelaxedCapture::enter();
         // SAFETY: plain allocation in the bound context.
         let ptr = unsafe { result::malloc_sync(bytes.max(256)) }
             .map_err(|e| drv(&format!("cuMemAlloc({bytes} bytes)"), e))?;

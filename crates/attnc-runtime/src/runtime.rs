@@ -156,6 +156,7 @@ impl Runtime {
             no_sink: Arc::new(OnceLock::new()),
             sharded: Arc::new(OnceLock::new()),
             one_tile: Arc::new(OnceLock::new()),
+            interim: None,
         })
     }
 
@@ -458,6 +459,9 @@ pub struct Kernel {
     /// Sink logits of −∞ (`[q_heads]` f32), made on first use: what a shard that leaves
     /// the sink to another key shard passes instead of the caller's sinks.
     no_sink: Arc<OnceLock<Tensor>>,
+    /// Why this kernel stands in for the dispatcher's (`Runtime::kernel_ready_first`):
+    /// its receipts give it as the fallback reason, requested "auto".
+    pub(crate) interim: Option<String>,
 }
 
 impl std::fmt::Debug for Kernel {
@@ -481,8 +485,24 @@ impl Kernel {
     pub fn family(&self) -> &str {
         &self.loaded.meta.family
     }
+    /// Why the family that runs is not the first choice: an interim kernel's reason, or
+    /// the dispatcher's.
     pub fn fallback_reason(&self) -> Option<&str> {
-        self.loaded.meta.fallback_reason.as_deref()
+        self.interim.as_deref().or(self.loaded.meta.fallback_reason.as_deref())
+    }
+    /// This interim kernel with another reason (e.g. the dispatcher's module failed to
+    /// build and it stays); a kernel that is not interim is returned unchanged.
+    pub fn with_interim_reason(&self, reason: String) -> Kernel {
+        let mut k = self.clone();
+        if k.interim.is_some() {
+            k.interim = Some(reason);
+        }
+        k
+    }
+    /// Whether this kernel stands in for the dispatcher's while that compiles
+    /// (`Runtime::kernel_ready_first`).
+    pub fn is_interim(&self) -> bool {
+        self.interim.is_some()
     }
     pub fn ptx(&self) -> &str {
         &self.loaded.ptx
@@ -585,6 +605,7 @@ impl Kernel {
         spec.shards = true;
         let mut k = self.rt.kernel_with(&spec, self.family)?;
         k.mask_key = format!("{} shards", self.mask_key);
+        k.interim = self.interim.clone();
         // A racing caller may have set it first: either is the same module.
         let _ = self.sharded.set(k);
         self.sharded.get().ok_or_else(|| RuntimeError::Other("the sharded kernel did not load".into()))
@@ -666,6 +687,7 @@ impl Kernel {
         let mut k = self.rt.kernel_with(&spec, self.family)?;
         k.mask_key = self.mask_key.clone();
         k.memo = Arc::new(Mutex::new(None));
+        k.interim = self.interim.clone();
         // A racing caller may have set it first: either is the same module.
         let _ = self.lse_forward.set(k);
         self.lse_forward.get().ok_or_else(|| RuntimeError::Other("the LSE forward did not load".into()))
@@ -1001,7 +1023,10 @@ impl Kernel {
         let mut receipt = Receipt {
             spec: self.spec.name.clone(),
             direction: Direction::Forward,
-            requested: meta.requested.clone(),
+            requested: match self.interim {
+                Some(_) => FamilyChoice::Auto.name().to_string(),
+                None => meta.requested.clone(),
+            },
             executed: meta.family.clone(),
             arch: meta.arch.clone(),
             device: gpu.info.name.clone(),
@@ -1026,7 +1051,7 @@ impl Kernel {
             num_splits: plan.num_splits,
             split_reason: plan.split_reason.clone(),
             combine_grid: plan.combine_grid,
-            fallback_reason: meta.fallback_reason.clone(),
+            fallback_reason: self.fallback_reason().map(str::to_string),
             skipped: None,
             deterministic: None,
             dq_accumulation: None,

@@ -237,6 +237,13 @@ pub struct CompileTimes {
     pub disk_hit_fresh_runtime_ms: f64,
     /// The same in a fresh process (when a probe command was given).
     pub disk_hit_fresh_process_ms: Option<f64>,
+    /// `Runtime::kernel_ready_first` on a cold cache: until its first (interim, portable)
+    /// kernel is loaded, and until the dispatcher's is (`None` when it served the
+    /// dispatcher's kernel at once).
+    #[serde(default)]
+    pub ready_first_interim_ms: Option<f64>,
+    #[serde(default)]
+    pub ready_first_final_ms: Option<f64>,
     pub notes: Vec<String>,
 }
 
@@ -283,7 +290,7 @@ impl BenchReport {
         ));
         if let Some(ct) = &self.compile {
             s.push_str(&format!(
-                "compile ({}): DSL->PTX {:.2} ms (IR {:.1}, LLVM opt {:.1}, codegen {:.1}); ptxas {} ms; PTX->module {:.2} ms via cubin, {:.2} ms direct; runtime cold {:.2} ms; memory hit {:.2} us; disk hit {:.2} ms (fresh runtime), {} ms (fresh process)\n",
+                "compile ({}): DSL->PTX {:.2} ms (IR {:.1}, LLVM opt {:.1}, codegen {:.1}); ptxas {} ms; PTX->module {:.2} ms via cubin, {:.2} ms direct; runtime cold {:.2} ms; ready first {} ms (interim), {} ms (final); memory hit {:.2} us; disk hit {:.2} ms (fresh runtime), {} ms (fresh process)\n",
                 ct.spec,
                 ct.dsl_to_ptx_ms,
                 ct.lower_stages_ms[0],
@@ -293,6 +300,8 @@ impl BenchReport {
                 ct.ptx_to_module_cubin_ms,
                 ct.ptx_to_module_direct_ms,
                 ct.runtime_cold_ms,
+                opt(ct.ready_first_interim_ms, 1),
+                opt(ct.ready_first_final_ms, 1),
                 ct.memory_hit_us,
                 ct.disk_hit_fresh_runtime_ms,
                 opt(ct.disk_hit_fresh_process_ms, 2)
@@ -1071,6 +1080,26 @@ fn run_compile(rt: &Runtime, opts: &BenchOptions) -> Result<CompileTimes, Runtim
         }
     } else {
         ct.notes.push("no probe command: disk hit in a fresh process not measured".into());
+    }
+    // Ready first, on a fresh cache directory again.
+    let _ = std::fs::remove_dir_all(&dir);
+    let rt3 = Runtime::with_cache(rt.device().ordinal, &cfg)?;
+    let t = Instant::now();
+    let (interim, pending) = rt3.kernel_ready_first(&spec)?;
+    let interim_ms = t.elapsed().as_secs_f64() * 1e3;
+    match pending {
+        Some(p) => {
+            let fast = p.wait()?;
+            ct.ready_first_interim_ms = Some(interim_ms);
+            ct.ready_first_final_ms = Some(t.elapsed().as_secs_f64() * 1e3);
+            ct.notes.push(format!(
+                "ready first: {} at once ({}), then {}",
+                interim.family(),
+                interim.fallback_reason().unwrap_or_default(),
+                fast.family()
+            ));
+        }
+        None => ct.notes.push(format!("ready first served {} at once (no interim)", interim.family())),
     }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(ct)

@@ -1,0 +1,115 @@
+//! Ready first: a variant's first kernel from the portable family, whose module compiles in
+//! a fraction of the time, while the module the dispatcher picks compiles on a thread.
+//!
+//! On the H100 host ptxas alone takes 0.42–0.63 s for the hopper forward of a causal d128
+//! spec (docs/results/2026-11-27-h100-writer-turns-ptxas-host/), a cold compile's whole
+//! budget; the portable forward of the same spec assembles in about a third of that. A
+//! caller that cannot wait takes the interim kernel (its receipts say so) and swaps in the
+//! dispatcher's once [`PendingKernel::poll`] hands it over.
+
+use crate::error::RuntimeError;
+use crate::jit::kernel_key;
+use crate::runtime::{Kernel, Runtime};
+use attnc_ir::Spec;
+use attnc_lower::{Direction, FamilyChoice, FamilyKind};
+use std::sync::Mutex;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+/// The dispatcher's kernel of a variant, compiling on a thread.
+pub struct PendingKernel {
+    family: FamilyKind,
+    started: Instant,
+    handle: Mutex<Option<JoinHandle<Result<Kernel, RuntimeError>>>>,
+}
+
+impl std::fmt::Debug for PendingKernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PendingKernel({}, {:.1} ms)", self.family, self.started.elapsed().as_secs_f64() * 1e3)
+    }
+}
+
+impl PendingKernel {
+    /// The family being compiled.
+    pub fn family(&self) -> FamilyKind {
+        self.family
+    }
+
+    /// Whether [`PendingKernel::poll`] would hand the kernel (or its error) over now.
+    pub fn is_ready(&self) -> bool {
+        self.lock().as_ref().is_some_and(|h| h.is_finished())
+    }
+
+    /// The dispatcher's kernel once its compile has finished; `None` while it runs, and
+    /// after it was handed over once.
+    pub fn poll(&self) -> Option<Result<Kernel, RuntimeError>> {
+        let mut slot = self.lock();
+        if !slot.as_ref().is_some_and(|h| h.is_finished()) {
+            return None;
+        }
+        slot.take().map(join)
+    }
+
+    /// Waits for the dispatcher's kernel (an error if it was handed over already).
+    pub fn wait(&self) -> Result<Kernel, RuntimeError> {
+        let handle = self.lock().take();
+        match handle {
+            Some(h) => join(h),
+            None => Err(RuntimeError::Other(format!("the pending {} kernel was already handed over", self.family))),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<JoinHandle<Result<Kernel, RuntimeError>>>> {
+        self.handle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn join(h: JoinHandle<Result<Kernel, RuntimeError>>) -> Result<Kernel, RuntimeError> {
+    h.join().unwrap_or_else(|_| Err(RuntimeError::Other("the background compile thread panicked".into())))
+}
+
+/// Whether `spec` may start on an interim kernel: the dispatcher would pick a family other
+/// than portable, and the variant builds no block masks (they are built and checked under
+/// one kernel's tiling, which the swap would change).
+fn interim_family(rt: &Runtime, spec: &Spec) -> Option<FamilyKind> {
+    if attnc_ir::block_mask::needs_block_mask(spec) {
+        return None;
+    }
+    let resolved = crate::dispatch::resolve(spec, rt.arch(), FamilyChoice::Auto, Direction::Forward).ok()?;
+    (resolved.family != FamilyKind::Portable).then_some(resolved.family)
+}
+
+impl Runtime {
+    /// The kernel of `spec` with the least wait: the dispatcher's when the memory or disk
+    /// cache holds it (or when it is portable anyway, or the variant builds block masks);
+    /// otherwise a portable kernel now, marked interim in its receipts, and the
+    /// dispatcher's compiling on a thread. If the portable one cannot be built, this waits
+    /// for the dispatcher's.
+    pub fn kernel_ready_first(&self, spec: &Spec) -> Result<(Kernel, Option<PendingKernel>), RuntimeError> {
+        let gpu = &self.inner.gpu;
+        let key = kernel_key(spec, gpu.arch.name(), FamilyChoice::Auto, Direction::Forward, gpu.info.driver_version);
+        let family = match self.inner.kernels.holds(&key) {
+            true => None,
+            false => interim_family(self, spec),
+        };
+        let Some(family) = family else {
+            return Ok((self.kernel(spec)?, None));
+        };
+        let started = Instant::now();
+        let handle = {
+            let (rt, spec) = (self.clone(), spec.clone());
+            std::thread::Builder::new()
+                .name(format!("attnc-compile-{}", spec.name))
+                .spawn(move || rt.kernel(&spec))
+                .map_err(|e| RuntimeError::Other(format!("starting the background compile thread: {e}")))?
+        };
+        let pending = PendingKernel { family, started, handle: Mutex::new(Some(handle)) };
+        match self.kernel_with(spec, FamilyChoice::Exactly(FamilyKind::Portable)) {
+            Ok(mut interim) => {
+                interim.interim = Some(format!("portable runs while the {family} module compiles (ready first)"));
+                Ok((interim, Some(pending)))
+            }
+            Err(_) => Ok((pending.wait()?, None)),
+        }
+    }
+}
