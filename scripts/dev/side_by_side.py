@@ -77,6 +77,9 @@ def main(attnc_path, *peer_paths):
               f"{ct.get('ptxas_ms') or nan:.0f} ms; memory hit {ct['memory_hit_us']:.1f} µs; disk hit "
               f"{ct['disk_hit_fresh_runtime_ms']:.2f} ms (fresh runtime), {ct.get('disk_hit_fresh_process_ms') or nan:.2f} ms "
               "(fresh process).")
+        if ct.get("ready_first_interim_ms") is not None:
+            print(f"Ready first (a portable kernel while the dispatcher's compiles): interim loaded after "
+                  f"{ct['ready_first_interim_ms']:.0f} ms, the dispatcher's after {ct['ready_first_final_ms']:.0f} ms.")
         for r in peers:
             if r.get("suite") == "compile":
                 print(f"{r['backend']} {r['pass']}: first call {r['first_s']:.2f} s, second {r['second_s'] * 1e3:.1f} ms.")
