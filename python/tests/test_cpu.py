@@ -525,3 +525,18 @@ def test_varlen_shards_hold_each_sequences_chunks_by_slot(layout, world):
     assert torch.equal(torch.sort(torch.cat(seen)).values, x)
     with pytest.raises(ValueError, match="cu_seqlens"):
         _VarlenPlan(torch.tensor([0, 5, 3], dtype=torch.int32), world, layout)
+
+
+def test_ready_first_reaches_the_kernel_request(monkeypatch):
+    # The extension takes the flag (its signature), and each Attention passes its own.
+    assert "ready_first" in attnc._attnc.kernel.__text_signature__
+    seen = []
+
+    def kernel(variant, device, family, ready_first):
+        seen.append((device, family, ready_first))
+        return object()
+
+    monkeypatch.setattr(attnc._attnc, "kernel", kernel)
+    attnc.load(ROOT / "dsl-examples" / "causal.attn", ready_first=True).kernel(0)
+    attnc.compile("attention m {\n dtype bf16\n head_dim 64\n heads 4\n}\n").kernel(1)
+    assert seen == [(0, "auto", True), (1, "auto", False)]

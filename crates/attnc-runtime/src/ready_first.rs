@@ -11,7 +11,7 @@ use crate::error::RuntimeError;
 use crate::jit::kernel_key;
 use crate::runtime::{Kernel, Runtime};
 use attnc_ir::Spec;
-use attnc_lower::{Direction, FamilyChoice, FamilyKind};
+use attnc_lower::{Arch, Direction, FamilyChoice, FamilyKind};
 use std::sync::Mutex;
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -68,14 +68,14 @@ fn join(h: JoinHandle<Result<Kernel, RuntimeError>>) -> Result<Kernel, RuntimeEr
     h.join().unwrap_or_else(|_| Err(RuntimeError::Other("the background compile thread panicked".into())))
 }
 
-/// Whether `spec` may start on an interim kernel: the dispatcher would pick a family other
-/// than portable, and the variant builds no block masks (they are built and checked under
-/// one kernel's tiling, which the swap would change).
-fn interim_family(rt: &Runtime, spec: &Spec) -> Option<FamilyKind> {
+/// The family an interim kernel of `spec` would stand in for on `arch`, if it may start on
+/// one: the dispatcher picks a family other than portable, and the variant builds no block
+/// masks (they are built and checked under one kernel's tiling, which the swap would change).
+fn interim_family(spec: &Spec, arch: Arch) -> Option<FamilyKind> {
     if attnc_ir::block_mask::needs_block_mask(spec) {
         return None;
     }
-    let resolved = crate::dispatch::resolve(spec, rt.arch(), FamilyChoice::Auto, Direction::Forward).ok()?;
+    let resolved = crate::dispatch::resolve(spec, arch, FamilyChoice::Auto, Direction::Forward).ok()?;
     (resolved.family != FamilyKind::Portable).then_some(resolved.family)
 }
 
@@ -90,7 +90,7 @@ impl Runtime {
         let key = kernel_key(spec, gpu.arch.name(), FamilyChoice::Auto, Direction::Forward, gpu.info.driver_version);
         let family = match self.inner.kernels.holds(&key) {
             true => None,
-            false => interim_family(self, spec),
+            false => interim_family(spec, self.arch()),
         };
         let Some(family) = family else {
             return Ok((self.kernel(spec)?, None));
@@ -111,5 +111,28 @@ impl Runtime {
             }
             Err(_) => Ok((pending.wait()?, None)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(body: &str) -> Spec {
+        let src = format!("attention v {{\n dtype bf16\n head_dim 128\n heads 16 kv 4\n{body}}}\n");
+        attnc_dsl::parse_named("v.attn", &src).expect("parses")
+    }
+
+    /// An interim kernel only where it stands in for a faster family, and never for a
+    /// variant whose block masks are tied to one kernel's tiles.
+    #[test]
+    fn an_interim_kernel_stands_in_only_for_another_family_without_block_masks() {
+        assert_eq!(interim_family(&parse(" mask causal\n"), Arch::Sm90a), Some(FamilyKind::Hopper));
+        // Auto passes blackwell over until it has run on a B200: portable anyway there.
+        assert_eq!(interim_family(&parse(""), Arch::Sm100a), None);
+        assert_eq!(interim_family(&parse(" mask causal\n"), Arch::Sm80), None, "portable anyway");
+        let doc = parse(" aux doc: int[batch, seqlen_k]\n mask causal && doc[b, q] == doc[b, k]\n");
+        assert!(attnc_ir::block_mask::needs_block_mask(&doc));
+        assert_eq!(interim_family(&doc, Arch::Sm90a), None);
     }
 }
