@@ -546,9 +546,20 @@ fn spilling_defaults_step_down_to_smaller_configurations() {
     let mla_window = "attention mla_window {\n  dtype bf16\n  head_dim 192/128\n  heads 4 kv 1 pack_gqa\n  \
                       param p0: int\n  mask causal && window(left=22)\n  split 4\n  lse\n  \
                       softmax rescale_threshold=64.0\n}\n";
+    // The sharded twin of chunked_local (shard positions as launch values): the persistent
+    // grid's walk state spilled 16 bytes (ptxas 13.5).
+    let sharded_chunks = "attention sharded_chunks {\n  dtype bf16\n  head_dim 128\n  heads 40 kv 8\n  shards\n  \
+                          mask causal && q / 8192 == k / 8192\n}\n";
     for (src, arch, direction, family, gave_up) in [
         (gqa_sinks, Arch::Sm80, Direction::Backward, FamilyKind::Portable, "8 warps over 64 keys"),
         (mla_window, Arch::Sm100a, Direction::Forward, FamilyKind::Blackwell, "one Q tile per CTA"),
+        (
+            sharded_chunks,
+            Arch::Sm90a,
+            Direction::Forward,
+            FamilyKind::Hopper,
+            "the tiled grid instead of the persistent one",
+        ),
     ] {
         let spec = attnc::parse_spec("sweep.attn", src).expect("parses");
         let opts = CompileOptions::new(arch).family(FamilyChoice::Exactly(family)).direction(direction);

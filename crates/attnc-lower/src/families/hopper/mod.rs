@@ -58,21 +58,35 @@ impl Family for Hopper {
         direction: Direction,
         step: u32,
     ) -> Option<Result<(CompiledModule, String), LowerError>> {
-        match (direction, step) {
-            (Direction::Forward, 1) => forward_step_down(spec, arch),
-            (Direction::Backward, step) => backward_step_down(spec, arch, step),
-            _ => None,
+        match direction {
+            Direction::Forward => forward_step_down(spec, arch, step),
+            Direction::Backward => backward_step_down(spec, arch, step),
         }
     }
 }
 
-/// The forward's step down when the default spills: 64-key tiles where the default has
-/// 128 (S, P and the mask's work per step halve).
-fn forward_step_down(spec: &Spec, arch: Arch) -> Option<Result<(CompiledModule, String), LowerError>> {
+/// The forward's step `step` down when the default spills, cheapest first: the tiled grid
+/// instead of the persistent one (its tile walk's state: the sharded twin of
+/// `chunked_local`, whose shard positions are launch values, spilled 16 bytes persistent
+/// and none tiled), then 64-key tiles where the default has 128 (S, P and the mask's work
+/// per step halve), then both.
+fn forward_step_down(spec: &Spec, arch: Arch, step: u32) -> Option<Result<(CompiledModule, String), LowerError>> {
     let cfg = Config::for_spec(spec);
-    let small = Config { block_n: 64, ..cfg.clone() };
-    (small != cfg && small.check(spec, arch.max_smem_per_block()).is_ok())
-        .then(|| compile_with_config(spec, arch, &small).map(|m| (m, "64-key tiles instead of 128".to_string())))
+    let persistent = cfg.runs_persistent(spec);
+    let ladder = [
+        (persistent, Config { persistent: false, ..cfg.clone() }, "the tiled grid instead of the persistent one"),
+        (cfg.block_n != 64, Config { block_n: 64, ..cfg.clone() }, "64-key tiles instead of 128"),
+        (
+            persistent && cfg.block_n != 64,
+            Config { block_n: 64, persistent: false, ..cfg.clone() },
+            "64-key tiles on the tiled grid",
+        ),
+    ];
+    let (_, next, gave_up) = ladder
+        .into_iter()
+        .filter(|(applies, c, _)| *applies && c.check(spec, arch.max_smem_per_block()).is_ok())
+        .nth(step.checked_sub(1)? as usize)?;
+    Some(compile_with_config(spec, arch, &next).map(|m| (m, gave_up.to_string())))
 }
 
 /// What a step down of the backward gives up to free registers, cheapest first.
