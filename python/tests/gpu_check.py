@@ -5,7 +5,8 @@
 2. A training step of a small transformer block: attnc vs scaled_dot_product_attention
    (causal, d128): loss and every parameter gradient.
 3. torch.compile(fullgraph=True) of that step.
-4. CUDA-graph capture of a forward (after one warm-up call) and its replay.
+4. CUDA-graph capture of a forward (after one warm-up call) and its replay; two graphs
+   on one capture stream, the second growing the pooled workspace.
 5. Ready first: an interim portable kernel while the dispatcher's compiles, then the swap.
 6. Host overhead per call with a cached kernel (1-token decode, GPU work negligible),
    next to FlashAttention-4's Python call when it is importable, in the same process.
@@ -254,6 +255,39 @@ def cuda_graph():
         record("CUDA graph capture + replay", False, error=f"{type(e).__name__}: {e}"[:2000])
 
 
+def cuda_graphs_of_growing_sizes():
+    """Two graphs captured one after the other on PyTorch's shared capture stream, the
+    second needing a larger split-KV workspace than the first: the capture grows the
+    stream's pooled workspace (no wait on the stream inside a capture), and the first graph
+    still replays correctly (the outgrown workspace is kept, not freed)."""
+    dec = attnc.compile("attention gd {\n dtype bf16\n head_dim 128\n heads 32 kv 8\n split auto\n}\n", "gd.attn")
+    graphs = []
+    try:
+        for keys, splits in ((1024, 4), (32768, 128)):
+            q = torch.randn(1, 1, 32, 128, device=dev, dtype=torch.bfloat16)
+            k = torch.randn(1, keys, 8, 128, device=dev, dtype=torch.bfloat16)
+            v = torch.randn_like(k)
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                dec(q, k, v, splits=splits)  # warm-up: compile and load
+            torch.cuda.current_stream().wait_stream(s)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                o = dec(q, k, v, splits=splits)
+            graphs.append((g, q, k, v, o))
+        errs = []
+        for g, q, k, v, o in graphs:
+            q.copy_(torch.randn_like(q))
+            g.replay()
+            torch.cuda.synchronize()
+            errs.append(rel(o, ref_attention(q, k, v)))
+        record("CUDA graphs of growing workspace sizes on one capture stream", max(errs) < 2e-2, rel_l2=errs)
+    except Exception as e:  # noqa: BLE001
+        record("CUDA graphs of growing workspace sizes on one capture stream", False,
+               error=f"{type(e).__name__}: {e}"[:2000])
+
+
 def ready_first():
     """`ready_first=True` on a variant no cache holds: the first call runs the portable
     kernel (its receipt says so) while the dispatcher's compiles on a thread; after
@@ -324,7 +358,8 @@ def overhead():
 
 
 if __name__ == "__main__":
-    for part in (variants, training_step, repeated_calls, cuda_graph, ready_first, overhead):
+    for part in (variants, training_step, repeated_calls, cuda_graph, cuda_graphs_of_growing_sizes, ready_first,
+                 overhead):
         try:
             part()
         except Exception as e:  # noqa: BLE001

@@ -32,6 +32,12 @@ pub(crate) struct Inner {
     /// the last CTA to stop taking tiles the tile counters), so they need no clearing per
     /// call. Locked like a workspace.
     counters: Mutex<HashMap<Option<Stream>, Arc<DeviceBuffer>>>,
+    /// Pooled buffers a larger one replaced, kept until the runtime drops: a CUDA graph
+    /// captured with the smaller one still points at it (PyTorch captures every graph on
+    /// one shared stream), and freeing it would also need a wait on the stream, which a
+    /// capture in progress forbids. Pools grow at least twofold, so what is kept stays
+    /// below the size of the current buffer.
+    retired: Mutex<Vec<Arc<DeviceBuffer>>>,
 }
 
 /// A call's workspace: the pool's (locked for the call) or the caller's.
@@ -89,6 +95,7 @@ impl Runtime {
                 kernels: Cache::new(cache),
                 workspaces: Mutex::new(HashMap::new()),
                 counters: Mutex::new(HashMap::new()),
+                retired: Mutex::new(Vec::new()),
             }),
         })
     }
@@ -291,10 +298,8 @@ impl Runtime {
         let key = queue.caller_stream();
         let mut g = self.inner.counters.lock().unwrap_or_else(|e| e.into_inner());
         if g.get(&key).is_none_or(|b| b.bytes() < count * 4) {
-            if g.remove(&key).is_some() {
-                queue.synchronize()?;
-            }
-            let buf = self.inner.gpu.alloc_bytes((count * 4).max(4096))?;
+            let old = g.remove(&key);
+            let buf = self.inner.gpu.alloc_bytes(self.grown(old, (count * 4).max(4096)))?;
             queue.memset_d32(buf.ptr(), 0, buf.bytes() / 4)?;
             g.insert(key, buf);
         }
@@ -332,14 +337,24 @@ impl Runtime {
         let key = queue.caller_stream();
         let mut g = self.inner.workspaces.lock().unwrap_or_else(|e| e.into_inner());
         if g.get(&key).is_none_or(|b| b.bytes() < bytes) {
-            // Free the old one once no work queued on its stream can still use it.
-            if g.remove(&key).is_some() {
-                queue.synchronize()?;
-            }
-            g.insert(key, self.inner.gpu.alloc_bytes(bytes.max(1 << 20))?);
+            let old = g.remove(&key);
+            g.insert(key, self.inner.gpu.alloc_bytes(self.grown(old, bytes.max(1 << 20)))?);
         }
         let ptr = g.get(&key).map_or(0, |b| b.ptr());
         Ok(Workspace::Pooled { _lock: g, ptr })
+    }
+
+    /// The size of a pooled buffer that replaces `old` (retired, see `Inner::retired`) and
+    /// holds `need` bytes: at least twice the old one.
+    fn grown(&self, old: Option<Arc<DeviceBuffer>>, need: usize) -> usize {
+        match old {
+            Some(old) => {
+                let bytes = need.max(2 * old.bytes());
+                self.inner.retired.lock().unwrap_or_else(|e| e.into_inner()).push(old);
+                bytes
+            }
+            None => need,
+        }
     }
 
     /// The [`Stream`] of a cudarc stream, checked to be of this runtime's context.
