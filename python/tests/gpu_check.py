@@ -319,9 +319,12 @@ def ready_first():
         o = attn(q, k, v)
         receipt = kern.receipt_text() or ""
         ga = torch.autograd.grad(o, (q, k, v), d_out)
+        backward = kern.receipt_text() or ""
         runs.append({
             "step": step,
             "forward": receipt.split(" on ")[0][-60:],
+            # After the switch: the backward module the compile thread warmed ("from memory").
+            "backward": backward.split(" on ")[0][-40:] + " from " + backward.rsplit(" from ", 1)[-1][:20],
             "interim": "ready first" in receipt,
             "rel_l2": [rel(o, r)] + [rel(a, b) for a, b in zip(ga, gr)],
         })

@@ -12,15 +12,24 @@ use crate::jit::kernel_key;
 use crate::runtime::{Kernel, Runtime};
 use attnc_ir::Spec;
 use attnc_lower::{Arch, Direction, FamilyChoice, FamilyKind};
+use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Mutex;
-use std::thread::JoinHandle;
 use std::time::Instant;
 
-/// The dispatcher's kernel of a variant, compiling on a thread.
+/// The dispatcher's kernel of a variant, compiling on a thread. The thread hands it over
+/// as soon as its forward is loaded, then goes on to compile the modules its later calls
+/// may need (`Kernel::warm`: the decode twin, and for variants that train the LSE forward
+/// and the backward), so the first training step after the switch finds them cached.
 pub struct PendingKernel {
     family: FamilyKind,
     started: Instant,
-    handle: Mutex<Option<JoinHandle<Result<Kernel, RuntimeError>>>>,
+    state: Mutex<Handover>,
+}
+
+enum Handover {
+    Waiting(Receiver<Result<Kernel, RuntimeError>>),
+    Ready(Box<Result<Kernel, RuntimeError>>),
+    Taken,
 }
 
 impl std::fmt::Debug for PendingKernel {
@@ -37,35 +46,58 @@ impl PendingKernel {
 
     /// Whether [`PendingKernel::poll`] would hand the kernel (or its error) over now.
     pub fn is_ready(&self) -> bool {
-        self.lock().as_ref().is_some_and(|h| h.is_finished())
+        let mut state = self.lock();
+        Self::receive(&mut state, false);
+        matches!(*state, Handover::Ready(_))
     }
 
-    /// The dispatcher's kernel once its compile has finished; `None` while it runs, and
+    /// The dispatcher's kernel once its forward is loaded; `None` while it compiles, and
     /// after it was handed over once.
     pub fn poll(&self) -> Option<Result<Kernel, RuntimeError>> {
-        let mut slot = self.lock();
-        if !slot.as_ref().is_some_and(|h| h.is_finished()) {
-            return None;
-        }
-        slot.take().map(join)
+        let mut state = self.lock();
+        Self::receive(&mut state, false);
+        Self::take(&mut state)
     }
 
     /// Waits for the dispatcher's kernel (an error if it was handed over already).
     pub fn wait(&self) -> Result<Kernel, RuntimeError> {
-        let handle = self.lock().take();
-        match handle {
-            Some(h) => join(h),
-            None => Err(RuntimeError::Other(format!("the pending {} kernel was already handed over", self.family))),
+        let mut state = self.lock();
+        Self::receive(&mut state, true);
+        Self::take(&mut state).unwrap_or_else(|| {
+            Err(RuntimeError::Other(format!("the pending {} kernel was already handed over", self.family)))
+        })
+    }
+
+    /// Moves what the thread sent (waiting for it with `block`) into `Ready`.
+    fn receive(state: &mut Handover, block: bool) {
+        let Handover::Waiting(rx) = state else { return };
+        let got = match block {
+            true => rx.recv().map_err(|_| TryRecvError::Disconnected),
+            false => rx.try_recv(),
+        };
+        match got {
+            Ok(r) => *state = Handover::Ready(Box::new(r)),
+            Err(TryRecvError::Empty) => {}
+            Err(TryRecvError::Disconnected) => {
+                *state =
+                    Handover::Ready(Box::new(Err(RuntimeError::Other("the background compile thread panicked".into()))))
+            }
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<JoinHandle<Result<Kernel, RuntimeError>>>> {
-        self.handle.lock().unwrap_or_else(|e| e.into_inner())
+    fn take(state: &mut Handover) -> Option<Result<Kernel, RuntimeError>> {
+        match std::mem::replace(state, Handover::Taken) {
+            Handover::Ready(r) => Some(*r),
+            other => {
+                *state = other;
+                None
+            }
+        }
     }
-}
 
-fn join(h: JoinHandle<Result<Kernel, RuntimeError>>) -> Result<Kernel, RuntimeError> {
-    h.join().unwrap_or_else(|_| Err(RuntimeError::Other("the background compile thread panicked".into())))
+    fn lock(&self) -> std::sync::MutexGuard<'_, Handover> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// The family an interim kernel of `spec` would stand in for on `arch`, if it may start on
@@ -96,14 +128,23 @@ impl Runtime {
             return Ok((self.kernel(spec)?, None));
         };
         let started = Instant::now();
-        let handle = {
+        let (tx, rx) = std::sync::mpsc::channel();
+        {
             let (rt, spec) = (self.clone(), spec.clone());
             std::thread::Builder::new()
                 .name(format!("attnc-compile-{}", spec.name))
-                .spawn(move || rt.kernel(&spec))
-                .map_err(|e| RuntimeError::Other(format!("starting the background compile thread: {e}")))?
-        };
-        let pending = PendingKernel { family, started, handle: Mutex::new(Some(handle)) };
+                .spawn(move || {
+                    let kernel = rt.kernel(&spec);
+                    let then_warm = kernel.as_ref().ok().cloned();
+                    let _ = tx.send(kernel);
+                    // Errors here surface again, synchronously, where the module is used.
+                    if let Some(k) = then_warm {
+                        let _ = k.warm();
+                    }
+                })
+                .map_err(|e| RuntimeError::Other(format!("starting the background compile thread: {e}")))?;
+        }
+        let pending = PendingKernel { family, started, state: Mutex::new(Handover::Waiting(rx)) };
         match self.kernel_with(spec, FamilyChoice::Exactly(FamilyKind::Portable)) {
             Ok(mut interim) => {
                 interim.interim = Some(format!("portable runs while the {family} module compiles (ready first)"));
