@@ -558,7 +558,16 @@ impl Kernel {
     /// Swaps in the dispatcher's kernel when it is ready (or, with `block`, once it is).
     /// If it failed to build, the interim kernel stays and its receipts say why.
     fn take_pending(&self, block: bool) {
-        let mut slot = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        // Without `block`, a call that finds another thread in `wait_ready` runs on the
+        // current kernel instead of queueing behind it.
+        let mut slot = match block {
+            true => self.pending.lock().unwrap_or_else(|e| e.into_inner()),
+            false => match self.pending.try_lock() {
+                Ok(g) => g,
+                Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => return,
+            },
+        };
         let Some(pending) = slot.as_ref() else { return };
         let done = match block {
             true => Some(pending.wait()),
