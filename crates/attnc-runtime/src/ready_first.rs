@@ -14,6 +14,7 @@ use attnc_ir::Spec;
 use attnc_lower::{Arch, Direction, FamilyChoice, FamilyKind};
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Mutex;
+use std::thread::JoinHandle;
 use std::time::Instant;
 
 /// The dispatcher's kernel of a variant, compiling on a thread. The thread hands it over
@@ -24,6 +25,7 @@ pub struct PendingKernel {
     family: FamilyKind,
     started: Instant,
     state: Mutex<Handover>,
+    thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 enum Handover {
@@ -95,6 +97,15 @@ impl PendingKernel {
         }
     }
 
+    /// Waits until the compile thread has also built the modules it goes on to warm (a
+    /// benchmark that times other work next, for one).
+    pub fn join(&self) {
+        let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(t) = thread {
+            let _ = t.join();
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Handover> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -129,7 +140,7 @@ impl Runtime {
         };
         let started = Instant::now();
         let (tx, rx) = std::sync::mpsc::channel();
-        {
+        let thread = {
             let (rt, spec) = (self.clone(), spec.clone());
             std::thread::Builder::new()
                 .name(format!("attnc-compile-{}", spec.name))
@@ -142,9 +153,14 @@ impl Runtime {
                         let _ = k.warm();
                     }
                 })
-                .map_err(|e| RuntimeError::Other(format!("starting the background compile thread: {e}")))?;
-        }
-        let pending = PendingKernel { family, started, state: Mutex::new(Handover::Waiting(rx)) };
+                .map_err(|e| RuntimeError::Other(format!("starting the background compile thread: {e}")))?
+        };
+        let pending = PendingKernel {
+            family,
+            started,
+            state: Mutex::new(Handover::Waiting(rx)),
+            thread: Mutex::new(Some(thread)),
+        };
         match self.kernel_with(spec, FamilyChoice::Exactly(FamilyKind::Portable)) {
             Ok(mut interim) => {
                 interim.interim = Some(format!("portable runs while the {family} module compiles (ready first)"));

@@ -1092,6 +1092,9 @@ fn run_compile(rt: &Runtime, opts: &BenchOptions) -> Result<CompileTimes, Runtim
             let fast = p.wait()?;
             ct.ready_first_interim_ms = Some(interim_ms);
             ct.ready_first_final_ms = Some(t.elapsed().as_secs_f64() * 1e3);
+            // The thread goes on to warm the decode twin (and a backward): not under the
+            // suites timed next.
+            p.join();
             ct.notes.push(format!(
                 "ready first: {} at once ({}), then {}",
                 interim.family(),
