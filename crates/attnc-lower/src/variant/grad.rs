@@ -94,6 +94,11 @@ impl ScoreGrad {
     pub fn has_score_mod(&self) -> bool {
         self.grad.is_some()
     }
+    /// Whether `∂m/∂score` is 1 everywhere (no score mod, or one that adds a bias: ALiBi,
+    /// T5): dS then needs no per-element slope.
+    pub fn slope_is_one(&self) -> bool {
+        self.grad.as_ref().is_none_or(|g| matches!(g.d_score.kind, ExprKind::Float(1.0)))
+    }
     pub fn has_aux_terms(&self) -> bool {
         !self.terms.is_empty()
     }

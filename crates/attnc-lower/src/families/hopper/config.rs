@@ -660,11 +660,13 @@ impl BwdConfig {
             aux_grads: spec.head_dim_qk == 64,
             p_in_smem: spec.head_dim_qk == 128,
             // H100, 2026-11-27 (docs/results/2026-11-27-h100-bwd-instructions/): +0-7%
-            // (d64 non-causal +3-6%, d128 causal +2-7%). Not with a score mod (its live
-            // f32 P spills 96 bytes for grok_softcap), nor for GQA at d64 without a mask,
-            // where it spills 8 bytes next to the query-head walk's state (ptxas 13.5;
-            // GPU-checked by tests/gpu-specs/gqa_d64.attn).
-            p_f32_for_ds: spec.score_mod.is_none()
+            // (d64 non-causal +3-6%, d128 causal +2-7%). Not with a score mod whose slope
+            // is not 1 (the slope beside the live f32 P spills 96 bytes for grok_softcap;
+            // bias mods such as ALiBi and T5 fit, and their dS then rounds like the plain
+            // kernel's), nor for GQA at d64 without a mask, where it spills 8 bytes next to
+            // the query-head walk's state (ptxas 13.5; GPU-checked by
+            // tests/gpu-specs/gqa_d64.attn).
+            p_f32_for_ds: crate::variant::grad::ScoreGrad::new(spec).slope_is_one()
                 && !(spec.head_dim_qk == 64 && spec.kv_heads < spec.q_heads && spec.mask.is_none()),
             rows_early: false,
             // H100, 2026-11-27 (docs/results/2026-11-27-h100-bwd-row-keys/): d64 causal
