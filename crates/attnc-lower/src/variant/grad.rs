@@ -268,3 +268,22 @@ impl<'ctx> AuxTarget<'_, 'ctx> {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(body: &str) -> Spec {
+        let src = format!("attention v {{\n dtype bf16\n head_dim 128\n heads 8\n{body}}}\n");
+        attnc_dsl::parse_named("v.attn", &src).expect("parses")
+    }
+
+    /// A bias (ALiBi, a T5 table) leaves `∂m/∂score` at 1; a softcap does not.
+    #[test]
+    fn a_bias_has_slope_one_and_a_softcap_does_not() {
+        assert!(ScoreGrad::new(&spec("")).slope_is_one());
+        assert!(ScoreGrad::new(&spec(" score score - 0.5 * float(abs(q - k))\n")).slope_is_one());
+        assert!(!ScoreGrad::new(&spec(" score 30.0 * tanh(score / 30.0)\n")).slope_is_one());
+        assert!(!ScoreGrad::new(&spec(" score 2.0 * score\n")).slope_is_one());
+    }
+}
