@@ -531,14 +531,12 @@ impl Kernel {
         let meta = &module.meta;
         let main = meta.main().ok_or_else(|| RuntimeError::Abi("the backward module has no main kernel".into()))?;
         let gpu = &self.rt.inner.gpu;
+        let (requested, fallback_reason) = self.receipt_choice(meta);
         let mut receipt = Receipt {
             block_mask: None,
             spec: self.spec.name.clone(),
             direction: Direction::Backward,
-            requested: match self.interim {
-                Some(_) => attnc_lower::FamilyChoice::Auto.name().to_string(),
-                None => meta.requested.clone(),
-            },
+            requested,
             executed: meta.family.clone(),
             arch: meta.arch.clone(),
             device: gpu.info.name.clone(),
@@ -563,7 +561,7 @@ impl Kernel {
             num_splits: 1,
             split_reason: "none (the backward does not split)".into(),
             combine_grid: None,
-            fallback_reason: self.interim.clone().or_else(|| meta.fallback_reason.clone()),
+            fallback_reason,
             skipped: None,
             deterministic: Some(plan.deterministic),
             dq_accumulation: Some(plan.dq_accumulation),

@@ -514,6 +514,14 @@ impl Kernel {
         }
         k
     }
+    /// The family request and fallback reason a receipt of `meta`'s module gives: an
+    /// interim kernel's launches were asked for as `auto` and name why portable runs.
+    pub(crate) fn receipt_choice(&self, meta: &crate::jit::ModuleMeta) -> (String, Option<String>) {
+        match &self.interim {
+            Some(why) => (FamilyChoice::Auto.name().to_string(), Some(why.clone())),
+            None => (meta.requested.clone(), meta.fallback_reason.clone()),
+        }
+    }
     /// Whether this kernel stands in for the dispatcher's while that compiles
     /// (`Runtime::kernel_ready_first`).
     pub fn is_interim(&self) -> bool {
@@ -1035,13 +1043,11 @@ impl Kernel {
             }
         }
         let plan = self.plan(q, k, v, out, lse, params)?;
+        let (requested, fallback_reason) = self.receipt_choice(meta);
         let mut receipt = Receipt {
             spec: self.spec.name.clone(),
             direction: Direction::Forward,
-            requested: match self.interim {
-                Some(_) => FamilyChoice::Auto.name().to_string(),
-                None => meta.requested.clone(),
-            },
+            requested,
             executed: meta.family.clone(),
             arch: meta.arch.clone(),
             device: gpu.info.name.clone(),
@@ -1066,7 +1072,7 @@ impl Kernel {
             num_splits: plan.num_splits,
             split_reason: plan.split_reason.clone(),
             combine_grid: plan.combine_grid,
-            fallback_reason: self.fallback_reason().map(str::to_string),
+            fallback_reason,
             skipped: None,
             deterministic: None,
             dq_accumulation: None,

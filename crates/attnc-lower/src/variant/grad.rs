@@ -121,9 +121,9 @@ impl ScoreGrad {
         let mut memo = Memo::default();
         let modded = gen_memo(kb, spec, m, &vars, args, &mut memo)?.float();
         let s_log2 = kb.fmul(modded, kb.f32c(LOG2E), "s_log2")?;
-        let slope = match g.d_score.kind {
-            ExprKind::Float(1.0) => None,
-            _ => Some(gen_memo(kb, spec, &g.d_score, &vars, args, &mut memo)?.float()),
+        let slope = match self.slope_is_one() {
+            true => None,
+            false => Some(gen_memo(kb, spec, &g.d_score, &vars, args, &mut memo)?.float()),
         };
         let mut aux_d = Vec::new();
         for t in &self.terms {

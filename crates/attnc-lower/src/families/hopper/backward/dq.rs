@@ -82,30 +82,32 @@ impl<'ctx> Bwd<'_, 'ctx> {
                     let dst =
                         kb.add(self.args.int("dq_accum")?, kb.mul(v.row, kb.i64c(d as i64 * 4), "")?, "dq_tile_addr")?;
                     let stage = kb.add(smem, kb.i32c(self.layout.dq_stage as i64), "dq_stage")?;
-                    if !cfg.writer_turns {
-                        // Measurement only: the hand-over without the turns.
-                        kb.bulk_reduce_add_f32(dst, stage, cfg.block_m * d * 4)?;
-                        kb.bulk_commit_group()?;
-                        kb.bulk_wait_group_read(0)?;
-                        return kb.mbar_arrive(bar(kb, Bar::DqFree)?);
-                    }
-                    // From the launch arguments and the hand-over alone (a batch view
-                    // does not fit this warpgroup's 24 registers for every mask).
-                    let flag = turn_flag(kb, &self.args, v.row)?;
-                    let la = self.args.layout()?;
-                    let b = kb.opaque_i32(kb.sreg("ctaid.z", "")?, "b")?;
-                    let pad = emit_seqlen_pad(kb, la.seqlen_q)?;
-                    let tiles = (cfg.block_m, cfg.block_n());
-                    let idx = turn_plan_index(kb, spec, &la, pad, b, tiles, (v.h, v.m, v.n))?;
-                    let plan = self.args.int("turn_plan")?;
-                    let wait_for =
-                        kb.ld_global_b32(kb.add(plan, kb.mul(idx, kb.i64c(4), "")?, "")?, "turn_wait_for")?;
-                    DqTurn { flag, wait_for, mine: v.mine }.wait(kb)?;
-                    kb.fence_proxy_async_global()?;
+                    // Without turns (`writer_turns=0`, measurement only) the tile is added
+                    // as it comes.
+                    let turn = match cfg.writer_turns {
+                        true => {
+                            // From the launch arguments and the hand-over alone (a batch view
+                            // does not fit this warpgroup's 24 registers for every mask).
+                            let flag = turn_flag(kb, &self.args, v.row)?;
+                            let la = self.args.layout()?;
+                            let b = kb.opaque_i32(kb.sreg("ctaid.z", "")?, "b")?;
+                            let pad = emit_seqlen_pad(kb, la.seqlen_q)?;
+                            let tiles = (cfg.block_m, cfg.block_n());
+                            let idx = turn_plan_index(kb, spec, &la, pad, b, tiles, (v.h, v.m, v.n))?;
+                            let plan = self.args.int("turn_plan")?;
+                            let wait_for =
+                                kb.ld_global_b32(kb.add(plan, kb.mul(idx, kb.i64c(4), "")?, "")?, "turn_wait_for")?;
+                            DqTurn { flag, wait_for, mine: v.mine }.wait(kb)?;
+                            kb.fence_proxy_async_global()?;
+                            Some(flag)
+                        }
+                        false => None,
+                    };
                     kb.bulk_reduce_add_f32(dst, stage, cfg.block_m * d * 4)?;
                     kb.bulk_commit_group()?;
                     kb.bulk_wait_group_read(0)?;
                     kb.mbar_arrive(bar(kb, Bar::DqFree)?)?;
+                    let Some(flag) = turn else { return Ok(()) };
                     kb.bulk_wait_group(0)?;
                     kb.fence_proxy_async_global()?;
                     DqTurn::pass(kb, flag, v.mine)
