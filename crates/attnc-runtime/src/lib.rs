@@ -84,6 +84,7 @@ pub mod tensor_map;
 pub mod tma;
 pub mod validate;
 pub mod variant_bench;
+mod workspace;
 
 pub use backward::Gradients;
 pub use block_mask::BlockMask;

@@ -3,61 +3,26 @@
 use crate::block_mask::{launch_seqlens, BlockMask, BuiltFor};
 use crate::cache::{Cache, CacheConfig, CacheSource, CacheStats};
 use crate::cuda::{ArgSlots, ArgValue};
-use crate::cuda::{DeviceBuffer, DeviceInfo, Gpu, Image, Queue, Stream};
-use crate::error::{RuntimeError, ValidationError};
+use crate::cuda::{DeviceInfo, Gpu, Image, Queue, Stream};
+use crate::error::RuntimeError;
 use crate::jit::{kernel_key, KernelProducer, LoadedKernel};
 use crate::launch_memo::{LaunchMemo, LaunchSignature};
 use crate::params::Params;
 use crate::receipt::{BlockMaskSource, KernelConfig, Receipt, Timings};
 use crate::tensor::{contiguous_strides, ElemType, Element, IndexTensor, Tensor};
 use crate::validate::{marshal, plan, CombineKind, KernelShape, LaunchDescs, LaunchPlan};
+use crate::workspace::{Pools, Workspace};
 use attnc_ir::block_mask::{BlockDims, Tiling};
 use attnc_ir::{KvLayout, QueryRows, Spec, ONE_TILE_ROWS};
 use attnc_lower::families::common::abi::{SPLIT_COUNTERS_PARAM, TILE_COUNTERS_PARAM};
 use attnc_lower::{Arch, Direction, FamilyChoice, FamilyKind, Grid, KernelRole};
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 pub(crate) struct Inner {
     pub(crate) gpu: Gpu,
     pub(crate) kernels: Cache<LoadedKernel>,
-    /// Workspaces (split-KV partials, the backward's dQ accumulator and row values), one
-    /// per stream (`None`: the runtime's), grown on demand and then reused, so a sized
-    /// call allocates nothing (CUDA-graph capture). Held locked from a call's first
-    /// launch to its last, so concurrent calls cannot interleave on one.
-    workspaces: Mutex<HashMap<Option<Stream>, Arc<DeviceBuffer>>>,
-    /// Zeroed u32 counters, one buffer per stream: the fused split-KV combine's per row
-    /// block, or a persistent forward's two tile counters. Zeroed when allocated, and
-    /// every launch leaves them zero (the last split of a row block resets its counter,
-    /// the last CTA to stop taking tiles the tile counters), so they need no clearing per
-    /// call. Locked like a workspace.
-    counters: Mutex<HashMap<Option<Stream>, Arc<DeviceBuffer>>>,
-    /// Pooled buffers a larger one replaced, kept until the runtime drops: a CUDA graph
-    /// captured with the smaller one still points at it (PyTorch captures every graph on
-    /// one shared stream), and freeing it would also need a wait on the stream, which a
-    /// capture in progress forbids. Pools grow at least twofold, so what is kept stays
-    /// below the size of the current buffer.
-    retired: Mutex<Vec<Arc<DeviceBuffer>>>,
-}
-
-/// A call's workspace: the pool's (locked for the call) or the caller's.
-pub(crate) enum Workspace<'a> {
-    None,
-    /// The pool stays locked while the call queues its work.
-    Pooled {
-        _lock: std::sync::MutexGuard<'a, HashMap<Option<Stream>, Arc<DeviceBuffer>>>,
-        ptr: u64,
-    },
-    Caller(u64),
-}
-
-impl Workspace<'_> {
-    pub(crate) fn ptr(&self) -> u64 {
-        match self {
-            Workspace::None => 0,
-            Workspace::Pooled { ptr, .. } | Workspace::Caller(ptr) => *ptr,
-        }
-    }
+    /// Per-stream workspaces and counters (`workspace::Pools`).
+    pub(crate) pools: Pools,
 }
 
 /// One module [`Kernel::warm`] made ready.
@@ -89,15 +54,7 @@ impl Runtime {
 
     pub fn with_cache(device: usize, cache: &CacheConfig) -> Result<Runtime, RuntimeError> {
         let gpu = Gpu::open(device)?;
-        Ok(Runtime {
-            inner: Arc::new(Inner {
-                gpu,
-                kernels: Cache::new(cache),
-                workspaces: Mutex::new(HashMap::new()),
-                counters: Mutex::new(HashMap::new()),
-                retired: Mutex::new(Vec::new()),
-            }),
-        })
+        Ok(Runtime { inner: Arc::new(Inner { gpu, kernels: Cache::new(cache), pools: Pools::default() }) })
     }
 
     pub fn device(&self) -> &DeviceInfo {
@@ -287,74 +244,20 @@ impl Runtime {
         self.inner.gpu.synchronize()
     }
 
-    /// `bytes` of workspace for a call queued on `queue`: the caller's `given` buffer
-    /// (checked: device, size, 256-byte alignment) or the pool's buffer of that stream.
-    /// `count` zeroed u32 counters for a launch on `queue`'s stream (a fused combine's or
-    /// a persistent forward's; none for 0), locked for the call.
+    /// `count` zeroed u32 counters for a launch on `queue`'s stream, locked for the call
+    /// (`Pools::counters`).
     pub(crate) fn counters(&self, count: usize, queue: &Queue) -> Result<Workspace<'_>, RuntimeError> {
-        if count == 0 {
-            return Ok(Workspace::None);
-        }
-        let key = queue.caller_stream();
-        let mut g = self.inner.counters.lock().unwrap_or_else(|e| e.into_inner());
-        if g.get(&key).is_none_or(|b| b.bytes() < count * 4) {
-            let old = g.remove(&key);
-            let buf = self.inner.gpu.alloc_bytes(self.grown(old, (count * 4).max(4096)))?;
-            queue.memset_d32(buf.ptr(), 0, buf.bytes() / 4)?;
-            g.insert(key, buf);
-        }
-        let ptr = g.get(&key).map_or(0, |b| b.ptr());
-        Ok(Workspace::Pooled { _lock: g, ptr })
+        self.inner.pools.counters(&self.inner.gpu, count, queue)
     }
 
+    /// `bytes` of workspace for a call queued on `queue` (`Pools::workspace`).
     pub(crate) fn workspace(
         &self,
         bytes: usize,
         queue: &Queue,
         given: Option<&Tensor>,
     ) -> Result<Workspace<'_>, RuntimeError> {
-        if bytes == 0 {
-            return Ok(Workspace::None);
-        }
-        if let Some(t) = given {
-            let d = t.desc();
-            let have = d.capacity.saturating_mul(d.dtype.bytes() as u64);
-            let err = |detail: String| RuntimeError::Validation(ValidationError::Workspace { detail });
-            if d.device != self.inner.gpu.info.ordinal {
-                return Err(err(format!(
-                    "on device {}, the kernel runs on device {}",
-                    d.device, self.inner.gpu.info.ordinal
-                )));
-            }
-            if have < bytes as u64 {
-                return Err(err(format!("{have} bytes, this call needs {bytes}")));
-            }
-            if d.addr % 256 != 0 {
-                return Err(err(format!("address {:#x} is not 256-byte aligned", d.addr)));
-            }
-            return Ok(Workspace::Caller(d.addr));
-        }
-        let key = queue.caller_stream();
-        let mut g = self.inner.workspaces.lock().unwrap_or_else(|e| e.into_inner());
-        if g.get(&key).is_none_or(|b| b.bytes() < bytes) {
-            let old = g.remove(&key);
-            g.insert(key, self.inner.gpu.alloc_bytes(self.grown(old, bytes.max(1 << 20)))?);
-        }
-        let ptr = g.get(&key).map_or(0, |b| b.ptr());
-        Ok(Workspace::Pooled { _lock: g, ptr })
-    }
-
-    /// The size of a pooled buffer that replaces `old` (retired, see `Inner::retired`) and
-    /// holds `need` bytes: at least twice the old one.
-    fn grown(&self, old: Option<Arc<DeviceBuffer>>, need: usize) -> usize {
-        match old {
-            Some(old) => {
-                let bytes = need.max(2 * old.bytes());
-                self.inner.retired.lock().unwrap_or_else(|e| e.into_inner()).push(old);
-                bytes
-            }
-            None => need,
-        }
+        self.inner.pools.workspace(&self.inner.gpu, bytes, queue, given)
     }
 
     /// The [`Stream`] of a cudarc stream, checked to be of this runtime's context.
