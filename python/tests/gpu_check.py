@@ -232,20 +232,27 @@ def repeated_calls():
     record("repeated calls (same and new buffers, new contents, splits)", max(errs) < 2e-2, rel_l2=errs)
 
 
+def captured(call):
+    """``call()`` run once on a side stream (warm-up: compile, load), then captured with
+    ``torch.cuda.graph`` on PyTorch's capture stream: ``(graph, captured output)``."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        call()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        o = call()
+    return g, o
+
+
 def cuda_graph():
     causal = attnc.load(EX / "causal.attn")
     h, d = causal.spec["q_heads"], causal.spec["head_dim_qk"]
     q = torch.randn(2, 512, h, d, device=dev, dtype=torch.bfloat16)
     k, v = torch.randn_like(q), torch.randn_like(q)
     try:
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            causal(q, k, v)  # warm-up: compile, load, size
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            o = causal(q, k, v)
+        g, o = captured(lambda: causal(q, k, v))
         q.copy_(torch.randn_like(q))
         g.replay()
         torch.cuda.synchronize()
@@ -267,14 +274,7 @@ def cuda_graphs_of_growing_sizes():
             q = torch.randn(1, 1, 32, 128, device=dev, dtype=torch.bfloat16)
             k = torch.randn(1, keys, 8, 128, device=dev, dtype=torch.bfloat16)
             v = torch.randn_like(k)
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                dec(q, k, v, splits=splits)  # warm-up: compile and load
-            torch.cuda.current_stream().wait_stream(s)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                o = dec(q, k, v, splits=splits)
+            g, o = captured(lambda: dec(q, k, v, splits=splits))
             graphs.append((g, q, k, v, o))
         errs = []
         for g, q, k, v, o in graphs:
