@@ -196,20 +196,54 @@ pub fn kv_row_offsets<'ctx>(
             let zero = kb.i64c(0);
             Ok((row_in(k_st, zero, r)?, row_in(v_st, zero, r)?))
         }
-        KvLayout::Paged { page_size } => {
-            let (Some(bt), Some(bts)) = (la.block_table, la.block_table_stride) else {
-                return Err(crate::error::LowerError::Llvm("paged without a block table".into()));
-            };
-            let ps = kb.i32c(page_size as i64);
-            let page_idx = kb.udiv(key, ps, "page_idx")?;
-            let in_page = kb.urem(key, ps, "in_page")?;
-            let entry = kb.add(kb.mul(kb.sext64(bv.b, "")?, bts, "")?, kb.sext64(page_idx, "")?, "")?;
-            let page = kb.ld_global_i32(kb.add(bt, kb.mul(entry, kb.i64c(4), "")?, "")?, "page")?;
-            let page = kb.sext64(page, "")?;
-            let r = kb.sext64(in_page, "")?;
-            Ok((row_in(k_st, page, r)?, row_in(v_st, page, r)?))
+        KvLayout::Paged { .. } => {
+            let page = kv_page_of(kb, spec, la, bv, key)?;
+            kv_row_offsets_in_page(kb, spec, k_st, v_st, key, page, hkv)
         }
     }
+}
+
+/// The block-table entry (page number) of the page holding key row `key` of paged KV.
+/// Separate from [`kv_row_offsets_in_page`] so a producer can issue the reads of
+/// several tiles together, ahead of their use, and hide their latency.
+pub fn kv_page_of<'ctx>(
+    kb: &Kb<'ctx>,
+    spec: &Spec,
+    la: &LayoutArgs<'ctx>,
+    bv: &BatchView<'ctx>,
+    key: IntValue<'ctx>,
+) -> R<IntValue<'ctx>> {
+    let (KvLayout::Paged { page_size }, Some(bt), Some(bts)) = (spec.kv_layout, la.block_table, la.block_table_stride)
+    else {
+        return Err(crate::error::LowerError::Llvm("a page read without paged KV and its block table".into()));
+    };
+    let page_idx = kb.udiv(key, kb.i32c(page_size as i64), "page_idx")?;
+    let entry = kb.add(kb.mul(kb.sext64(bv.b, "")?, bts, "")?, kb.sext64(page_idx, "")?, "")?;
+    kb.ld_global_i32(kb.add(bt, kb.mul(entry, kb.i64c(4), "")?, "")?, "page")
+}
+
+/// Element offsets of key row `key` of KV head `hkv` in paged K and V, given the page
+/// that holds it ([`kv_page_of`]).
+pub fn kv_row_offsets_in_page<'ctx>(
+    kb: &Kb<'ctx>,
+    spec: &Spec,
+    k_st: &Strides<'ctx>,
+    v_st: &Strides<'ctx>,
+    key: IntValue<'ctx>,
+    page: IntValue<'ctx>,
+    hkv: IntValue<'ctx>,
+) -> R<(IntValue<'ctx>, IntValue<'ctx>)> {
+    let KvLayout::Paged { page_size } = spec.kv_layout else {
+        return Err(crate::error::LowerError::Llvm("page offsets without paged KV".into()));
+    };
+    let hkv64 = kb.sext64(hkv, "")?;
+    let in_page = kb.sext64(kb.urem(key, kb.i32c(page_size as i64), "in_page")?, "")?;
+    let page = kb.sext64(page, "")?;
+    let row_in = |st: &Strides<'ctx>| -> R<IntValue<'ctx>> {
+        let base = kb.add(kb.mul(page, st.batch, "")?, kb.mul(in_page, st.row, "")?, "")?;
+        kb.add(base, kb.mul(hkv64, st.head, "")?, "")
+    };
+    Ok((row_in(k_st)?, row_in(v_st)?))
 }
 
 /// `i < n` as i1.

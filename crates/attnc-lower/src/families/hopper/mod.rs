@@ -469,9 +469,10 @@ mod tests {
 
     /// Paged K/V whose pages TMA boxes follow loads by TMA (one box per page, or one
     /// inside the page), the block table read by a lane window and shuffled, the tail
-    /// tile's V zeroed past seqlen_k behind its own barrier; page 1 still gathers. The
-    /// decode twin (64-key tiles) too. Every module assembles without spills or wgmma
-    /// serialization.
+    /// tile's V zeroed past seqlen_k behind its own barrier; page 1 (and 3) still
+    /// gathers, the decode twin's gather with each lane's pages of a window of tiles read
+    /// together. The decode twin (64-key tiles) too. Every module assembles without
+    /// spills or wgmma serialization.
     #[test]
     fn paged_kv_by_tma_where_boxes_follow_the_pages() {
         use crate::module::KernelRole;
@@ -483,6 +484,10 @@ mod tests {
             (128, attnc_ir::QueryRows::OneTile, 64, 1),
             (256, attnc_ir::QueryRows::Any, 96, 2),
             (1, attnc_ir::QueryRows::Any, 128, 0),
+            (1, attnc_ir::QueryRows::Any, 64, 0),
+            (1, attnc_ir::QueryRows::OneTile, 128, 0),
+            (1, attnc_ir::QueryRows::OneTile, 64, 0),
+            (3, attnc_ir::QueryRows::OneTile, 128, 0),
         ] {
             let mut s = Spec::new(&format!("paged{page}_d{d}"), d, 8);
             s.kv_heads = 2;
@@ -497,15 +502,18 @@ mod tests {
             if tma_per_tile == 0 {
                 assert!(fwd.tensor_maps.is_empty() && tma == 0, "{label}: gathers");
                 assert!(m.ptx.contains("gather K tile"), "{label}");
-                continue;
-            }
-            let expect_rows = if page >= fwd.block_n { fwd.block_n } else { page };
-            assert!(fwd.tensor_maps.iter().all(|b| b.box_rows == expect_rows), "{label}: {:?}", fwd.tensor_maps);
-            // K, V, and V of the tail tile (to its own barrier).
-            assert_eq!(tma, 3 * tma_per_tile, "{label}");
-            assert!(!m.ptx.contains("gather K tile"), "{label}");
-            for section in ["block-table window", "rows past seqlen_k zeroed", "shfl.sync.idx", "fence.proxy.async"] {
-                assert!(m.ptx.contains(section), "{label}: no {section}");
+                // 64-key tiles (one row group per warp): a window of the ring's tiles.
+                let windowed = m.ptx.contains("pages of a window of tiles");
+                assert_eq!(windowed, fwd.block_n == 64, "{label}: block_n {}", fwd.block_n);
+            } else {
+                let expect_rows = if page >= fwd.block_n { fwd.block_n } else { page };
+                assert!(fwd.tensor_maps.iter().all(|b| b.box_rows == expect_rows), "{label}: {:?}", fwd.tensor_maps);
+                // K, V, and V of the tail tile (to its own barrier).
+                assert_eq!(tma, 3 * tma_per_tile, "{label}");
+                assert!(!m.ptx.contains("gather K tile"), "{label}");
+                for section in ["block-table window", "rows past seqlen_k zeroed", "shfl.sync.idx", "fence.proxy.async"] {
+                    assert!(m.ptx.contains(section), "{label}: no {section}");
+                }
             }
             let Ok(path) = &ptxas else {
                 assert!(std::env::var_os("CI").is_none(), "CI must have ptxas");

@@ -239,12 +239,14 @@ impl<'ctx> Kernel<'_, 'ctx> {
 
     /// The gather producer (paged KV), four warps: K (warps 0, 2) and V (1, 3), each
     /// warp half of the tile's rows, so each has a quarter of the block-table reads and
-    /// copies on its path (the gather is latency- and issue-bound): per tile, each lane
-    /// reads the row offsets of rows `lane + 32 i` (one block-table read each, issued
-    /// together before the slot wait), then the warp copies 4 rows × 128 bytes per
-    /// cp.async round, the offsets exchanged by shuffles; rows past seqlen_k are zero-filled (src-size 0), so no stale page
-    /// content reaches P·V. Each lane's `cp.async.mbarrier.arrive.noinc` completes the
-    /// full barrier (count 64: the two warps of its tensor) when its copies land.
+    /// copies on its path (the gather is latency- and issue-bound). Each lane holds the
+    /// pages of rows `lane + 32 i` of a window of `stages` tiles, read together when the
+    /// walk leaves the window (before the slot wait), so a CTA's first tiles wait for one
+    /// block-table read, not one each; then, per tile, the warp copies 4 rows × 128 bytes
+    /// per cp.async round, the row offsets exchanged by shuffles; rows past seqlen_k are
+    /// zero-filled (src-size 0), so no stale page content reaches P·V. Each lane's
+    /// `cp.async.mbarrier.arrive.noinc` completes the full barrier (count 64: the two
+    /// warps of its tensor) when its copies land.
     pub(super) fn producer_gather(&self, kb: &mut Kb<'ctx>, tensor: KvTensor, half: u32) -> R<()> {
         let spec = self.spec;
         let cfg = self.cfg;
@@ -257,9 +259,29 @@ impl<'ctx> Kernel<'_, 'ctx> {
         let k_base = self.args.int("k")?;
         let v_base = self.args.int("v")?;
         let bn = cfg.block_n as i64;
+        // This warp's row groups (rows 32i + lane of a tile) and the page window: one
+        // page per (window tile, group), the window's first tile far below every tile so
+        // the first tile reads it. A window as long as the ring (the tiles the producer
+        // can run ahead), but at most three pages per lane: with two groups (128-key
+        // tiles) a window of two spills the d64 producer (12 bytes, ptxas 13.5), so those
+        // read one tile's pages at a time, before its slot wait.
+        let groups = cfg.block_n / 32;
+        let own_groups: Vec<u32> = ((half * groups / 2)..((half + 1) * groups / 2)).collect();
+        let window = cfg.stages.min(3 / own_groups.len().max(1) as u32).max(1);
+        let window_pages = match window {
+            1 => None,
+            _ => {
+                let win = kb.slot_i32("gather_win", kb.i32c(i32::MIN as i64 / 2))?;
+                let pages = (0..window as usize * own_groups.len())
+                    .map(|_| kb.slot_i32("gather_page", kb.i32c(0)))
+                    .collect::<R<Vec<_>>>()?;
+                Some((win, pages))
+            }
+        };
         let pos = kb.slot_i32("p_pos", kb.i32c(0))?;
         self.produce_tiles(kb, &tiles, (begin, end), pos, "gather", |kb, t, slot, free_parity| {
             let n0 = kb.mul(t, kb.i32c(bn), "n0")?;
+            // Per tile, not hoisted: three registers fewer live across the walk.
             let lane = kb.and(kb.opaque_i32(kb.sreg("tid.x", "")?, "")?, kb.i32c(31), "lane")?;
             let sub_row = kb.udiv(lane, kb.i32c(8), "sub_row")?;
             let chunk = kb.and(lane, kb.i32c(7), "chunk")?;
@@ -271,48 +293,86 @@ impl<'ctx> Kernel<'_, 'ctx> {
                     ("V", RingBar::FullV, RingBar::EmptyV, spec.head_dim_v, layout.v, layout.v_per_stage, v_base)
                 }
             };
-            {
-                kb.section(&format!("gather {which} tile -> ring slot (cp.async)"))?;
-                // This lane's rows 32i + lane: their offsets, one block-table read each,
-                // all issued before the slot wait so their latency overlaps it.
-                let mut own = Vec::new();
-                let groups = cfg.block_n / 32;
-                for i in (half * groups / 2)..((half + 1) * groups / 2) {
-                    let key = kb.add(n0, kb.add(lane, kb.i32c(32 * i as i64), "")?, "")?;
-                    let valid = kb.icmp(IntPredicate::SLT, key, cta.bv.seqlen_k, "")?;
-                    let key = kb.select_i(valid, key, kb.i32c(0), "key_clamped")?;
-                    let (ko, vo) =
-                        crate::variant::layout::kv_row_offsets(kb, spec, &cta.la, &cta.bv, &k_st, &v_st, key, cta.hkv)?;
-                    own.push((i, if which == "K" { ko } else { vo }));
-                }
-                kb.mbar_wait(self.ring_bar(kb, cta.smem, empty, slot)?, free_parity)?;
-                let dst0 =
-                    kb.add(cta.smem, kb.add(kb.i32c(base as i64), kb.mul(slot, kb.i32c(per as i64), "")?, "")?, "")?;
-                for &(i, own_off) in &own {
-                    // Rows 32i + 4j .. +3, j a run-time loop (an unrolled one keeps every
-                    // address live and spills the producer): this lane copies chunk
-                    // lane%8 of row 32i + 4j + lane/8, whose offset lane 4j + lane/8 holds.
-                    kb.for_range(kb.i32c(0), kb.i32c(8), "gather_rows", |kb, j| {
-                        let src = kb.add(kb.mul(j, kb.i32c(4), "")?, sub_row, "src_lane")?;
-                        let r = kb.add(kb.i32c(32 * i as i64), src, "row")?;
-                        let off = kb.shfl_idx_i64(own_off, src, "row_off")?;
-                        let key = kb.add(n0, r, "")?;
-                        let valid = kb.icmp(IntPredicate::SLT, key, cta.bv.seqlen_k, "")?;
-                        let bytes = kb.select_i(valid, kb.i32c(16), kb.i32c(0), "")?;
-                        let row_gaddr = kb.add(tbase, kb.mul(off, kb.i64c(2), "")?, "")?;
-                        let s_row = emit_chunk_addr(kb, dst0, r, chunk)?;
-                        // A head dim that is not a multiple of 64 leaves the last block's
-                        // tail chunks past d: zeroed too.
-                        let stride = cfg.block_n * ROW_BYTES;
-                        crate::variant::layout::cp_async_row_chunks(
-                            kb, s_row, stride, row_gaddr, tbase, chunk, d, bytes,
-                        )?;
-                        Ok(())
+            kb.section(&format!("gather {which} tile -> ring slot (cp.async)"))?;
+            // This lane's rows 32i + lane: their pages, then their offsets.
+            let row_key = |kb: &mut Kb<'ctx>, tile_row: i64| -> R<IntValue<'ctx>> {
+                // Keys past the end (the sequence's last tile, or window tiles past it)
+                // read a valid entry; their rows are zero-filled below.
+                let key = kb.add(n0, kb.add(lane, kb.i32c(tile_row), "")?, "")?;
+                let valid = kb.icmp(IntPredicate::SLT, key, cta.bv.seqlen_k, "")?;
+                kb.select_i(valid, key, kb.i32c(0), "key_clamped")
+            };
+            let page_of = |kb: &mut Kb<'ctx>, key| crate::variant::layout::kv_page_of(kb, spec, &cta.la, &cta.bv, key);
+            let own_pages = match &window_pages {
+                // One tile's pages, read before its slot wait.
+                None => own_groups
+                    .iter()
+                    .map(|&i| {
+                        let key = row_key(kb, 32 * i as i64)?;
+                        page_of(kb, key)
+                    })
+                    .collect::<R<Vec<_>>>()?,
+                Some((win, pages)) => {
+                    kb.section("paged KV: this lane's pages of a window of tiles, read together when the walk leaves it")?;
+                    let w = kb.get_i(*win, "")?;
+                    let below = kb.icmp(IntPredicate::SLT, t, w, "")?;
+                    let past = kb.icmp(IntPredicate::SGE, t, kb.add(w, kb.i32c(window as i64), "")?, "")?;
+                    let outside = kb.or(below, past, "window_outside")?;
+                    kb.if_then(outside, "gather_window", |kb| {
+                        for wt in 0..window as usize {
+                            for (g, &i) in own_groups.iter().enumerate() {
+                                let key = row_key(kb, wt as i64 * bn + 32 * i as i64)?;
+                                let page = page_of(kb, key)?;
+                                kb.set(pages[wt * own_groups.len() + g], page)?;
+                            }
+                        }
+                        kb.set(*win, t)
                     })?;
+                    let at = kb.sub(t, kb.get_i(*win, "")?, "window_tile")?;
+                    (0..own_groups.len())
+                        .map(|g| {
+                            let mut page = kb.get_i(pages[g], "")?;
+                            for wt in 1..window as usize {
+                                let here = kb.icmp(IntPredicate::EQ, at, kb.i32c(wt as i64), "")?;
+                                let p = kb.get_i(pages[wt * own_groups.len() + g], "")?;
+                                page = kb.select_i(here, p, page, "row_page")?;
+                            }
+                            Ok(page)
+                        })
+                        .collect::<R<Vec<_>>>()?
                 }
-                kb.cp_async_mbar_arrive_noinc(self.ring_bar(kb, cta.smem, full, slot)?)?;
+            };
+            let mut own = Vec::new();
+            for (&i, &page) in own_groups.iter().zip(&own_pages) {
+                let key = row_key(kb, 32 * i as i64)?;
+                let (ko, vo) =
+                    crate::variant::layout::kv_row_offsets_in_page(kb, spec, &k_st, &v_st, key, page, cta.hkv)?;
+                own.push((i, if tensor == KvTensor::K { ko } else { vo }));
             }
-            Ok(())
+            kb.mbar_wait(self.ring_bar(kb, cta.smem, empty, slot)?, free_parity)?;
+            let dst0 =
+                kb.add(cta.smem, kb.add(kb.i32c(base as i64), kb.mul(slot, kb.i32c(per as i64), "")?, "")?, "")?;
+            for &(i, own_off) in &own {
+                // Rows 32i + 4j .. +3, j a run-time loop (an unrolled one keeps every
+                // address live and spills the producer): this lane copies chunk
+                // lane%8 of row 32i + 4j + lane/8, whose offset lane 4j + lane/8 holds.
+                kb.for_range(kb.i32c(0), kb.i32c(8), "gather_rows", |kb, j| {
+                    let src = kb.add(kb.mul(j, kb.i32c(4), "")?, sub_row, "src_lane")?;
+                    let r = kb.add(kb.i32c(32 * i as i64), src, "row")?;
+                    let off = kb.shfl_idx_i64(own_off, src, "row_off")?;
+                    let key = kb.add(n0, r, "")?;
+                    let valid = kb.icmp(IntPredicate::SLT, key, cta.bv.seqlen_k, "")?;
+                    let bytes = kb.select_i(valid, kb.i32c(16), kb.i32c(0), "")?;
+                    let row_gaddr = kb.add(tbase, kb.mul(off, kb.i64c(2), "")?, "")?;
+                    let s_row = emit_chunk_addr(kb, dst0, r, chunk)?;
+                    // A head dim that is not a multiple of 64 leaves the last block's
+                    // tail chunks past d: zeroed too.
+                    let stride = cfg.block_n * ROW_BYTES;
+                    crate::variant::layout::cp_async_row_chunks(kb, s_row, stride, row_gaddr, tbase, chunk, d, bytes)?;
+                    Ok(())
+                })?;
+            }
+            kb.cp_async_mbar_arrive_noinc(self.ring_bar(kb, cta.smem, full, slot)?)
         })
     }
 }
