@@ -172,8 +172,16 @@ fn emit_fragment_offset<'ctx>(kb: &Kb<'ctx>, r: IntValue<'ctx>, c: IntValue<'ctx
 /// the largest query tile of any family's main kernel (blackwell's 128), so every tile's
 /// bulk copy of its `lse_log2` and D rows stays inside its row.
 pub const WS_ROW_ALIGN: u32 = 128;
-/// Rows (warps) per CTA of the row kernels (preprocess, dQ convert).
-pub const ROWS_PER_CTA: u32 = 4;
+/// Warps per CTA of the row kernels (preprocess, dQ convert).
+pub const ROW_WARPS: u32 = 4;
+/// Rows per warp of the row kernels: each warp issues the loads of all its rows before
+/// the first use. With one row per warp (4 per CTA) they were latency-bound: 262144 CTAs
+/// of two 4-byte loads per lane at d64 × 32 heads × 32k rows, 199 µs for 272 MB
+/// (1.4 TB/s) under ncu on the H100 (`docs/results/2026-11-28-h100-bwd-row-kernels/`).
+pub const ROWS_PER_WARP: u32 = 8;
+/// Rows per CTA of the row kernels: a divisor of [`WS_ROW_ALIGN`], so the grid covers the
+/// padded rows exactly.
+pub const ROWS_PER_CTA: u32 = ROW_WARPS * ROWS_PER_WARP;
 /// Threads of the sink-gradient and aux-reduce kernels.
 pub const REDUCE_THREADS: u32 = 256;
 
@@ -630,7 +638,7 @@ fn row_kernel_info(name: &str, role: KernelRole, params: &[(String, ParamTy)]) -
         name: name.to_string(),
         role,
         note: None,
-        threads_per_block: ROWS_PER_CTA * 32,
+        threads_per_block: ROW_WARPS * 32,
         dynamic_smem_bytes: 0,
         block_m: ROWS_PER_CTA,
         block_n: 0,
@@ -640,82 +648,120 @@ fn row_kernel_info(name: &str, role: KernelRole, params: &[(String, ParamTy)]) -
     }
 }
 
-/// The row a warp of a row kernel owns: grid `(seqlen_pad / ROWS_PER_CTA, q_heads,
-/// batch)`, one warp per query row. Returns (lane, q, h, b).
-fn row_coords<'ctx>(kb: &Kb<'ctx>) -> R<(IntValue<'ctx>, IntValue<'ctx>, IntValue<'ctx>, IntValue<'ctx>)> {
+/// The rows a warp of a row kernel owns: grid `(seqlen_pad / ROWS_PER_CTA, q_heads,
+/// batch)`, warp `w` of CTA `c` the consecutive rows `c · ROWS_PER_CTA + w ·
+/// ROWS_PER_WARP + i` for `i` in `0..ROWS_PER_WARP` (so lane `i` can read and write row
+/// `i`'s per-row values in one request for the warp). Returns (lane, rows, h, b).
+fn row_coords<'ctx>(kb: &Kb<'ctx>) -> R<(IntValue<'ctx>, Vec<IntValue<'ctx>>, IntValue<'ctx>, IntValue<'ctx>)> {
     let tid = kb.sreg("tid.x", "tid")?;
     let lane = kb.and(tid, kb.i32c(31), "lane")?;
     let warp = kb.udiv(tid, kb.i32c(32), "warp")?;
-    let q = kb.add(kb.mul(kb.sreg("ctaid.x", "")?, kb.i32c(ROWS_PER_CTA as i64), "")?, warp, "q")?;
-    Ok((lane, q, kb.sreg("ctaid.y", "h")?, kb.sreg("ctaid.z", "b")?))
+    let first = kb.add(
+        kb.mul(kb.sreg("ctaid.x", "")?, kb.i32c(ROWS_PER_CTA as i64), "")?,
+        kb.mul(warp, kb.i32c(ROWS_PER_WARP as i64), "")?,
+        "q_first",
+    )?;
+    let rows = (0..ROWS_PER_WARP).map(|i| kb.add(first, kb.i32c(i as i64), "q")).collect::<R<Vec<_>>>()?;
+    Ok((lane, rows, kb.sreg("ctaid.y", "h")?, kb.sreg("ctaid.z", "b")?))
+}
+
+/// The column pairs a lane reads of a `d`-wide row (two elements per 64-column chunk),
+/// with whether each is inside the row.
+fn lane_pairs<'ctx>(kb: &Kb<'ctx>, lane: IntValue<'ctx>, d: u32) -> R<Vec<(IntValue<'ctx>, IntValue<'ctx>)>> {
+    (0..d.div_ceil(64))
+        .map(|chunk| {
+            let col = kb.add(kb.mul(lane, kb.i32c(2), "")?, kb.i32c(chunk as i64 * 64), "col")?;
+            Ok((col, kb.icmp(IntPredicate::SLT, col, kb.i32c(d as i64), "")?))
+        })
+        .collect()
 }
 
 /// The preprocess kernel: per query row, `D = Σ dO ∘ O` (f32) and the LSE in log2 units,
 /// into the workspace; padded rows get `D = 0` and `+∞`, and so does a row whose LSE is
-/// −∞ (no key contributed: its P is 0 everywhere, not `exp(s + ∞)`).
+/// −∞ (no key contributed: its P is 0 everywhere, not `exp(s + ∞)`). Each warp reads
+/// all its rows' O and dO before it multiplies the first; lane `i` reads row `i`'s LSE
+/// and writes its D and log2 LSE (one request per warp for each, not one per row).
 pub fn build_preprocess<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str) -> R<KernelInfo> {
     let params = preprocess_params(spec);
     let args = Args::begin(kb, name, &params)?;
     kb.section(&format!("attnc backward preprocess: {} (D = rowsum(dO*O), lse in log2 units)", spec.name))?;
-    let (lane, q, h, b) = row_coords(kb)?;
+    let (lane, rows, h, b) = row_coords(kb)?;
     let la = row_layout(&args)?;
     let qs = query_side(spec);
     let bv = batch_view(kb, &qs, &la, b)?;
     let pad = emit_seqlen_pad(kb, la.seqlen_q)?;
-    let outside = kb.icmp(IntPredicate::SGE, q, pad, "")?;
-    kb.return_if(outside, "row_out_of_range")?;
-    let d_slot = kb.slot_f32("d_row", kb.f32c(0.0))?;
-    let lse_slot = kb.slot_f32("lse2_row", kb.f32c(f64::INFINITY))?;
-    let valid = kb.icmp(IntPredicate::SLT, q, bv.seqlen_q, "row_valid")?;
-    kb.if_then(valid, "row", |kb| {
-        kb.section("D = sum over d_v of dO * O (lanes share the columns)")?;
-        let o_row =
-            kb.add(args.int("o")?, kb.mul(q_row_offset(kb, &bv, &args.strides("o")?, q, h)?, kb.i64c(2), "")?, "")?;
-        let do_row =
-            kb.add(args.int("do")?, kb.mul(q_row_offset(kb, &bv, &args.strides("do")?, q, h)?, kb.i64c(2), "")?, "")?;
-        let mut acc = kb.f32c(0.0);
-        for chunk in 0..spec.head_dim_v.div_ceil(64) {
-            let col = kb.add(kb.mul(lane, kb.i32c(2), "")?, kb.i32c(chunk as i64 * 64), "col")?;
-            let in_row = kb.icmp(IntPredicate::SLT, col, kb.i32c(spec.head_dim_v as i64), "")?;
-            let part = kb.slot_f32("d_part", kb.f32c(0.0))?;
-            kb.if_then(in_row, "col_guard", |kb| {
-                let off = kb.mul(kb.zext64(col, "")?, kb.i64c(2), "")?;
-                let (o0, o1) = kb.unpack_half2(spec.dtype, kb.ld_global_b32(kb.add(o_row, off, "")?, "o2")?, "o")?;
-                let (g0, g1) = kb.unpack_half2(spec.dtype, kb.ld_global_b32(kb.add(do_row, off, "")?, "do2")?, "do")?;
-                kb.set(part, kb.fma(o1, g1, kb.fmul(o0, g0, "")?, "")?)
-            })?;
-            acc = kb.fadd(acc, kb.get_f(part, "")?, "")?;
-        }
-        kb.set(d_slot, kb.warp_sum_f32(acc)?)?;
-        let lse_off = lse_offset(kb, &bv, args.int("lse_stride_batch")?, args.int("lse_stride_head")?, h, q)?;
-        let lse = kb.ld_global_f32(kb.add(args.int("lse")?, kb.mul(lse_off, kb.i64c(4), "")?, "")?, "lse")?;
-        let none = kb.fcmp(FloatPredicate::OEQ, lse, kb.f32c(f64::NEG_INFINITY), "")?;
-        let lse2 = kb.fmul(lse, kb.f32c(LOG2E), "")?;
-        kb.set(lse_slot, kb.select_f(none, kb.f32c(f64::INFINITY), lse2, "lse2")?)
+    let pairs = lane_pairs(kb, lane, spec.head_dim_v)?;
+    let (o_st, do_st) = (args.strides("o")?, args.strides("do")?);
+    kb.section("loads: every row's O and dO pairs (rows past seqlen_q read nothing), lane i row i's LSE")?;
+    let mut loaded = Vec::new();
+    for &q in &rows {
+        let valid = kb.icmp(IntPredicate::SLT, q, bv.seqlen_q, "row_valid")?;
+        let words = pairs
+            .iter()
+            .map(|_| Ok((kb.slot_i32("o2", kb.i32c(0))?, kb.slot_i32("do2", kb.i32c(0))?)))
+            .collect::<R<Vec<_>>>()?;
+        kb.if_then(valid, "row", |kb| {
+            let o_row = kb.add(args.int("o")?, kb.mul(q_row_offset(kb, &bv, &o_st, q, h)?, kb.i64c(2), "")?, "")?;
+            let do_row = kb.add(args.int("do")?, kb.mul(q_row_offset(kb, &bv, &do_st, q, h)?, kb.i64c(2), "")?, "")?;
+            for (&(col, in_row), &(o_w, do_w)) in pairs.iter().zip(&words) {
+                kb.if_then(in_row, "col_guard", |kb| {
+                    let off = kb.mul(kb.zext64(col, "")?, kb.i64c(2), "")?;
+                    kb.set(o_w, kb.ld_global_b32(kb.add(o_row, off, "")?, "o2")?)?;
+                    kb.set(do_w, kb.ld_global_b32(kb.add(do_row, off, "")?, "do2")?)
+                })?;
+            }
+            Ok(())
+        })?;
+        loaded.push(words);
+    }
+    // Lane i < ROWS_PER_WARP: row i's LSE (−∞ past seqlen_q: D = 0, +∞ there).
+    let my_q = kb.add(rows[0], lane, "lane_row")?;
+    let my_row = kb.icmp(IntPredicate::ULT, lane, kb.i32c(ROWS_PER_WARP as i64), "")?;
+    let my_valid = kb.and(my_row, kb.icmp(IntPredicate::SLT, my_q, bv.seqlen_q, "")?, "lane_row_valid")?;
+    let lse_slot = kb.slot_f32("lse", kb.f32c(f64::NEG_INFINITY))?;
+    kb.if_then(my_valid, "lse_load", |kb| {
+        let lse_off = lse_offset(kb, &bv, args.int("lse_stride_batch")?, args.int("lse_stride_head")?, h, my_q)?;
+        kb.set(lse_slot, kb.ld_global_f32(kb.add(args.int("lse")?, kb.mul(lse_off, kb.i64c(4), "")?, "")?, "lse")?)
     })?;
-    let first = kb.icmp(IntPredicate::EQ, lane, kb.i32c(0), "")?;
-    kb.if_then(first, "store", |kb| {
-        let row = ws_row(kb, spec.q_heads, pad, b, h, q)?;
+    kb.section("D = sum over d_v of dO * O (lanes share the columns); lane i keeps row i's")?;
+    let mut my_d = kb.f32c(0.0);
+    for (i, words) in loaded.into_iter().enumerate() {
+        let mut acc = kb.f32c(0.0);
+        for (o_w, do_w) in words {
+            // Zero words (columns past d_v, rows past seqlen_q) add zero.
+            let (o0, o1) = kb.unpack_half2(spec.dtype, kb.get_i(o_w, "")?, "o")?;
+            let (g0, g1) = kb.unpack_half2(spec.dtype, kb.get_i(do_w, "")?, "do")?;
+            acc = kb.fadd(acc, kb.fma(o1, g1, kb.fmul(o0, g0, "")?, "")?, "")?;
+        }
+        let d_row = kb.warp_sum_f32(acc)?;
+        let mine = kb.icmp(IntPredicate::EQ, lane, kb.i32c(i as i64), "")?;
+        my_d = kb.select_f(mine, d_row, my_d, "d_row")?;
+    }
+    let lse = kb.get_f(lse_slot, "")?;
+    let none = kb.fcmp(FloatPredicate::OEQ, lse, kb.f32c(f64::NEG_INFINITY), "")?;
+    let lse2 = kb.select_f(none, kb.f32c(f64::INFINITY), kb.fmul(lse, kb.f32c(LOG2E), "")?, "lse2")?;
+    let inside = kb.and(my_row, kb.icmp(IntPredicate::SLT, my_q, pad, "")?, "")?;
+    kb.if_then(inside, "store", |kb| {
+        let row = ws_row(kb, spec.q_heads, pad, b, h, my_q)?;
         let off = kb.mul(row, kb.i64c(4), "")?;
-        kb.st_global_f32(kb.add(args.int("dpsum")?, off, "")?, kb.get_f(d_slot, "")?)?;
-        kb.st_global_f32(kb.add(args.int("lse_log2")?, off, "")?, kb.get_f(lse_slot, "")?)
+        kb.st_global_f32(kb.add(args.int("dpsum")?, off, "")?, my_d)?;
+        kb.st_global_f32(kb.add(args.int("lse_log2")?, off, "")?, lse2)
     })?;
     kb.ret()?;
     Ok(row_kernel_info(name, KernelRole::BackwardPreprocess, &params))
 }
 
 /// The dQ convert kernel: `dQ = scale · Σ_s dq_accum[s]` (slices summed in order), in
-/// the element type, for the real rows of each sequence.
+/// the element type, for the real rows of each sequence. Each warp reads a slice's pairs
+/// of all its rows before it adds the first.
 pub fn build_dq_convert<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str, layout: DqAccumLayout) -> R<KernelInfo> {
     let params = dq_convert_params(spec);
     let args = Args::begin(kb, name, &params)?;
     kb.section(&format!("attnc backward dQ convert: {} (scale * sum of dq_accum slices)", spec.name))?;
-    let (lane, q, h, b) = row_coords(kb)?;
+    let (lane, rows, h, b) = row_coords(kb)?;
     let la = row_layout(&args)?;
     let qs = query_side(spec);
     let bv = batch_view(kb, &qs, &la, b)?;
-    let outside = kb.icmp(IntPredicate::SGE, q, bv.seqlen_q, "")?;
-    kb.return_if(outside, "row_out_of_range")?;
     let pad = emit_seqlen_pad(kb, la.seqlen_q)?;
     let batch = kb.sreg("nctaid.z", "batch")?;
     let d = spec.head_dim_qk as i64;
@@ -726,47 +772,73 @@ pub fn build_dq_convert<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str, layout
         kb.mul(kb.sext64(pad, "")?, kb.i64c(d), "")?,
         "slice_elems",
     )?;
-    // Row-major: the row's first element. Fragment tiles: its tile's first element (the
-    // column's offset inside the tile follows per pair).
-    let row0 = match layout {
-        DqAccumLayout::RowMajor => kb.mul(ws_row(kb, spec.q_heads, pad, b, h, q)?, kb.i64c(d), "acc_row")?,
-        DqAccumLayout::ConsumerFragments | DqAccumLayout::WarpgroupFragments => {
-            let t = FRAG_TILE_ROWS as i64;
-            let q0 = kb.mul(kb.udiv(q, kb.i32c(t), "")?, kb.i32c(t), "tile_q0")?;
-            kb.mul(ws_row(kb, spec.q_heads, pad, b, h, q0)?, kb.i64c(d), "acc_tile")?
-        }
-    };
-    let tile_row = kb.urem(q, kb.i32c(FRAG_TILE_ROWS as i64), "tile_row")?;
+    let pairs = lane_pairs(kb, lane, spec.head_dim_qk)?;
     let acc_base = args.int("dq_accum")?;
-    let dq_row =
-        kb.add(args.int("dq")?, kb.mul(q_row_offset(kb, &bv, &args.strides("dq")?, q, h)?, kb.i64c(2), "")?, "")?;
-    let scale = kb.f32c(spec.scale_value());
-    for chunk in 0..spec.head_dim_qk.div_ceil(64) {
-        let col = kb.add(kb.mul(lane, kb.i32c(2), "")?, kb.i32c(chunk as i64 * 64), "col")?;
-        let in_row = kb.icmp(IntPredicate::SLT, col, kb.i32c(d), "")?;
-        kb.if_then(in_row, "col_guard", |kb| {
-            let acc0 = kb.slot_f32("dq0", kb.f32c(0.0))?;
-            let acc1 = kb.slot_f32("dq1", kb.f32c(0.0))?;
+    // Per row: whether it is real, and the f32 offset in slice 0 of each of the lane's
+    // pairs. Row-major: from the row's first element; fragment tiles: from the tile's
+    // first, the pair's place inside the tile following its row and column.
+    let mut row_pairs = Vec::new();
+    for &q in &rows {
+        let valid = kb.icmp(IntPredicate::SLT, q, bv.seqlen_q, "row_valid")?;
+        let row0 = match layout {
+            DqAccumLayout::RowMajor => kb.mul(ws_row(kb, spec.q_heads, pad, b, h, q)?, kb.i64c(d), "acc_row")?,
+            DqAccumLayout::ConsumerFragments | DqAccumLayout::WarpgroupFragments => {
+                let t = FRAG_TILE_ROWS as i64;
+                let q0 = kb.mul(kb.udiv(q, kb.i32c(t), "")?, kb.i32c(t), "tile_q0")?;
+                kb.mul(ws_row(kb, spec.q_heads, pad, b, h, q0)?, kb.i64c(d), "acc_tile")?
+            }
+        };
+        let tile_row = kb.urem(q, kb.i32c(FRAG_TILE_ROWS as i64), "tile_row")?;
+        let mut offs = Vec::new();
+        for &(col, in_row) in &pairs {
             let in_tile = match layout {
                 DqAccumLayout::RowMajor => col,
                 DqAccumLayout::ConsumerFragments => emit_fragment_offset(kb, tile_row, col, spec.head_dim_qk)?,
                 DqAccumLayout::WarpgroupFragments => emit_wg_fragment_offset(kb, tile_row, col)?,
             };
-            kb.for_range(kb.i32c(0), slices, "slice_loop", |kb, s| {
-                let e = kb.add(
-                    kb.add(row0, kb.mul(kb.sext64(s, "")?, slice_elems, "")?, "")?,
-                    kb.zext64(in_tile, "")?,
-                    "",
-                )?;
-                let [x0, x1] = kb.ld_global_v2_f32(kb.add(acc_base, kb.mul(e, kb.i64c(4), "")?, "")?, "dq_part")?;
-                kb.set(acc0, kb.fadd(kb.get_f(acc0, "")?, x0, "")?)?;
-                kb.set(acc1, kb.fadd(kb.get_f(acc1, "")?, x1, "")?)
+            let take = kb.and(valid, in_row, "pair_real")?;
+            let acc = (kb.slot_f32("dq0", kb.f32c(0.0))?, kb.slot_f32("dq1", kb.f32c(0.0))?);
+            offs.push((take, kb.add(row0, kb.zext64(in_tile, "")?, "pair_elem")?, acc, col));
+        }
+        row_pairs.push((q, offs));
+    }
+    kb.section("sum the slices: every row's pairs of a slice loaded before the adds")?;
+    kb.for_range(kb.i32c(0), slices, "slice_loop", |kb, s| {
+        let slice0 = kb.mul(kb.sext64(s, "")?, slice_elems, "slice0")?;
+        let mut parts = Vec::new();
+        for (_, offs) in &row_pairs {
+            for &(take, e, _, _) in offs {
+                let got = (kb.slot_f32("part0", kb.f32c(0.0))?, kb.slot_f32("part1", kb.f32c(0.0))?);
+                kb.if_then(take, "pair_load", |kb| {
+                    let e = kb.add(e, slice0, "")?;
+                    let [x0, x1] = kb.ld_global_v2_f32(kb.add(acc_base, kb.mul(e, kb.i64c(4), "")?, "")?, "dq_part")?;
+                    kb.set(got.0, x0)?;
+                    kb.set(got.1, x1)
+                })?;
+                parts.push(got);
+            }
+        }
+        let accs = row_pairs.iter().flat_map(|(_, offs)| offs.iter().map(|o| o.2));
+        for ((a0, a1), (p0, p1)) in accs.zip(parts) {
+            kb.set(a0, kb.fadd(kb.get_f(a0, "")?, kb.get_f(p0, "")?, "")?)?;
+            kb.set(a1, kb.fadd(kb.get_f(a1, "")?, kb.get_f(p1, "")?, "")?)?;
+        }
+        Ok(())
+    })?;
+    kb.section("dQ = scale * sum, in the element type")?;
+    let scale = kb.f32c(spec.scale_value());
+    let dq_st = args.strides("dq")?;
+    for (q, offs) in row_pairs {
+        for (take, _, (a0, a1), col) in offs {
+            kb.if_then(take, "pair_store", |kb| {
+                let dq_row =
+                    kb.add(args.int("dq")?, kb.mul(q_row_offset(kb, &bv, &dq_st, q, h)?, kb.i64c(2), "")?, "")?;
+                let x0 = kb.fmul(kb.get_f(a0, "")?, scale, "")?;
+                let x1 = kb.fmul(kb.get_f(a1, "")?, scale, "")?;
+                let packed = kb.pack_half2(spec.dtype, x0, x1, "dq_pair")?;
+                kb.st_global_b32(kb.add(dq_row, kb.mul(kb.zext64(col, "")?, kb.i64c(2), "")?, "")?, packed)
             })?;
-            let x0 = kb.fmul(kb.get_f(acc0, "")?, scale, "")?;
-            let x1 = kb.fmul(kb.get_f(acc1, "")?, scale, "")?;
-            let packed = kb.pack_half2(spec.dtype, x0, x1, "dq_pair")?;
-            kb.st_global_b32(kb.add(dq_row, kb.mul(kb.zext64(col, "")?, kb.i64c(2), "")?, "")?, packed)
-        })?;
+        }
     }
     kb.ret()?;
     Ok(row_kernel_info(name, KernelRole::DqConvert, &params))

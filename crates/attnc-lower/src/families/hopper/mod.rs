@@ -511,7 +511,8 @@ mod tests {
                 // K, V, and V of the tail tile (to its own barrier).
                 assert_eq!(tma, 3 * tma_per_tile, "{label}");
                 assert!(!m.ptx.contains("gather K tile"), "{label}");
-                for section in ["block-table window", "rows past seqlen_k zeroed", "shfl.sync.idx", "fence.proxy.async"] {
+                for section in ["block-table window", "rows past seqlen_k zeroed", "shfl.sync.idx", "fence.proxy.async"]
+                {
                     assert!(m.ptx.contains(section), "{label}: no {section}");
                 }
             }

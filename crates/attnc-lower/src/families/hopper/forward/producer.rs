@@ -313,7 +313,9 @@ impl<'ctx> Kernel<'_, 'ctx> {
                     })
                     .collect::<R<Vec<_>>>()?,
                 Some((win, pages)) => {
-                    kb.section("paged KV: this lane's pages of a window of tiles, read together when the walk leaves it")?;
+                    kb.section(
+                        "paged KV: this lane's pages of a window of tiles, read together when the walk leaves it",
+                    )?;
                     let w = kb.get_i(*win, "")?;
                     let below = kb.icmp(IntPredicate::SLT, t, w, "")?;
                     let past = kb.icmp(IntPredicate::SGE, t, kb.add(w, kb.i32c(window as i64), "")?, "")?;
