@@ -182,6 +182,7 @@ pub const ROWS_PER_WARP: u32 = 8;
 /// Rows per CTA of the row kernels: a divisor of [`WS_ROW_ALIGN`], so the grid covers the
 /// padded rows exactly.
 pub const ROWS_PER_CTA: u32 = ROW_WARPS * ROWS_PER_WARP;
+const _: () = assert!(WS_ROW_ALIGN % ROWS_PER_CTA == 0 && ROWS_PER_WARP <= 32);
 /// Threads of the sink-gradient and aux-reduce kernels.
 pub const REDUCE_THREADS: u32 = 256;
 
@@ -1131,6 +1132,33 @@ pub fn dq_mode_is<'ctx>(kb: &Kb<'ctx>, args: &Args<'ctx>, mode: DqAccumulation) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The row kernels keep every row's loads in flight together: the preprocess issues
+    /// all of a warp's O and dO words (2 per row and 64-column chunk) and its LSE before its
+    /// first multiply-add, and the convert one slice's pairs of all its rows per trip.
+    #[test]
+    fn row_kernels_issue_every_rows_loads_before_the_math() {
+        use crate::compile::{compile, CompileOptions};
+        for (d, arch) in [(128u32, crate::Arch::Sm90a), (64, crate::Arch::Sm90a), (96, crate::Arch::Sm80)] {
+            let src = format!("attention r {{\n dtype bf16\n head_dim {d}\n heads 4\n}}\n");
+            let spec = attnc_dsl::parse_named("r.attn", &src).expect("parses");
+            let m = compile(&spec, &CompileOptions::new(arch).direction(crate::Direction::Backward)).expect("compiles");
+            let entry = |suffix: &str| -> String {
+                let at = m.ptx.find(&format!(".entry attnc_r_bwd_{suffix}(")).expect("the row kernel");
+                let body = &m.ptx[at..];
+                body[..body.find("\n}").expect("its end")].to_string()
+            };
+            let chunks = d.div_ceil(64) as usize;
+            let pre = entry("pre");
+            let loads: Vec<usize> = pre.match_indices("ld.global.b32").map(|(i, _)| i).collect();
+            // O and dO words, and lane i's LSE of row i.
+            assert_eq!(loads.len(), 2 * ROWS_PER_WARP as usize * chunks + 1, "d {d}: O, dO and LSE");
+            let first_fma = pre.find("fma.rn.f32").expect("the dot products");
+            assert!(loads.iter().all(|&l| l < first_fma), "d {d}: a load after the first multiply-add");
+            let dq = entry("dq");
+            assert_eq!(dq.matches("ld.global.v2.f32").count(), ROWS_PER_WARP as usize * chunks, "d {d}: dq pairs");
+        }
+    }
 
     /// `fragment_offset` places every element of a 64 × 128 tile once, and exactly where
     /// the consumer thread that holds it in its wgmma fragment stores it: thread `t` of
