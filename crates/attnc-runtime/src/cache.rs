@@ -28,7 +28,7 @@
 //! A failed write is counted ([`CacheStats::write_errors`]) and otherwise ignored: the
 //! build's result is still returned and kept in memory.
 
-use crate::hash::{fnv1a128, fnv1a64};
+use crate::hash::{fnv1a128_words, fnv1a64};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -66,7 +66,7 @@ impl CacheKey {
         CacheKey::from_text(text)
     }
     pub fn from_text(text: String) -> CacheKey {
-        CacheKey { hash: fnv1a128(text.as_bytes()), text }
+        CacheKey { hash: fnv1a128_words(text.as_bytes()), text }
     }
     pub fn hash(&self) -> u128 {
         self.hash

@@ -1,4 +1,4 @@
-//! Stable, dependency-free hashes (FNV-1a). They name cache entries and check their
+//! Stable, dependency-free hashes (FNV-1a, and its step over 8-byte words). They name cache entries and check their
 //! payloads, so they must give the same value on every machine, build and Rust version
 //! (std's `DefaultHasher` promises none of that). Not cryptographic: the cache also stores
 //! the full key text and compares it on load, so a collision cannot serve a wrong entry.
@@ -19,11 +19,25 @@ pub fn fnv1a64(bytes: &[u8]) -> u64 {
     h
 }
 
-/// FNV-1a, 128 bits: cache key names.
-pub fn fnv1a128(bytes: &[u8]) -> u128 {
-    let mut h = FNV128_OFFSET;
-    for &b in bytes {
-        h ^= u128::from(b);
+/// FNV-1a's step over little-endian 8-byte words (the tail zero-padded, the length mixed
+/// into the start), 128 bits: cache key names. An eighth of the multiplies of the
+/// bytewise FNV-1a: a memory-cache hit hashes its ~700-byte key text on every
+/// `Runtime::kernel` call, and bytewise that was 0.7 µs of its ~1.8 on the build machine.
+/// Each step is a bijection of the state, like the bytewise one.
+pub fn fnv1a128_words(bytes: &[u8]) -> u128 {
+    let mut h = FNV128_OFFSET ^ bytes.len() as u128;
+    let mut words = bytes.chunks_exact(8);
+    for w in &mut words {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(w);
+        h ^= u128::from(u64::from_le_bytes(b));
+        h = h.wrapping_mul(FNV128_PRIME);
+    }
+    let tail = words.remainder();
+    if !tail.is_empty() {
+        let mut b = [0u8; 8];
+        b[..tail.len()].copy_from_slice(tail);
+        h ^= u128::from(u64::from_le_bytes(b));
         h = h.wrapping_mul(FNV128_PRIME);
     }
     h
@@ -39,7 +53,25 @@ mod tests {
         assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
         assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
         assert_eq!(fnv1a64(b"foobar"), 0x8594_4171_f739_67e8);
-        assert_eq!(fnv1a128(b""), FNV128_OFFSET);
-        assert_eq!(fnv1a128(b"a"), 0xd228_cb69_6f1a_8caf_7891_2b70_4e4a_8964);
+    }
+
+    /// The word hash tells apart keys that differ in one byte anywhere, in length only
+    /// (a zero-padded tail), or in word order; and it never changes for the same bytes
+    /// (its values name files on disk).
+    #[test]
+    fn word_hash_separates_near_keys() {
+        let base: Vec<u8> = (0..717u32).map(|i| (i * 7 % 251) as u8).collect();
+        let h = fnv1a128_words(&base);
+        for i in 0..base.len() {
+            let mut b = base.clone();
+            b[i] ^= 1;
+            assert_ne!(fnv1a128_words(&b), h, "byte {i}");
+        }
+        let mut padded = base.clone();
+        padded.push(0);
+        assert_ne!(fnv1a128_words(&padded), h);
+        assert_ne!(fnv1a128_words(b"abcdefgh12345678"), fnv1a128_words(b"12345678abcdefgh"));
+        assert_ne!(fnv1a128_words(b""), fnv1a128_words(b"\0"));
+        assert_eq!(fnv1a128_words(b"format=x\n"), 0x8708_1eba_83aa_ae99_694d_2d08_b8c8_ce74_u128, "stable");
     }
 }

@@ -24,6 +24,7 @@ use crate::error::RuntimeError;
 use attnc_ir::Spec;
 use attnc_lower::{CompileOptions, Direction, FamilyChoice, FamilyKind, Grid, KernelInfo, KernelRole, TmaBox};
 use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
 use std::time::Instant;
 
 /// Version of the payload layout below.
@@ -43,7 +44,8 @@ pub fn llvm_version() -> String {
 }
 
 /// The cache key of `direction` of `spec` compiled for `arch` with `family`, loaded by
-/// driver `driver_version`.
+/// driver `driver_version`. Runs on every `Runtime::kernel` call (a memory-cache hit
+/// included), so the parts fixed for the process are formatted once.
 pub fn kernel_key(
     spec: &Spec,
     arch: &str,
@@ -51,22 +53,38 @@ pub fn kernel_key(
     direction: Direction,
     driver_version: i32,
 ) -> CacheKey {
-    CacheKey::from_parts(&[
-        ("format", PAYLOAD_FORMAT.to_string()),
-        ("attnc", ATTNC_VERSION.to_string()),
-        ("codegen", CODEGEN_FINGERPRINT.to_string()),
-        ("llvm", llvm_version()),
-        ("arch", arch.to_string()),
-        ("family", family.name().to_string()),
-        ("direction", direction.name().to_string()),
-        ("driver", driver_version.to_string()),
-        ("spec", spec.cache_key()),
-        // A tuning override changes the code for the same spec (dev sweeps only).
-        ("hopper_tune", attnc_lower::families::hopper::config::tune_override().unwrap_or_default()),
-        ("hopper_bwd_tune", attnc_lower::families::hopper::config::bwd_tune_override().unwrap_or_default()),
-        ("portable_bwd_tune", attnc_lower::families::portable::config::bwd_tune_override().unwrap_or_default()),
-        ("compiler", external_ptxas_identity().unwrap_or_else(|| "driver".into())),
-    ])
+    static BUILD: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let build = BUILD.get_or_init(|| {
+        let mut t = String::new();
+        for (k, v) in [
+            ("format", PAYLOAD_FORMAT.to_string()),
+            ("attnc", ATTNC_VERSION.to_string()),
+            ("codegen", CODEGEN_FINGERPRINT.to_string()),
+            ("llvm", llvm_version()),
+        ] {
+            let _ = writeln!(t, "{k}={v}");
+        }
+        t
+    });
+    let mut text = String::with_capacity(build.len() + 768);
+    text.push_str(build);
+    let parts = [
+        ("arch", arch),
+        ("family", family.name()),
+        ("direction", direction.name()),
+        ("driver", &driver_version.to_string()),
+        ("spec", &spec.cache_key()),
+        // A tuning override changes the code for the same spec (dev sweeps only): read
+        // per call, as the lowering reads it.
+        ("hopper_tune", &attnc_lower::families::hopper::config::tune_override().unwrap_or_default()),
+        ("hopper_bwd_tune", &attnc_lower::families::hopper::config::bwd_tune_override().unwrap_or_default()),
+        ("portable_bwd_tune", &attnc_lower::families::portable::config::bwd_tune_override().unwrap_or_default()),
+        ("compiler", external_ptxas_identity().unwrap_or("driver")),
+    ];
+    for (k, v) in parts {
+        let _ = writeln!(text, "{k}={v}");
+    }
+    CacheKey::from_text(text)
 }
 
 /// The ptxas that compiles PTX to cubins, with its version, or `None` for the driver's
@@ -100,9 +118,9 @@ fn external_ptxas_path() -> Option<std::path::PathBuf> {
 /// docs/results/2026-11-27-h100-side-by-side-6/), of which the hit itself takes 0.6. A
 /// ptxas that cannot be read (or that fails `--version` at build time) is keyed as found
 /// here; the build then takes the driver's route, as before. Resolved once per process.
-pub fn external_ptxas_identity() -> Option<String> {
+pub fn external_ptxas_identity() -> Option<&'static str> {
     static ID: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-    ID.get_or_init(|| external_ptxas_path().map(|p| file_identity("ptxas", &p))).clone()
+    ID.get_or_init(|| external_ptxas_path().map(|p| file_identity("ptxas", &p))).as_deref()
 }
 
 /// `tool` at `path` by its path, size and modification time.
