@@ -179,22 +179,17 @@ pub fn kv_row_offsets<'ctx>(
     key: IntValue<'ctx>,
     hkv: IntValue<'ctx>,
 ) -> R<(IntValue<'ctx>, IntValue<'ctx>)> {
-    let hkv64 = kb.sext64(hkv, "")?;
-    let row_in = |st: &Strides<'ctx>, batch_like: IntValue<'ctx>, row: IntValue<'ctx>| -> R<IntValue<'ctx>> {
-        let base = kb.add(kb.mul(batch_like, st.batch, "")?, kb.mul(row, st.row, "")?, "")?;
-        kb.add(base, kb.mul(hkv64, st.head, "")?, "")
-    };
     match spec.kv_layout {
         KvLayout::Contiguous => {
-            let b = kb.sext64(bv.b, "")?;
-            let r = kb.sext64(key, "")?;
-            Ok((row_in(k_st, b, r)?, row_in(v_st, b, r)?))
+            let hkv64 = kb.sext64(hkv, "")?;
+            let (b, r) = (kb.sext64(bv.b, "")?, kb.sext64(key, "")?);
+            kv_offsets_at(kb, k_st, v_st, b, r, hkv64)
         }
         KvLayout::Varlen => {
+            let hkv64 = kb.sext64(hkv, "")?;
             let start = bv.k_start.unwrap_or_else(|| kb.i32c(0));
             let r = kb.sext64(kb.add(start, key, "")?, "")?;
-            let zero = kb.i64c(0);
-            Ok((row_in(k_st, zero, r)?, row_in(v_st, zero, r)?))
+            kv_offsets_at(kb, k_st, v_st, kb.i64c(0), r, hkv64)
         }
         KvLayout::Paged { .. } => {
             let page = kv_page_of(kb, spec, la, bv, key)?;
@@ -223,7 +218,7 @@ pub fn kv_page_of<'ctx>(
 }
 
 /// Element offsets of key row `key` of KV head `hkv` in paged K and V, given the page
-/// that holds it ([`kv_page_of`]).
+/// that holds it ([`kv_page_of`]): the page takes the batch dimension's place.
 pub fn kv_row_offsets_in_page<'ctx>(
     kb: &Kb<'ctx>,
     spec: &Spec,
@@ -238,12 +233,24 @@ pub fn kv_row_offsets_in_page<'ctx>(
     };
     let hkv64 = kb.sext64(hkv, "")?;
     let in_page = kb.sext64(kb.urem(key, kb.i32c(page_size as i64), "in_page")?, "")?;
-    let page = kb.sext64(page, "")?;
-    let row_in = |st: &Strides<'ctx>| -> R<IntValue<'ctx>> {
-        let base = kb.add(kb.mul(page, st.batch, "")?, kb.mul(in_page, st.row, "")?, "")?;
+    kv_offsets_at(kb, k_st, v_st, kb.sext64(page, "")?, in_page, hkv64)
+}
+
+/// `batch_like · batch stride + row · row stride + hkv · head stride` in K and in V
+/// (all three i64).
+fn kv_offsets_at<'ctx>(
+    kb: &Kb<'ctx>,
+    k_st: &Strides<'ctx>,
+    v_st: &Strides<'ctx>,
+    batch_like: IntValue<'ctx>,
+    row: IntValue<'ctx>,
+    hkv64: IntValue<'ctx>,
+) -> R<(IntValue<'ctx>, IntValue<'ctx>)> {
+    let at = |st: &Strides<'ctx>| -> R<IntValue<'ctx>> {
+        let base = kb.add(kb.mul(batch_like, st.batch, "")?, kb.mul(row, st.row, "")?, "")?;
         kb.add(base, kb.mul(hkv64, st.head, "")?, "")
     };
-    Ok((row_in(k_st)?, row_in(v_st)?))
+    Ok((at(k_st)?, at(v_st)?))
 }
 
 /// `i < n` as i1.
