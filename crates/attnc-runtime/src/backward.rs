@@ -27,7 +27,9 @@ use crate::validate::{
 };
 use attnc_ir::block_mask::{BlockDims, Tiling};
 use attnc_ir::{KvLayout, Spec};
-use attnc_lower::families::common::backward::{learnable_aux, padded_seqlen, REDUCE_THREADS, ROWS_PER_CTA};
+use attnc_lower::families::common::backward::{
+    learnable_aux, padded_seqlen, ws_row_align, REDUCE_THREADS, ROWS_PER_CTA,
+};
 use attnc_lower::families::common::dq_order::{turn_flags, turn_plan_words, DqAccumulation, MAX_TURN_TILES};
 use attnc_lower::{BlockLayout, Direction, Grid, KernelRole, LowerError};
 use std::sync::Arc;
@@ -328,7 +330,7 @@ pub fn plan_backward(
 
     // ---- grids and the workspace
     let (batch, max_sq, max_sk) = (fwd.batch, fwd.max_seqlen_q, fwd.max_seqlen_k);
-    let pad = padded_seqlen(max_sq);
+    let pad = padded_seqlen(max_sq, ws_row_align(shape.block_m));
     let kvh = spec.kv_heads as usize;
     // A pair's two CTAs are adjacent along y (the kernel's cluster).
     let ctas_per_tile = if shape.pair { 2 } else { 1 };

@@ -50,8 +50,9 @@ impl From<attnc_ir::DType> for WgmmaType {
 }
 
 /// The N values the hopper family uses (PTX allows multiples of 8 in 8..=256); 32 is the
-/// d64 backward's dQ (each consumer warpgroup half of the 64 columns).
-pub const WGMMA_NS: [u32; 7] = [32, 64, 96, 128, 176, 192, 256];
+/// d64 backward's dQ (each consumer warpgroup half of the 64 columns), 80 the backward's
+/// 80-query tiles (the transposed dQ split).
+pub const WGMMA_NS: [u32; 8] = [32, 64, 80, 96, 128, 176, 192, 256];
 
 /// `{$first, ..., $first+n-1}`.
 fn reg_list(first: usize, n: usize) -> String {
@@ -270,6 +271,21 @@ impl<'ctx> Kb<'ctx> {
         self.asm_call(
             None,
             &format!("stmatrix.sync.aligned.m8n8.x4.shared.b16 [$0+{offset}], {{$1, $2, $3, $4}};"),
+            "r,r,r,r,r,~{memory}",
+            true,
+            &[addr.into(), v[0].into(), v[1].into(), v[2].into(), v[3].into()],
+            "",
+        )?;
+        Ok(())
+    }
+
+    /// `stmatrix.sync.aligned.m8n8.x4.trans.shared.b16`: [`Kb::stmatrix_x4`] with each
+    /// matrix transposed on the way: row `r` in memory (the address of lane `8 j + r`) gets
+    /// column `r` of matrix `j`.
+    pub fn stmatrix_x4_trans(&self, addr: IntValue<'ctx>, offset: i64, v: [IntValue<'ctx>; 4]) -> R<()> {
+        self.asm_call(
+            None,
+            &format!("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [$0+{offset}], {{$1, $2, $3, $4}};"),
             "r,r,r,r,r,~{memory}",
             true,
             &[addr.into(), v[0].into(), v[1].into(), v[2].into(), v[3].into()],

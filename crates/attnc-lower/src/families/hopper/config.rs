@@ -409,7 +409,10 @@ impl Config {
         if !crate::llvm::wgmma::WGMMA_NS.contains(&spec.head_dim_v) {
             return Err(format!("head_dim_v {} is not a wgmma N this family emits", spec.head_dim_v));
         }
-        if !crate::llvm::wgmma::WGMMA_NS.contains(&self.block_n) || self.stages == 0 || self.consumers == 0 {
+        // N = 80 is there for the backward's 80-query tiles; the forward has never been
+        // built or run with 80-key tiles.
+        let block_n_built = crate::llvm::wgmma::WGMMA_NS.contains(&self.block_n) && self.block_n != 80;
+        if !block_n_built || self.stages == 0 || self.consumers == 0 {
             return Err(format!(
                 "block_n {} / stages {} / consumers {}: not a built shape",
                 self.block_n, self.stages, self.consumers
@@ -464,6 +467,11 @@ pub enum DqSplit {
     /// Each computes all of dQ's columns over its own 64 keys and both add into
     /// `dq_accum` (twice the atomics of `Columns`, no barrier between the warpgroups).
     Keys,
+    /// dQᵀ = Kᵀ·dSᵀ (d_qk 128): each warpgroup 64 of dQ's columns as the wgmma M, the
+    /// tile's queries as N and all the CTA's keys as K — FA4's SM90 d128 shape, for query
+    /// tiles that are not a wgmma M (80). dS goes to shared memory as query rows of keys
+    /// (K-major B, `stmatrix.trans`); the same barrier per tile as `Columns`.
+    Transposed,
 }
 
 impl DqSplit {
@@ -684,7 +692,7 @@ impl BwdConfig {
 
     /// This configuration with `key=value,...` overrides (dev sweeps; unknown keys and bad
     /// values are ignored): `stages`, `block_m` (64, or 128 with a one-tile split),
-    /// `producer_regs`, `consumer_regs`, `dq_split` (0 columns, 1 keys, 2 rows),
+    /// `producer_regs`, `consumer_regs`, `dq_split` (0 columns, 1 keys, 2 rows, 3 transposed),
     /// `dp_with_s`, `dq_under_dk`, `rotate_walk`, `exp2_emulate_every`, `dq_bulk`,
     /// `ordered`, `mask_bits`, `aux_grads`, `p_in_smem`, `p_f32_for_ds`, `rows_early`, `row_keys`,
     /// `lpt_sections_mib`, `writer_turns`, and the diagnostics
@@ -703,7 +711,8 @@ impl BwdConfig {
                     self.dq_split = match n {
                         0 => DqSplit::Columns,
                         1 => DqSplit::Keys,
-                        _ => DqSplit::Rows,
+                        2 => DqSplit::Rows,
+                        _ => DqSplit::Transposed,
                     }
                 }
                 "dp_with_s" => self.dp_with_s = n != 0,
@@ -751,6 +760,7 @@ impl BwdConfig {
         match (self.dq_bulk, self.dq_split) {
             (true, DqSplit::Columns) => DqAccumLayout::ConsumerFragments,
             (true, DqSplit::Rows) => DqAccumLayout::WarpgroupFragments,
+            (true, DqSplit::Transposed) => DqAccumLayout::TransposedFragments { rows: self.block_m },
             _ => DqAccumLayout::RowMajor,
         }
     }
@@ -758,7 +768,7 @@ impl BwdConfig {
     /// The 64-query blocks a consumer warpgroup's dQ fragment covers (one m64 GEMM each):
     /// the whole tile's, but its own one for the row split.
     pub fn dq_query_blocks(&self) -> u32 {
-        if self.dq_split == DqSplit::Rows {
+        if matches!(self.dq_split, DqSplit::Rows | DqSplit::Transposed) {
             1
         } else {
             self.block_m / 64
@@ -786,17 +796,21 @@ impl BwdConfig {
         let do_per_stage = blocks(spec.head_dim_v) * self.block_m * ROW_BYTES;
         let ds = align(d_o + do_per_stage * self.stages);
         // dSᵀ rows are keys, each 64 queries = one 128-byte swizzle row (a 128-query tile:
-        // two blocks of key rows).
-        let ds_per_buffer = bn * ROW_BYTES * self.block_m.div_ceil(64);
+        // two blocks of key rows); transposed, dS rows are queries, each 64 keys one row
+        // (two blocks of query rows).
+        let ds_per_buffer = match self.dq_split {
+            DqSplit::Transposed => self.block_m * ROW_BYTES * bn.div_ceil(64),
+            _ => bn * ROW_BYTES * self.block_m.div_ceil(64),
+        };
         let ds_buffers = match self.dq_split {
-            DqSplit::Columns | DqSplit::Rows => 2,
+            DqSplit::Columns | DqSplit::Rows | DqSplit::Transposed => 2,
             DqSplit::Keys => 1,
         };
         let dq_stage = ds + ds_per_buffer * ds_buffers;
         let dq_tile = self.block_m * spec.head_dim_qk * 4;
         let (dq_stage_per_wg, dq_stage_bytes) = match (self.dq_bulk, self.dq_split) {
             (false, _) => (0, 0),
-            (true, DqSplit::Columns | DqSplit::Rows) => (0, dq_tile),
+            (true, DqSplit::Columns | DqSplit::Rows | DqSplit::Transposed) => (0, dq_tile),
             (true, DqSplit::Keys) => (dq_tile, dq_tile * self.consumers),
         };
         let rowvals = dq_stage + dq_stage_bytes;
@@ -854,7 +868,12 @@ impl BwdConfig {
         }
         // 128 queries per tile: the column or row split's staging (two 64-row fragment
         // tiles) only; the per-thread reds address 64 rows.
-        let block_m_built = self.block_m == 64 || (self.block_m == 128 && self.dq_bulk && self.dq_split.one_tile());
+        // The transposed split: any multiple of 16 queries from 64 to 128 (N of Sᵀ, dPᵀ
+        // and dQᵀ; K of dV and dK).
+        let transposed = self.dq_split == DqSplit::Transposed;
+        let block_m_built = self.block_m == 64
+            || (self.block_m == 128 && self.dq_bulk && self.dq_split.one_tile())
+            || (transposed && self.block_m % 16 == 0 && (64..=128).contains(&self.block_m));
         if !block_m_built || self.consumers != 2 || self.stages == 0 {
             return Err(format!(
                 "block_m {} / consumers {} / stages {}: not a built shape",
@@ -863,6 +882,15 @@ impl BwdConfig {
         }
         if self.dq_split == DqSplit::Rows && (self.block_m != 128 || !self.dq_bulk) {
             return Err("the row split of dQ needs 128-query tiles and the bulk reduce".into());
+        }
+        if transposed && (spec.head_dim_qk != 128 || !self.dq_bulk) {
+            return Err("the transposed split of dQ needs d_qk = 128 and the bulk reduce".into());
+        }
+        if self.mask_bits && attnc_ir::block_mask::needs_block_mask(spec) && self.block_m % 64 != 0 {
+            return Err(format!(
+                "block_m {}: the classifier's mask bits are read as rows of 2 or 4 words (block_m 64 or 128)",
+                self.block_m
+            ));
         }
         if self.dq_split == DqSplit::Columns && ![64, 128].contains(&spec.head_dim_qk) {
             return Err("the column split of dQ needs d_qk = 64 or 128".into());

@@ -660,6 +660,44 @@ mod tests {
         assert!(Hopper.unsupported_reason(&Spec::new("x", 128, 4), Arch::Sm80, Direction::Backward).is_some());
     }
 
+    /// The transposed dQ split (FA4's SM90 d128 shape; a tune key, measured no faster on
+    /// the H100): 80-query tiles with dQᵀ = Kᵀ·dSᵀ at N = 80, dS stored transposed, the
+    /// workspace rows padded to 160, assembled without spills for a plain and a causal
+    /// d128 spec; refused at d64 and, where the classifier's bit rows are read, with
+    /// masks over aux tensors.
+    #[test]
+    fn transposed_dq_split_builds_80_query_tiles() {
+        use crate::families::common::backward::DqAccumLayout;
+        let ptxas = crate::ptxas::find_ptxas();
+        for causal in [false, true] {
+            let mut s = Spec::new(&format!("t80_{causal}"), 128, 8);
+            if causal {
+                s.mask.causal = Some(Align::BottomRight);
+            }
+            let cfg = BwdConfig::for_spec(&s).tuned("block_m=80,dq_split=3");
+            assert_eq!((cfg.block_m, cfg.dq_split), (80, DqSplit::Transposed));
+            assert_eq!(cfg.dq_accum_layout(), DqAccumLayout::TransposedFragments { rows: 80 });
+            assert_eq!(cfg.dq_accum_layout().ws_row_align(), 160);
+            cfg.check(&s, Arch::Sm90a.max_smem_per_block()).expect("fits");
+            let m = compile_backward_with_config(&s, Arch::Sm90a, &cfg).expect("compiles");
+            assert!(m.ptx.contains("m64n80k16"), "no N = 80 wgmma");
+            assert!(m.ptx.contains("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16"), "no transposed dS store");
+            assert!(m.ptx.contains("wgmma dQ^T = K^T*dS^T"), "no dQ^T section");
+            let Ok(path) = &ptxas else {
+                assert!(std::env::var_os("CI").is_none(), "CI must have ptxas");
+                continue;
+            };
+            let a = crate::ptxas::assemble_with(path, &m.ptx, Arch::Sm90a).expect("assembles");
+            assert!(!a.has_spills(), "causal={causal} spills:\n{}", a.log);
+            for code in crate::ptxas::WGMMA_SERIALIZED {
+                assert!(!a.log.contains(code), "causal={causal}: wgmma serialized:\n{}", a.log);
+            }
+        }
+        let d64 = Spec::new("t80_d64", 64, 8);
+        let e = BwdConfig::for_spec(&d64).tuned("block_m=80,dq_split=3").check(&d64, 232448).expect_err("refused");
+        assert!(e.contains("transposed split"), "{e}");
+    }
+
     /// Learnable aux gradients train on hopper at d64 (64-query tiles, the column split),
     /// assembled without spills; d128 builds them only when asked (P parked in shared
     /// memory, without spills too); elsewhere they are refused with the reason.

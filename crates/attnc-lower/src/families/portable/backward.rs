@@ -26,7 +26,7 @@
 use super::config::BwdConfig;
 use crate::families::common::abi::{describe, Args};
 use crate::families::common::backward::{
-    aux_sink, dynamic_smem_base, emit_seqlen_pad, main_params, red_dq_fragment, ws_row, DqSlice, FragLane,
+    aux_sink, dynamic_smem_base, emit_seqlen_pad, main_params, red_dq_fragment, ws_row, ws_row_align, DqSlice, FragLane,
 };
 use crate::llvm::kb::{Kb, Slot, R};
 use crate::module::{Grid, KernelInfo, KernelRole};
@@ -135,7 +135,7 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let bv = batch_view(kb, spec, &la, b)?;
         let smem = dynamic_smem_base(kb)?;
         let va = args.variant(spec)?;
-        let seqlen_pad = emit_seqlen_pad(kb, la.seqlen_q)?;
+        let seqlen_pad = emit_seqlen_pad(kb, la.seqlen_q, ws_row_align(cfg.block_m))?;
         let det = args.int("deterministic")?;
         let deterministic = kb.icmp(IntPredicate::NE, det, kb.i32c(0), "deterministic")?;
         let mut dk = Vec::new();

@@ -22,6 +22,34 @@ pub enum DqAccumLayout {
     /// the columns: the hopper row split at d64), in its fragment order: store `k`, then
     /// thread (0..128), then the pair ([`wg_fragment_offset`]).
     WarpgroupFragments,
+    /// Tiles of `rows` queries × `d` (128) stored by two consumer warpgroups that compute
+    /// dQᵀ = Kᵀ·dSᵀ (the hopper transposed split: each warpgroup 64 of the columns as the
+    /// wgmma M, the tile's queries as N — 80 is not a wgmma M): store `k`, then thread
+    /// (0..256), then the pair of adjacent *queries* ([`transposed_fragment_offset`]).
+    TransposedFragments { rows: u32 },
+}
+
+impl DqAccumLayout {
+    /// Rows of one fragment tile (the query tile the main kernel stages); 1 for row-major.
+    pub fn tile_rows(self) -> u32 {
+        match self {
+            DqAccumLayout::RowMajor => 1,
+            DqAccumLayout::ConsumerFragments | DqAccumLayout::WarpgroupFragments => FRAG_TILE_ROWS,
+            DqAccumLayout::TransposedFragments { rows } => rows,
+        }
+    }
+
+    /// The workspace row alignment of a module whose `dq_accum` is in this layout
+    /// ([`super::ws_row_align`] of its tile).
+    pub fn ws_row_align(self) -> u32 {
+        super::ws_row_align(self.tile_rows())
+    }
+
+    /// Whether the two columns of a pair (`c`, `c + 1`) are adjacent floats (else the
+    /// convert reads them one by one).
+    pub fn column_pairs_adjacent(self) -> bool {
+        !matches!(self, DqAccumLayout::TransposedFragments { .. })
+    }
 }
 
 /// Rows of a [`DqAccumLayout::ConsumerFragments`] tile (the wgmma M of a query tile).
@@ -62,6 +90,46 @@ pub fn wg_fragment_offset(r: u32, c: u32) -> u32 {
     let thread = 32 * (r / 16) + 4 * (r % 8) + (c % 8) / 2;
     let k = 2 * (c / 8) + (r % 16) / 8;
     wg_fragment_store_offset(k, thread) + c % 2
+}
+
+/// Float offset inside a [`DqAccumLayout::TransposedFragments`] tile (d 128) of element
+/// (query `r`, column `c`): the inverse of the m64 accumulator of dQᵀ — consumer `c / 64`,
+/// warp `(c % 64) / 16`, lane `4 · (c % 8) + (r % 8) / 2`, chunk `r / 8`, row half
+/// `(c % 16) / 8`, and `r % 2` inside the stored pair.
+pub fn transposed_fragment_offset(r: u32, c: u32) -> u32 {
+    let (consumer, m) = (c / 64, c % 64);
+    let thread = consumer * 128 + 32 * (m / 16) + 4 * (m % 8) + (r % 8) / 2;
+    let k = 2 * (r / 8) + (m % 16) / 8;
+    fragment_store_offset(k, thread) + r % 2
+}
+
+/// [`transposed_fragment_offset`] in LLVM.
+pub(super) fn emit_transposed_fragment_offset<'ctx>(
+    kb: &Kb<'ctx>,
+    r: IntValue<'ctx>,
+    c: IntValue<'ctx>,
+) -> R<IntValue<'ctx>> {
+    let m = kb.and(c, kb.i32c(63), "frag_m")?;
+    let thread = kb.add(
+        kb.add(
+            kb.mul(kb.udiv(c, kb.i32c(64), "")?, kb.i32c(128), "")?,
+            kb.mul(kb.udiv(m, kb.i32c(16), "")?, kb.i32c(32), "")?,
+            "",
+        )?,
+        kb.add(
+            kb.mul(kb.urem(m, kb.i32c(8), "")?, kb.i32c(4), "")?,
+            kb.udiv(kb.urem(r, kb.i32c(8), "")?, kb.i32c(2), "")?,
+            "",
+        )?,
+        "frag_thread",
+    )?;
+    let k = kb.add(
+        kb.mul(kb.udiv(r, kb.i32c(8), "")?, kb.i32c(2), "")?,
+        kb.udiv(kb.urem(m, kb.i32c(16), "")?, kb.i32c(8), "")?,
+        "frag_store",
+    )?;
+    let pair = kb.mul(kb.add(kb.mul(k, kb.i32c(FRAG_THREADS as i64), "")?, thread, "")?, kb.i32c(2), "")?;
+    kb.add(pair, kb.urem(r, kb.i32c(2), "")?, "frag_offset")
 }
 
 /// [`wg_fragment_offset`] of an even column `c` in LLVM.
@@ -111,6 +179,37 @@ pub(super) fn emit_fragment_offset<'ctx>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `transposed_fragment_offset` places every element of an 80 × 128 tile once, where
+    /// the consumer thread holding it in its dQᵀ fragment stores it: thread `t` of
+    /// consumer `c`, chunk `i` (queries 8i..8i+7), row half `h` holds column
+    /// `64 c + 16 (t / 32) + (t % 32) / 4 + 8 h` of queries `8 i + 2 (t % 4)` (+1).
+    #[test]
+    fn transposed_tiles_hold_each_element_once_where_its_thread_stores_it() {
+        for rows in [80u32, 64] {
+            let mut seen = vec![false; (rows * 128) as usize];
+            for consumer in 0..2u32 {
+                for t in 0..128u32 {
+                    for i in 0..rows / 8 {
+                        for half in 0..2u32 {
+                            let c = 64 * consumer + 16 * (t / 32) + (t % 32) / 4 + 8 * half;
+                            let r = 8 * i + 2 * (t % 4);
+                            let at = fragment_store_offset(2 * i + half, 128 * consumer + t);
+                            assert_eq!(transposed_fragment_offset(r, c), at, "r {r} c {c}");
+                            assert_eq!(transposed_fragment_offset(r + 1, c), at + 1, "r {} c {c}", r + 1);
+                            for x in [at, at + 1] {
+                                assert!(!seen[x as usize], "offset {x} twice");
+                                seen[x as usize] = true;
+                            }
+                        }
+                    }
+                }
+            }
+            assert!(seen.iter().all(|&s| s), "rows {rows}");
+        }
+        assert_eq!(DqAccumLayout::TransposedFragments { rows: 80 }.ws_row_align(), 160);
+        assert_eq!(DqAccumLayout::ConsumerFragments.ws_row_align(), 128);
+    }
 
     /// `fragment_offset` places every element of a 64 × 128 tile once, and exactly where
     /// the consumer thread that holds it in its wgmma fragment stores it: thread `t` of

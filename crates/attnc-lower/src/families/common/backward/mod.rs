@@ -25,8 +25,8 @@ mod dq_layout;
 mod rows;
 
 pub use dq_layout::{
-    fragment_offset, fragment_store_offset, wg_fragment_offset, wg_fragment_store_offset, DqAccumLayout, FRAG_THREADS,
-    FRAG_TILE_ROWS,
+    fragment_offset, fragment_store_offset, transposed_fragment_offset, wg_fragment_offset, wg_fragment_store_offset,
+    DqAccumLayout, FRAG_THREADS, FRAG_TILE_ROWS,
 };
 pub use rows::{build_dq_convert, build_preprocess, ROWS_PER_CTA, ROWS_PER_WARP, ROW_WARPS};
 
@@ -60,8 +60,15 @@ pub fn build_kernels<'ctx>(
     dq_layout: DqAccumLayout,
     main: impl FnOnce(&mut Kb<'ctx>) -> R<KernelInfo>,
 ) -> R<Vec<KernelInfo>> {
-    let mut kernels = vec![build_preprocess(kb, spec, &kernel_name(spec, "bwd_pre"))?];
+    let ws_align = dq_layout.ws_row_align();
+    let mut kernels = vec![build_preprocess(kb, spec, &kernel_name(spec, "bwd_pre"), ws_align)?];
     let main = main(kb)?;
+    if ws_row_align(main.block_m) != ws_align {
+        return Err(crate::error::LowerError::InvalidSpec(format!(
+            "backward main kernel of {}-query tiles with a dq_accum layout for {}-row workspace alignment",
+            main.block_m, ws_align
+        )));
+    }
     let tiling = Tiling { block_m: main.block_m, block_n: main.block_n, pack_gqa: false };
     if let Grid::KeyTiles { ordered_dq: true, .. } = main.grid {
         let name = kernel_name(spec, "bwd_turn_plan");
@@ -70,7 +77,7 @@ pub fn build_kernels<'ctx>(
     kernels.push(main);
     kernels.push(build_dq_convert(kb, spec, &kernel_name(spec, "bwd_dq"), dq_layout)?);
     if spec.sinks {
-        kernels.push(build_sink_grad(kb, spec, &kernel_name(spec, "bwd_dsinks"))?);
+        kernels.push(build_sink_grad(kb, spec, &kernel_name(spec, "bwd_dsinks"), ws_align)?);
     }
     if !learnable_aux(spec).is_empty() {
         kernels.push(build_aux_reduce(kb, spec, &kernel_name(spec, "bwd_daux"))?);
@@ -80,15 +87,31 @@ pub fn build_kernels<'ctx>(
 }
 
 /// Per-(batch, head) rows of the workspace are padded to a multiple of this many queries:
-/// the largest query tile of any family's main kernel (blackwell's 128), so every tile's
-/// bulk copy of its `lse_log2` and D rows stays inside its row.
+/// the largest power-of-two query tile of any family's main kernel (blackwell's 128), so
+/// every tile's bulk copy of its `lse_log2` and D rows stays inside its row.
+/// [`ws_row_align`] widens it for tiles that do not divide it.
 pub const WS_ROW_ALIGN: u32 = 128;
 /// Threads of the sink-gradient and aux-reduce kernels.
 pub const REDUCE_THREADS: u32 = 256;
 
-/// `seqlen` rounded up to [`WS_ROW_ALIGN`] (the workspace row length).
-pub fn padded_seqlen(seqlen: usize) -> usize {
-    seqlen.div_ceil(WS_ROW_ALIGN as usize) * WS_ROW_ALIGN as usize
+/// The workspace row alignment of a backward module whose main kernel walks
+/// `block_m`-query tiles: [`WS_ROW_ALIGN`] where `block_m` divides it, else the least
+/// common multiple of `block_m` and the row kernels' [`ROWS_PER_CTA`] (80-query tiles:
+/// 160), so every tile, and every `dq_accum` fragment tile, stays inside its head's rows.
+pub const fn ws_row_align(block_m: u32) -> u32 {
+    if block_m == 0 || WS_ROW_ALIGN % block_m == 0 {
+        return WS_ROW_ALIGN;
+    }
+    let (mut a, mut b) = (block_m, ROWS_PER_CTA);
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    block_m / a * ROWS_PER_CTA
+}
+
+/// `seqlen` rounded up to `align` ([`ws_row_align`]: the workspace row length).
+pub fn padded_seqlen(seqlen: usize, align: u32) -> usize {
+    seqlen.div_ceil(align as usize) * align as usize
 }
 
 fn push_strides(p: &mut Vec<(String, ParamTy)>, t: &str) {
@@ -281,7 +304,7 @@ impl<'ctx> KeyTileCta<'ctx> {
     ) -> R<Self> {
         let la = args.layout()?;
         let bv = batch_view(kb, spec, &la, b)?;
-        let seqlen_pad = emit_seqlen_pad(kb, la.seqlen_q)?;
+        let seqlen_pad = emit_seqlen_pad(kb, la.seqlen_q, ws_row_align(block_m))?;
         let n_tiles = kb.ceil_div(bv.seqlen_k, kb.i32c(block_n as i64), "n_tiles")?;
         let m_tiles = kb.ceil_div(bv.seqlen_q, kb.i32c(block_m as i64), "m_tiles")?;
         Ok(KeyTileCta { la, va: args.variant(spec)?, bv, hkv, seqlen_pad, n_tiles, m_tiles, block_m, block_n })
@@ -366,10 +389,13 @@ pub fn ws_row<'ctx>(
     kb.add(kb.mul(bh, kb.sext64(seqlen_pad, "")?, "")?, kb.sext64(q, "")?, "ws_row")
 }
 
-/// `seqlen_q` rounded up to [`WS_ROW_ALIGN`], in the kernel.
-pub fn emit_seqlen_pad<'ctx>(kb: &Kb<'ctx>, seqlen_q: IntValue<'ctx>) -> R<IntValue<'ctx>> {
-    let a = WS_ROW_ALIGN as i64;
-    kb.and(kb.add(seqlen_q, kb.i32c(a - 1), "")?, kb.i32c(!(a - 1)), "seqlen_pad")
+/// `seqlen_q` rounded up to `align` ([`ws_row_align`]), in the kernel.
+pub fn emit_seqlen_pad<'ctx>(kb: &Kb<'ctx>, seqlen_q: IntValue<'ctx>, align: u32) -> R<IntValue<'ctx>> {
+    let a = align as i64;
+    if align.is_power_of_two() {
+        return kb.and(kb.add(seqlen_q, kb.i32c(a - 1), "")?, kb.i32c(!(a - 1)), "seqlen_pad");
+    }
+    kb.mul(kb.udiv(kb.add(seqlen_q, kb.i32c(a - 1), "")?, kb.i32c(a), "")?, kb.i32c(a), "seqlen_pad")
 }
 
 /// One `dq_accum` slice of a backward main kernel: every CTA adds into slice 0 with
@@ -514,14 +540,14 @@ pub fn aux_sink<'ctx>(
 /// The sink-gradient kernel: one CTA per head, `dsinks[h] = −Σ_{b, q} exp2(sink·log2 e −
 /// lse_log2) · D`, each thread over a fixed set of rows and the threads' sums joined by a
 /// fixed tree: the same bits every run.
-pub fn build_sink_grad<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str) -> R<KernelInfo> {
+pub fn build_sink_grad<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str, ws_align: u32) -> R<KernelInfo> {
     let params = sink_grad_params();
     let args = Args::begin(kb, name, &params)?;
     kb.section(&format!("attnc backward sink gradient: {} (dsinks = -sum P_sink * D)", spec.name))?;
     let tid = kb.sreg("tid.x", "tid")?;
     let h = kb.sreg("ctaid.x", "h")?;
     let smem = dynamic_smem_base(kb)?;
-    let pad = emit_seqlen_pad(kb, args.int("seqlen_q")?)?;
+    let pad = emit_seqlen_pad(kb, args.int("seqlen_q")?, ws_align)?;
     let rows = kb.mul(args.int("batch")?, pad, "rows")?;
     let sink = kb.ld_global_f32(kb.add(args.int("sinks")?, kb.mul(kb.sext64(h, "")?, kb.i64c(4), "")?, "")?, "sink")?;
     let sink2 = kb.fmul(sink, kb.f32c(LOG2E), "sink_log2")?;

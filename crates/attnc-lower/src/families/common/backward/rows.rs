@@ -3,7 +3,7 @@
 //! convert (`dQ = scale · Σ_slices dq_accum` in the element type). Memory-bound, so each
 //! warp issues every row's loads before it uses the first.
 
-use super::dq_layout::{emit_fragment_offset, emit_wg_fragment_offset, DqAccumLayout, FRAG_TILE_ROWS};
+use super::dq_layout::{emit_fragment_offset, emit_transposed_fragment_offset, emit_wg_fragment_offset, DqAccumLayout};
 use super::{dq_convert_params, emit_seqlen_pad, preprocess_params, ws_row, WS_ROW_ALIGN};
 use crate::families::common::abi::{Args, ParamTy};
 use crate::llvm::kb::{Kb, R};
@@ -98,7 +98,7 @@ fn lane_pairs<'ctx>(kb: &Kb<'ctx>, lane: IntValue<'ctx>, d: u32) -> R<Vec<(IntVa
 /// −∞ (no key contributed: its P is 0 everywhere, not `exp(s + ∞)`). Each warp reads
 /// all its rows' O and dO before it multiplies the first; lane `i` reads row `i`'s LSE
 /// and writes its D and log2 LSE (one request per warp for each, not one per row).
-pub fn build_preprocess<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str) -> R<KernelInfo> {
+pub fn build_preprocess<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str, ws_align: u32) -> R<KernelInfo> {
     let params = preprocess_params(spec);
     let args = Args::begin(kb, name, &params)?;
     kb.section(&format!("attnc backward preprocess: {} (D = rowsum(dO*O), lse in log2 units)", spec.name))?;
@@ -106,7 +106,7 @@ pub fn build_preprocess<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str) -> R<K
     let la = row_layout(&args)?;
     let qs = query_side(spec);
     let bv = batch_view(kb, &qs, &la, b)?;
-    let pad = emit_seqlen_pad(kb, la.seqlen_q)?;
+    let pad = emit_seqlen_pad(kb, la.seqlen_q, ws_align)?;
     let pairs = lane_pairs(kb, lane, spec.head_dim_v)?;
     let (o_st, do_st) = (args.strides("o")?, args.strides("do")?);
     kb.section("loads: every row's O and dO pairs (rows past seqlen_q read nothing), lane i row i's LSE")?;
@@ -179,7 +179,7 @@ pub fn build_dq_convert<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str, layout
     let la = row_layout(&args)?;
     let qs = query_side(spec);
     let bv = batch_view(kb, &qs, &la, b)?;
-    let pad = emit_seqlen_pad(kb, la.seqlen_q)?;
+    let pad = emit_seqlen_pad(kb, la.seqlen_q, layout.ws_row_align())?;
     let batch = kb.sreg("nctaid.z", "batch")?;
     let d = spec.head_dim_qk as i64;
     let slices = args.int("dq_slices")?;
@@ -199,19 +199,20 @@ pub fn build_dq_convert<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str, layout
         let valid = kb.icmp(IntPredicate::SLT, q, bv.seqlen_q, "row_valid")?;
         let row0 = match layout {
             DqAccumLayout::RowMajor => kb.mul(ws_row(kb, spec.q_heads, pad, b, h, q)?, kb.i64c(d), "acc_row")?,
-            DqAccumLayout::ConsumerFragments | DqAccumLayout::WarpgroupFragments => {
-                let t = FRAG_TILE_ROWS as i64;
+            _ => {
+                let t = layout.tile_rows() as i64;
                 let q0 = kb.mul(kb.udiv(q, kb.i32c(t), "")?, kb.i32c(t), "tile_q0")?;
                 kb.mul(ws_row(kb, spec.q_heads, pad, b, h, q0)?, kb.i64c(d), "acc_tile")?
             }
         };
-        let tile_row = kb.urem(q, kb.i32c(FRAG_TILE_ROWS as i64), "tile_row")?;
+        let tile_row = kb.urem(q, kb.i32c(layout.tile_rows() as i64), "tile_row")?;
         let mut offs = Vec::new();
         for &(col, in_row) in &pairs {
             let in_tile = match layout {
                 DqAccumLayout::RowMajor => col,
                 DqAccumLayout::ConsumerFragments => emit_fragment_offset(kb, tile_row, col, spec.head_dim_qk)?,
                 DqAccumLayout::WarpgroupFragments => emit_wg_fragment_offset(kb, tile_row, col)?,
+                DqAccumLayout::TransposedFragments { .. } => emit_transposed_fragment_offset(kb, tile_row, col)?,
             };
             let take = kb.and(valid, in_row, "pair_real")?;
             let acc = (kb.slot_f32("dq0", kb.f32c(0.0))?, kb.slot_f32("dq1", kb.f32c(0.0))?);
@@ -228,7 +229,16 @@ pub fn build_dq_convert<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str, layout
                 let got = (kb.slot_f32("part0", kb.f32c(0.0))?, kb.slot_f32("part1", kb.f32c(0.0))?);
                 kb.if_then(take, "pair_load", |kb| {
                     let e = kb.add(e, slice0, "")?;
-                    let [x0, x1] = kb.ld_global_v2_f32(kb.add(acc_base, kb.mul(e, kb.i64c(4), "")?, "")?, "dq_part")?;
+                    let addr = kb.add(acc_base, kb.mul(e, kb.i64c(4), "")?, "")?;
+                    let [x0, x1] = if layout.column_pairs_adjacent() {
+                        kb.ld_global_v2_f32(addr, "dq_part")?
+                    } else {
+                        // Transposed fragments: column c + 1 is 4 lanes (8 floats) on.
+                        [
+                            kb.ld_global_f32(addr, "dq_part")?,
+                            kb.ld_global_f32(kb.add(addr, kb.i64c(32), "")?, "dq_part")?,
+                        ]
+                    };
                     kb.set(got.0, x0)?;
                     kb.set(got.1, x1)
                 })?;

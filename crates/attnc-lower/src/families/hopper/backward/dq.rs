@@ -91,7 +91,7 @@ impl<'ctx> Bwd<'_, 'ctx> {
                             let flag = turn_flag(kb, &self.args, v.row)?;
                             let la = self.args.layout()?;
                             let b = kb.opaque_i32(kb.sreg("ctaid.z", "")?, "b")?;
-                            let pad = emit_seqlen_pad(kb, la.seqlen_q)?;
+                            let pad = emit_seqlen_pad(kb, la.seqlen_q, ws_row_align(cfg.block_m))?;
                             let tiles = (cfg.block_m, cfg.block_n());
                             let idx = turn_plan_index(kb, spec, &la, pad, b, tiles, (v.h, v.m, v.n))?;
                             let plan = self.args.int("turn_plan")?;
@@ -143,7 +143,7 @@ impl<'ctx> Bwd<'_, 'ctx> {
         kb.section("dQ -> dq_accum (red.global.add.v4.f32)")?;
         let col0 = match cfg.dq_split {
             DqSplit::Columns => kb.mul(env.consumer, kb.i32c(dq_n as i64), "dq_col0")?,
-            DqSplit::Keys | DqSplit::Rows => kb.i32c(0),
+            DqSplit::Keys | DqSplit::Rows | DqSplit::Transposed => kb.i32c(0),
         };
         let slices = dq_mode_is(kb, &self.args, DqAccumulation::Slices)?;
         let slice = kb.select_i(slices, kb.sreg("ctaid.x", "")?, kb.i32c(0), "dq_slice")?;
@@ -164,8 +164,8 @@ impl<'ctx> Bwd<'_, 'ctx> {
         match cfg.dq_split {
             DqSplit::Columns => add(kb),
             // `BwdConfig::check` refuses it (the reds address 64 rows from the tile's first).
-            DqSplit::Rows => Err(crate::error::LowerError::InvalidSpec(
-                "the row split of dQ has no per-thread adds (it needs the bulk reduce)".into(),
+            DqSplit::Rows | DqSplit::Transposed => Err(crate::error::LowerError::InvalidSpec(
+                "the row and transposed splits of dQ have no per-thread adds (they need the bulk reduce)".into(),
             )),
             DqSplit::Keys => {
                 // Both warpgroups add to the same elements: in deterministic mode,
@@ -206,7 +206,7 @@ impl<'ctx> Bwd<'_, 'ctx> {
     fn ds_smem(&self, kb: &Kb<'ctx>, env: &Env<'_, 'ctx>, ring_pos: IntValue<'ctx>) -> R<IntValue<'ctx>> {
         let l = self.layout;
         let ds_buf = match self.cfg.dq_split {
-            DqSplit::Columns | DqSplit::Rows => {
+            DqSplit::Columns | DqSplit::Rows | DqSplit::Transposed => {
                 let buf = kb.and(ring_pos, kb.i32c(1), "ds_buffer")?;
                 kb.add(kb.i32c(l.ds as i64), kb.mul(buf, kb.i32c(l.ds_per_buffer as i64), "")?, "")?
             }
@@ -250,7 +250,7 @@ impl<'ctx> Bwd<'_, 'ctx> {
             })?;
         }
         match cfg.dq_split {
-            DqSplit::Columns | DqSplit::Rows => kb.named_bar_sync(DS_BAR, 128 * cfg.consumers),
+            DqSplit::Columns | DqSplit::Rows | DqSplit::Transposed => kb.named_bar_sync(DS_BAR, 128 * cfg.consumers),
             DqSplit::Keys => kb.named_bar_sync_r(kb.add(env.consumer, kb.i32c(DS_BAR as i64), "")?, 128),
         }
     }
@@ -273,6 +273,30 @@ impl<'ctx> Bwd<'_, 'ctx> {
         let ty = WgmmaType::from(spec.dtype);
         let bn = cfg.block_n();
         let undef = kb.ctx.f32_type().get_undef();
+
+        if cfg.dq_split == DqSplit::Transposed {
+            // ---- dQᵀ = Kᵀ·dSᵀ: A this warpgroup's 64-column block of K read MN-major
+            // (its columns on M), B dS as query rows of keys (K-major, two 64-key blocks).
+            let bm = cfg.block_m;
+            kb.section(&format!("wgmma dQ^T = K^T*dS^T (ss, K MN-major, dS K-major, N = {bm} queries)"))?;
+            let k_block = kb.add(
+                kb.add(cta.smem, kb.i32c(l.k as i64), "")?,
+                kb.mul(env.consumer, kb.i32c((bn * ROW_BYTES) as i64), "")?,
+                "k_col_block",
+            )?;
+            let a0 =
+                kb.wgmma_desc(k_block, SmemDesc::mn_major_sw128(0, bn * ROW_BYTES).encode_without_start(), "kt_desc")?;
+            let b0 = kb.wgmma_desc(ds_smem, SmemDesc::k_major_sw128(0).encode_without_start(), "ds_kmaj_desc")?;
+            let mut dq = vec![undef; (bm / 2) as usize];
+            for j in 0..bn / 16 {
+                let a = kb.add(a0, kb.i64c((mn_major_step_offset(j) >> 4) as i64), "")?;
+                let b = kb.add(b0, kb.i64c((k_major_step_offset(bm, j) >> 4) as i64), "")?;
+                let scale = if j == 0 { Acc::Overwrite } else { Acc::Accumulate };
+                dq = kb.wgmma_ss(ty, bm, &dq, a, b, scale, Major::Mn, Major::K, "dqt")?;
+            }
+            kb.wgmma_commit_group()?;
+            return Ok(dq);
+        }
 
         // ---- dQ = dS·K
         kb.section("wgmma dQ = dS*K (ss, dS^T MN-major from shared memory)")?;
@@ -299,6 +323,7 @@ impl<'ctx> Bwd<'_, 'ctx> {
             }
             // All the columns, this warpgroup's keys.
             DqSplit::Keys => (ROWS_PER_CONSUMER / 16, kb.add(ds_smem, wg_rows, "")?, k_wg),
+            DqSplit::Transposed => unreachable!("issued above"),
         };
         let q_blocks = cfg.dq_query_blocks();
         let mn = |lbo: u32| SmemDesc::mn_major_sw128(0, lbo).encode_without_start();
@@ -375,7 +400,8 @@ impl<'ctx> Bwd<'_, 'ctx> {
         // bytes. Key split: row-major.
         let layout = cfg.dq_accum_layout();
         let base = match layout {
-            DqAccumLayout::ConsumerFragments => {
+            // Transposed: the same order over dQᵀ's fragments (pairs of adjacent queries).
+            DqAccumLayout::ConsumerFragments | DqAccumLayout::TransposedFragments { .. } => {
                 let thread = kb.add(kb.mul(env.consumer, kb.i32c(128), "")?, env.ltid, "frag_thread")?;
                 kb.add(stage, kb.mul(thread, kb.i32c(8), "")?, "")?
             }
@@ -399,7 +425,9 @@ impl<'ctx> Bwd<'_, 'ctx> {
                 }
                 let off = rows * 64 * d * 4
                     + match layout {
-                        DqAccumLayout::ConsumerFragments => fragment_store_offset((2 * i + half) as u32, 0) * 4,
+                        DqAccumLayout::ConsumerFragments | DqAccumLayout::TransposedFragments { .. } => {
+                            fragment_store_offset((2 * i + half) as u32, 0) * 4
+                        }
                         DqAccumLayout::WarpgroupFragments => wg_fragment_store_offset((2 * i + half) as u32, 0) * 4,
                         DqAccumLayout::RowMajor => (8 * half as u32 * d + 8 * i as u32) * 4,
                     };
@@ -419,7 +447,7 @@ impl<'ctx> Bwd<'_, 'ctx> {
             kb.bulk_commit_group()
         };
         match cfg.dq_split {
-            DqSplit::Columns | DqSplit::Rows => {
+            DqSplit::Columns | DqSplit::Rows | DqSplit::Transposed => {
                 kb.named_bar_sync(DS_BAR, 128 * cfg.consumers)?;
                 let first = kb.icmp(IntPredicate::EQ, env.consumer, kb.i32c(0), "")?;
                 let one = kb.and(first, issuer, "dq_issuer")?;
@@ -471,6 +499,9 @@ impl<'ctx> Bwd<'_, 'ctx> {
         let lane = kb.and(env.ltid, kb.i32c(31), "lane")?;
         let warp = kb.udiv(env.ltid, kb.i32c(32), "warp_in_wg")?;
         let block_bytes = (self.cfg.block_n() * ROW_BYTES) as i64;
+        if self.cfg.dq_split == DqSplit::Transposed {
+            return self.store_ds_transposed(kb, env, ds_smem, ops);
+        }
         if ops.len() % 4 == 0 {
             // `stmatrix` x4: packed registers 4g..4g+3 are the 8-column tiles 2g and 2g+1,
             // each in two row halves (matrix j: tile 2g + j / 2, half j % 2). Lane l gives
@@ -523,6 +554,44 @@ impl<'ctx> Bwd<'_, 'ctx> {
                 "ds_addr",
             )?;
             kb.st_shared_b32(addr, *op)?;
+        }
+        Ok(())
+    }
+
+    /// The transposed split's dS store: this warpgroup's dSᵀ fragment (its 64 keys ×
+    /// the tile's queries) as dS, query rows of keys (K-major B of dQᵀ = Kᵀ·dSᵀ), its keys
+    /// in block `consumer` (`block_m` rows of 128 bytes), by `stmatrix.trans`. Group `g`
+    /// (packed registers 4g..4g+3: matrix `j` = 8-query tile 2g + j / 2, key half j % 2)
+    /// writes query rows 16g + 8 (j / 2) + r, each the 16-byte chunk of keys
+    /// 16·warp + 8 (j % 2) .. + 8: chunk (2·warp + j % 2) ^ r of the swizzled row.
+    fn store_ds_transposed(
+        &self,
+        kb: &Kb<'ctx>,
+        env: &Env<'_, 'ctx>,
+        ds_smem: IntValue<'ctx>,
+        ops: &[IntValue<'ctx>],
+    ) -> R<()> {
+        let bm = self.cfg.block_m;
+        if ops.len() % 4 != 0 {
+            return Err(crate::error::LowerError::InvalidSpec(format!(
+                "transposed dS store: {} packed registers (block_m {bm} is not a multiple of 16)",
+                ops.len()
+            )));
+        }
+        let lane = kb.and(env.ltid, kb.i32c(31), "lane")?;
+        let warp = kb.udiv(env.ltid, kb.i32c(32), "warp_in_wg")?;
+        let r = kb.and(lane, kb.i32c(7), "stm_row")?;
+        let j = kb.udiv(lane, kb.i32c(8), "stm_matrix")?;
+        let q_row = kb.add(kb.mul(kb.udiv(j, kb.i32c(2), "")?, kb.i32c(8), "")?, r, "stm_q_row")?;
+        let chunk = kb.xor(kb.add(kb.mul(warp, kb.i32c(2), "")?, kb.and(j, kb.i32c(1), "")?, "")?, r, "stm_chunk")?;
+        let addr = kb.add(
+            kb.add(ds_smem, kb.mul(env.consumer, kb.i32c((bm * ROW_BYTES) as i64), "")?, "ds_key_block")?,
+            kb.add(kb.mul(q_row, kb.i32c(ROW_BYTES as i64), "")?, kb.mul(chunk, kb.i32c(16), "")?, "")?,
+            "stm_addr",
+        )?;
+        for (g, regs) in ops.chunks(4).enumerate() {
+            let off = (16 * g) as i64 * ROW_BYTES as i64;
+            kb.stmatrix_x4_trans(addr, off, [regs[0], regs[1], regs[2], regs[3]])?;
         }
         Ok(())
     }

@@ -34,7 +34,7 @@ use crate::families::common::abi::{self as cabi, Args};
 use crate::families::common::backward::{
     aux_sink, dq_mode_is, dynamic_smem_base, emit_seqlen_pad, fragment_store_offset, red_dq_fragment,
     reversed_key_tiles, tma_boxes, tma_main_params, turn_flag, turn_plan_index, wg_fragment_store_offset, ws_row,
-    DqAccumLayout, DqSlice, FragLane, KeyTileCta,
+    ws_row_align, DqAccumLayout, DqSlice, FragLane, KeyTileCta,
 };
 use crate::families::common::dq_order::{DqAccumulation, DqTurn};
 use crate::families::common::schedule::{emit_lpt_place, emit_section_heads};
@@ -575,6 +575,8 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
         let dq_n = match cfg.dq_split {
             DqSplit::Columns => spec.head_dim_qk / 2,
             DqSplit::Keys | DqSplit::Rows => spec.head_dim_qk,
+            // dQᵀ: N is the tile's queries.
+            DqSplit::Transposed => cfg.block_m,
         };
         let dk_in: Vec<FloatValue<'ctx>> = acc.dk.iter().map(|x| kb.get_f(*x, "dk")).collect::<R<_>>()?;
         let issue_dk = |kb: &mut Kb<'ctx>| -> R<Vec<FloatValue<'ctx>>> {
