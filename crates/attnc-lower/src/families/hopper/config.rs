@@ -500,6 +500,13 @@ pub struct BwdConfig {
     /// Issue dQ = dS·K before dK += dSᵀ·Q and add dQ into `dq_accum` while the dK GEMM
     /// is in flight (`wgmma.wait_group 1`), instead of waiting for every GEMM first.
     pub dq_under_dk: bool,
+    /// Column split at d128: each warpgroup stages its own half of the dQ tile and hands
+    /// it to a dQ writer warp (the producer warpgroup's warp 1) through a 160-thread named
+    /// barrier of its own, which adds it with one bulk reduce (FA4's SM90 dQ path), instead
+    /// of both warpgroups meeting at a second 256-thread barrier and one consumer thread
+    /// issuing the reduce. No ordered deterministic mode with it (deterministic launches
+    /// take slices).
+    pub dq_writer: bool,
     /// Every `exp2_emulate_every`-th exponential of P on the FMA pipe
     /// (`variant::softmax::exp2_emulated`) instead of `ex2.approx` (0: none): the softmax
     /// of a d64 tile is bound by the MUFU pipe.
@@ -657,6 +664,7 @@ impl BwdConfig {
             // per-thread reds, +1-5% at d64 with the column split's bulk reduce, within
             // noise at d128 (-2.5..+1.5%), where dK then issues after the dS barrier.
             dq_under_dk: spec.head_dim_qk != 128,
+            dq_writer: false,
             rotate_walk: true,
             exp2_emulate_every: 0,
             // H100, 2026-11-23 (docs/results/2026-11-23-h100-hopper-backward-bulk-dq/): the
@@ -693,7 +701,7 @@ impl BwdConfig {
     /// This configuration with `key=value,...` overrides (dev sweeps; unknown keys and bad
     /// values are ignored): `stages`, `block_m` (64, or 128 with a one-tile split),
     /// `producer_regs`, `consumer_regs`, `dq_split` (0 columns, 1 keys, 2 rows, 3 transposed),
-    /// `dp_with_s`, `dq_under_dk`, `rotate_walk`, `exp2_emulate_every`, `dq_bulk`,
+    /// `dp_with_s`, `dq_under_dk`, `dq_writer`, `rotate_walk`, `exp2_emulate_every`, `dq_bulk`,
     /// `ordered`, `mask_bits`, `aux_grads`, `p_in_smem`, `p_f32_for_ds`, `rows_early`, `row_keys`,
     /// `lpt_sections_mib`, `writer_turns`, and the diagnostics
     /// `diag_no_dq_red`, `diag_no_dq`, `diag_no_softmax`, `diag_dq_half`, `diag_dq_no_stage`,
@@ -717,6 +725,7 @@ impl BwdConfig {
                 }
                 "dp_with_s" => self.dp_with_s = n != 0,
                 "dq_under_dk" => self.dq_under_dk = n != 0,
+                "dq_writer" => self.dq_writer = n != 0,
                 "rotate_walk" => self.rotate_walk = n != 0,
                 "exp2_emulate_every" => self.exp2_emulate_every = n,
                 "dq_bulk" => self.dq_bulk = n != 0,
@@ -748,7 +757,12 @@ impl BwdConfig {
     /// which a dQ-writer thread of the producer warpgroup issues in turn. The key split's
     /// per-thread atomics from two warpgroups use the slice mode.
     pub fn ordered_dq(&self) -> bool {
-        self.ordered && self.dq_bulk && self.dq_split.one_tile() && self.rotate_walk && self.diag == BwdDiag::default()
+        self.ordered
+            && self.dq_bulk
+            && !self.dq_writer
+            && self.dq_split.one_tile()
+            && self.rotate_walk
+            && self.diag == BwdDiag::default()
     }
 
     /// How this configuration's main kernel lays out its dQ in `dq_accum`: the bulk
@@ -758,6 +772,7 @@ impl BwdConfig {
     pub fn dq_accum_layout(&self) -> crate::families::common::backward::DqAccumLayout {
         use crate::families::common::backward::DqAccumLayout;
         match (self.dq_bulk, self.dq_split) {
+            (true, DqSplit::Columns) if self.dq_writer => DqAccumLayout::ConsumerHalves,
             (true, DqSplit::Columns) => DqAccumLayout::ConsumerFragments,
             (true, DqSplit::Rows) => DqAccumLayout::WarpgroupFragments,
             (true, DqSplit::Transposed) => DqAccumLayout::TransposedFragments { rows: self.block_m },
@@ -817,11 +832,13 @@ impl BwdConfig {
         let rowvals_per_stage = 2 * self.block_m * 4;
         let bars = rowvals + rowvals_per_stage * self.stages;
         let dq_handoff = bars + 8 * (4 + 2 * self.stages);
-        let p_f32 = (dq_handoff + 24).div_ceil(16) * 16;
+        // The ordered mode's hand-over (6 words), or the dQ writer's (4 words a warpgroup).
+        let handoff_bytes = if self.dq_writer { 16 * self.consumers } else { 24 };
+        let p_f32 = (dq_handoff + handoff_bytes).div_ceil(16) * 16;
         let used = if self.p_in_smem_used(spec) {
             p_f32 + 128 * self.consumers * (self.block_m / 2) * 4
         } else {
-            dq_handoff + 24
+            dq_handoff + handoff_bytes
         };
         BwdSmem {
             k,
@@ -882,6 +899,9 @@ impl BwdConfig {
         }
         if self.dq_split == DqSplit::Rows && (self.block_m != 128 || !self.dq_bulk) {
             return Err("the row split of dQ needs 128-query tiles and the bulk reduce".into());
+        }
+        if self.dq_writer && (self.dq_split != DqSplit::Columns || !self.dq_bulk || spec.head_dim_qk != 128) {
+            return Err("the dQ writer warp needs the column split at d_qk = 128 and the bulk reduce".into());
         }
         if transposed && (spec.head_dim_qk != 128 || !self.dq_bulk) {
             return Err("the transposed split of dQ needs d_qk = 128 and the bulk reduce".into());

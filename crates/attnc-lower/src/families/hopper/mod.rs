@@ -698,6 +698,33 @@ mod tests {
         assert!(e.contains("transposed split"), "{e}");
     }
 
+    /// The dQ writer warp (FA4's SM90 dQ path; a tune key, measured +0-3% at d128 without a
+    /// mask): each consumer stages its half of the dQ tile (`ConsumerHalves`) and hands it
+    /// over through a pair of 160-thread named barriers; the writer warp issues the bulk
+    /// reduces. No ordered mode with it; refused outside the column split at d128.
+    #[test]
+    fn dq_writer_warp_builds_at_d128() {
+        use crate::families::common::backward::DqAccumLayout;
+        let s = Spec::new("dq_writer", 128, 8);
+        let cfg = BwdConfig::for_spec(&s).tuned("dq_writer=1");
+        assert!(cfg.dq_writer && !cfg.ordered_dq(), "{cfg:?}");
+        assert_eq!(cfg.dq_accum_layout(), DqAccumLayout::ConsumerHalves);
+        cfg.check(&s, Arch::Sm90a.max_smem_per_block()).expect("fits");
+        let m = compile_backward_with_config(&s, Arch::Sm90a, &cfg).expect("compiles");
+        for want in ["barrier.arrive 5, 160", "barrier.sync 7, 160", "dQ writer warp", "16384;"] {
+            assert!(m.ptx.contains(want), "no `{want}` in the PTX");
+        }
+        if let Ok(path) = crate::ptxas::find_ptxas() {
+            let a = crate::ptxas::assemble_with(&path, &m.ptx, Arch::Sm90a).expect("assembles");
+            assert!(!a.has_spills(), "spills:\n{}", a.log);
+        } else {
+            assert!(std::env::var_os("CI").is_none(), "CI must have ptxas");
+        }
+        let d64 = Spec::new("dq_writer_d64", 64, 8);
+        let e = BwdConfig::for_spec(&d64).tuned("dq_writer=1").check(&d64, 232448).expect_err("refused");
+        assert!(e.contains("dQ writer warp"), "{e}");
+    }
+
     /// Learnable aux gradients train on hopper at d64 (64-query tiles, the column split),
     /// assembled without spills; d128 builds them only when asked (P parked in shared
     /// memory, without spills too); elsewhere they are refused with the reason.

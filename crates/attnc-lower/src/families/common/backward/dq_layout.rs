@@ -27,6 +27,11 @@ pub enum DqAccumLayout {
     /// wgmma M, the tile's queries as N — 80 is not a wgmma M): store `k`, then thread
     /// (0..256), then the pair of adjacent *queries* ([`transposed_fragment_offset`]).
     TransposedFragments { rows: u32 },
+    /// Tiles of [`FRAG_TILE_ROWS`] rows × 128 stored by two consumer warpgroups that hold
+    /// 64 columns each (the column split) and add their halves with a bulk reduce each:
+    /// consumer 0's half, then consumer 1's, each in its warpgroup fragment order
+    /// ([`consumer_half_offset`]).
+    ConsumerHalves,
 }
 
 impl DqAccumLayout {
@@ -34,7 +39,9 @@ impl DqAccumLayout {
     pub fn tile_rows(self) -> u32 {
         match self {
             DqAccumLayout::RowMajor => 1,
-            DqAccumLayout::ConsumerFragments | DqAccumLayout::WarpgroupFragments => FRAG_TILE_ROWS,
+            DqAccumLayout::ConsumerFragments | DqAccumLayout::WarpgroupFragments | DqAccumLayout::ConsumerHalves => {
+                FRAG_TILE_ROWS
+            }
             DqAccumLayout::TransposedFragments { rows } => rows,
         }
     }
@@ -90,6 +97,27 @@ pub fn wg_fragment_offset(r: u32, c: u32) -> u32 {
     let thread = 32 * (r / 16) + 4 * (r % 8) + (c % 8) / 2;
     let k = 2 * (c / 8) + (r % 16) / 8;
     wg_fragment_store_offset(k, thread) + c % 2
+}
+
+/// Floats of one consumer's half of a [`DqAccumLayout::ConsumerHalves`] tile (64 rows ×
+/// 64 columns).
+pub const CONSUMER_HALF_FLOATS: u32 = FRAG_TILE_ROWS * 64;
+
+/// Float offset inside a [`DqAccumLayout::ConsumerHalves`] tile (d 128) of element
+/// (`r`, `c`): consumer `c / 64`'s half, then [`wg_fragment_offset`] of column `c % 64`.
+pub fn consumer_half_offset(r: u32, c: u32) -> u32 {
+    (c / 64) * CONSUMER_HALF_FLOATS + wg_fragment_offset(r, c % 64)
+}
+
+/// [`consumer_half_offset`] of an even column `c` in LLVM.
+pub(super) fn emit_consumer_half_offset<'ctx>(
+    kb: &Kb<'ctx>,
+    r: IntValue<'ctx>,
+    c: IntValue<'ctx>,
+) -> R<IntValue<'ctx>> {
+    let half = kb.mul(kb.udiv(c, kb.i32c(64), "")?, kb.i32c(CONSUMER_HALF_FLOATS as i64), "half_base")?;
+    let within = emit_wg_fragment_offset(kb, r, kb.and(c, kb.i32c(63), "")?)?;
+    kb.add(half, within, "half_offset")
 }
 
 /// Float offset inside a [`DqAccumLayout::TransposedFragments`] tile (d 128) of element
@@ -208,6 +236,19 @@ mod tests {
             assert!(seen.iter().all(|&s| s), "rows {rows}");
         }
         assert_eq!(DqAccumLayout::TransposedFragments { rows: 80 }.ws_row_align(), 160);
+        // Consumer halves: each consumer's 64 columns contiguous, every element once.
+        let mut seen = vec![false; (FRAG_TILE_ROWS * 128) as usize];
+        for r in 0..FRAG_TILE_ROWS {
+            for c in 0..128u32 {
+                let at = consumer_half_offset(r, c);
+                assert_eq!(at / CONSUMER_HALF_FLOATS, c / 64, "r {r} c {c}");
+                assert!(!seen[at as usize], "offset {at} twice");
+                seen[at as usize] = true;
+                if c % 2 == 0 {
+                    assert_eq!(consumer_half_offset(r, c + 1), at + 1);
+                }
+            }
+        }
         assert_eq!(DqAccumLayout::ConsumerFragments.ws_row_align(), 128);
     }
 

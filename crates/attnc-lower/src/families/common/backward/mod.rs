@@ -25,8 +25,8 @@ mod dq_layout;
 mod rows;
 
 pub use dq_layout::{
-    fragment_offset, fragment_store_offset, transposed_fragment_offset, wg_fragment_offset, wg_fragment_store_offset,
-    DqAccumLayout, FRAG_THREADS, FRAG_TILE_ROWS,
+    consumer_half_offset, fragment_offset, fragment_store_offset, transposed_fragment_offset, wg_fragment_offset,
+    wg_fragment_store_offset, DqAccumLayout, CONSUMER_HALF_FLOATS, FRAG_THREADS, FRAG_TILE_ROWS,
 };
 pub use rows::{build_dq_convert, build_preprocess, ROWS_PER_CTA, ROWS_PER_WARP, ROW_WARPS};
 

@@ -3,7 +3,10 @@
 //! convert (`dQ = scale · Σ_slices dq_accum` in the element type). Memory-bound, so each
 //! warp issues every row's loads before it uses the first.
 
-use super::dq_layout::{emit_fragment_offset, emit_transposed_fragment_offset, emit_wg_fragment_offset, DqAccumLayout};
+use super::dq_layout::{
+    emit_consumer_half_offset, emit_fragment_offset, emit_transposed_fragment_offset, emit_wg_fragment_offset,
+    DqAccumLayout,
+};
 use super::{dq_convert_params, emit_seqlen_pad, preprocess_params, ws_row, WS_ROW_ALIGN};
 use crate::families::common::abi::{Args, ParamTy};
 use crate::llvm::kb::{Kb, R};
@@ -213,6 +216,7 @@ pub fn build_dq_convert<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str, layout
                 DqAccumLayout::ConsumerFragments => emit_fragment_offset(kb, tile_row, col, spec.head_dim_qk)?,
                 DqAccumLayout::WarpgroupFragments => emit_wg_fragment_offset(kb, tile_row, col)?,
                 DqAccumLayout::TransposedFragments { .. } => emit_transposed_fragment_offset(kb, tile_row, col)?,
+                DqAccumLayout::ConsumerHalves => emit_consumer_half_offset(kb, tile_row, col)?,
             };
             let take = kb.and(valid, in_row, "pair_real")?;
             let acc = (kb.slot_f32("dq0", kb.f32c(0.0))?, kb.slot_f32("dq1", kb.f32c(0.0))?);

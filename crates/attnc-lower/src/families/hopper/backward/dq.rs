@@ -121,6 +121,116 @@ impl<'ctx> Bwd<'_, 'ctx> {
         }
     }
 
+    /// `dq_writer`: the producer warpgroup's warp 1 adds each consumer's staged half of
+    /// the dQ tile (`DqAccumLayout::ConsumerHalves`) with one bulk reduce. Per consumer
+    /// `c` two named barriers of 160 threads (the consumer's 128 and this warp): the
+    /// writer arrives at `DQ_FREE_BAR + c` when the staging half is free (once at the
+    /// start, then after each reduce has read it), the consumer at `DQ_FULL_BAR + c` when
+    /// it has staged the half and written its destination (or, after its walk, the end
+    /// flag) into `dq_handoff`; each waits at the other's.
+    pub(super) fn dq_half_writer(&self, kb: &mut Kb<'ctx>) -> R<()> {
+        let cfg = self.cfg;
+        kb.section("dQ writer warp: each consumer's staged half, one bulk reduce-add")?;
+        let raw = kb.opaque_i32(dynamic_smem_base(kb)?, "smem_raw")?;
+        let smem = kb.and(kb.add(raw, kb.i32c(1023), "")?, kb.i32c(!1023), "smem")?;
+        let tid = kb.opaque_i32(kb.sreg("tid.x", "")?, "tid")?;
+        let lane0 = kb.icmp(IntPredicate::EQ, kb.and(tid, kb.i32c(31), "")?, kb.i32c(0), "lane0")?;
+        let half_bytes = CONSUMER_HALF_FLOATS * 4;
+        let threads = 128 + 32;
+        for c in 0..cfg.consumers {
+            kb.named_bar_arrive(DQ_FREE_BAR + c, threads)?;
+        }
+        let more = kb.slot_i32("w_more", kb.i32c(1))?;
+        kb.while_loop(
+            "dq_half_writer",
+            |kb| kb.icmp(IntPredicate::NE, kb.get_i(more, "")?, kb.i32c(0), ""),
+            |kb| {
+                for c in 0..cfg.consumers {
+                    kb.named_bar_sync(DQ_FULL_BAR + c, threads)?;
+                    let slot = kb.add(smem, kb.i32c((self.layout.dq_handoff + 16 * c) as i64), "")?;
+                    let flag = kb.ld_shared_b32(kb.add(slot, kb.i32c(8), "")?, "half_staged")?;
+                    let staged = kb.icmp(IntPredicate::NE, flag, kb.i32c(0), "")?;
+                    if c == 0 {
+                        kb.set(more, kb.zext32(staged, "")?)?;
+                    }
+                    kb.if_then(staged, "dq_half", |kb| {
+                        let lo = kb.zext64(kb.ld_shared_b32(slot, "dst_lo")?, "")?;
+                        let hi = kb.zext64(kb.ld_shared_b32(kb.add(slot, kb.i32c(4), "")?, "dst_hi")?, "")?;
+                        let dst = kb.or(lo, kb.b.build_left_shift(hi, kb.i64c(32), "")?, "dq_half_addr")?;
+                        let src =
+                            kb.add(smem, kb.i32c((self.layout.dq_stage + c * half_bytes) as i64), "dq_half_stage")?;
+                        kb.if_then(lane0, "dq_half_reduce", |kb| {
+                            kb.bulk_reduce_add_f32(dst, src, half_bytes)?;
+                            kb.bulk_commit_group()?;
+                            kb.bulk_wait_group_read(0)
+                        })?;
+                        kb.named_bar_arrive(DQ_FREE_BAR + c, threads)
+                    })?;
+                }
+                Ok(())
+            },
+        )?;
+        kb.if_then(lane0, "dq_writer_done", |kb| kb.bulk_wait_group(0))
+    }
+
+    /// `dq_writer`, a consumer after its walk: the end flag for the writer.
+    pub(super) fn dq_writer_end(&self, kb: &mut Kb<'ctx>, env: &Env<'_, 'ctx>) -> R<()> {
+        let free = kb.add(env.consumer, kb.i32c(DQ_FREE_BAR as i64), "dq_free_bar")?;
+        kb.named_bar_sync_r(free, 128 + 32)?;
+        let first = kb.icmp(IntPredicate::EQ, env.ltid, kb.i32c(0), "")?;
+        kb.if_then(first, "dq_writer_end", |kb| {
+            let slot = self.writer_slot(kb, env)?;
+            kb.st_shared_b32(kb.add(slot, kb.i32c(8), "")?, kb.i32c(0))
+        })?;
+        kb.named_bar_arrive_r(kb.add(env.consumer, kb.i32c(DQ_FULL_BAR as i64), "dq_full_bar")?, 128 + 32)
+    }
+
+    fn writer_slot(&self, kb: &Kb<'ctx>, env: &Env<'_, 'ctx>) -> R<IntValue<'ctx>> {
+        kb.add(
+            kb.add(env.cta.smem, kb.i32c(self.layout.dq_handoff as i64), "")?,
+            kb.mul(env.consumer, kb.i32c(16), "")?,
+            "dq_writer_slot",
+        )
+    }
+
+    /// `dq_writer`, a consumer's tile: wait until the writer has read its last half,
+    /// stage its own half (its 64 columns, warpgroup fragment order), hand it over.
+    fn dq_half_to_writer(
+        &self,
+        kb: &mut Kb<'ctx>,
+        env: &Env<'_, 'ctx>,
+        dst_tile: IntValue<'ctx>,
+        frag: &[[FloatValue<'ctx>; 4]],
+    ) -> R<()> {
+        kb.section("dQ -> this warpgroup's half of the staging tile, handed to the dQ writer warp")?;
+        let half_bytes = CONSUMER_HALF_FLOATS * 4;
+        let free = kb.add(env.consumer, kb.i32c(DQ_FREE_BAR as i64), "dq_free_bar")?;
+        kb.named_bar_sync_r(free, 128 + 32)?;
+        let stage = kb.add(
+            kb.add(env.cta.smem, kb.i32c(self.layout.dq_stage as i64), "")?,
+            kb.mul(env.consumer, kb.i32c(half_bytes as i64), "")?,
+            "dq_half_stage",
+        )?;
+        let base = kb.add(stage, kb.mul(env.ltid, kb.i32c(8), "")?, "")?;
+        for (i, f) in frag.iter().enumerate() {
+            for half in 0..2usize {
+                let off = wg_fragment_store_offset((2 * i + half) as u32, 0) * 4;
+                kb.st_shared_v2_f32(kb.add(base, kb.i32c(off as i64), "")?, f[2 * half], f[2 * half + 1])?;
+            }
+        }
+        kb.fence_proxy_async_shared()?;
+        let first = kb.icmp(IntPredicate::EQ, env.ltid, kb.i32c(0), "")?;
+        kb.if_then(first, "dq_half_handoff", |kb| {
+            let slot = self.writer_slot(kb, env)?;
+            let dst = kb.add(dst_tile, kb.zext64(kb.mul(env.consumer, kb.i32c(half_bytes as i64), "")?, "")?, "")?;
+            kb.st_shared_b32(slot, kb.trunc32(dst, "")?)?;
+            let hi = kb.trunc32(kb.b.build_right_shift(dst, kb.i64c(32), false, "")?, "")?;
+            kb.st_shared_b32(kb.add(slot, kb.i32c(4), "")?, hi)?;
+            kb.st_shared_b32(kb.add(slot, kb.i32c(8), "")?, kb.i32c(1))
+        })?;
+        kb.named_bar_arrive_r(kb.add(env.consumer, kb.i32c(DQ_FULL_BAR as i64), "dq_full_bar")?, 128 + 32)
+    }
+
     /// This tile's dQ (`dq_n` columns from the warpgroup's first) into `dq_accum`: the
     /// bulk staging tile, or per-thread reds.
     #[allow(clippy::too_many_arguments)]
@@ -231,7 +341,7 @@ impl<'ctx> Bwd<'_, 'ctx> {
             self.store_ds(kb, env, ds_smem, ds_ops)?;
         }
         kb.fence_proxy_async_shared()?;
-        if cfg.dq_bulk {
+        if cfg.dq_bulk && !cfg.dq_writer {
             // The last tile's bulk reduce has read its staging (deterministic: is done)
             // before anyone passes this barrier and refills the staging at this tile's end.
             // Only its issuing thread has a bulk group; the others pass at once.
@@ -385,6 +495,12 @@ impl<'ctx> Bwd<'_, 'ctx> {
         let l = self.layout;
         let cta = env.cta;
         let d = spec.head_dim_qk;
+        if cfg.dq_writer {
+            let dqs = DqSlice::new(kb, spec, &self.args, cta.seqlen_pad, cta.bv.b, slice)?;
+            let row = ws_row(kb, spec.q_heads, cta.seqlen_pad, cta.bv.b, h, m0)?;
+            let dst = kb.add(dqs.base, kb.mul(row, kb.i64c(d as i64 * 4), "")?, "dq_tile_addr")?;
+            return self.dq_half_to_writer(kb, env, dst, frag);
+        }
         kb.section("dQ -> shared staging tile (f32), then one bulk reduce-add into dq_accum")?;
         let stage = kb.add(
             kb.add(cta.smem, kb.i32c(l.dq_stage as i64), "")?,
@@ -410,7 +526,7 @@ impl<'ctx> Bwd<'_, 'ctx> {
                 let tile = kb.mul(env.consumer, kb.i32c((64 * d * 4) as i64), "wg_tile")?;
                 kb.add(kb.add(stage, tile, "")?, kb.mul(env.ltid, kb.i32c(8), "")?, "")?
             }
-            DqAccumLayout::RowMajor => {
+            DqAccumLayout::RowMajor | DqAccumLayout::ConsumerHalves => {
                 kb.add(stage, kb.mul(kb.add(kb.mul(row0, kb.i32c(d as i64), "")?, c0, "")?, kb.i32c(4), "")?, "")?
             }
         };
@@ -429,7 +545,9 @@ impl<'ctx> Bwd<'_, 'ctx> {
                             fragment_store_offset((2 * i + half) as u32, 0) * 4
                         }
                         DqAccumLayout::WarpgroupFragments => wg_fragment_store_offset((2 * i + half) as u32, 0) * 4,
-                        DqAccumLayout::RowMajor => (8 * half as u32 * d + 8 * i as u32) * 4,
+                        DqAccumLayout::RowMajor | DqAccumLayout::ConsumerHalves => {
+                            (8 * half as u32 * d + 8 * i as u32) * 4
+                        }
                     };
                 kb.st_shared_v2_f32(kb.add(base, kb.i32c(off as i64), "")?, f[2 * half], f[2 * half + 1])?;
             }

@@ -34,7 +34,7 @@ use crate::families::common::abi::{self as cabi, Args};
 use crate::families::common::backward::{
     aux_sink, dq_mode_is, dynamic_smem_base, emit_seqlen_pad, fragment_store_offset, red_dq_fragment,
     reversed_key_tiles, tma_boxes, tma_main_params, turn_flag, turn_plan_index, wg_fragment_store_offset, ws_row,
-    ws_row_align, DqAccumLayout, DqSlice, FragLane, KeyTileCta,
+    ws_row_align, DqAccumLayout, DqSlice, FragLane, KeyTileCta, CONSUMER_HALF_FLOATS,
 };
 use crate::families::common::dq_order::{DqAccumulation, DqTurn};
 use crate::families::common::schedule::{emit_lpt_place, emit_section_heads};
@@ -65,6 +65,11 @@ const LOG2E: f64 = std::f64::consts::LOG2_E;
 /// deterministic mode with the key split (0 is the CTA barrier).
 const DS_BAR: u32 = 1;
 const ORDER_BAR: u32 = 3;
+/// `dq_writer`: consumer `c` waits at `DQ_FREE_BAR + c` for the writer to have read its
+/// last staged half, and the writer at `DQ_FULL_BAR + c` for the next (two barriers: a
+/// warp that arrives and then syncs on one barrier could count twice in one phase).
+const DQ_FREE_BAR: u32 = 5;
+const DQ_FULL_BAR: u32 = 7;
 
 pub fn build<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, cfg: &BwdConfig, name: &str) -> R<KernelInfo> {
     let params = tma_main_params(spec);
@@ -253,6 +258,19 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
                 kb.section("producer warpgroup: one thread issues the TMA loads")?;
                 let tid = kb.opaque_i32(kb.sreg("tid.x", "")?, "tid")?;
                 let t0 = kb.icmp(IntPredicate::EQ, tid, kb.i32c(0), "")?;
+                if cfg.dq_writer {
+                    // Warp 1 (every lane: the named barriers count whole warps) adds the
+                    // consumers' staged dQ halves.
+                    return kb.if_else(
+                        t0,
+                        "producer",
+                        |kb| self.producer(kb),
+                        |kb| {
+                            let warp1 = kb.icmp(IntPredicate::EQ, kb.udiv(tid, kb.i32c(32), "")?, kb.i32c(1), "")?;
+                            kb.if_then(warp1, "dq_half_writer", |kb| self.dq_half_writer(kb))
+                        },
+                    );
+                }
                 if !cfg.ordered_dq() {
                     return kb.if_then(t0, "producer", |kb| self.producer(kb));
                 }
@@ -413,7 +431,9 @@ impl<'a, 'ctx> Bwd<'a, 'ctx> {
             kb.mbar_arrive_lane0(self.bar(kb, &cta, Bar::KvEmpty, kb.i32c(0))?, lane)?;
             self.store_dk_dv(kb, &env, &acc, n0)
         })?;
-        if self.cfg.dq_bulk {
+        if self.cfg.dq_writer {
+            self.dq_writer_end(kb, &env)?;
+        } else if self.cfg.dq_bulk {
             // The last bulk reduce reads shared memory the CTA gives back at exit.
             kb.bulk_wait_group(0)?;
         }
