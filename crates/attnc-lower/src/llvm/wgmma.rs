@@ -267,25 +267,21 @@ impl<'ctx> Kb<'ctx> {
     /// register `v[j]` of every lane (lane `l` holds row `l / 4`, columns `2 (l % 4)` and
     /// `+1`); lane `l` gives the address of row `l % 8` of matrix `l / 8`. Warp-wide.
     pub fn stmatrix_x4(&self, addr: IntValue<'ctx>, offset: i64, v: [IntValue<'ctx>; 4]) -> R<()> {
-        // The constant offset in the immediate: one address register serves every block.
-        self.asm_call(
-            None,
-            &format!("stmatrix.sync.aligned.m8n8.x4.shared.b16 [$0+{offset}], {{$1, $2, $3, $4}};"),
-            "r,r,r,r,r,~{memory}",
-            true,
-            &[addr.into(), v[0].into(), v[1].into(), v[2].into(), v[3].into()],
-            "",
-        )?;
-        Ok(())
+        self.stmatrix_x4_as("", addr, offset, v)
     }
 
     /// `stmatrix.sync.aligned.m8n8.x4.trans.shared.b16`: [`Kb::stmatrix_x4`] with each
     /// matrix transposed on the way: row `r` in memory (the address of lane `8 j + r`) gets
     /// column `r` of matrix `j`.
     pub fn stmatrix_x4_trans(&self, addr: IntValue<'ctx>, offset: i64, v: [IntValue<'ctx>; 4]) -> R<()> {
+        self.stmatrix_x4_as(".trans", addr, offset, v)
+    }
+
+    fn stmatrix_x4_as(&self, layout: &str, addr: IntValue<'ctx>, offset: i64, v: [IntValue<'ctx>; 4]) -> R<()> {
+        // The constant offset in the immediate: one address register serves every block.
         self.asm_call(
             None,
-            &format!("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [$0+{offset}], {{$1, $2, $3, $4}};"),
+            &format!("stmatrix.sync.aligned.m8n8.x4{layout}.shared.b16 [$0+{offset}], {{$1, $2, $3, $4}};"),
             "r,r,r,r,r,~{memory}",
             true,
             &[addr.into(), v[0].into(), v[1].into(), v[2].into(), v[3].into()],
