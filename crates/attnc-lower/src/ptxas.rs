@@ -420,9 +420,11 @@ pub struct PtxasReport {
 }
 
 /// ptxas's info codes for a wgmma pipeline it serialized (each wgmma waits for the last):
-/// registers of an in-flight wgmma reused (C7513/C7515/C7517), or a branch it takes for
-/// divergent around the GEMMs (C7519). Any of them costs a hopper kernel a third of its speed.
-pub const WGMMA_SERIALIZED: [&str; 4] = ["C7513", "C7515", "C7517", "C7519"];
+/// registers of an in-flight wgmma reused or read by other instructions (C7512–C7517: C7514
+/// is the accumulators of a wgmma in flight across a loop's back edge), or a branch it
+/// takes for divergent around the GEMMs (C7519). Any of them costs a hopper kernel a third
+/// of its speed.
+pub const WGMMA_SERIALIZED: [&str; 6] = ["C7512", "C7513", "C7514", "C7515", "C7517", "C7519"];
 
 impl PtxasReport {
     pub fn kernel(&self, name: &str) -> Option<&FunctionResources> {
