@@ -12,8 +12,9 @@
 //!
 //! **Workspace.** Per-row values live in `[batch, q_heads, seqlen_pad]` f32 arrays whatever
 //! the Q layout (contiguous or varlen: row `q` of sequence `b`), where `seqlen_pad` is the
-//! launch's max seqlen_q rounded up to [`WS_ROW_ALIGN`]: every query tile of the main loop
-//! is then 16-byte aligned and inside its row, and rows past a sequence's end hold
+//! launch's max seqlen_q rounded up to [`ws_row_align`] of the module's query tile (128, or
+//! 160 for 80-query tiles): every query tile of the main loop is then 16-byte aligned and
+//! inside its row, and rows past a sequence's end hold
 //! `D = 0`, `lse_log2 = +∞` (so they contribute `P = 0`). `dq_accum` is
 //! `[slices, batch, q_heads, seqlen_pad, d_qk]` f32: one slice when the main kernel adds
 //! with atomics, one per key-tile CTA column in deterministic mode, where every element

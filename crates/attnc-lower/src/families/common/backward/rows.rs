@@ -25,7 +25,8 @@ pub const ROW_WARPS: u32 = 4;
 /// of two 4-byte loads per lane at d64 × 32 heads × 32k rows, 199 µs for 272 MB
 /// (1.4 TB/s) under ncu on the H100 (`docs/results/2026-11-28-h100-bwd-row-kernels/`).
 pub const ROWS_PER_WARP: u32 = 8;
-/// Rows per CTA of the row kernels: a divisor of [`WS_ROW_ALIGN`], so the grid covers the
+/// Rows per CTA of the row kernels: a divisor of [`WS_ROW_ALIGN`] (and so of every
+/// [`super::ws_row_align`]), so the grid covers the
 /// padded rows exactly.
 pub const ROWS_PER_CTA: u32 = ROW_WARPS * ROWS_PER_WARP;
 const _: () = assert!(WS_ROW_ALIGN % ROWS_PER_CTA == 0 && ROWS_PER_WARP <= 32);
