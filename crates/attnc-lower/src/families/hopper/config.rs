@@ -470,7 +470,9 @@ pub enum DqSplit {
     /// dQᵀ = Kᵀ·dSᵀ (d_qk 128): each warpgroup 64 of dQ's columns as the wgmma M, the
     /// tile's queries as N and all the CTA's keys as K — FA4's SM90 d128 shape, for query
     /// tiles that are not a wgmma M (80). dS goes to shared memory as query rows of keys
-    /// (K-major B, `stmatrix.trans`); the same barrier per tile as `Columns`.
+    /// (K-major B, `stmatrix.trans`); the same barrier per tile as `Columns`. H100,
+    /// 2026-11-28: 80-query tiles 0.96-1.03 of the default 64-query column split
+    /// (docs/results/2026-11-28-h100-bwd-80-query-tiles/): a tune key only.
     Transposed,
 }
 
@@ -501,11 +503,12 @@ pub struct BwdConfig {
     /// is in flight (`wgmma.wait_group 1`), instead of waiting for every GEMM first.
     pub dq_under_dk: bool,
     /// Column split at d128: each warpgroup stages its own half of the dQ tile and hands
-    /// it to a dQ writer warp (the producer warpgroup's warp 1) through a 160-thread named
-    /// barrier of its own, which adds it with one bulk reduce (FA4's SM90 dQ path), instead
-    /// of both warpgroups meeting at a second 256-thread barrier and one consumer thread
-    /// issuing the reduce. No ordered deterministic mode with it (deterministic launches
-    /// take slices).
+    /// it to a dQ writer warp (the producer warpgroup's warp 1) through a pair of 160-thread
+    /// named barriers of its own, which adds it with one bulk reduce (FA4's SM90 dQ path),
+    /// instead of both warpgroups meeting at a second 256-thread barrier and one consumer
+    /// thread issuing the reduce. No ordered deterministic mode with it (deterministic
+    /// launches take slices). H100, 2026-11-28: +0-2%, with `dq_under_dk` +2-3% at
+    /// non-causal 1k and 16k only (docs/results/2026-11-28-h100-bwd-dq-writer/): off.
     pub dq_writer: bool,
     /// Every `exp2_emulate_every`-th exponential of P on the FMA pipe
     /// (`variant::softmax::exp2_emulated`) instead of `ex2.approx` (0: none): the softmax
@@ -699,7 +702,8 @@ impl BwdConfig {
     }
 
     /// This configuration with `key=value,...` overrides (dev sweeps; unknown keys and bad
-    /// values are ignored): `stages`, `block_m` (64, or 128 with a one-tile split),
+    /// values are ignored): `stages`, `block_m` (64, or 128 with a one-tile split, or a
+    /// multiple of 16 from 64 to 128 with the transposed split),
     /// `producer_regs`, `consumer_regs`, `dq_split` (0 columns, 1 keys, 2 rows, 3 transposed),
     /// `dp_with_s`, `dq_under_dk`, `dq_writer`, `rotate_walk`, `exp2_emulate_every`, `dq_bulk`,
     /// `ordered`, `mask_bits`, `aux_grads`, `p_in_smem`, `p_f32_for_ds`, `rows_early`, `row_keys`,
