@@ -27,6 +27,7 @@
 //! deterministic mode, where the column is also the dQ slice), as the portable family's.
 
 mod dq;
+mod dq_writer;
 
 use super::config::{BwdConfig, BwdSmem, Config, DqSplit, BOX_COLS, ROWS_PER_CONSUMER, ROW_BYTES};
 use super::desc::SmemDesc;
@@ -51,7 +52,7 @@ use crate::variant::row_keys::{pair_word, RowKeys};
 use crate::variant::tiles::{walk_key_tiles, walk_key_tiles_from, BlockListArgs, QueryPair, QueryTiles};
 use attnc_ir::block_mask::{needs_block_mask, HeadSlots};
 use attnc_ir::Spec;
-use dq::{DqHandoff, HandoffVals};
+use dq_writer::{DqHandoff, HandoffVals};
 use inkwell::values::{FloatValue, IntValue};
 use inkwell::{FloatPredicate, IntPredicate};
 
