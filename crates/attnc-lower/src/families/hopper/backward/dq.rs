@@ -270,9 +270,7 @@ impl<'ctx> Bwd<'_, 'ctx> {
         let cta = env.cta;
         let d = spec.head_dim_qk;
         if cfg.dq_writer {
-            let dqs = DqSlice::new(kb, spec, &self.args, cta.seqlen_pad, cta.bv.b, slice)?;
-            let row = ws_row(kb, spec.q_heads, cta.seqlen_pad, cta.bv.b, h, m0)?;
-            let dst = kb.add(dqs.base, kb.mul(row, kb.i64c(d as i64 * 4), "")?, "dq_tile_addr")?;
+            let (_, dst) = self.dq_tile_at(kb, env, h, m0, slice)?;
             return self.dq_half_to_writer(kb, env, dst, frag);
         }
         kb.section("dQ -> shared staging tile (f32), then one bulk reduce-add into dq_accum")?;
@@ -330,9 +328,7 @@ impl<'ctx> Bwd<'_, 'ctx> {
             kb.fence_proxy_async_shared()?;
         }
         let issuer = kb.icmp(IntPredicate::EQ, env.ltid, kb.i32c(0), "")?;
-        let dqs = DqSlice::new(kb, spec, &self.args, cta.seqlen_pad, cta.bv.b, slice)?;
-        let row = ws_row(kb, spec.q_heads, cta.seqlen_pad, cta.bv.b, h, m0)?;
-        let dst = kb.add(dqs.base, kb.mul(row, kb.i64c(d as i64 * 4), "")?, "dq_tile_addr")?;
+        let (row, dst) = self.dq_tile_at(kb, env, h, m0, slice)?;
         let bytes = cfg.block_m * d * 4;
         let issue = |kb: &mut Kb<'ctx>| -> R<()> {
             kb.bulk_reduce_add_f32(dst, stage, bytes)?;
@@ -374,6 +370,23 @@ impl<'ctx> Bwd<'_, 'ctx> {
                 })
             }
         }
+    }
+
+    /// The workspace row of query tile `m0` of head `h` and its byte address in `slice` of
+    /// `dq_accum` (where a staged tile is added).
+    fn dq_tile_at(
+        &self,
+        kb: &Kb<'ctx>,
+        env: &Env<'_, 'ctx>,
+        h: IntValue<'ctx>,
+        m0: IntValue<'ctx>,
+        slice: IntValue<'ctx>,
+    ) -> R<(IntValue<'ctx>, IntValue<'ctx>)> {
+        let (spec, cta) = (self.spec, env.cta);
+        let dqs = DqSlice::new(kb, spec, &self.args, cta.seqlen_pad, cta.bv.b, slice)?;
+        let row = ws_row(kb, spec.q_heads, cta.seqlen_pad, cta.bv.b, h, m0)?;
+        let dst = kb.add(dqs.base, kb.mul(row, kb.i64c(spec.head_dim_qk as i64 * 4), "")?, "dq_tile_addr")?;
+        Ok((row, dst))
     }
 
     /// Writes this thread's packed dSᵀ (rows: its keys; pairs of adjacent queries) into

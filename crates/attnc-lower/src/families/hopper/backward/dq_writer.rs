@@ -30,8 +30,7 @@ impl<'ctx> DqHandoff<'ctx> {
     }
 
     pub(super) fn write(&self, kb: &Kb<'ctx>, v: HandoffVals<'ctx>) -> R<()> {
-        let lo = kb.trunc32(v.row, "")?;
-        let hi = kb.trunc32(kb.b.build_right_shift(v.row, kb.i64c(32), false, "")?, "")?;
+        let (lo, hi) = split_u64(kb, v.row)?;
         for (i, x) in [lo, hi, v.n, v.mine, v.h, v.m].into_iter().enumerate() {
             kb.st_shared_b32(self.word(kb, i as i64)?, x)?;
         }
@@ -40,11 +39,22 @@ impl<'ctx> DqHandoff<'ctx> {
 
     fn read(&self, kb: &Kb<'ctx>) -> R<HandoffVals<'ctx>> {
         let w = |i: i64, name: &str| kb.ld_shared_b32(self.word(kb, i)?, name);
-        let lo = kb.zext64(w(0, "row_lo")?, "")?;
-        let hi = kb.zext64(w(1, "row_hi")?, "")?;
-        let row = kb.or(lo, kb.b.build_left_shift(hi, kb.i64c(32), "")?, "row")?;
+        let row = join_u64(kb, w(0, "row_lo")?, w(1, "row_hi")?, "row")?;
         Ok(HandoffVals { row, n: w(2, "n")?, mine: w(3, "mine")?, h: w(4, "h")?, m: w(5, "m")? })
     }
+}
+
+/// A 64-bit value as the two 32-bit words a hand-over in shared memory holds (low first).
+fn split_u64<'ctx>(kb: &Kb<'ctx>, v: IntValue<'ctx>) -> R<(IntValue<'ctx>, IntValue<'ctx>)> {
+    let lo = kb.trunc32(v, "")?;
+    let hi = kb.trunc32(kb.b.build_right_shift(v, kb.i64c(32), false, "")?, "")?;
+    Ok((lo, hi))
+}
+
+/// [`split_u64`]'s words back as the 64-bit value.
+fn join_u64<'ctx>(kb: &Kb<'ctx>, lo: IntValue<'ctx>, hi: IntValue<'ctx>, name: &str) -> R<IntValue<'ctx>> {
+    let (lo, hi) = (kb.zext64(lo, "")?, kb.zext64(hi, "")?);
+    kb.or(lo, kb.b.build_left_shift(hi, kb.i64c(32), "")?, name)
 }
 
 impl<'ctx> Bwd<'_, 'ctx> {
@@ -154,9 +164,9 @@ impl<'ctx> Bwd<'_, 'ctx> {
                         kb.set(more, kb.zext32(staged, "")?)?;
                     }
                     kb.if_then(staged, "dq_half", |kb| {
-                        let lo = kb.zext64(kb.ld_shared_b32(slot, "dst_lo")?, "")?;
-                        let hi = kb.zext64(kb.ld_shared_b32(kb.add(slot, kb.i32c(4), "")?, "dst_hi")?, "")?;
-                        let dst = kb.or(lo, kb.b.build_left_shift(hi, kb.i64c(32), "")?, "dq_half_addr")?;
+                        let lo = kb.ld_shared_b32(slot, "dst_lo")?;
+                        let hi = kb.ld_shared_b32(kb.add(slot, kb.i32c(4), "")?, "dst_hi")?;
+                        let dst = join_u64(kb, lo, hi, "dq_half_addr")?;
                         let src =
                             kb.add(smem, kb.i32c((self.layout.dq_stage + c * half_bytes) as i64), "dq_half_stage")?;
                         kb.if_then(lane0, "dq_half_reduce", |kb| {
@@ -223,8 +233,8 @@ impl<'ctx> Bwd<'_, 'ctx> {
         kb.if_then(first, "dq_half_handoff", |kb| {
             let slot = self.writer_slot(kb, env)?;
             let dst = kb.add(dst_tile, kb.zext64(kb.mul(env.consumer, kb.i32c(half_bytes as i64), "")?, "")?, "")?;
-            kb.st_shared_b32(slot, kb.trunc32(dst, "")?)?;
-            let hi = kb.trunc32(kb.b.build_right_shift(dst, kb.i64c(32), false, "")?, "")?;
+            let (lo, hi) = split_u64(kb, dst)?;
+            kb.st_shared_b32(slot, lo)?;
             kb.st_shared_b32(kb.add(slot, kb.i32c(4), "")?, hi)?;
             kb.st_shared_b32(kb.add(slot, kb.i32c(8), "")?, kb.i32c(1))
         })?;
