@@ -453,12 +453,30 @@ impl<'ctx> Kb<'ctx> {
         name: &str,
         body: impl FnOnce(&mut Self, IntValue<'ctx>) -> R<()>,
     ) -> R<()> {
+        self.for_range_unroll(start, end, name, true, body)
+    }
+
+    /// [`Kb::for_range`], kept a loop by ptxas when `unroll` is false (`.pragma
+    /// "nounroll"` in the loop's header): ptxas unrolls a constant trip count whatever
+    /// LLVM left, which multiplies code that runs only a few times per launch.
+    pub fn for_range_unroll(
+        &mut self,
+        start: IntValue<'ctx>,
+        end: IntValue<'ctx>,
+        name: &str,
+        unroll: bool,
+        body: impl FnOnce(&mut Self, IntValue<'ctx>) -> R<()>,
+    ) -> R<()> {
         let counter = self.slot_i32(&format!("{name}.i"), start)?;
         let head = self.block(&format!("{name}.head"))?;
         let body_bb = self.block(&format!("{name}.body"))?;
         let exit = self.block(&format!("{name}.exit"))?;
         self.b.build_unconditional_branch(head)?;
         self.b.position_at_end(head);
+        if !unroll {
+            let ty = self.ctx.void_type().fn_type(&[], false);
+            self.asm(ty, ".pragma \"nounroll\";", "", true, &[], "")?;
+        }
         let i = self.get_i(counter, name)?;
         let c = self.icmp(IntPredicate::SLT, i, end, "")?;
         self.b.build_conditional_branch(c, body_bb, exit)?;

@@ -111,6 +111,15 @@ pub struct Config {
     /// rows past the sequence zero-filled) instead of TMA: paged KV whose pages TMA
     /// boxes cannot follow.
     pub gather: bool,
+    /// The gather's row loop kept a loop (`.pragma "nounroll"`) instead of the eight
+    /// copies ptxas unrolls: less code, but each round's shuffle latency in series.
+    pub gather_rolled: bool,
+    /// The four gather warps run one copy of the producer code, each taking its tensor
+    /// and half from its warp index (same head dims for K and V), instead of a copy each:
+    /// with four copies the producers missed the instruction cache on short walks (ncu,
+    /// page 1 b1 x 4k: a third of their stall samples `no_inst`,
+    /// docs/results/2026-11-28-h100-decode-page1-ncu/); one copy is shared in it.
+    pub gather_shared: bool,
     /// The persistent forward's LPT order (causal): heads per section are those whose
     /// K and V fit this many MiB (`common::schedule`; FlashAttention uses 32). Fewer heads
     /// at a time keep more of the running tiles on each head's K/V in the H100's L2.
@@ -251,6 +260,11 @@ impl Config {
                 (false, false, _) => 240,
             },
             gather,
+            // H100, 2026-11-28 (docs/results/2026-11-28-h100-gather-shared/): page-1 decode
+            // GPU time b1 x 4k -8%, b8/b64 x 4k -1..-1.5%, 32k within 0.3%; rolled, the row
+            // loop gains at b1 x 4k but loses 1-4% on the longer walks.
+            gather_rolled: false,
+            gather_shared: gather && spec.head_dim_qk == spec.head_dim_v,
             // H100, 2026-11-27 (docs/results/2026-11-27-h100-lpt-sections/): 8 MiB
             // sections against FlashAttention's 32, six rounds each: d128 causal 4k / 8k /
             // 16k +1.2 / +1.2 / +3.4% (median), d64 within ±0.5%; 16, 4 and 2 no better.
@@ -285,6 +299,8 @@ impl Config {
                 "block_n" => self.block_n = n,
                 "consumers" => self.consumers = n,
                 "gather" => self.gather = n != 0,
+                "gather_rolled" => self.gather_rolled = n != 0,
+                "gather_shared" => self.gather_shared = n != 0,
                 "stages" => self.stages = n,
                 "pingpong" => self.pingpong = n != 0,
                 "keep_alive" => self.keep_alive = n != 0,

@@ -41,7 +41,7 @@ mod mask;
 mod producer;
 mod work_tiles;
 
-use producer::{KvTensor, PagedTma};
+use producer::{GatherWarp, PagedTma};
 use work_tiles::{TileRole, WorkAt};
 
 const LOG2E: f64 = std::f64::consts::LOG2_E;
@@ -308,11 +308,24 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                 if cfg.gather {
                     kb.section("producer warpgroup: warps 0/2 gather K rows, 1/3 V rows (cp.async), half a tile each")?;
                     let warp = kb.udiv(tid, kb.i32c(32), "producer_warp")?;
-                    for (w, tensor, half) in
-                        [(0, KvTensor::K, 0), (1, KvTensor::V, 0), (2, KvTensor::K, 1), (3, KvTensor::V, 1)]
-                    {
+                    if cfg.gather_shared && spec.head_dim_qk == spec.head_dim_v {
+                        // One copy of the code for the four warps: what each copies from
+                        // its index.
+                        let in_group = kb.icmp(IntPredicate::ULT, warp, kb.i32c(4), "")?;
+                        kb.if_then(in_group, "producer_gather", |kb| {
+                            let is_v = kb.icmp(IntPredicate::NE, kb.and(warp, kb.i32c(1), "")?, kb.i32c(0), "is_v")?;
+                            let half = kb.udiv(warp, kb.i32c(2), "half")?;
+                            self.producer_gather(kb, GatherWarp { is_v, half })
+                        })?;
+                        return Ok(());
+                    }
+                    for (w, is_v, half) in [(0, false, 0), (1, true, 0), (2, false, 1), (3, true, 1)] {
                         let mine = kb.icmp(IntPredicate::EQ, warp, kb.i32c(w), "")?;
-                        kb.if_then(mine, &format!("producer_w{w}"), |kb| self.producer_gather(kb, tensor, half))?;
+                        let role = GatherWarp {
+                            is_v: kb.ctx.bool_type().const_int(u64::from(is_v), false),
+                            half: kb.i32c(half),
+                        };
+                        kb.if_then(mine, &format!("producer_w{w}"), |kb| self.producer_gather(kb, role))?;
                     }
                     Ok(())
                 } else if let (KvLayout::Paged { page_size }, Some(boxes), Some(tail_v)) =

@@ -21,11 +21,15 @@ pub(super) struct PagedTma {
     pub tail_v: u32,
 }
 
-/// Which of K and V a gather producer warp copies.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum KvTensor {
-    K,
-    V,
+/// What a gather producer warp copies: V (else K) and which half of each tile's rows,
+/// constants for a warp with code of its own, or read from the warp index when the four
+/// warps share one copy of the code (`Config::gather_shared`).
+#[derive(Clone, Copy)]
+pub(super) struct GatherWarp<'ctx> {
+    /// i1: V's rows, else K's.
+    pub is_v: IntValue<'ctx>,
+    /// i32: 0 or 1.
+    pub half: IntValue<'ctx>,
 }
 
 impl<'ctx> Kernel<'_, 'ctx> {
@@ -247,8 +251,10 @@ impl<'ctx> Kernel<'_, 'ctx> {
     /// per cp.async round, the row offsets exchanged by shuffles; rows past seqlen_k are
     /// zero-filled (src-size 0), so no stale page content reaches P·V. Each lane's
     /// `cp.async.mbarrier.arrive.noinc` completes the full barrier (count 64: the two
-    /// warps of its tensor) when its copies land.
-    pub(super) fn producer_gather(&self, kb: &mut Kb<'ctx>, tensor: KvTensor, half: u32) -> R<()> {
+    /// warps of its tensor) when its copies land. `warp` says what this warp copies:
+    /// constants, or (`Config::gather_shared`) values from the warp index, so the four
+    /// warps run one copy of this code.
+    pub(super) fn producer_gather(&self, kb: &mut Kb<'ctx>, warp: GatherWarp<'ctx>) -> R<()> {
         let spec = self.spec;
         let cfg = self.cfg;
         let cta = self.cta(kb)?;
@@ -260,24 +266,30 @@ impl<'ctx> Kernel<'_, 'ctx> {
         let k_base = self.args.int("k")?;
         let v_base = self.args.int("v")?;
         let bn = cfg.block_n as i64;
-        // This warp's row groups (rows 32i + lane of a tile) and the page window: one
-        // page per (window tile, group), the window's first tile far below every tile so
-        // the first tile reads it. A window as long as the ring (the tiles the producer
-        // can run ahead), but at most three pages per lane: with two groups (128-key
-        // tiles) a window of two spills the d64 producer (12 bytes, ptxas 13.5), so those
-        // read one tile's pages at a time, before its slot wait.
-        let groups = cfg.block_n / 32;
-        let own_groups: Vec<u32> = ((half * groups / 2)..((half + 1) * groups / 2)).collect();
-        let window = cfg.stages.min(3 / own_groups.len().max(1) as u32).max(1);
+        // This warp's row groups (rows 32i + lane of a tile, i = half · per_warp + g) and
+        // the page window: one page per (window tile, group), the window's first tile far
+        // below every tile so the first tile reads it. A window as long as the ring (the
+        // tiles the producer can run ahead), but at most three pages per lane: with two
+        // groups (128-key tiles) a window of two spills the d64 producer (12 bytes, ptxas
+        // 13.5), so those read one tile's pages at a time, before its slot wait.
+        let per_warp = cfg.block_n / 32 / 2;
+        let first_group = kb.mul(warp.half, kb.i32c(per_warp as i64), "first_group")?;
+        let window = cfg.stages.min(3 / per_warp.max(1)).max(1);
         let window_pages = match window {
             1 => None,
             _ => {
                 let win = kb.slot_i32("gather_win", kb.i32c(i32::MIN as i64 / 2))?;
-                let pages = (0..window as usize * own_groups.len())
+                let pages = (0..(window * per_warp) as usize)
                     .map(|_| kb.slot_i32("gather_page", kb.i32c(0)))
                     .collect::<R<Vec<_>>>()?;
                 Some((win, pages))
             }
+        };
+        let d = match warp.is_v.get_zero_extended_constant() {
+            Some(0) => spec.head_dim_qk,
+            Some(_) => spec.head_dim_v,
+            None if spec.head_dim_qk == spec.head_dim_v => spec.head_dim_qk,
+            None => return Err(crate::error::LowerError::Llvm("a shared gather warp needs d_qk = d_v".into())),
         };
         let pos = kb.slot_i32("p_pos", kb.i32c(0))?;
         self.produce_tiles(kb, &tiles, (begin, end), pos, "gather", |kb, t, slot, free_parity| {
@@ -286,30 +298,42 @@ impl<'ctx> Kernel<'_, 'ctx> {
             let lane = kb.and(kb.opaque_i32(kb.sreg("tid.x", "")?, "")?, kb.i32c(31), "lane")?;
             let sub_row = kb.udiv(lane, kb.i32c(8), "sub_row")?;
             let chunk = kb.and(lane, kb.i32c(7), "chunk")?;
-            let (which, full, empty, d, base, per, tbase) = match tensor {
-                KvTensor::K => {
-                    ("K", RingBar::FullK, RingBar::EmptyK, spec.head_dim_qk, layout.k, layout.k_per_stage, k_base)
-                }
-                KvTensor::V => {
-                    ("V", RingBar::FullV, RingBar::EmptyV, spec.head_dim_v, layout.v, layout.v_per_stage, v_base)
-                }
+            let pick = |kb: &Kb<'ctx>, k: u32, v: u32| kb.select_i(warp.is_v, kb.i32c(v as i64), kb.i32c(k as i64), "");
+            let full = kb.select_i(
+                warp.is_v,
+                self.ring_bar(kb, cta.smem, RingBar::FullV, slot)?,
+                self.ring_bar(kb, cta.smem, RingBar::FullK, slot)?,
+                "full_bar",
+            )?;
+            let empty = kb.select_i(
+                warp.is_v,
+                self.ring_bar(kb, cta.smem, RingBar::EmptyV, slot)?,
+                self.ring_bar(kb, cta.smem, RingBar::EmptyK, slot)?,
+                "empty_bar",
+            )?;
+            let base = pick(kb, layout.k, layout.v)?;
+            let per = pick(kb, layout.k_per_stage, layout.v_per_stage)?;
+            let tbase = kb.select_i(warp.is_v, v_base, k_base, "kv_base")?;
+            kb.section("gather K or V tile -> ring slot (cp.async)")?;
+            // Row group g of this warp: its first row in the tile.
+            let group_row = |kb: &Kb<'ctx>, g: u32| -> R<IntValue<'ctx>> {
+                kb.mul(kb.add(first_group, kb.i32c(g as i64), "")?, kb.i32c(32), "group_row")
             };
-            kb.section(&format!("gather {which} tile -> ring slot (cp.async)"))?;
             // This lane's rows 32i + lane: their pages, then their offsets.
-            let row_key = |kb: &mut Kb<'ctx>, tile_row: i64| -> R<IntValue<'ctx>> {
+            let row_key = |kb: &mut Kb<'ctx>, tile_row: IntValue<'ctx>| -> R<IntValue<'ctx>> {
                 // Keys past the end (the sequence's last tile, or window tiles past it)
                 // read a valid entry; their rows are zero-filled below.
-                let key = kb.add(n0, kb.add(lane, kb.i32c(tile_row), "")?, "")?;
+                let key = kb.add(n0, kb.add(lane, tile_row, "")?, "")?;
                 let valid = kb.icmp(IntPredicate::SLT, key, cta.bv.seqlen_k, "")?;
                 kb.select_i(valid, key, kb.i32c(0), "key_clamped")
             };
             let page_of = |kb: &mut Kb<'ctx>, key| crate::variant::layout::kv_page_of(kb, spec, &cta.la, &cta.bv, key);
             let own_pages = match &window_pages {
                 // One tile's pages, read before its slot wait.
-                None => own_groups
-                    .iter()
-                    .map(|&i| {
-                        let key = row_key(kb, 32 * i as i64)?;
+                None => (0..per_warp)
+                    .map(|g| {
+                        let row = group_row(kb, g)?;
+                        let key = row_key(kb, row)?;
                         page_of(kb, key)
                     })
                     .collect::<R<Vec<_>>>()?,
@@ -323,21 +347,22 @@ impl<'ctx> Kernel<'_, 'ctx> {
                     let outside = kb.or(below, past, "window_outside")?;
                     kb.if_then(outside, "gather_window", |kb| {
                         for wt in 0..window as usize {
-                            for (g, &i) in own_groups.iter().enumerate() {
-                                let key = row_key(kb, wt as i64 * bn + 32 * i as i64)?;
+                            for g in 0..per_warp {
+                                let row = kb.add(group_row(kb, g)?, kb.i32c(wt as i64 * bn), "")?;
+                                let key = row_key(kb, row)?;
                                 let page = page_of(kb, key)?;
-                                kb.set(pages[wt * own_groups.len() + g], page)?;
+                                kb.set(pages[wt * per_warp as usize + g as usize], page)?;
                             }
                         }
                         kb.set(*win, t)
                     })?;
                     let at = kb.sub(t, kb.get_i(*win, "")?, "window_tile")?;
-                    (0..own_groups.len())
+                    (0..per_warp as usize)
                         .map(|g| {
                             let mut page = kb.get_i(pages[g], "")?;
                             for wt in 1..window as usize {
                                 let here = kb.icmp(IntPredicate::EQ, at, kb.i32c(wt as i64), "")?;
-                                let p = kb.get_i(pages[wt * own_groups.len() + g], "")?;
+                                let p = kb.get_i(pages[wt * per_warp as usize + g], "")?;
                                 page = kb.select_i(here, p, page, "row_page")?;
                             }
                             Ok(page)
@@ -346,22 +371,22 @@ impl<'ctx> Kernel<'_, 'ctx> {
                 }
             };
             let mut own = Vec::new();
-            for (&i, &page) in own_groups.iter().zip(&own_pages) {
-                let key = row_key(kb, 32 * i as i64)?;
+            for (g, &page) in (0..per_warp).zip(&own_pages) {
+                let row = group_row(kb, g)?;
+                let key = row_key(kb, row)?;
                 let (ko, vo) =
                     crate::variant::layout::kv_row_offsets_in_page(kb, spec, &k_st, &v_st, key, page, cta.hkv)?;
-                own.push((i, if tensor == KvTensor::K { ko } else { vo }));
+                own.push((row, kb.select_i(warp.is_v, vo, ko, "row_off")?));
             }
-            kb.mbar_wait(self.ring_bar(kb, cta.smem, empty, slot)?, free_parity)?;
-            let dst0 =
-                kb.add(cta.smem, kb.add(kb.i32c(base as i64), kb.mul(slot, kb.i32c(per as i64), "")?, "")?, "")?;
-            for &(i, own_off) in &own {
-                // Rows 32i + 4j .. +3, j a run-time loop (an unrolled one keeps every
+            kb.mbar_wait(empty, free_parity)?;
+            let dst0 = kb.add(cta.smem, kb.add(base, kb.mul(slot, per, "")?, "")?, "")?;
+            for &(row0, own_off) in &own {
+                // Rows row0 + 4j .. +3, j a run-time loop (an unrolled one keeps every
                 // address live and spills the producer): this lane copies chunk
-                // lane%8 of row 32i + 4j + lane/8, whose offset lane 4j + lane/8 holds.
-                kb.for_range(kb.i32c(0), kb.i32c(8), "gather_rows", |kb, j| {
+                // lane%8 of row row0 + 4j + lane/8, whose offset lane 4j + lane/8 holds.
+                kb.for_range_unroll(kb.i32c(0), kb.i32c(8), "gather_rows", !cfg.gather_rolled, |kb, j| {
                     let src = kb.add(kb.mul(j, kb.i32c(4), "")?, sub_row, "src_lane")?;
-                    let r = kb.add(kb.i32c(32 * i as i64), src, "row")?;
+                    let r = kb.add(row0, src, "row")?;
                     let off = kb.shfl_idx_i64(own_off, src, "row_off")?;
                     let key = kb.add(n0, r, "")?;
                     let valid = kb.icmp(IntPredicate::SLT, key, cta.bv.seqlen_k, "")?;
@@ -375,7 +400,7 @@ impl<'ctx> Kernel<'_, 'ctx> {
                     Ok(())
                 })?;
             }
-            kb.cp_async_mbar_arrive_noinc(self.ring_bar(kb, cta.smem, full, slot)?)
+            kb.cp_async_mbar_arrive_noinc(full)
         })
     }
 }
