@@ -299,18 +299,13 @@ impl<'ctx> Kernel<'_, 'ctx> {
             let sub_row = kb.udiv(lane, kb.i32c(8), "sub_row")?;
             let chunk = kb.and(lane, kb.i32c(7), "chunk")?;
             let pick = |kb: &Kb<'ctx>, k: u32, v: u32| kb.select_i(warp.is_v, kb.i32c(v as i64), kb.i32c(k as i64), "");
-            let full = kb.select_i(
-                warp.is_v,
-                self.ring_bar(kb, cta.smem, RingBar::FullV, slot)?,
-                self.ring_bar(kb, cta.smem, RingBar::FullK, slot)?,
-                "full_bar",
-            )?;
-            let empty = kb.select_i(
-                warp.is_v,
-                self.ring_bar(kb, cta.smem, RingBar::EmptyV, slot)?,
-                self.ring_bar(kb, cta.smem, RingBar::EmptyK, slot)?,
-                "empty_bar",
-            )?;
+            // This warp's tensor's barrier of the slot.
+            let bar = |kb: &Kb<'ctx>, k: RingBar, v: RingBar, name: &str| {
+                let (bk, bv) = (self.ring_bar(kb, cta.smem, k, slot)?, self.ring_bar(kb, cta.smem, v, slot)?);
+                kb.select_i(warp.is_v, bv, bk, name)
+            };
+            let full = bar(kb, RingBar::FullK, RingBar::FullV, "full_bar")?;
+            let empty = bar(kb, RingBar::EmptyK, RingBar::EmptyV, "empty_bar")?;
             let base = pick(kb, layout.k, layout.v)?;
             let per = pick(kb, layout.k_per_stage, layout.v_per_stage)?;
             let tbase = kb.select_i(warp.is_v, v_base, k_base, "kv_base")?;
