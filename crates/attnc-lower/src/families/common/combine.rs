@@ -288,9 +288,27 @@ pub fn combine_row<'ctx>(
     Ok(())
 }
 
+/// Which threads of a split CTA fence its partials against the split count. The
+/// counting thread's `atom.acq_rel.gpu` comes after the CTA's barrier, and a release is
+/// cumulative over what the barrier ordered before it (the PTX memory model's causality
+/// order; CUTLASS's semaphores release after `__syncthreads` the same way), so the
+/// per-thread fences are a belt the model does not need.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MergeFences {
+    /// Every thread fences before the barrier, and in the combining CTA after it.
+    EveryThread,
+    /// The release side by the counting thread only; every thread of the combining CTA
+    /// still fences before reading the others' partials.
+    ReleaseByCounter,
+    /// Both sides by the counting thread's `atom.acq_rel.gpu` (the combining CTA's
+    /// threads read after the barrier that follows it).
+    ByCounter,
+}
+
 /// Where a forward CTA of a split launch stands, for the fused combine: the split
 /// counter of its row block and the rows it covers.
 pub struct FusedCombine<'ctx> {
+    pub fences: MergeFences,
     /// The `split_counters` buffer (u32 per row block, zero between launches).
     pub counters: IntValue<'ctx>,
     /// This CTA's row block (the same for every split of it).
@@ -328,7 +346,9 @@ pub fn fused_tail<'ctx>(
 ) -> R<()> {
     kb.section("split-KV: count this split; the last one to finish combines its row block")?;
     // Every thread's partial stores, before the count that publishes them.
-    kb.fence_acq_rel_gpu()?;
+    if f.fences == MergeFences::EveryThread {
+        kb.fence_acq_rel_gpu()?;
+    }
     let counter = kb.add(f.counters, kb.mul(kb.sext64(f.counter_index, "")?, kb.i64c(4), "")?, "split_counter")?;
     let is_first = kb.icmp(IntPredicate::EQ, f.thread, kb.i32c(0), "counts")?;
     let done_before = kb.slot_i32("splits_done_before", kb.i32c(0))?;
@@ -346,7 +366,9 @@ pub fn fused_tail<'ctx>(
     kb.if_then(last, "fused_combine", |kb| {
         kb.if_then(is_first, "reset_counter", |kb| kb.st_relaxed_gpu_u32(counter, kb.i32c(0)))?;
         // The other splits' partials, after the count that saw them all.
-        kb.fence_acq_rel_gpu()?;
+        if f.fences != MergeFences::ByCounter {
+            kb.fence_acq_rel_gpu()?;
+        }
         kb.section("combine (fused): a warp per row of the block")?;
         let lane = kb.and(f.thread, kb.i32c(31), "lane")?;
         let warp = kb.udiv(f.thread, kb.i32c(32), "combine_warp")?;

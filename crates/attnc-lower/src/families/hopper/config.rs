@@ -120,6 +120,8 @@ pub struct Config {
     /// page 1 b1 x 4k: a third of their stall samples `no_inst`,
     /// docs/results/2026-11-28-h100-decode-page1-ncu/); one copy is shared in it.
     pub gather_shared: bool,
+    /// Which threads fence the split partials against the fused combine's count.
+    pub merge_fences: crate::families::common::combine::MergeFences,
     /// The persistent forward's LPT order (causal): heads per section are those whose
     /// K and V fit this many MiB (`common::schedule`; FlashAttention uses 32). Fewer heads
     /// at a time keep more of the running tiles on each head's K/V in the H100's L2.
@@ -265,6 +267,10 @@ impl Config {
             // loop gains at b1 x 4k but loses 1-4% on the longer walks.
             gather_rolled: false,
             gather_shared: gather && spec.head_dim_qk == spec.head_dim_v,
+            // H100, 2026-11-28 (docs/results/2026-11-28-h100-merge-fences/): both sides by
+            // the counting thread, GPU time b1 x 4k -6% at every page size, b1 x 32k and
+            // batch 8 -0.5..-2%, batch 64 unchanged.
+            merge_fences: crate::families::common::combine::MergeFences::ByCounter,
             // H100, 2026-11-27 (docs/results/2026-11-27-h100-lpt-sections/): 8 MiB
             // sections against FlashAttention's 32, six rounds each: d128 causal 4k / 8k /
             // 16k +1.2 / +1.2 / +3.4% (median), d64 within ±0.5%; 16, 4 and 2 no better.
@@ -301,6 +307,14 @@ impl Config {
                 "gather" => self.gather = n != 0,
                 "gather_rolled" => self.gather_rolled = n != 0,
                 "gather_shared" => self.gather_shared = n != 0,
+                "merge_fences" => {
+                    use crate::families::common::combine::MergeFences;
+                    self.merge_fences = match n {
+                        0 => MergeFences::EveryThread,
+                        1 => MergeFences::ReleaseByCounter,
+                        _ => MergeFences::ByCounter,
+                    }
+                }
                 "stages" => self.stages = n,
                 "pingpong" => self.pingpong = n != 0,
                 "keep_alive" => self.keep_alive = n != 0,

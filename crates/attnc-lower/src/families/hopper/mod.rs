@@ -467,6 +467,24 @@ mod tests {
         assert!(split > branched, "{split} GEMMs split vs {branched} with the mask under a branch");
     }
 
+    /// The fused split-KV combine publishes a split's partials with the counting thread's
+    /// `atom.acq_rel.gpu` after the CTA's barrier and no per-thread fence (the default),
+    /// or with every thread's fence on both sides (`merge_fences=0`).
+    #[test]
+    fn fused_combine_fences_by_the_counting_thread() {
+        let mut s = Spec::new("split_fences", 128, 32);
+        s.kv_heads = 8;
+        s.pack_gqa = true;
+        s.split_kv = attnc_ir::SplitKv::Auto;
+        s.query_rows = attnc_ir::QueryRows::OneTile;
+        let count = |cfg: &Config| {
+            let m = compile_with_config(&s, Arch::Sm90a, cfg).expect("compiles");
+            (m.ptx.matches("fence.acq_rel.gpu").count(), m.ptx.matches("atom.acq_rel.gpu").count())
+        };
+        assert_eq!(count(&Config::for_spec(&s)), (0, 1));
+        assert_eq!(count(&Config::for_spec(&s).tuned("merge_fences=0")), (2, 1));
+    }
+
     /// Paged K/V whose pages TMA boxes follow loads by TMA (one box per page, or one
     /// inside the page), the block table read by a lane window and shuffled, the tail
     /// tile's V zeroed past seqlen_k behind its own barrier; page 1 (and 3) still

@@ -1110,6 +1110,7 @@ impl<'a, 'ctx> Kernel<'a, 'ctx> {
                 "row_block",
             )?;
             let f = FusedCombine {
+                fences: self.cfg.merge_fences,
                 counters: self.args.int(cabi::SPLIT_COUNTERS_PARAM)?,
                 counter_index: block,
                 num_splits: cta.num_splits,
