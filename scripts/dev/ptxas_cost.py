@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Where ptxas spends its time on one kernel: times ptxas on the first module of an
-`attnc dump --emit ptx` output as emitted and with parts of it removed, so the cold-compile
-cost can be traced to what the PTX holds (the removed forms are wrong code: for timing only).
+"""Where ptxas spends its time on one module: times ptxas on a module's PTX as emitted and
+with parts of it removed, so the cold-compile cost can be traced to what the PTX holds (the
+removed forms are wrong code: for timing only).
 
-Usage: scripts/dev/ptxas_cost.py DUMP.ptx [--ptxas PATH] [--arch sm_90a] [--runs 3]
+Usage: attnc dump --arch sm_90a --pass fwd FILE.attn -o FWD.ptx   (one module)
+       scripts/dev/ptxas_cost.py FWD.ptx [--ptxas PATH] [--arch sm_90a] [--runs 3]
 
 Rows: as emitted; without the wgmma.mma_async instructions; without the ss ones (A from
 shared memory); without the rs ones (A from registers); with ex2.approx as mov; without
@@ -17,16 +18,6 @@ import re
 import statistics
 import subprocess
 import tempfile
-
-
-def first_module(text):
-    """The first module of a dump that may hold several (each starts with .version)."""
-    first = text.find(".version")
-    second = text.find(".version", first + 1)
-    if second < 0:
-        return text
-    cut = text.rfind("//\n// Generated", 0, second)
-    return text[: cut if cut > 0 else second]
 
 
 def drop_lines(text, keep):
@@ -69,12 +60,12 @@ def ptxas_ms(ptxas, arch, path, runs):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("dump")
+    ap.add_argument("dump", help="one module's PTX (attnc dump --pass fwd or --pass bwd)")
     ap.add_argument("--ptxas", default=os.environ.get("ATTNC_PTXAS", "ptxas"))
     ap.add_argument("--arch", default="sm_90a")
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
-    text = first_module(open(args.dump).read())
+    text = open(args.dump).read()
     mmas = sum(1 for line in text.split("\n") if is_mma(line))
     print(f"{args.dump}: {mmas} wgmma.mma_async, {text.count(chr(10))} lines")
     print("| PTX | ptxas ms |\n|---|---:|")
