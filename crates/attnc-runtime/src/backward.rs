@@ -3,10 +3,10 @@
 //! kernels in order on the runtime's stream:
 //!
 //! ```text
-//! memset   dq_accum (and the aux gradients, or their deterministic partials) to 0
-//! preprocess  D = rowsum(dO ∘ O), lse_log2            [seqlen_pad / 4, q_heads, batch]
+//! memset   the aux gradients, or their deterministic partials, to 0
+//! preprocess  D = rowsum(dO ∘ O), lse_log2; dq_accum = 0 [seqlen_pad / 32, q_heads, batch]
 //! main        dK, dV; dQ and aux gradients accumulated [key tiles | columns, kv_heads × parts, batch]
-//! dq convert  dQ = scale · Σ slices                   [seqlen_pad / 4, q_heads, batch]
+//! dq convert  dQ = scale · Σ slices                   [seqlen_pad / 32, q_heads, batch]
 //! sink grad   dsinks (specs with sinks)               [q_heads]
 //! aux reduce  aux gradients from the partials (deterministic, learnable aux)
 //! ```
@@ -675,15 +675,7 @@ impl Kernel {
         if let Some((a, ..)) = &events {
             queue.record(a)?;
         }
-        // dq_accum and the aux accumulators start at 0.
-        queue.memset_d32(
-            ws + o_dq as u64,
-            0,
-            plan.dq_slices as usize
-                * (plan.seqlen_pad * plan.fwd.batch)
-                * self.spec.q_heads as usize
-                * self.spec.head_dim_qk as usize,
-        )?;
+        // The aux accumulators start at 0 (dq_accum is zeroed by the preprocess kernel).
         // The classifier's bit-work queue starts empty.
         if let Some(count_at) = classify_launch.and_then(|l| l.queue_count) {
             queue.memset_d32(count_at, 0, 1)?;

@@ -149,6 +149,13 @@ pub(super) fn grad_check(
         p.block_mask = mask;
         p.dsinks = dsinks.as_ref();
         p.aux_grads = learnable.iter().zip(&aux_grads).map(|((_, a), g)| (a.name.clone(), g)).collect();
+        // The workspace poisoned too: the module must write (or zero) every dq_accum
+        // element and row value it reads, not find zeros left by an earlier call.
+        let grads = crate::backward::Gradients { dq: &mut dq, dk: &mut dk, dv: &mut dvt };
+        let ws_bytes = kernel.backward_workspace_bytes(&t.q, &t.k, &t.v, &o, &lse, &do_t, grads, &p)?;
+        let ws = rt.alloc(ElemType::F32, &[ws_bytes.div_ceil(4).max(1)])?;
+        rt.fill_nan(&ws)?;
+        p.workspace = Some(&ws);
         let grads = crate::backward::Gradients { dq: &mut dq, dk: &mut dk, dv: &mut dvt };
         let receipt = kernel.backward(&t.q, &t.k, &t.v, &o, &lse, &do_t, grads, &p)?;
         rt.synchronize()?;

@@ -191,6 +191,8 @@ pub fn preprocess_params(spec: &Spec) -> Vec<(String, ParamTy)> {
         ("seqlen_q", I32),
         ("dpsum", Ptr),
         ("lse_log2", Ptr),
+        ("dq_accum", Ptr),
+        ("dq_slices", I32),
     ] {
         p.push((n.into(), t));
     }

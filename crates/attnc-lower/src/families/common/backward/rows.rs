@@ -144,6 +144,7 @@ pub fn build_preprocess<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str, ws_ali
         let lse_off = lse_offset(kb, &bv, args.int("lse_stride_batch")?, args.int("lse_stride_head")?, h, my_q)?;
         kb.set(lse_slot, kb.ld_global_f32(kb.add(args.int("lse")?, kb.mul(lse_off, kb.i64c(4), "")?, "")?, "lse")?)
     })?;
+    zero_dq_accum(kb, &args, spec, pad, h, b)?;
     kb.section("D = sum over d_v of dO * O (lanes share the columns); lane i keeps row i's")?;
     let mut my_d = kb.f32c(0.0);
     for (i, words) in loaded.into_iter().enumerate() {
@@ -170,6 +171,54 @@ pub fn build_preprocess<'ctx>(kb: &mut Kb<'ctx>, spec: &Spec, name: &str, ws_ali
     })?;
     kb.ret()?;
     Ok(row_kernel_info(name, KernelRole::BackwardPreprocess, &params))
+}
+
+/// `dq_accum := 0` over this CTA's rows of every slice, while the CTA's loads are in
+/// flight: the main kernel only adds into it. This replaces a memset of the whole
+/// accumulator before the preprocess (268 MB at 32k tokens × 2048 columns, ~90 µs on the
+/// H100, 3–5% of a 1k-sequence backward): the same bytes, one pass over memory less to
+/// wait for. The CTAs' rows tile `seqlen_pad` exactly ([`ROWS_PER_CTA`] divides the
+/// workspace row alignment), and a row block of any [`DqAccumLayout`] is the flat range
+/// of its rows' `d` floats — fragment layouts permute elements only inside a tile — so
+/// the flat range `[ws_row(first row) · d, +ROWS_PER_CTA · d)` is this CTA's share
+/// whatever the layout. 16-byte stores: `ROWS_PER_CTA · d` floats is `8 · d` vectors, and
+/// every range starts at a multiple of `ROWS_PER_CTA · d · 4` bytes.
+fn zero_dq_accum<'ctx>(
+    kb: &mut Kb<'ctx>,
+    args: &Args<'ctx>,
+    spec: &Spec,
+    pad: IntValue<'ctx>,
+    h: IntValue<'ctx>,
+    b: IntValue<'ctx>,
+) -> R<()> {
+    kb.section("dq_accum := 0 over this CTA's rows of every slice (the main kernel adds into it)")?;
+    let d = spec.head_dim_qk as i64;
+    let threads = (ROW_WARPS * 32) as i64;
+    let vectors = ROWS_PER_CTA as i64 * d / 4;
+    let tid = kb.sreg("tid.x", "tid")?;
+    let batch = kb.sreg("nctaid.z", "batch")?;
+    let slice_bytes = kb.mul(
+        kb.mul(kb.sext64(batch, "")?, kb.i64c(spec.q_heads as i64 * d * 4), "")?,
+        kb.sext64(pad, "")?,
+        "slice_bytes",
+    )?;
+    let cta_row0 = kb.mul(kb.sreg("ctaid.x", "")?, kb.i32c(ROWS_PER_CTA as i64), "cta_row0")?;
+    let first = kb.mul(ws_row(kb, spec.q_heads, pad, b, h, cta_row0)?, kb.i64c(d * 4), "")?;
+    let mine = kb.add(args.int("dq_accum")?, kb.add(first, kb.mul(kb.zext64(tid, "")?, kb.i64c(16), "")?, "")?, "")?;
+    let zero = kb.i32c(0);
+    kb.for_range(kb.i32c(0), args.int("dq_slices")?, "zero_slice", |kb, slice| {
+        let at = kb.add(mine, kb.mul(kb.sext64(slice, "")?, slice_bytes, "")?, "dq_zero_at")?;
+        for k in 0..(vectors + threads - 1) / threads {
+            let store = |kb: &Kb<'ctx>| kb.st_global_v4_b32(kb.add(at, kb.i64c(k * threads * 16), "")?, [zero; 4]);
+            if (k + 1) * threads <= vectors {
+                store(kb)?;
+            } else {
+                let inside = kb.icmp(IntPredicate::ULT, tid, kb.i32c(vectors - k * threads), "")?;
+                kb.if_then(inside, "zero_tail", |kb| store(kb))?;
+            }
+        }
+        Ok(())
+    })
 }
 
 /// The dQ convert kernel: `dQ = scale · Σ_s dq_accum[s]` (slices summed in order), in
@@ -282,7 +331,8 @@ mod tests {
 
     /// The row kernels keep every row's loads in flight together: the preprocess issues
     /// all of a warp's O and dO words (2 per row and 64-column chunk) and its LSE before its
-    /// first multiply-add, and the convert one slice's pairs of all its rows per trip.
+    /// first multiply-add (and zeroes its rows of dq_accum in between), and the convert one
+    /// slice's pairs of all its rows per trip.
     #[test]
     fn row_kernels_issue_every_rows_loads_before_the_math() {
         use crate::compile::{compile, CompileOptions};
@@ -302,6 +352,11 @@ mod tests {
             assert_eq!(loads.len(), 2 * ROWS_PER_WARP as usize * chunks + 1, "d {d}: O, dO and LSE");
             let first_fma = pre.find("fma.rn.f32").expect("the dot products");
             assert!(loads.iter().all(|&l| l < first_fma), "d {d}: a load after the first multiply-add");
+            // dq_accum zeroed in 16-byte stores of the CTA's 32 rows (8·d vectors over 128
+            // threads per slice), issued after the loads and before the math.
+            let zeros: Vec<usize> = pre.match_indices("st.global.v4.b32").map(|(i, _)| i).collect();
+            assert_eq!(zeros.len(), (8 * d as usize).div_ceil(128), "d {d}: the zeroing stores");
+            assert!(zeros.iter().all(|&z| z > *loads.last().unwrap() && z < first_fma), "d {d}: zeroing placement");
             let dq = entry("dq");
             assert_eq!(dq.matches("ld.global.v2.f32").count(), ROWS_PER_WARP as usize * chunks, "d {d}: dq pairs");
         }

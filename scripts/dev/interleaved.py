@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""attnc beside FlashAttention-4 and cuDNN in one process, cell by cell, round-robin.
+
+The side-by-side commands run `attnc bench` and the anchors' bench.py one after the other,
+a minute apart: a cell's ratio then also holds whatever the GPU's clocks did in between
+(the same binary's 16k forward cells moved 5-9% between runs a minute apart,
+docs/results/2026-11-28-h100-prefill-16k-spread/). Here every backend of a cell is timed
+in each of several rounds, the backends' order rotated per round, with the anchors'
+methods (`bench_ms` of ../shared/bench/anchors/bench.py: CUDA events around one call,
+the median of the runs; the backward as `torch.autograd.grad` of a kept graph), attnc
+through its PyTorch custom op (`import attnc`). Per cell and backend it reports each
+round's TFLOP/s and their median; per cell the ratio attnc / best(FA4, cuDNN) of the
+medians and the range of the per-round ratios.
+
+  PYTHONPATH=python:<peers' site> python3 scripts/dev/interleaved.py OUT.json \
+      [--dirs fwd,bwd] [--hdims 64,128] [--seqlens 1024,...] [--rounds 3] [--iters 20]
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import attnc
+
+DT = torch.bfloat16
+
+
+def bench_ms(fn, warmup=5, iters=20):
+    """The anchors' timing: events around each call, the median."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        torch.cuda.synchronize()
+        times.append(s.elapsed_time(e))
+    return statistics.median(times)
+
+
+def spec_text(hd, heads, causal):
+    mask = "\n  mask causal" if causal else ""
+    return f"attention prefill_d{hd}_{'causal' if causal else 'full'} {{\n  dtype bf16\n  head_dim {hd}\n  heads {heads}{mask}\n}}\n"
+
+
+def forward_fns(hd, heads, causal):
+    """name -> f(q, k, v) -> o, for each backend that imports."""
+    fns = {}
+    attn = attnc.compile(spec_text(hd, heads, causal))
+    fns["attnc"] = lambda q, k, v: attn(q, k, v)
+    try:
+        from flash_attn.cute import flash_attn_func
+
+        def fa4(q, k, v):
+            o = flash_attn_func(q, k, v, causal=causal)
+            return o[0] if isinstance(o, tuple) else o
+
+        fns["fa4"] = fa4
+    except Exception as e:  # noqa: BLE001
+        print(f"FA4 not importable: {type(e).__name__}: {e}", file=sys.stderr)
+
+    def cudnn(q, k, v):
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                               is_causal=causal)
+        return o.transpose(1, 2)
+
+    fns["cudnn"] = cudnn
+    return fns
+
+
+def rel_l2(a, b):
+    a, b = a.float(), b.float()
+    return ((a - b).norm() / b.norm()).item()
+
+
+def cell(direction, hd, causal, s, rounds, iters):
+    b, h = 32768 // s, 2048 // hd
+    fl = 4 * b * h * s * s * hd / (2 if causal else 1) * (2.5 if direction == "bwd" else 1.0)
+    fns = forward_fns(hd, h, causal)
+    torch.manual_seed(0)
+    grad = direction == "bwd"
+    q, k, v = (torch.randn(b, s, h, hd, device="cuda", dtype=DT, requires_grad=grad) for _ in range(3))
+    row = {"dir": direction, "hdim": hd, "causal": causal, "seqlen": s, "batch": b, "heads": h, "rounds": {},
+           "check": {}, "errors": {}}
+    timed = {}
+    g = torch.randn(b, s, h, hd, device="cuda", dtype=DT)
+    with torch.no_grad():
+        ref = fns["cudnn"](q, k, v)
+    ref_dq = None
+    # cuDNN first: its dQ is what the others' is compared with.
+    for name in sorted(fns, key=lambda n: n != "cudnn"):
+        f = fns[name]
+        try:
+            if grad:
+                o = f(q, k, v)
+                dq = torch.autograd.grad(o, (q,), g, retain_graph=True)[0]
+                ref_dq = dq if name == "cudnn" else ref_dq
+                row["check"][name] = {"o": rel_l2(o.detach(), ref), "dq": rel_l2(dq, ref_dq)}
+                timed[name] = lambda o=o: torch.autograd.grad(o, (q, k, v), g, retain_graph=True)
+            else:
+                with torch.no_grad():
+                    o = f(q, k, v)
+                row["check"][name] = {"o": rel_l2(o, ref)}
+                timed[name] = lambda f=f: f(q, k, v)
+        except Exception as e:  # noqa: BLE001
+            row["errors"][name] = f"{type(e).__name__}: {str(e)[:300]}"
+    names = list(timed)
+    for r in range(rounds):
+        order = names[r % len(names):] + names[: r % len(names)]
+        for name in order:
+            with torch.no_grad() if not grad else torch.enable_grad():
+                ms = bench_ms(timed[name], iters=iters)
+            row["rounds"].setdefault(name, []).append(round(fl / ms / 1e9, 1))
+    row["median"] = {n: statistics.median(t) for n, t in row["rounds"].items()}
+    peers = [n for n in ("fa4", "cudnn") if n in row["median"]]
+    if "attnc" in row["median"] and peers:
+        best = max(row["median"][n] for n in peers)
+        row["ratio"] = round(row["median"]["attnc"] / best, 3)
+        per_round = [row["rounds"]["attnc"][i] / max(row["rounds"][n][i] for n in peers) for i in range(rounds)]
+        row["ratio_range"] = [round(min(per_round), 3), round(max(per_round), 3)]
+    del q, k, v, timed
+    torch.cuda.empty_cache()
+    return row
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--dirs", default="fwd,bwd")
+    ap.add_argument("--hdims", default="64,128")
+    ap.add_argument("--seqlens", default="1024,2048,4096,8192,16384")
+    ap.add_argument("--causal", default="0,1")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--iters", type=int, default=20)
+    a = ap.parse_args()
+    rows = []
+    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "attnc": attnc.__version__,
+            "cudnn": torch.backends.cudnn.version(), "rounds": a.rounds, "iters": a.iters,
+            "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+    for direction in a.dirs.split(","):
+        for hd in (int(x) for x in a.hdims.split(",")):
+            for causal in (c == "1" for c in a.causal.split(",")):
+                for s in (int(x) for x in a.seqlens.split(",")):
+                    t0 = time.time()
+                    row = cell(direction, hd, causal, s, a.rounds, a.iters)
+                    row["seconds"] = round(time.time() - t0, 1)
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+                    with open(a.out, "w") as f:
+                        json.dump({"meta": meta, "cells": rows}, f, indent=1)
+    print("\n| dir | hdim | causal | seqlen | attnc | FA4 | cuDNN | ratio (median) | per-round range |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---|")
+    for r in rows:
+        m = r["median"]
+        print(f"| {r['dir']} | {r['hdim']} | {'yes' if r['causal'] else 'no'} | {r['seqlen']} | "
+              f"{m.get('attnc', '-')} | {m.get('fa4', '-')} | {m.get('cudnn', '-')} | {r.get('ratio', '-')} | "
+              f"{r.get('ratio_range', '-')} |")
+
+
+if __name__ == "__main__":
+    main()
