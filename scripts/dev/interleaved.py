@@ -13,7 +13,13 @@ round's TFLOP/s and their median; per cell the ratio attnc / best(FA4, cuDNN) of
 medians and the range of the per-round ratios.
 
   PYTHONPATH=python:<peers' site> python3 scripts/dev/interleaved.py OUT.json \
-      [--dirs fwd,bwd] [--hdims 64,128] [--seqlens 1024,...] [--rounds 3] [--iters 20]
+      [--dirs fwd,bwd] [--hdims 64,128] [--seqlens 1024,...] [--rounds 3] [--iters 20] [--direct]
+
+`--direct` adds attnc's backward called straight through the package's Rust binding
+(`Kernel.backward`, preallocated gradients) beside the autograd call, and every backend's
+host time per call (`host_us`: the GPU idle before it) is reported. `--busy` adds each
+backend's GPU busy time per call from torch.profiler (the summed durations of its kernels,
+memsets and copies): the kernels' own speed, free of every backend's host prelude.
 """
 
 import argparse
@@ -27,8 +33,11 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import attnc
+import attnc.torch as at
 
 DT = torch.bfloat16
+# The attnc variant of the current cell (for the direct backward call).
+attns = {}
 
 
 def bench_ms(fn, warmup=5, iters=20):
@@ -47,6 +56,39 @@ def bench_ms(fn, warmup=5, iters=20):
     return statistics.median(times)
 
 
+def host_us(fn, iters=10):
+    """The host's median time to enqueue one call, µs (the GPU idle before each)."""
+    times = []
+    for _ in range(iters):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t) * 1e6)
+    torch.cuda.synchronize()
+    return round(statistics.median(times), 1)
+
+
+def busy_ms(fn, n=5):
+    """The GPU's busy time per call, ms: the summed durations of the device activities
+    (kernels, memsets, copies) the profiler records over `n` calls, divided by `n`: no
+    host prelude, no gaps between launches — the same measure for every backend, whatever
+    its Python and autograd cost before its first kernel."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+    busy, count = 0.0, 0
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            busy += e.time_range.elapsed_us()
+            count += 1
+    return busy / n / 1e3, count / n
+
+
 def spec_text(hd, heads, causal):
     mask = "\n  mask causal" if causal else ""
     return f"attention prefill_d{hd}_{'causal' if causal else 'full'} {{\n  dtype bf16\n  head_dim {hd}\n  heads {heads}{mask}\n}}\n"
@@ -56,6 +98,7 @@ def forward_fns(hd, heads, causal):
     """name -> f(q, k, v) -> o, for each backend that imports."""
     fns = {}
     attn = attnc.compile(spec_text(hd, heads, causal))
+    attns["attnc"] = attn
     fns["attnc"] = lambda q, k, v: attn(q, k, v)
     try:
         from flash_attn.cute import flash_attn_func
@@ -83,7 +126,7 @@ def rel_l2(a, b):
     return ((a - b).norm() / b.norm()).item()
 
 
-def cell(direction, hd, causal, s, rounds, iters):
+def cell(direction, hd, causal, s, rounds, iters, direct, busy):
     b, h = 32768 // s, 2048 // hd
     fl = 4 * b * h * s * s * hd / (2 if causal else 1) * (2.5 if direction == "bwd" else 1.0)
     fns = forward_fns(hd, h, causal)
@@ -114,20 +157,46 @@ def cell(direction, hd, causal, s, rounds, iters):
                 timed[name] = lambda f=f: f(q, k, v)
         except Exception as e:  # noqa: BLE001
             row["errors"][name] = f"{type(e).__name__}: {str(e)[:300]}"
+    if grad and "attnc" in timed and direct:
+        # attnc's backward called directly (the Rust call the custom op makes), without
+        # autograd's engine and the gradients' allocation: what the kernel costs.
+        qd, kd, vd = q.detach(), k.detach(), v.detach()
+        with torch.no_grad():
+            o, lse = at.attention(attns["attnc"], qd, kd, vd, return_lse=True)
+        kern = attns["attnc"].kernel(0)
+        dq, dk, dv = torch.empty_like(qd), torch.empty_like(kd), torch.empty_like(vd)
+        timed["attnc_direct"] = lambda: kern.backward(qd, kd, vd, o, lse, g, dq, dk, dv, at._stream(qd),
+                                                      {"deterministic": False})
     names = list(timed)
+    with torch.no_grad() if not grad else torch.enable_grad():
+        row["host_us"] = {n: host_us(f) for n, f in timed.items()}
     for r in range(rounds):
         order = names[r % len(names):] + names[: r % len(names)]
         for name in order:
             with torch.no_grad() if not grad else torch.enable_grad():
                 ms = bench_ms(timed[name], iters=iters)
             row["rounds"].setdefault(name, []).append(round(fl / ms / 1e9, 1))
+    if busy:
+        row["busy"] = {}
+        for name in names:
+            try:
+                with torch.no_grad() if not grad else torch.enable_grad():
+                    ms, kernels = busy_ms(timed[name])
+                row["busy"][name] = {"tflops": round(fl / ms / 1e9, 1), "activities_per_call": kernels}
+            except Exception as e:  # noqa: BLE001
+                row["errors"][f"busy {name}"] = f"{type(e).__name__}: {str(e)[:300]}"
     row["median"] = {n: statistics.median(t) for n, t in row["rounds"].items()}
+    row["attnc_receipt"] = attns["attnc"].receipt_text()
     peers = [n for n in ("fa4", "cudnn") if n in row["median"]]
     if "attnc" in row["median"] and peers:
         best = max(row["median"][n] for n in peers)
         row["ratio"] = round(row["median"]["attnc"] / best, 3)
         per_round = [row["rounds"]["attnc"][i] / max(row["rounds"][n][i] for n in peers) for i in range(rounds)]
         row["ratio_range"] = [round(min(per_round), 3), round(max(per_round), 3)]
+    if "attnc_direct" in row["median"] and peers:
+        row["ratio_direct"] = round(row["median"]["attnc_direct"] / best, 3)
+    if busy and "attnc" in row["busy"] and any(n in row["busy"] for n in peers):
+        row["ratio_busy"] = round(row["busy"]["attnc"]["tflops"] / max(row["busy"][n]["tflops"] for n in peers if n in row["busy"]), 3)
     del q, k, v, timed
     torch.cuda.empty_cache()
     return row
@@ -142,6 +211,8 @@ def main():
     ap.add_argument("--causal", default="0,1")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--direct", action="store_true", help="also time attnc's backward called directly")
+    ap.add_argument("--busy", action="store_true", help="also each backend's GPU busy time (torch.profiler)")
     a = ap.parse_args()
     rows = []
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "attnc": attnc.__version__,
@@ -152,19 +223,23 @@ def main():
             for causal in (c == "1" for c in a.causal.split(",")):
                 for s in (int(x) for x in a.seqlens.split(",")):
                     t0 = time.time()
-                    row = cell(direction, hd, causal, s, a.rounds, a.iters)
+                    row = cell(direction, hd, causal, s, a.rounds, a.iters, a.direct, a.busy)
                     row["seconds"] = round(time.time() - t0, 1)
                     rows.append(row)
                     print(json.dumps(row), flush=True)
                     with open(a.out, "w") as f:
                         json.dump({"meta": meta, "cells": rows}, f, indent=1)
-    print("\n| dir | hdim | causal | seqlen | attnc | FA4 | cuDNN | ratio (median) | per-round range |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---|")
+    print("\n| dir | hdim | causal | seqlen | attnc | attnc direct | FA4 | cuDNN | ratio (median) | per-round range "
+          "| direct ratio | host µs attnc / direct / FA4 / cuDNN | busy TFLOP/s attnc / FA4 / cuDNN | busy ratio |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|---|---|---:|")
     for r in rows:
-        m = r["median"]
+        m, hu = r["median"], r.get("host_us", {})
         print(f"| {r['dir']} | {r['hdim']} | {'yes' if r['causal'] else 'no'} | {r['seqlen']} | "
-              f"{m.get('attnc', '-')} | {m.get('fa4', '-')} | {m.get('cudnn', '-')} | {r.get('ratio', '-')} | "
-              f"{r.get('ratio_range', '-')} |")
+              f"{m.get('attnc', '-')} | {m.get('attnc_direct', '-')} | {m.get('fa4', '-')} | {m.get('cudnn', '-')} | "
+              f"{r.get('ratio', '-')} | {r.get('ratio_range', '-')} | {r.get('ratio_direct', '-')} | "
+              f"{' / '.join(str(hu.get(n, '-')) for n in ('attnc', 'attnc_direct', 'fa4', 'cudnn'))} | "
+              f"{' / '.join(str(r.get('busy', {}).get(n, {}).get('tflops', '-')) for n in ('attnc', 'fa4', 'cudnn'))} | "
+              f"{r.get('ratio_busy', '-')} |")
 
 
 if __name__ == "__main__":

@@ -166,6 +166,10 @@ pub struct BackwardResult {
     pub fraction_of_gemm: Option<f64>,
     /// Worst rel-L2 of dQ, dK, dV of one head against the f64 reference (short seqlens).
     pub check_rel_l2: Option<f64>,
+    /// The host's median time to enqueue one backward (validation, plan, workspace, every
+    /// launch), µs: the GPU idles that long after the protocol's start event (the
+    /// forward's launch memo has no backward twin).
+    pub host_us: Option<f64>,
     pub ok: bool,
     pub error: Option<String>,
     pub receipt: Option<String>,
@@ -302,12 +306,22 @@ impl BenchReport {
         if !self.backward.is_empty() {
             s.push_str("\nbackward (bf16, 32k tokens, hidden 2048; dQ, dK, dV incl. preprocess; FLOPs 2.5x forward)\n");
             s.push_str(&format!(
-                "{:>8} {:>6} {:>5} {:>6} {:>5} {:>6} {:>10} {:>9} {:>7} {:>9}  ok\n",
-                "hdim", "causal", "det", "seqlen", "batch", "heads", "median_ms", "TFLOP/s", "%gemm", "check"
+                "{:>8} {:>6} {:>5} {:>6} {:>5} {:>6} {:>10} {:>9} {:>7} {:>9} {:>8}  ok\n",
+                "hdim",
+                "causal",
+                "det",
+                "seqlen",
+                "batch",
+                "heads",
+                "median_ms",
+                "TFLOP/s",
+                "%gemm",
+                "check",
+                "host_us"
             ));
             for p in &self.backward {
                 s.push_str(&format!(
-                    "{:>8} {:>6} {:>5} {:>6} {:>5} {:>6} {:>10.4} {:>9.1} {:>7} {:>9}  {}\n",
+                    "{:>8} {:>6} {:>5} {:>6} {:>5} {:>6} {:>10.4} {:>9.1} {:>7} {:>9} {:>8}  {}\n",
                     format!("{}/{}", p.head_dim.0, p.head_dim.1),
                     p.causal,
                     p.deterministic,
@@ -318,6 +332,7 @@ impl BenchReport {
                     p.tflops,
                     p.fraction_of_gemm.map_or("-".into(), |f| format!("{:.1}%", 100.0 * f)),
                     p.check_rel_l2.map_or("-".into(), |e| format!("{e:.1e}")),
+                    p.host_us.map_or("-".into(), |u| format!("{u:.1}")),
                     if p.ok { "ok" } else { p.error.as_deref().unwrap_or("FAIL") }
                 ));
             }
@@ -685,6 +700,7 @@ fn run_backward(rt: &Runtime, h: &Helpers, opts: &BenchOptions, gemm: Option<f64
                         tflops: 0.0,
                         fraction_of_gemm: None,
                         check_rel_l2: None,
+                        host_us: None,
                         ok: false,
                         error: None,
                         receipt: None,
@@ -738,6 +754,10 @@ fn run_backward(rt: &Runtime, h: &Helpers, opts: &BenchOptions, gemm: Option<f64
                             let grads = crate::backward::Gradients { dq: &mut dq, dk: &mut dk, dv: &mut dvt };
                             kernel.backward(&q, &k, &v, &o, &lse, &d_out, grads, &p).map(|_| ())
                         })?;
+                        r.host_us = Some(time_host_us(rt.gpu(), opts.iters, || {
+                            let grads = crate::backward::Gradients { dq: &mut dq, dk: &mut dk, dv: &mut dvt };
+                            kernel.backward(&q, &k, &v, &o, &lse, &d_out, grads, &p).map(|_| ())
+                        })?);
                         let fwd = 4.0 * batch as f64 * heads as f64 * (s as f64).powi(2) * f64::from(dqk + dv) / 2.0
                             * if causal { 0.5 } else { 1.0 };
                         r.tflops = 2.5 * fwd / (r.time.median_ms * 1e-3) / 1e12;
