@@ -68,7 +68,7 @@ def host_us(fn, iters=10):
     return round(statistics.median(times), 1)
 
 
-def busy_ms(fn, n=5):
+def busy_ms(fn, n=10):
     """The GPU's busy time per call, ms: the summed durations of the device activities
     (kernels, memsets, copies) the profiler records over `n` calls, divided by `n`: no
     host prelude, no gaps between launches — the same measure for every backend, whatever
@@ -176,15 +176,18 @@ def cell(direction, hd, causal, s, rounds, iters, direct, busy):
             with torch.no_grad() if not grad else torch.enable_grad():
                 ms = bench_ms(timed[name], iters=iters)
             row["rounds"].setdefault(name, []).append(round(fl / ms / 1e9, 1))
-    if busy:
-        row["busy"] = {}
-        for name in names:
-            try:
-                with torch.no_grad() if not grad else torch.enable_grad():
-                    ms, kernels = busy_ms(timed[name])
-                row["busy"][name] = {"tflops": round(fl / ms / 1e9, 1), "activities_per_call": kernels}
-            except Exception as e:  # noqa: BLE001
-                row["errors"][f"busy {name}"] = f"{type(e).__name__}: {str(e)[:300]}"
+            if busy:
+                # Each round's busy time right after its event timing: the same state of
+                # the GPU's clocks for both measures and, round-robin, for every backend.
+                try:
+                    with torch.no_grad() if not grad else torch.enable_grad():
+                        ms, kernels = busy_ms(timed[name])
+                    got = row.setdefault("busy", {}).setdefault(name, {"rounds": [], "activities_per_call": kernels})
+                    got["rounds"].append(round(fl / ms / 1e9, 1))
+                except Exception as e:  # noqa: BLE001
+                    row["errors"][f"busy {name}"] = f"{type(e).__name__}: {str(e)[:300]}"
+    for got in row.get("busy", {}).values():
+        got["tflops"] = statistics.median(got["rounds"])
     row["median"] = {n: statistics.median(t) for n, t in row["rounds"].items()}
     row["attnc_receipt"] = attns["attnc"].receipt_text()
     peers = [n for n in ("fa4", "cudnn") if n in row["median"]]
@@ -195,8 +198,12 @@ def cell(direction, hd, causal, s, rounds, iters, direct, busy):
         row["ratio_range"] = [round(min(per_round), 3), round(max(per_round), 3)]
     if "attnc_direct" in row["median"] and peers:
         row["ratio_direct"] = round(row["median"]["attnc_direct"] / best, 3)
-    if busy and "attnc" in row["busy"] and any(n in row["busy"] for n in peers):
-        row["ratio_busy"] = round(row["busy"]["attnc"]["tflops"] / max(row["busy"][n]["tflops"] for n in peers if n in row["busy"]), 3)
+    if busy and "attnc" in row.get("busy", {}) and any(n in row["busy"] for n in peers):
+        bp = [n for n in peers if n in row["busy"]]
+        row["ratio_busy"] = round(row["busy"]["attnc"]["tflops"] / max(row["busy"][n]["tflops"] for n in bp), 3)
+        per_round = [row["busy"]["attnc"]["rounds"][i] / max(row["busy"][n]["rounds"][i] for n in bp)
+                     for i in range(min(len(row["busy"][n]["rounds"]) for n in ["attnc", *bp]))]
+        row["ratio_busy_range"] = [round(min(per_round), 3), round(max(per_round), 3)]
     del q, k, v, timed
     torch.cuda.empty_cache()
     return row
@@ -230,8 +237,9 @@ def main():
                     with open(a.out, "w") as f:
                         json.dump({"meta": meta, "cells": rows}, f, indent=1)
     print("\n| dir | hdim | causal | seqlen | attnc | attnc direct | FA4 | cuDNN | ratio (median) | per-round range "
-          "| direct ratio | host µs attnc / direct / FA4 / cuDNN | busy TFLOP/s attnc / FA4 / cuDNN | busy ratio |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|---|---|---:|")
+          "| direct ratio | host µs attnc / direct / FA4 / cuDNN | busy TFLOP/s attnc / FA4 / cuDNN | busy ratio "
+          "| busy per-round range |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|---|---|---:|---|")
     for r in rows:
         m, hu = r["median"], r.get("host_us", {})
         print(f"| {r['dir']} | {r['hdim']} | {'yes' if r['causal'] else 'no'} | {r['seqlen']} | "
@@ -239,7 +247,7 @@ def main():
               f"{r.get('ratio', '-')} | {r.get('ratio_range', '-')} | {r.get('ratio_direct', '-')} | "
               f"{' / '.join(str(hu.get(n, '-')) for n in ('attnc', 'attnc_direct', 'fa4', 'cudnn'))} | "
               f"{' / '.join(str(r.get('busy', {}).get(n, {}).get('tflops', '-')) for n in ('attnc', 'fa4', 'cudnn'))} | "
-              f"{r.get('ratio_busy', '-')} |")
+              f"{r.get('ratio_busy', '-')} | {r.get('ratio_busy_range', '-')} |")
 
 
 if __name__ == "__main__":
