@@ -36,8 +36,6 @@ import attnc
 import attnc.torch as at
 
 DT = torch.bfloat16
-# The attnc variant of the current cell (for the direct backward call).
-attns = {}
 
 
 def bench_ms(fn, warmup=5, iters=20):
@@ -95,10 +93,9 @@ def spec_text(hd, heads, causal):
 
 
 def forward_fns(hd, heads, causal):
-    """name -> f(q, k, v) -> o, for each backend that imports."""
+    """name -> f(q, k, v) -> o, for each backend that imports; and attnc's variant."""
     fns = {}
     attn = attnc.compile(spec_text(hd, heads, causal))
-    attns["attnc"] = attn
     fns["attnc"] = lambda q, k, v: attn(q, k, v)
     try:
         from flash_attn.cute import flash_attn_func
@@ -118,7 +115,7 @@ def forward_fns(hd, heads, causal):
         return o.transpose(1, 2)
 
     fns["cudnn"] = cudnn
-    return fns
+    return fns, attn
 
 
 def rel_l2(a, b):
@@ -129,7 +126,7 @@ def rel_l2(a, b):
 def cell(direction, hd, causal, s, rounds, iters, direct, busy):
     b, h = 32768 // s, 2048 // hd
     fl = 4 * b * h * s * s * hd / (2 if causal else 1) * (2.5 if direction == "bwd" else 1.0)
-    fns = forward_fns(hd, h, causal)
+    fns, attn = forward_fns(hd, h, causal)
     torch.manual_seed(0)
     grad = direction == "bwd"
     q, k, v = (torch.randn(b, s, h, hd, device="cuda", dtype=DT, requires_grad=grad) for _ in range(3))
@@ -162,8 +159,8 @@ def cell(direction, hd, causal, s, rounds, iters, direct, busy):
         # autograd's engine and the gradients' allocation: what the kernel costs.
         qd, kd, vd = q.detach(), k.detach(), v.detach()
         with torch.no_grad():
-            o, lse = at.attention(attns["attnc"], qd, kd, vd, return_lse=True)
-        kern = attns["attnc"].kernel(0)
+            o, lse = at.attention(attn, qd, kd, vd, return_lse=True)
+        kern = attn.kernel(0)
         dq, dk, dv = torch.empty_like(qd), torch.empty_like(kd), torch.empty_like(vd)
         timed["attnc_direct"] = lambda: kern.backward(qd, kd, vd, o, lse, g, dq, dk, dv, at._stream(qd),
                                                       {"deterministic": False})
@@ -189,7 +186,7 @@ def cell(direction, hd, causal, s, rounds, iters, direct, busy):
     for got in row.get("busy", {}).values():
         got["tflops"] = statistics.median(got["rounds"])
     row["median"] = {n: statistics.median(t) for n, t in row["rounds"].items()}
-    row["attnc_receipt"] = attns["attnc"].receipt_text()
+    row["attnc_receipt"] = attn.receipt_text()
     peers = [n for n in ("fa4", "cudnn") if n in row["median"]]
     if "attnc" in row["median"] and peers:
         best = max(row["median"][n] for n in peers)

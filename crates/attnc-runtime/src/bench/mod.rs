@@ -750,14 +750,12 @@ fn run_backward(rt: &Runtime, h: &Helpers, opts: &BenchOptions, gemm: Option<f64
                                 }
                             }
                         }
-                        r.time = time_gpu(rt.gpu(), opts.warmup, opts.iters, || {
+                        let mut call = || {
                             let grads = crate::backward::Gradients { dq: &mut dq, dk: &mut dk, dv: &mut dvt };
                             kernel.backward(&q, &k, &v, &o, &lse, &d_out, grads, &p).map(|_| ())
-                        })?;
-                        r.host_us = Some(time_host_us(rt.gpu(), opts.iters, || {
-                            let grads = crate::backward::Gradients { dq: &mut dq, dk: &mut dk, dv: &mut dvt };
-                            kernel.backward(&q, &k, &v, &o, &lse, &d_out, grads, &p).map(|_| ())
-                        })?);
+                        };
+                        r.time = time_gpu(rt.gpu(), opts.warmup, opts.iters, &mut call)?;
+                        r.host_us = Some(time_host_us(rt.gpu(), opts.iters, &mut call)?);
                         let fwd = 4.0 * batch as f64 * heads as f64 * (s as f64).powi(2) * f64::from(dqk + dv) / 2.0
                             * if causal { 0.5 } else { 1.0 };
                         r.tflops = 2.5 * fwd / (r.time.median_ms * 1e-3) / 1e12;
