@@ -19,7 +19,8 @@ medians and the range of the per-round ratios.
 (`Kernel.backward`, preallocated gradients) beside the autograd call, and every backend's
 host time per call (`host_us`: the GPU idle before it) is reported. `--busy` adds each
 backend's GPU busy time per call from torch.profiler (the summed durations of its kernels,
-memsets and copies): the kernels' own speed, free of every backend's host prelude.
+memsets and copies): the kernels' own speed, free of every backend's host prelude; per
+kernel (`kernels_us`, µs per call), so a gap shows in the main kernel or the ones around it.
 """
 
 import argparse
@@ -79,12 +80,23 @@ def busy_ms(fn, n=10):
         for _ in range(n):
             fn()
         torch.cuda.synchronize()
-    busy, count = 0.0, 0
+    busy, count, by_name = 0.0, 0, {}
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA:
-            busy += e.time_range.elapsed_us()
+            us = e.time_range.elapsed_us()
+            busy += us
             count += 1
-    return busy / n / 1e3, count / n
+            name = short_name(e.name)
+            by_name[name] = by_name.get(name, 0.0) + us / n
+    return busy / n / 1e3, count / n, by_name
+
+
+def short_name(name):
+    """A kernel's name short enough for a table (CUTLASS-DSL names run to 300 characters):
+    the part before the first '(' or '<', at most 60 characters."""
+    for sep in ("(", "<"):
+        name = name.split(sep)[0]
+    return name[:60]
 
 
 def spec_text(hd, heads, causal):
@@ -178,13 +190,17 @@ def cell(direction, hd, causal, s, rounds, iters, direct, busy):
                 # the GPU's clocks for both measures and, round-robin, for every backend.
                 try:
                     with torch.no_grad() if not grad else torch.enable_grad():
-                        ms, kernels = busy_ms(timed[name])
+                        ms, kernels, by_name = busy_ms(timed[name])
                     got = row.setdefault("busy", {}).setdefault(name, {"rounds": [], "activities_per_call": kernels})
                     got["rounds"].append(round(fl / ms / 1e9, 1))
+                    # Each activity's µs per call, per round: which kernel holds a gap.
+                    for kn, us in by_name.items():
+                        got.setdefault("kernels_us", {}).setdefault(kn, []).append(round(us, 1))
                 except Exception as e:  # noqa: BLE001
                     row["errors"][f"busy {name}"] = f"{type(e).__name__}: {str(e)[:300]}"
     for got in row.get("busy", {}).values():
         got["tflops"] = statistics.median(got["rounds"])
+        got["kernels_us"] = {kn: statistics.median(us) for kn, us in got.get("kernels_us", {}).items()}
     row["median"] = {n: statistics.median(t) for n, t in row["rounds"].items()}
     row["attnc_receipt"] = attn.receipt_text()
     peers = [n for n in ("fa4", "cudnn") if n in row["median"]]
@@ -204,6 +220,32 @@ def cell(direction, hd, causal, s, rounds, iters, direct, busy):
     del q, k, v, timed
     torch.cuda.empty_cache()
     return row
+
+
+def print_kernel_table(rows):
+    """Per cell: each backend's longest kernel and the sum of the rest (µs per call, busy time)."""
+    if any("busy" in r for r in rows):
+        print("\n| dir | hdim | causal | seqlen | attnc µs: longest kernel + the rest | FA4 µs | cuDNN µs | "
+              "time of the longest kernel, attnc ÷ best peer (> 1: slower) | time of the rest, attnc ÷ best peer |")
+        print("|---|---|---|---:|---|---|---|---:|---:|")
+        for r in rows:
+            split = {}
+            for n in ("attnc", "fa4", "cudnn"):
+                ks = r.get("busy", {}).get(n, {}).get("kernels_us")
+                if ks:
+                    main_us = max(ks.values())
+                    split[n] = (main_us, sum(ks.values()) - main_us)
+            peers = [n for n in ("fa4", "cudnn") if n in split]
+            cells = [f"{split[n][0]:.0f} + {split[n][1]:.0f}" if n in split else "-" for n in ("attnc", "fa4", "cudnn")]
+            if "attnc" in split and peers:
+                best = min(peers, key=lambda n: sum(split[n]))
+                main_ratio = f"{split['attnc'][0] / split[best][0]:.3f}"
+                rest_ratio = f"{split['attnc'][1] / split[best][1]:.2f}" if split[best][1] > 0 else "-"
+            else:
+                main_ratio = rest_ratio = "-"
+            print(f"| {r['dir']} | {r['hdim']} | {'yes' if r['causal'] else 'no'} | {r['seqlen']} | "
+                  f"{' | '.join(cells)} | {main_ratio} | {rest_ratio} |")
+
 
 
 def main():
@@ -245,7 +287,7 @@ def main():
               f"{' / '.join(str(hu.get(n, '-')) for n in ('attnc', 'attnc_direct', 'fa4', 'cudnn'))} | "
               f"{' / '.join(str(r.get('busy', {}).get(n, {}).get('tflops', '-')) for n in ('attnc', 'fa4', 'cudnn'))} | "
               f"{r.get('ratio_busy', '-')} | {r.get('ratio_busy_range', '-')} |")
-
+    print_kernel_table(rows)
 
 if __name__ == "__main__":
     main()
