@@ -10,6 +10,10 @@
 //! the memo does not serve: timed ones, and those whose mask needs tile lists classified
 //! per call. A caller's block mask is part of the signature by identity: its lists are
 //! fixed once built, so the same mask in the same launch passed its check before.
+//!
+//! The backward has its twin ([`BackwardMemo`]): a training loop repeats its backward calls
+//! as it repeats its forwards, and a backward's host path (validation, plan, four tensor
+//! maps, three kernels' arguments) is what the GPU waits for before the preprocess starts.
 
 use crate::cuda::{ArgSlots, Stream};
 use crate::params::Params;
@@ -91,6 +95,34 @@ impl LaunchSignature {
         s
     }
 
+    /// A backward launch's signature: the forward's (with the LSE), then the output
+    /// gradient, the gradients written, and the accumulation mode.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn of_backward(
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        o: &Tensor,
+        lse: &Tensor,
+        d_out: &Tensor,
+        grads: [&Tensor; 3],
+        p: &Params,
+    ) -> Self {
+        let mut s = LaunchSignature::of(q, k, v, o, Some(lse), p);
+        s.tensor(d_out);
+        for g in grads {
+            s.tensor(g);
+        }
+        s.opt_tensor(p.dsinks);
+        s.0.push(p.aux_grads.len() as u64);
+        for (name, t) in &p.aux_grads {
+            s.name(name);
+            s.tensor(t);
+        }
+        s.0.push(u64::from(p.deterministic));
+        s
+    }
+
     /// A view's words, read in place (no descriptor copy: this runs on every launch).
     fn tensor(&mut self, t: &Tensor) {
         let shape = t.shape();
@@ -129,6 +161,29 @@ pub(crate) struct LaunchMemo {
     pub(crate) fwd_args: ArgSlots,
     pub(crate) combine_args: Option<ArgSlots>,
     pub(crate) receipt: Arc<Receipt>,
+}
+
+/// A remembered backward launch: the workspace it used, what it zeroed and what it launched,
+/// in order.
+#[derive(Clone, Debug)]
+pub(crate) struct BackwardMemo {
+    pub(crate) signature: LaunchSignature,
+    pub(crate) ws_bytes: usize,
+    pub(crate) ws_ptr: u64,
+    /// `(address, words)` filled with 0 before the kernels.
+    pub(crate) memsets: Vec<(u64, usize)>,
+    pub(crate) launches: Vec<QueuedLaunch>,
+    pub(crate) receipt: Receipt,
+}
+
+/// One kernel launch of a remembered call, its arguments packed once.
+#[derive(Clone, Debug)]
+pub(crate) struct QueuedLaunch {
+    pub(crate) role: attnc_lower::KernelRole,
+    pub(crate) grid: [u32; 3],
+    pub(crate) threads: u32,
+    pub(crate) smem: u32,
+    pub(crate) args: ArgSlots,
 }
 
 #[cfg(test)]
@@ -251,5 +306,37 @@ mod tests {
         assert_eq!(s0, sig(&index(0x80000, vec![3, 1, 0, 2, 5, 4])), "rebuilt with equal values");
         assert_ne!(s0, sig(&index(0x80000, vec![3, 1, 0, 2, 4, 5])), "one entry differs");
         assert_ne!(s0, sig(&index(0x80000, vec![3, 1, 0, 2, 5])), "one entry fewer");
+    }
+
+    #[test]
+    fn a_backward_signature_covers_its_gradients_and_its_mode() {
+        let (q, k, v, o) = (
+            t(0x1000, &[2, 17, 8, 64]),
+            t(0x9000, &[2, 33, 2, 64]),
+            t(0x20000, &[2, 33, 2, 64]),
+            t(0x40000, &[2, 17, 8, 64]),
+        );
+        let lse = t(0x50000, &[2, 8, 17]);
+        let d_out = t(0x60000, &[2, 17, 8, 64]);
+        let (dq, dk, dv) = (t(0x70000, &[2, 17, 8, 64]), t(0x80000, &[2, 33, 2, 64]), t(0x90000, &[2, 33, 2, 64]));
+        let sig = |d_out: &Tensor, dq: &Tensor, p: &Params| {
+            LaunchSignature::of_backward(&q, &k, &v, &o, &lse, d_out, [dq, &dk, &dv], p)
+        };
+        let base = Params::default();
+        let s0 = sig(&d_out, &dq, &base);
+        assert_eq!(s0, sig(&d_out, &dq, &Params::default()), "equal calls, equal signatures");
+        assert_ne!(s0, LaunchSignature::of(&q, &k, &v, &o, Some(&lse), &base), "not the forward's");
+        assert_ne!(s0, sig(&t(0x61000, &[2, 17, 8, 64]), &dq, &base), "another output gradient");
+        assert_ne!(s0, sig(&d_out, &t(0x71000, &[2, 17, 8, 64]), &base), "another dQ");
+        assert_ne!(s0, sig(&d_out, &dq, &Params::default().deterministic(true)), "the accumulation mode");
+        let ds = t(0xa0000, &[8]);
+        assert_ne!(s0, sig(&d_out, &dq, &Params::default().dsinks(&ds)), "a sink gradient");
+        let g = t(0xb0000, &[2, 33]);
+        let with_grad = Params::default().aux_grad("bias", &g);
+        assert_ne!(s0, sig(&d_out, &dq, &with_grad), "an aux gradient");
+        assert_ne!(
+            sig(&d_out, &dq, &with_grad),
+            sig(&d_out, &dq, &Params::default().aux_grad("bias", &t(0xb1000, &[2, 33])))
+        );
     }
 }

@@ -6,7 +6,7 @@ use crate::cuda::{ArgSlots, ArgValue};
 use crate::cuda::{DeviceInfo, Gpu, Image, Queue, Stream};
 use crate::error::RuntimeError;
 use crate::jit::{kernel_key, KernelProducer, LoadedKernel};
-use crate::launch_memo::{LaunchMemo, LaunchSignature};
+use crate::launch_memo::{BackwardMemo, LaunchMemo, LaunchSignature};
 use crate::params::Params;
 use crate::receipt::{BlockMaskSource, KernelConfig, Receipt, Timings};
 use crate::tensor::{contiguous_strides, ElemType, Element, IndexTensor, Tensor};
@@ -117,6 +117,7 @@ impl Runtime {
             lse_forward: Arc::new(OnceLock::new()),
             backward: Arc::new(OnceLock::new()),
             memo: Arc::new(Mutex::new(None)),
+            backward_memo: Arc::new(Mutex::new(None)),
             no_sink: Arc::new(OnceLock::new()),
             sharded: Arc::new(OnceLock::new()),
             one_tile: Arc::new(OnceLock::new()),
@@ -367,6 +368,8 @@ pub struct Kernel {
     pub(crate) backward: Arc<OnceLock<(Arc<LoadedKernel>, CacheSource)>>,
     /// The last forward launch, replayed when a call repeats it exactly (`launch_memo`).
     memo: Arc<Mutex<Option<LaunchMemo>>>,
+    /// The last backward launch, replayed the same way (`launch_memo::BackwardMemo`).
+    pub(crate) backward_memo: Arc<Mutex<Option<BackwardMemo>>>,
     /// The sharded twin (`Spec::shards`) that runs launches on shards of longer
     /// sequences when the variant reads positions (loaded on first use).
     sharded: Arc<OnceLock<Kernel>>,
@@ -613,6 +616,7 @@ impl Kernel {
         let mut k = self.rt.kernel_with(&spec, self.family)?;
         k.mask_key = self.mask_key.clone();
         k.memo = Arc::new(Mutex::new(None));
+        k.backward_memo = Arc::new(Mutex::new(None));
         k.interim = self.interim.clone();
         // A racing caller may have set it first: either is the same module.
         let _ = self.lse_forward.set(k);
