@@ -452,14 +452,18 @@ impl Kernel {
 
     /// Whether the backward memo may serve this call: not a timed one, and not one whose
     /// mask classifies its tiles per call (its lists live in the call's workspace).
-    fn backward_memo_serves(&self, params: &Params) -> Result<bool, RuntimeError> {
+    pub(crate) fn backward_memo_serves(&self, params: &Params) -> Result<bool, RuntimeError> {
         let (module, _) = self.backward_module()?;
         Ok(!params.timing && module.meta.kernel(KernelRole::BlockClassify).is_none())
     }
 
     /// Queues the remembered backward when `sig` is its signature and the workspace it
     /// used is still this call's; `None` otherwise.
-    fn replay_backward(&self, sig: &LaunchSignature, params: &Params) -> Result<Option<Receipt>, RuntimeError> {
+    pub(crate) fn replay_backward(
+        &self,
+        sig: &LaunchSignature,
+        params: &Params,
+    ) -> Result<Option<Receipt>, RuntimeError> {
         let memo = self.backward_memo.lock().unwrap_or_else(|e| e.into_inner());
         let Some(m) = memo.as_ref().filter(|m| m.signature == *sig) else { return Ok(None) };
         let (module, _) = self.backward_module()?;

@@ -152,8 +152,9 @@ pub struct GradResult {
     pub max: f64,
     /// Non-finite gradients where the reference is finite.
     pub nonfinite: usize,
-    /// Deterministic mode run twice: whether every gradient was bitwise identical (and
-    /// within the bound); `None` where not run.
+    /// Deterministic mode run twice, and replayed by the backward launch memo (where it
+    /// serves): whether every gradient was bitwise identical (and within the bound); `None`
+    /// where not run.
     pub deterministic_identical: Option<bool>,
     pub deterministic_max: Option<f64>,
     /// How the deterministic runs accumulated dQ (ordered turns or slices).
