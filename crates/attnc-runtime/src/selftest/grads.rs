@@ -131,86 +131,75 @@ pub(super) fn grad_check(
             .map_err(|e| RuntimeError::Other(format!("reference backward (stored O): {e}")))?;
         Some((g.daux, g.daux_scale, t_ref.elapsed().as_secs_f64() * 1e3))
     };
-    let run = |det: bool, mask: Option<&crate::BlockMask>| -> Result<(Vec<Vec<f64>>, Receipt), RuntimeError> {
-        let mut dq = rt.alloc(dt, t.q.shape())?;
-        let mut dk = rt.alloc(dt, t.k.shape())?;
-        let mut dvt = rt.alloc(dt, t.v.shape())?;
-        let dsinks = if s.sinks { Some(rt.alloc(ElemType::F32, &[qh])?) } else { None };
-        let aux_grads = learnable
-            .iter()
-            .map(|(i, _)| rt.alloc(ElemType::F32, &inputs.aux[*i].dims))
-            .collect::<Result<Vec<_>, _>>()?;
-        for x in [&dq, &dk, &dvt].into_iter().chain(dsinks.iter()).chain(aux_grads.iter()) {
+    // A call's gradient outputs (dQ, dK, dV, dsinks, the learnable aux tensors'), poisoned.
+    let outputs = || -> Result<GradOutputs, RuntimeError> {
+        let out = GradOutputs {
+            dq: rt.alloc(dt, t.q.shape())?,
+            dk: rt.alloc(dt, t.k.shape())?,
+            dv: rt.alloc(dt, t.v.shape())?,
+            dsinks: if s.sinks { Some(rt.alloc(ElemType::F32, &[qh])?) } else { None },
+            aux: learnable
+                .iter()
+                .map(|(i, a)| Ok((a.name.clone(), rt.alloc(ElemType::F32, &inputs.aux[*i].dims)?)))
+                .collect::<Result<Vec<_>, RuntimeError>>()?,
+        };
+        for x in out.all() {
             rt.fill_nan(x)?;
         }
-        let mut p = t.params();
-        p.timing = true;
-        p.deterministic = det;
-        p.block_mask = mask;
-        p.dsinks = dsinks.as_ref();
-        p.aux_grads = learnable.iter().zip(&aux_grads).map(|((_, a), g)| (a.name.clone(), g)).collect();
-        // The workspace poisoned too: the module must write (or zero) every dq_accum
-        // element and row value it reads, not find zeros left by an earlier call.
-        let grads = crate::backward::Gradients { dq: &mut dq, dk: &mut dk, dv: &mut dvt };
+        Ok(out)
+    };
+    // A workspace of the call's size, poisoned too: the module must write (or zero) every
+    // dq_accum element and row value it reads, not find zeros left by an earlier call.
+    let workspace_for = |out: &mut GradOutputs, det: bool, timing: bool| -> Result<Tensor, RuntimeError> {
+        let (grads, p) = out.call(t.params(), det, timing);
         let ws_bytes = kernel.backward_workspace_bytes(&t.q, &t.k, &t.v, &o, &lse, &do_t, grads, &p)?;
         let ws = rt.alloc(ElemType::F32, &[ws_bytes.div_ceil(4).max(1)])?;
         rt.fill_nan(&ws)?;
+        Ok(ws)
+    };
+    let run = |det: bool, mask: Option<&crate::BlockMask>| -> Result<(Vec<Vec<f64>>, Receipt), RuntimeError> {
+        let mut out = outputs()?;
+        let ws = workspace_for(&mut out, det, true)?;
+        let (grads, mut p) = out.call(t.params(), det, true);
+        p.block_mask = mask;
         p.workspace = Some(&ws);
-        let grads = crate::backward::Gradients { dq: &mut dq, dk: &mut dk, dv: &mut dvt };
         let receipt = kernel.backward(&t.q, &t.k, &t.v, &o, &lse, &do_t, grads, &p)?;
         rt.synchronize()?;
-        let mut out = vec![rt.download_f64(&dq)?, rt.download_f64(&dk)?, rt.download_f64(&dvt)?];
-        if let Some(d) = &dsinks {
-            out.push(rt.download_f64(d)?);
-        }
-        for g in &aux_grads {
-            out.push(rt.download_f64(g)?);
-        }
-        Ok((out, receipt))
+        Ok((out.download(rt)?, receipt))
     };
     // The backward launch memo: an untimed call remembers its launch; the same call again
     // (every output and the workspace poisoned in between) replays it. `None` where the
     // memo does not serve the spec (per-call mask classification).
     let replayed = |det: bool| -> Result<Option<Vec<Vec<f64>>>, RuntimeError> {
-        let mut dq = rt.alloc(dt, t.q.shape())?;
-        let mut dk = rt.alloc(dt, t.k.shape())?;
-        let mut dvt = rt.alloc(dt, t.v.shape())?;
-        let dsinks = if s.sinks { Some(rt.alloc(ElemType::F32, &[qh])?) } else { None };
-        let aux_grads = learnable
-            .iter()
-            .map(|(i, _)| rt.alloc(ElemType::F32, &inputs.aux[*i].dims))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut p = t.params();
-        p.deterministic = det;
-        p.dsinks = dsinks.as_ref();
-        p.aux_grads = learnable.iter().zip(&aux_grads).map(|((_, a), g)| (a.name.clone(), g)).collect();
-        let grads = crate::backward::Gradients { dq: &mut dq, dk: &mut dk, dv: &mut dvt };
-        let ws_bytes = kernel.backward_workspace_bytes(&t.q, &t.k, &t.v, &o, &lse, &do_t, grads, &p)?;
-        let ws = rt.alloc(ElemType::F32, &[ws_bytes.div_ceil(4).max(1)])?;
+        let mut out = outputs()?;
+        let ws = workspace_for(&mut out, det, false)?;
+        let (grads, mut p) = out.call(t.params(), det, false);
         p.workspace = Some(&ws);
         let this = kernel.for_launch(&p)?;
         if !this.backward_memo_serves(&p)? {
             return Ok(None);
         }
-        let grads = crate::backward::Gradients { dq: &mut dq, dk: &mut dk, dv: &mut dvt };
         kernel.backward(&t.q, &t.k, &t.v, &o, &lse, &do_t, grads, &p)?;
-        for x in [&dq, &dk, &dvt, &ws].into_iter().chain(dsinks.iter()).chain(aux_grads.iter()) {
+        for x in out.all().chain([&ws]) {
             rt.fill_nan(x)?;
         }
-        let sig =
-            crate::launch_memo::LaunchSignature::of_backward(&t.q, &t.k, &t.v, &o, &lse, &do_t, [&dq, &dk, &dvt], &p);
+        let (grads, mut p) = out.call(t.params(), det, false);
+        p.workspace = Some(&ws);
+        let sig = crate::launch_memo::LaunchSignature::of_backward(
+            &t.q,
+            &t.k,
+            &t.v,
+            &o,
+            &lse,
+            &do_t,
+            [&*grads.dq, &*grads.dk, &*grads.dv],
+            &p,
+        );
         if this.replay_backward(&sig, &p)?.is_none() {
             return Err(RuntimeError::Other("the backward launch memo did not replay a repeated call".into()));
         }
         rt.synchronize()?;
-        let mut out = vec![rt.download_f64(&dq)?, rt.download_f64(&dk)?, rt.download_f64(&dvt)?];
-        if let Some(d) = &dsinks {
-            out.push(rt.download_f64(d)?);
-        }
-        for g in &aux_grads {
-            out.push(rt.download_f64(g)?);
-        }
-        Ok(Some(out))
+        Ok(Some(out.download(rt)?))
     };
     let measure = |got: &[Vec<f64>]| -> GradErrors {
         let q_rows = |i: usize| -> (usize, usize) {
@@ -303,6 +292,43 @@ pub(super) fn grad_check(
     })
 }
 
+/// The gradient outputs of one backward call.
+struct GradOutputs {
+    dq: Tensor,
+    dk: Tensor,
+    dv: Tensor,
+    dsinks: Option<Tensor>,
+    /// The learnable aux tensors' gradients, by name.
+    aux: Vec<(String, Tensor)>,
+}
+
+impl GradOutputs {
+    fn all(&self) -> impl Iterator<Item = &Tensor> {
+        [&self.dq, &self.dk, &self.dv].into_iter().chain(self.dsinks.iter()).chain(self.aux.iter().map(|(_, g)| g))
+    }
+
+    /// The gradients to write and params pointing the sink and aux gradients at these
+    /// (the backward's mode and timing set; `base` the case's params).
+    fn call<'a>(
+        &'a mut self,
+        base: Params<'a>,
+        deterministic: bool,
+        timing: bool,
+    ) -> (crate::backward::Gradients<'a>, Params<'a>) {
+        let GradOutputs { dq, dk, dv, dsinks, aux } = self;
+        let mut p = base;
+        p.dsinks = dsinks.as_ref();
+        p.aux_grads = aux.iter().map(|(n, g)| (n.clone(), g)).collect();
+        p.deterministic = deterministic;
+        p.timing = timing;
+        (crate::backward::Gradients { dq, dk, dv }, p)
+    }
+
+    /// dQ, dK, dV, then dsinks and the aux gradients where present.
+    fn download(&self, rt: &Runtime) -> Result<Vec<Vec<f64>>, RuntimeError> {
+        self.all().map(|x| rt.download_f64(x)).collect()
+    }
+}
 #[cfg(test)]
 mod tests {
     use super::*;
