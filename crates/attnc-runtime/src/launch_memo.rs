@@ -13,7 +13,7 @@
 //!
 //! The backward has its twin ([`BackwardMemo`]): a training loop repeats its backward calls
 //! as it repeats its forwards, and a backward's host path (validation, plan, four tensor
-//! maps, three kernels' arguments) is what the GPU waits for before the preprocess starts.
+//! maps, the module's kernels' arguments) is what the GPU waits for before the preprocess starts.
 
 use crate::cuda::{ArgSlots, Stream};
 use crate::params::Params;

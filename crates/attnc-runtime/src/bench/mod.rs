@@ -166,9 +166,8 @@ pub struct BackwardResult {
     pub fraction_of_gemm: Option<f64>,
     /// Worst rel-L2 of dQ, dK, dV of one head against the f64 reference (short seqlens).
     pub check_rel_l2: Option<f64>,
-    /// The host's median time to enqueue one backward (validation, plan, workspace, every
-    /// launch), µs: the GPU idles that long after the protocol's start event (the
-    /// forward's launch memo has no backward twin).
+    /// The host's median time to enqueue one backward, µs (repeated calls: the launch
+    /// memo's replay): the GPU idles that long after the protocol's start event.
     pub host_us: Option<f64>,
     pub ok: bool,
     pub error: Option<String>,
